@@ -1,0 +1,287 @@
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+from activities.catalog import (
+    AGENTS_DIR,
+    TEMPLATES_DIR,
+    CatalogError,
+    WorkflowTemplate,
+    choose_template,
+    load_agents,
+    load_templates,
+    template_ids,
+)
+from schemas.roles import Role
+
+pytestmark = pytest.mark.unit
+
+SEED_TEMPLATES = {
+    "feature-dev": ["Critic review", "TDD", "Tests pass", "QA"],
+    "minor-edit": ["TDD", "Tests pass"],
+    "debugging": ["Reproducible test"],
+    "tdd-cycle": ["Tests pass", "No regression"],
+    "spec-review": ["Critic feedback", "Convergence"],
+    "qa-demo": ["Functionality", "Quality", "Completeness"],
+    "batch-processing": ["All items processed", "Verified"],
+    "simple-question": [],
+    "direct-skill": ["Delegated to skill"],
+}
+
+# Seed 000: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere.
+EXPECTED_TIERS = {role: "sonnet" for role in Role} | {
+    Role.HYDRATOR: "haiku",
+    Role.CUSTODIET: "haiku",
+    Role.CRITIC: "opus",
+    Role.QA_VERIFIER: "opus",
+}
+
+GOOD_AGENT = """# Reviewer
+
+## Description
+Reviews things.
+
+## Prompt
+First line.
+
+Second paragraph.
+
+## Tools
+- Read
+- Grep
+
+## Model
+opus
+"""
+
+
+@pytest.fixture(scope="module")
+def templates() -> dict[str, WorkflowTemplate]:
+    return load_templates()
+
+
+def _write(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- templates -------------------------------------------------------------------
+
+
+def test_all_nine_templates_load_with_their_ids_and_steps(
+    templates: dict[str, WorkflowTemplate],
+) -> None:
+    assert set(templates) == set(SEED_TEMPLATES)
+    for template_id, template in templates.items():
+        assert template.id == template_id
+        assert template.steps
+        assert template.keywords
+        assert all(keyword == keyword.lower() for keyword in template.keywords)
+        assert template.quality_gates == SEED_TEMPLATES[template_id]
+        for heading in ("## Overview", "## When to Use", "## Steps", "## Success Metrics"):
+            assert heading in template.body, (template_id, heading)
+
+
+def test_feature_dev_composes_spec_review_at_step_four(
+    templates: dict[str, WorkflowTemplate],
+) -> None:
+    feature = templates["feature-dev"]
+    assert feature.steps[3].workflow == "[[spec-review]]"
+    assert feature.steps[3].linked_template == "spec-review"
+    assert set(feature.linked_templates()) <= set(feature.dependencies)
+
+
+def test_template_ids_are_the_packaged_ones() -> None:
+    assert template_ids() == frozenset(SEED_TEMPLATES)
+    assert template_ids() is template_ids()
+
+
+def test_packaged_data_sits_next_to_the_module() -> None:
+    assert TEMPLATES_DIR.is_dir()
+    assert AGENTS_DIR.is_dir()
+
+
+def _copy_templates(tmp_path: Path) -> Path:
+    directory = tmp_path / "templates"
+    shutil.copytree(TEMPLATES_DIR, directory)
+    return directory
+
+
+def _front(id_: str = "minor-edit", workflow: str = "null", with_steps: bool = True) -> str:
+    steps = (
+        f"\n  - {{id: a, name: A, workflow: {workflow}, description: d}}" if with_steps else " []"
+    )
+    return (
+        f"---\nid: {id_}\ntitle: T\ntype: workflow\ncategory: development\n"
+        f"dependencies: []\nsteps:{steps}\n---\nBody\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("no front matter here\n", "front matter"),
+        ("---\nid: minor-edit\nsteps: [unclosed\n---\nbody\n", "YAML"),
+        ("---\nid: minor-edit\ntitle: x\n", "not closed"),
+        ("---\n- a list\n---\n", "mapping"),
+        (_front(with_steps=False), "steps"),
+        (_front(id_="other-id"), "does not match the file name"),
+        (_front(workflow="spec-review"), "wikilink"),
+        (_front(workflow="'[[nowhere]]'"), "nowhere"),
+        (_front().replace("type: workflow", "type: agent"), "'type'"),
+        (_front().replace("title: T", "title: T\nkeyword: [x]"), "keyword"),
+    ],
+)
+def test_malformed_template_names_the_file(tmp_path: Path, text: str, fragment: str) -> None:
+    directory = _copy_templates(tmp_path)
+    _write(directory, "minor-edit.md", text)
+    with pytest.raises(CatalogError) as caught:
+        load_templates(directory)
+    assert "minor-edit.md" in str(caught.value)
+    assert fragment in str(caught.value)
+
+
+def test_front_matter_helper_is_valid(tmp_path: Path) -> None:
+    directory = _copy_templates(tmp_path)
+    _write(directory, "minor-edit.md", _front())
+    assert load_templates(directory)["minor-edit"].body == "Body\n"
+
+
+def test_template_directory_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="not a directory"):
+        load_templates(tmp_path / "missing")
+
+
+# --- agents ----------------------------------------------------------------------
+
+
+def test_every_role_has_an_agent_with_the_right_tier() -> None:
+    agents = load_agents()
+    assert set(agents) == {role.value for role in Role}
+    for role in Role:
+        agent = agents[role.value]
+        assert agent.name == role.value
+        assert agent.model == EXPECTED_TIERS[role], role
+        assert agent.tier == EXPECTED_TIERS[role]
+        assert agent.title and agent.description
+        assert "Answer ONLY with a JSON object" in agent.prompt
+        # Seed 003's naive parser joins lines; ours must not.
+        assert "\n" in agent.prompt
+
+
+def test_override_replaces_one_agent_by_name(tmp_path: Path) -> None:
+    packaged = load_agents()
+    overrides = tmp_path / "overrides"
+    _write(overrides, "qa-verifier.md", GOOD_AGENT)
+    agents = load_agents(overrides=overrides)
+    assert set(agents) == set(packaged)
+    replaced = agents["qa-verifier"]
+    assert replaced.name == "qa-verifier"
+    assert replaced.title == "Reviewer"
+    assert replaced.prompt == "First line.\n\nSecond paragraph."
+    assert replaced.tools == ["Read", "Grep"]
+    assert replaced.model == "opus"
+    for name in set(packaged) - {"qa-verifier"}:
+        assert agents[name] == packaged[name]
+
+
+def test_agent_defaults_and_model_ids(tmp_path: Path) -> None:
+    directory = tmp_path / "agents"
+    _write(directory, "plain.md", "# Plain\n\n## Description\nD\n\n## Prompt\nP\n")
+    _write(
+        directory,
+        "pinned.md",
+        "# Pinned\n## Description\nD\n## Prompt\nP\n## Tools\n## Model\nclaude-sonnet-4-5\n",
+    )
+    agents = load_agents(directory)
+    assert agents["plain"].model == "sonnet"
+    assert agents["plain"].tools == []
+    assert agents["pinned"].model == "claude-sonnet-4-5"
+    assert agents["pinned"].tier is None
+
+
+def test_headings_inside_code_fences_stay_in_the_prompt(tmp_path: Path) -> None:
+    text = (
+        "# Reflector\n## Description\nD\n## Prompt\nWrite this:\n\n"
+        "```\n## Framework Reflection\n**Outcome**: ...\n```\n\nThen stop.\n## Model\nsonnet\n"
+    )
+    agent = load_agents(_write(tmp_path / "a", "reflector.md", text).parent)["reflector"]
+    assert "## Framework Reflection" in agent.prompt
+    assert agent.prompt.endswith("Then stop.")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("# Broken\n\n## Description\nD\n", "missing '## Prompt'"),
+        ("# Broken\n\n## Prompt\nP\n", "missing '## Description'"),
+        ("# Broken\n\n## Description\nD\n\n## Prompt\n\n\n## Model\nopus\n", "empty"),
+        ("## Description\nD\n## Prompt\nP\n", "Title"),
+        ("# Broken\n## Description\nD\n## Prompt\nP\n## Promt\nx\n", "unknown section"),
+        ("# Broken\n## Description\nD\n## Prompt\nP\n## Prompt\nQ\n", "repeated"),
+        ("# Broken\n## Description\nD\n## Prompt\nP\n## Tools\nRead\n", "bullet"),
+        ("# Broken\n## Description\nD\n## Prompt\nP\n## Model\nopus\nhaiku\n", "exactly one"),
+        ("# Broken\n## Description\nD\n## Prompt\n```\nP\n", "never closed"),
+    ],
+)
+def test_malformed_agent_names_the_file(tmp_path: Path, text: str, fragment: str) -> None:
+    overrides = tmp_path / "overrides"
+    _write(overrides, "broken-agent.md", text)
+    with pytest.raises(CatalogError) as caught:
+        load_agents(overrides=overrides)
+    assert "broken-agent.md" in str(caught.value)
+    assert fragment in str(caught.value)
+
+
+def test_catalog_error_survives_pickling(tmp_path: Path) -> None:
+    error = CatalogError(tmp_path / "x.md", "is wrong")
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == str(error)
+    assert copy.path == error.path
+
+
+# --- choosing a template ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task", "expected"),
+    [
+        ("fix the crash bug in the parser", "debugging"),
+        ("Use a red-green-refactor cycle to add a slugify function", "tdd-cycle"),
+        ("Write the tests first (TDD), then refactor the cache", "tdd-cycle"),
+        ("What is a reflex loop?", "simple-question"),
+        ("what is the difference between a bug and a crash?", "simple-question"),
+        ("How does the scheduler decide what runs next?", "simple-question"),
+        ("Add a REST endpoint that lists users", "feature-dev"),
+        ("rename the config flag", "minor-edit"),
+        ("review the design proposal for caching", "spec-review"),
+        ("convert every csv file in data/ to parquet", "batch-processing"),
+        ("zzz qqq", "minor-edit"),
+    ],
+)
+def test_choose_template(templates: dict[str, WorkflowTemplate], task: str, expected: str) -> None:
+    assert choose_template(task, templates) == expected
+
+
+def test_choose_template_is_deterministic(templates: dict[str, WorkflowTemplate]) -> None:
+    reordered = dict(reversed(list(templates.items())))
+    for task in ["fix the test", "add a retry when the connection drops", "run it", ""]:
+        first = choose_template(task, templates)
+        assert all(choose_template(task, templates) == first for _ in range(5))
+        assert choose_template(task, reordered) == first
+
+
+def test_choose_template_matches_whole_words(templates: dict[str, WorkflowTemplate]) -> None:
+    # "required" contains "red", "latest" contains "test": neither is a TDD hint.
+    assert choose_template("the latest required value", templates) == "minor-edit"
+
+
+def test_choose_template_needs_templates() -> None:
+    with pytest.raises(ValueError, match="no templates"):
+        choose_template("anything", {})
