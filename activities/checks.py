@@ -1,0 +1,154 @@
+"""Running concrete checks (command and pattern) against a workspace directory.
+
+Plain synchronous code; EVALUATE's activities call it from a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+from typing import IO
+
+from pydantic import BaseModel
+
+from schemas.rules import CommandCheck, PatternCheck
+
+logger = logging.getLogger(__name__)
+
+# After the command ends, how long to wait for output still in the pipe.
+_DRAIN_SECONDS = 2.0
+
+
+class CheckOutcome(BaseModel):
+    passed: bool
+    detail: str
+    exit_code: int | None = None
+    timed_out: bool = False
+
+
+class _Tail:
+    """The last `cap` bytes written to a pipe, and how many bytes there were in all."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(cap, 0)
+        self.total = 0
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+
+    def pump(self, stream: IO[bytes]) -> None:
+        fd = stream.fileno()
+        while chunk := os.read(fd, 65536):
+            with self._lock:
+                self.total += len(chunk)
+                self._buf += chunk
+                del self._buf[: max(len(self._buf) - self.cap, 0)]
+
+    def render(self) -> str:
+        with self._lock:
+            text = self._buf.decode("utf-8", errors="replace")
+            if self.total > len(self._buf):
+                return f"[output truncated: last {len(self._buf)} of {self.total} bytes]\n{text}"
+            return text
+
+
+def _scrubbed_env(workdir: Path) -> dict[str, str]:
+    # Checks run model-written commands: nothing from the worker's environment
+    # (API keys, tokens, credentials) may reach them.
+    return {
+        "PATH": os.environ.get("PATH", os.defpath),
+        "HOME": str(workdir),
+        "LANG": "C.UTF-8",
+    }
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def run_command_check(check: CommandCheck, workdir: Path, output_cap: int = 8192) -> CheckOutcome:
+    """Run the check's command in `workdir`; passes when it exits with `expect_exit`.
+
+    OSError (no bash, no workdir) propagates: that is the worker's fault, not the artifact's.
+    """
+    proc = subprocess.Popen(
+        ["bash", "-c", check.command],
+        cwd=workdir,
+        env=_scrubbed_env(workdir),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    tail = _Tail(output_cap)
+    reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=check.timeout_seconds)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        # Also reaps background jobs the command left behind, which would hold the pipe open.
+        _kill_group(proc.pid)
+        proc.wait()
+    reader.join(timeout=_DRAIN_SECONDS)
+    # A process that escaped the group can keep the pipe open; leave the reader to it.
+    if not reader.is_alive():
+        proc.stdout.close()
+    output = tail.render()
+
+    if timed_out:
+        logger.info("command check timed out after %ss", check.timeout_seconds)
+        return CheckOutcome(
+            passed=False,
+            detail=f"timed out after {check.timeout_seconds:g}s (process group killed)\n{output}",
+            exit_code=None,
+            timed_out=True,
+        )
+    code = proc.returncode
+    passed = code == check.expect_exit
+    head = f"exit code {code}" if passed else f"exit code {code} (expected {check.expect_exit})"
+    return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)
+
+
+def _inside(workdir: Path, relpath: str) -> Path | None:
+    if Path(relpath).is_absolute():
+        return None
+    root = workdir.resolve()
+    target = (root / relpath).resolve()
+    return target if target == root or root in target.parents else None
+
+
+def _line_of(text: str, match: re.Match[str]) -> tuple[int, str]:
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.start())
+    return text.count("\n", 0, match.start()) + 1, text[start : end if end != -1 else None]
+
+
+def run_pattern_check(check: PatternCheck, workdir: Path) -> CheckOutcome:
+    """Search the check's file for its pattern; passes when (found) == `must_match`."""
+    target = _inside(workdir, check.path)
+    if target is None:
+        return CheckOutcome(passed=False, detail=f"path {check.path!r} is outside the workspace")
+    if not target.is_file():
+        return CheckOutcome(passed=False, detail=f"file {check.path!r} does not exist")
+    text = target.read_text(encoding="utf-8", errors="replace")
+    match = re.search(check.pattern, text, flags=re.MULTILINE)
+    passed = (match is not None) == check.must_match
+    if match is not None:
+        lineno, line = _line_of(text, match)
+        found = f"pattern {check.pattern!r} matched {check.path} line {lineno}: {line[:200]}"
+        detail = found if check.must_match else f"{found} (it must not match)"
+    else:
+        detail = f"pattern {check.pattern!r} not found in {check.path}"
+        if check.must_match and check.example:
+            detail += f"; a matching line would be e.g. {check.example!r}"
+    return CheckOutcome(passed=passed, detail=detail)

@@ -1,0 +1,358 @@
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from activities.workspace import GitError, GitWorkspaces, file_sha256, is_url
+
+pytestmark = pytest.mark.integration
+
+WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(cwd or Path.cwd()),
+    }
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def _ws(tmp_path: Path, name: str = "worker-a") -> GitWorkspaces:
+    return GitWorkspaces(tmp_path / name, "loopworks-test", "loops@example.com")
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> str:
+    return _ws(tmp_path).ensure_default_origin(tmp_path / "data" / "origin.git")
+
+
+def test_default_origin_created_once(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    path = tmp_path / "data" / "origin.git"
+    assert ws.ensure_default_origin(path) == str(path)
+    first = ws.resolve_base(str(path), None)
+    assert ws.ensure_default_origin(path) == str(path)
+    assert ws.resolve_base(str(path), None) == first
+    assert first[0] == "main"
+    assert _git("rev-parse", "--is-bare-repository", cwd=path) == "true"
+    readme = ws.read_file(str(path), first[1], "README.md")
+    assert readme is not None and "loopworks" in readme
+    assert ws.branch_log(str(path), "main") == ["Initial commit"]
+    # No staging directories are left beside the origin.
+    assert [p.name for p in path.parent.iterdir()] == ["origin.git"]
+
+
+def test_default_origin_creation_race(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "origin.git"
+    workers = [_ws(tmp_path, f"worker-{i}") for i in range(6)]
+    with ThreadPoolExecutor(max_workers=len(workers)) as pool:
+        results = list(pool.map(lambda ws: ws.ensure_default_origin(path), workers))
+    assert results == [str(path)] * len(workers)
+    assert workers[0].branch_log(str(path), "main") == ["Initial commit"]
+    assert [p.name for p in path.parent.iterdir()] == ["origin.git"]
+
+
+def test_resolve_base_default_and_named(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    branch, sha = ws.resolve_base(origin, None)
+    assert branch == "main"
+    assert sha == _git("rev-parse", "refs/heads/main", cwd=Path(origin))
+    assert ws.resolve_base(origin, "main") == ("main", sha)
+
+    workdir = ws.checkout("r1", origin, sha)
+    (workdir / "feature.txt").write_text("f\n")
+    feature_sha = ws.commit(workdir, "feature", WHEN)
+    ws.push_branch(workdir, "feature/x", feature_sha)
+    assert ws.resolve_base(origin, "feature/x") == ("feature/x", feature_sha)
+    assert ws.resolve_base(origin, "refs/heads/feature/x") == ("feature/x", feature_sha)
+    # ls-remote matches ref tails; "x" must not resolve to "feature/x".
+    with pytest.raises(GitError, match="does not exist"):
+        ws.resolve_base(origin, "x")
+
+
+def test_resolve_base_unknown_branch_and_empty_repo(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    with pytest.raises(GitError, match="'nope' does not exist"):
+        ws.resolve_base(origin, "nope")
+    empty = tmp_path / "empty.git"
+    _git("init", "--quiet", "--bare", str(empty))
+    with pytest.raises(GitError, match=r"no commits|empty"):
+        ws.resolve_base(str(empty), None)
+    with pytest.raises(GitError, match="does not exist"):
+        ws.resolve_base(str(empty), "main")
+    with pytest.raises(GitError):
+        ws.resolve_base(str(tmp_path / "missing.git"), None)
+
+
+def test_commit_publish_and_another_worker_checks_out(tmp_path: Path, origin: str) -> None:
+    worker_a = _ws(tmp_path, "worker-a")
+    worker_b = _ws(tmp_path, "worker-b")
+    _, base = worker_a.resolve_base(origin, None)
+
+    workdir = worker_a.checkout("run-1", origin, base)
+    assert workdir == tmp_path / "worker-a" / "run-1"
+    (workdir / "artifact.md").write_text("# Draft\n")
+    sha = worker_a.commit(workdir, "produce: draft", WHEN)
+    worker_a.publish(workdir, "run-1", sha)
+    assert _git("rev-parse", "refs/loopworks/run-1", cwd=Path(origin)) == sha
+
+    other = worker_b.checkout("run-1", origin, sha)
+    assert other == tmp_path / "worker-b" / "run-1"
+    assert (other / "artifact.md").read_text() == "# Draft\n"
+    assert _git("rev-parse", "HEAD", cwd=other) == sha
+    assert file_sha256(other, "artifact.md") == file_sha256(workdir, "artifact.md")
+    assert worker_b.file_sha256(other, "missing.md") is None
+    author = _git("log", "-1", "--format=%an <%ae> %cn <%ce>", cwd=other)
+    assert author == "loopworks-test <loops@example.com> loopworks-test <loops@example.com>"
+
+    # Worker B continues the run from A's commit; A picks B's commit up again.
+    (other / "artifact.md").write_text("# Refined\n")
+    sha2 = worker_b.commit(other, "refine", WHEN + timedelta(minutes=1))
+    worker_b.publish(other, "run-1", sha2)
+    again = worker_a.checkout("run-1", origin, sha2)
+    assert (again / "artifact.md").read_text() == "# Refined\n"
+    assert _git("log", "--format=%s", cwd=again).splitlines() == [
+        "refine",
+        "produce: draft",
+        "Initial commit",
+    ]
+
+
+def test_same_step_retried_gives_same_sha(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+
+    def step(worker: GitWorkspaces, when: datetime) -> str:
+        workdir = worker.checkout("run-2", origin, base)
+        (workdir / "artifact.md").write_text("same content\n")
+        return worker.commit(workdir, "produce", when)
+
+    first = step(ws, WHEN)
+    assert step(ws, WHEN) == first
+    # Another worker, and the same instant in another zone, give the same commit too.
+    plus_two = WHEN.astimezone(timezone(timedelta(hours=2)))
+    assert step(_ws(tmp_path, "worker-b"), plus_two) == first
+    assert step(ws, WHEN + timedelta(seconds=1)) != first
+
+
+def test_commit_allows_empty(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-3", origin, base)
+    sha = ws.commit(workdir, "nothing changed", WHEN)
+    assert sha != base
+    assert _git("rev-parse", "HEAD^", cwd=workdir) == base
+
+
+def test_checkout_discards_garbage(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-4", origin, base)
+    (workdir / "artifact.md").write_text("v1\n")
+    sha = ws.commit(workdir, "v1", WHEN)
+
+    # A crashed attempt: modified, staged, untracked, ignored files and a deleted one.
+    (workdir / "artifact.md").write_text("half written")
+    (workdir / "README.md").unlink()
+    (workdir / "junk").mkdir()
+    (workdir / "junk" / "tmp.txt").write_text("x")
+    (workdir / ".gitignore").write_text("*.log\n")
+    (workdir / "build.log").write_text("log")
+    _git("add", ".gitignore", cwd=workdir)
+
+    again = ws.checkout("run-4", origin, sha)
+    assert again == workdir
+    assert _git("status", "--porcelain", "--ignored", cwd=workdir) == ""
+    assert (workdir / "artifact.md").read_text() == "v1\n"
+    assert (workdir / "README.md").exists()
+    assert not (workdir / "junk").exists()
+    assert not (workdir / "build.log").exists()
+    assert _git("rev-parse", "HEAD", cwd=workdir) == sha
+
+
+def test_checkout_recovers_from_broken_clone(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.workdir("run-5")
+
+    # A directory that is not a clone at all.
+    workdir.mkdir(parents=True)
+    (workdir / "leftover").write_text("x")
+    assert ws.checkout("run-5", origin, base) == workdir
+    assert not (workdir / "leftover").exists()
+    assert _git("rev-parse", "HEAD", cwd=workdir) == base
+
+    # A stale lock from a killed git makes checkout fail: the clone is replaced.
+    (workdir / ".git" / "index.lock").write_text("")
+    (workdir / "README.md").write_text("changed")
+    ws.checkout("run-5", origin, base)
+    assert not (workdir / ".git" / "index.lock").exists()
+    assert _git("status", "--porcelain", cwd=workdir) == ""
+
+    # A clone whose git metadata is damaged.
+    (workdir / ".git" / "HEAD").write_text("garbage\n")
+    ws.checkout("run-5", origin, base)
+    assert _git("rev-parse", "HEAD", cwd=workdir) == base
+    assert (workdir / "README.md").exists()
+
+
+def test_checkout_unknown_commit(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    with pytest.raises(GitError, match="not on origin"):
+        ws.checkout("run-6", origin, "0" * 40)
+
+
+def test_invalid_run_id(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    for bad in ["../escape", "a/b", ".cache", "x.lock", ""]:
+        with pytest.raises(ValueError):
+            ws.workdir(bad)
+
+
+def test_push_branch_verifies_remote(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-7", origin, base)
+    (workdir / "artifact.md").write_text("final\n")
+    sha = ws.commit(workdir, "close: final artifact", WHEN)
+    assert ws.push_branch(workdir, "loops/run-7", sha) == sha
+    assert ws.branch_log(origin, "loops/run-7") == ["close: final artifact", "Initial commit"]
+    # Force: the branch can be moved back on a re-run of close.
+    assert ws.push_branch(workdir, "loops/run-7", base) == base
+    with pytest.raises(GitError, match="not a valid"):
+        ws.push_branch(workdir, "bad..name", sha)
+
+
+def test_read_file(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-8", origin, base)
+    (workdir / "docs").mkdir()
+    (workdir / "docs" / "a.md").write_text("héllo\n")
+    sha = ws.commit(workdir, "docs", WHEN)
+    ws.publish(workdir, "run-8", sha)
+
+    assert ws.read_file(origin, sha, "docs/a.md") == "héllo\n"
+    assert ws.read_file(origin, sha, "./docs/a.md") == "héllo\n"
+    assert ws.read_file(origin, sha, "docs/missing.md") is None
+    assert ws.read_file(origin, sha, "docs") is None
+    assert ws.read_file(origin, base, "docs/a.md") is None
+    with pytest.raises(ValueError):
+        ws.read_file(origin, sha, "../etc/passwd")
+    with pytest.raises(GitError):
+        ws.read_file(origin, "1" * 40, "README.md")
+
+
+def test_read_file_through_url_cache(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    url = f"file://{origin}"
+    assert is_url(url)
+    _, base = ws.resolve_base(url, None)
+    workdir = ws.checkout("run-9", url, base)
+    (workdir / "artifact.md").write_text("v1\n")
+    sha = ws.commit(workdir, "v1", WHEN)
+    ws.publish(workdir, "run-9", sha)
+
+    assert ws.read_file(url, sha, "artifact.md") == "v1\n"
+    assert ws.read_file(url, sha, "nope.md") is None
+    assert len(list((tmp_path / "worker-a" / ".cache").glob("*/HEAD"))) == 1
+    # A commit published after the cache was filled is fetched on demand.
+    (workdir / "artifact.md").write_text("v2\n")
+    sha2 = ws.commit(workdir, "v2", WHEN)
+    ws.publish(workdir, "run-9", sha2)
+    assert ws.read_file(url, sha2, "artifact.md") == "v2\n"
+    assert ws.branch_log(url, "main") == ["Initial commit"]
+
+
+def test_non_bare_origin_by_path(tmp_path: Path) -> None:
+    repo = tmp_path / "user-repo"
+    _git("init", "--quiet", "--initial-branch=trunk", str(repo))
+    (repo / "notes.md").write_text("user notes\n")
+    _git("add", "notes.md", cwd=repo)
+    _git("commit", "--quiet", "-m", "user commit", cwd=repo)
+    _git("branch", "develop", cwd=repo)
+
+    ws = _ws(tmp_path)
+    branch, base = ws.resolve_base(str(repo), None)
+    assert branch == "trunk"
+    assert ws.resolve_base(str(repo), "develop") == ("develop", base)
+
+    workdir = ws.checkout("run-10", str(repo), base)
+    assert (workdir / "notes.md").read_text() == "user notes\n"
+    (workdir / "artifact.md").write_text("made by a run\n")
+    sha = ws.commit(workdir, "produce", WHEN)
+    ws.publish(workdir, "run-10", sha)
+    assert ws.read_file(str(repo), sha, "artifact.md") == "made by a run\n"
+    assert ws.read_file(str(repo), base, "artifact.md") is None
+
+    other = _ws(tmp_path, "worker-b").checkout("run-10", str(repo), sha)
+    assert (other / "artifact.md").read_text() == "made by a run\n"
+    assert ws.push_branch(workdir, "loops/run-10", sha) == sha
+    assert ws.branch_log(str(repo), "loops/run-10") == ["produce", "user commit"]
+    # The user's checked-out branch and files are untouched.
+    assert _git("symbolic-ref", "HEAD", cwd=repo) == "refs/heads/trunk"
+    assert _git("status", "--porcelain", cwd=repo) == ""
+
+
+def test_relative_origin_path(tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    ws = _ws(tmp_path)
+    relative = str(Path(origin).relative_to(tmp_path))
+    _, base = ws.resolve_base(relative, None)
+    workdir = ws.checkout("run-11", relative, base)
+    sha = ws.commit(workdir, "step", WHEN)
+    ws.publish(workdir, "run-11", sha)
+    assert ws.read_file(relative, sha, "README.md") is not None
+
+
+def test_checkout_under_another_key_fetches_published_commit(tmp_path: Path, origin: str) -> None:
+    # EVALUATE keys its per-group clones "<run>-eval-<group>", so the commit is not on
+    # that key's work ref; it must still be found on origin.
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-12", origin, base)
+    (workdir / "artifact.md").write_text("v1\n")
+    sha = ws.commit(workdir, "v1", WHEN)
+    ws.publish(workdir, "run-12", sha)
+    (workdir / "artifact.md").write_text("v2\n")
+    ws.publish(workdir, "run-12", ws.commit(workdir, "v2", WHEN))
+
+    other = _ws(tmp_path, "worker-b")
+    evaldir = other.checkout("run-12-eval-exec", origin, sha)
+    assert (evaldir / "artifact.md").read_text() == "v1\n"
+
+
+def test_origin_cloned_from_elsewhere_resolves_its_own_head(tmp_path: Path, origin: str) -> None:
+    # A non-bare origin that is itself a clone also lists refs/remotes/origin/HEAD.
+    user_clone = tmp_path / "user-clone"
+    _git("clone", "--quiet", origin, str(user_clone))
+    _git("checkout", "--quiet", "-b", "work", cwd=user_clone)
+    ws = _ws(tmp_path)
+    _, sha = ws.resolve_base(origin, None)
+    assert ws.resolve_base(str(user_clone), None) == ("work", sha)
+
+
+def test_rejects_option_like_origin_and_non_sha_commit(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    marker = tmp_path / "pwned"
+    with pytest.raises(GitError):
+        ws.resolve_base(f"--upload-pack=touch {marker}:x", None)
+    with pytest.raises(GitError):
+        ws.read_file(f"--upload-pack=touch {marker}:x", "a" * 40, "README.md")
+    assert not marker.exists()
+    for bad in ["HEAD", "--help", "main~1"]:
+        with pytest.raises(ValueError):
+            ws.checkout("run-13", origin, bad)
+        with pytest.raises(ValueError):
+            ws.read_file(origin, bad, "README.md")
