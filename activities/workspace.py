@@ -262,13 +262,17 @@ class GitWorkspaces:
 
     # -- run workspaces ----------------------------------------------------------------
 
-    def workdir(self, run_id: str) -> Path:
-        """Where the run's working clone lives (it may not exist yet)."""
-        return self.root / _checked_run_id(run_id)
+    def workdir(self, run_id: str, slot: str | None = None) -> Path:
+        """Where the run's working clone lives (it may not exist yet).
 
-    def checkout(self, run_id: str, origin: str, commit: str) -> Path:
+        A `slot` gives one run several clones, for steps that read the tree in parallel.
+        """
+        name = _checked_run_id(run_id)
+        return self.root / (f"{name}.{_checked_run_id(slot)}" if slot else name)
+
+    def checkout(self, run_id: str, origin: str, commit: str, slot: str | None = None) -> Path:
         """The run's clone with its tree exactly at `commit`, whatever was there before."""
-        workdir = self.workdir(run_id)
+        workdir = self.workdir(run_id, slot)
         _checked_commit(commit)
         try:
             self._sync(workdir, run_id, origin, commit)
@@ -304,8 +308,8 @@ class GitWorkspaces:
             if any(row[1:] == [ref] for row in self._ls_remote(url, ref)):
                 self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{ref}:{ref}"], cwd=workdir)
             if not self._has_commit(commit, cwd=workdir) and _FULL_SHA.match(commit):
-                # Callers may key a workspace by something other than the run id; most
-                # servers (protocol v2) still serve a reachable commit asked for by sha.
+                # A commit pushed by a step that was later superseded is no longer on the
+                # work ref; most servers (protocol v2) still serve it when asked by sha.
                 self._git(
                     ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=workdir, check=False
                 )

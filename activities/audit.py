@@ -1,0 +1,25 @@
+"""Step 7: the custodiet's compliance audit, run by chance; BLOCK parks the run."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.deps import StepDeps
+from schemas.roles import Audit, Role
+from schemas.steps import AuditInput, AuditOutput
+
+
+class AuditActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="audit_run")
+    async def audit_run(self, step: AuditInput) -> AuditOutput:
+        context = {
+            "task": step.task,
+            "intent": step.intent,
+            "plan_focus": step.plan_focus,
+            "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
+        }
+        audit, usage = await self.deps.consult(Role.CUSTODIET, step, context, Audit)
+        return AuditOutput(audit=audit, usage=usage)

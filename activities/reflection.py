@@ -1,0 +1,90 @@
+"""Step 10: the Framework Reflection and the session-insights record (seed 000).
+
+Both are written into the run's branch (`.loops/`) and, for trend analysis across runs,
+under the data directory's `insights/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from temporalio import activity
+
+from activities.deps import StepDeps
+from schemas.insights import FrameworkReflection, SessionInsights
+from schemas.roles import ReflectionAnswer, Role
+from schemas.steps import ReflectInput, ReflectOutput
+
+RECORD_DIR = ".loops"
+
+
+class ReflectionActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="reflect_on_run")
+    async def reflect_on_run(self, step: ReflectInput) -> ReflectOutput:
+        state = step.state
+        stop_reason = state.stop_reason.value if state.stop_reason else None
+        context = {
+            "task": state.task,
+            "stop_reason": stop_reason,
+            "status": state.status.value,
+            "iteration": state.iteration,
+            "last_score": state.last_score,
+            "guidance": step.guidance,
+            "acceptance_criteria": state.acceptance_criteria,
+        }
+        answer, usage = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
+        reflection = FrameworkReflection(
+            request=state.task[:300],
+            guidance_received="; ".join(step.guidance) or "N/A - direct execution",
+            followed=answer.followed,
+            outcome=answer.outcome.capitalize(),
+            accomplishment=answer.accomplishment,
+            root_cause=answer.root_cause,
+            proposed_change=answer.proposed_change,
+        )
+        total_usage = state.usage + usage
+        insights = SessionInsights(
+            session_id=state.run_id,
+            date=step.committed_at.date().isoformat(),
+            project=state.origin,
+            summary=answer.summary,
+            outcome=answer.outcome,
+            accomplishments=answer.accomplishments,
+            friction_points=answer.friction_points,
+            proposed_changes=answer.proposed_changes,
+            workflows_used=[state.template] if state.template else [],
+            subagents_invoked=step.subagents_invoked,
+            subagent_count=len(step.subagents_invoked),
+            custodiet_blocks=state.block.count,
+            stop_reason=stop_reason or "",
+            critic_verdict=step.critic_verdict,
+            acceptance_criteria_count=len(state.acceptance_criteria),
+            user_prompts=[state.task],
+            token_usage=total_usage.model_dump(),
+        )
+        commit = await asyncio.to_thread(self._record, step, reflection, insights)
+        return ReflectOutput(reflection=reflection, insights=insights, commit=commit, usage=usage)
+
+    def _record(
+        self, step: ReflectInput, reflection: FrameworkReflection, insights: SessionInsights
+    ) -> str:
+        workspaces = self.deps.workspaces
+        insights_json = json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
+        archive = self.deps.settings.insights_dir
+        archive.mkdir(parents=True, exist_ok=True)
+        (archive / f"{insights.date}-{insights.session_id}.json").write_text(insights_json)
+
+        workdir = workspaces.checkout(step.run_id, step.workspace.origin, step.workspace.commit)
+        records = workdir / RECORD_DIR
+        records.mkdir(exist_ok=True)
+        (records / "reflection.md").write_text(reflection.to_markdown())
+        (records / "insights.json").write_text(insights_json)
+        commit = workspaces.commit(
+            workdir, f"iteration {step.iteration} · reflect: {insights.outcome}", step.committed_at
+        )
+        workspaces.publish(workdir, step.run_id, commit)
+        return commit

@@ -1,0 +1,53 @@
+"""Git at the edges of a run: the workspace it starts from and the branch it pushes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from activities.deps import StepDeps
+from schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
+
+
+def run_branch(run_id: str) -> str:
+    return f"loops/{run_id}"
+
+
+class RepositoryActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="prepare_workspace")
+    async def prepare_workspace(self, request: WorkspaceRequest) -> WorkspaceInfo:
+        """Resolve the origin and the commit the run starts from."""
+        workspaces = self.deps.workspaces
+        if request.repo:
+            origin = request.repo
+        else:
+            origin = await asyncio.to_thread(
+                workspaces.ensure_default_origin, self.deps.settings.default_origin.resolve()
+            )
+        branch, commit = await asyncio.to_thread(
+            workspaces.resolve_base, origin, request.base_branch
+        )
+        return WorkspaceInfo(
+            origin=origin, base_branch=branch, base_commit=commit, branch=run_branch(request.run_id)
+        )
+
+    @activity.defn(name="close_run")
+    async def close_run(self, request: CloseInput) -> CloseOutput:
+        """Seed 000's session close: push the run branch and verify the remote has it."""
+        workspaces = self.deps.workspaces
+        workdir = await asyncio.to_thread(
+            workspaces.checkout, request.run_id, request.origin, request.commit
+        )
+        remote = await asyncio.to_thread(
+            workspaces.push_branch, workdir, request.branch, request.commit
+        )
+        return CloseOutput(
+            branch=request.branch,
+            commit=request.commit,
+            remote_commit=remote,
+            verified=remote == request.commit,
+        )

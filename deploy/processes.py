@@ -1,0 +1,37 @@
+"""The processes loopworks runs as, in one place.
+
+The local launcher, the integration tests and the container definitions all start the
+API and the worker with exactly these commands and variables, and a test checks that
+docker-compose.yml agrees.
+"""
+
+from __future__ import annotations
+
+API_MODULE = "api"
+WORKER_MODULE = "worker"
+
+# `python -m <module>`: the container images run the same.
+API_COMMAND: tuple[str, ...] = ("python", "-m", API_MODULE)
+WORKER_COMMAND: tuple[str, ...] = ("python", "-m", WORKER_MODULE)
+
+# Variables both processes read (see README "Configuration").
+SHARED_ENV: tuple[str, ...] = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "LOOPS_TASK_QUEUE",
+    "LOOPS_DATA_DIR",
+    "LOOPS_LLM",
+)
+API_ENV: tuple[str, ...] = (*SHARED_ENV, "LOOPS_API_HOST", "LOOPS_API_PORT")
+WORKER_ENV: tuple[str, ...] = (*SHARED_ENV, "ANTHROPIC_API_KEY")
+
+# Search attributes the workflow keeps current; the dev server and the compose
+# namespace job register exactly these.
+SEARCH_ATTRIBUTES: dict[str, str] = {
+    "LoopStatus": "Keyword",
+    "LoopPhase": "Keyword",
+    "LoopIteration": "Int",
+    "LoopScore": "Double",
+    "LoopBlocked": "Bool",
+    "LoopAlias": "Keyword",
+}

@@ -1,0 +1,1 @@
+"""Pydantic models for everything that crosses a boundary: API, workflow, activity."""

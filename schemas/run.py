@@ -1,0 +1,176 @@
+"""The run request, statuses, stop reasons and the run status (seed 001's run.json)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.evaluation import DistanceToSuccess
+from schemas.rules import Phase, Rule, normalise_rules
+
+
+class Mode(StrEnum):
+    AUTO = "auto"
+    INTERACTIVE = "interactive"
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    HALTED = "halted"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.STOPPED, RunStatus.FAILED, RunStatus.HALTED}
+)
+
+
+class StopReason(StrEnum):
+    THRESHOLD_REACHED = "threshold_reached"
+    NO_MAJOR_ISSUES = "no_major_issues"
+    ITERATION_LIMIT = "iteration_limit"
+    USER_STOP = "user_stop"
+    STAGNATION = "stagnation"
+    PHASE_ERROR = "phase_error"
+    CRITIC_HALT = "critic_halt"
+    QA_REJECTED = "qa_rejected"
+
+
+# Seed 001 Step 7's table, plus the reasons seed 000 adds.
+STATUS_FOR_REASON: dict[StopReason, RunStatus] = {
+    StopReason.THRESHOLD_REACHED: RunStatus.COMPLETED,
+    StopReason.NO_MAJOR_ISSUES: RunStatus.COMPLETED,
+    StopReason.USER_STOP: RunStatus.STOPPED,
+    StopReason.ITERATION_LIMIT: RunStatus.STOPPED,
+    StopReason.STAGNATION: RunStatus.STOPPED,
+    StopReason.PHASE_ERROR: RunStatus.FAILED,
+    StopReason.CRITIC_HALT: RunStatus.HALTED,
+    StopReason.QA_REJECTED: RunStatus.STOPPED,
+}
+
+
+class Step(StrEnum):
+    HYDRATE = "HYDRATE"
+    CRITIC = "CRITIC"
+    APPROVE = "APPROVE"
+    PLAN = "PLAN"
+    PRODUCE_PREPARE = "PRODUCE_PREPARE"
+    PREPARE = "PREPARE"
+    EVALUATE = "EVALUATE"
+    AUDIT = "AUDIT"
+    CRITIQUE = "CRITIQUE"
+    REFINE = "REFINE"
+    QA = "QA"
+    REFLECT = "REFLECT"
+    CLOSE = "CLOSE"
+    DONE = "DONE"
+
+
+class Thresholds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    A: float = Field(default=0.8, gt=0, le=1)
+    B: float = Field(default=0.9, gt=0, le=1)
+
+    def for_phase(self, phase: Phase) -> float:
+        return self.A if phase == Phase.A else self.B
+
+
+class RunRequest(BaseModel):
+    """What a client POSTs to start a run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1, max_length=20_000)
+    repo: str | None = Field(default=None, description="URL or path of a git repository")
+    base_branch: str | None = Field(default=None, max_length=200)
+    template: str | None = Field(default=None, description="workflow template id")
+    rules: list[Rule] = Field(default_factory=list)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    max_iterations: int = Field(default=4, ge=1, le=20)
+    mode: Mode = Mode.AUTO
+    audit_probability: float = Field(default=0.2, ge=0, le=1)
+
+    @field_validator("task")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("task must not be blank")
+        return value
+
+    @field_validator("rules")
+    @classmethod
+    def _normalised(cls, rules: list[Rule]) -> list[Rule]:
+        return normalise_rules(rules)
+
+
+class TokenUsage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    calls: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + other.cache_read_input_tokens,
+            cache_creation_input_tokens=(
+                self.cache_creation_input_tokens + other.cache_creation_input_tokens
+            ),
+            calls=self.calls + other.calls,
+        )
+
+
+class StopInfo(BaseModel):
+    passed: bool = False
+    reason: StopReason | None = None
+    message: str = ""
+    distance_to_success: DistanceToSuccess | None = None
+
+
+class BlockInfo(BaseModel):
+    blocked: bool = False
+    reason: str = ""
+    cleared_note: str | None = None
+    count: int = 0
+
+
+class RunState(BaseModel):
+    """The status query: seed 001's run.json plus block state and token usage."""
+
+    run_id: str
+    alias: str
+    status: RunStatus = RunStatus.RUNNING
+    task: str
+    template: str | None = None
+    iteration: int = 0
+    max_iterations: int
+    phase: Phase = Phase.A
+    current_step: Step = Step.HYDRATE
+    thresholds: Thresholds
+    rules: list[Rule] = Field(default_factory=list)
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    last_score: float = 0.0
+    stagnation_count: int = 0
+    blocked: bool = False
+    block: BlockInfo = Field(default_factory=BlockInfo)
+    stop: StopInfo = Field(default_factory=StopInfo)
+    stop_reason: StopReason | None = None
+    artifact_commit: str | None = None
+    branch: str
+    origin: str
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    created_at: str = ""
+    updated_at: str = ""

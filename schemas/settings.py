@@ -1,0 +1,58 @@
+"""The one Settings class: read once in each entry point, never at import, never in workflows."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LLMProvider(StrEnum):
+    OFFLINE = "offline"
+    ANTHROPIC = "anthropic"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+
+    temporal_address: str = Field(default="127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
+    temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
+    task_queue: str = Field(default="loopworks", alias="LOOPS_TASK_QUEUE")
+    data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
+    api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
+    api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
+    llm: LLMProvider | None = Field(default=None, alias="LOOPS_LLM")
+    anthropic_api_key: str | None = Field(default=None, alias="ANTHROPIC_API_KEY")
+    offline_latency_ms: int = Field(default=0, ge=0, alias="LOOPS_OFFLINE_LATENCY_MS")
+    offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
+    # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).
+    model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
+    model_sonnet: str = Field(default="claude-sonnet-4-5", alias="LOOPS_MODEL_SONNET")
+    model_opus: str = Field(default="claude-opus-4-1", alias="LOOPS_MODEL_OPUS")
+    git_author_name: str = Field(default="loopworks", alias="LOOPS_GIT_AUTHOR_NAME")
+    git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
+
+    @model_validator(mode="after")
+    def _choose_llm(self) -> Settings:
+        # Offline unless asked otherwise or a key is present: the service runs anywhere.
+        if self.llm is None:
+            self.llm = LLMProvider.ANTHROPIC if self.anthropic_api_key else LLMProvider.OFFLINE
+        return self
+
+    def model_for(self, tier_or_id: str) -> str:
+        tiers = {"haiku": self.model_haiku, "sonnet": self.model_sonnet, "opus": self.model_opus}
+        return tiers.get(tier_or_id.strip().lower(), tier_or_id.strip())
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def default_origin(self) -> Path:
+        return self.data_dir / "origin.git"
+
+    @property
+    def insights_dir(self) -> Path:
+        return self.data_dir / "insights"

@@ -1,0 +1,1 @@
+"""The worker process: polls the task queue, runs the workflow and its activities."""

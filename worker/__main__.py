@@ -1,0 +1,38 @@
+"""`python -m worker`: run one worker until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from schemas.settings import Settings
+from worker.build import build_worker
+from worker.connect import connect
+
+log = logging.getLogger("loopworks.worker")
+
+
+async def main() -> None:
+    settings = Settings()
+    client = await connect(settings)
+    worker = build_worker(client, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "worker polling %s on %s (namespace %s, model %s)",
+        settings.task_queue,
+        settings.temporal_address,
+        settings.temporal_namespace,
+        settings.llm.value if settings.llm else "offline",
+    )
+    async with worker:
+        await stop.wait()
+    log.info("worker stopped")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(main())

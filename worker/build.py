@@ -1,0 +1,88 @@
+"""`build_worker(client, settings)`: the factory the entry point and the tests share."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.audit import AuditActivities
+from activities.catalog import load_agents, load_templates
+from activities.critique import CritiqueActivities
+from activities.deps import StepDeps
+from activities.evaluation import EvaluationActivities
+from activities.hydration import HydrationActivities
+from activities.llm.base import LanguageModel
+from activities.llm.offline import OfflineModel, OfflineScript
+from activities.preparation import PreparationActivities
+from activities.production import ProductionActivities
+from activities.qa import QAActivities
+from activities.reflection import ReflectionActivities
+from activities.repository import RepositoryActivities
+from activities.workspace import GitWorkspaces
+from schemas.settings import LLMProvider, Settings
+from workflows.loop import LoopWorkflow
+
+
+def build_model(settings: Settings) -> LanguageModel:
+    if settings.llm == LLMProvider.ANTHROPIC:
+        raise NotImplementedError(
+            "LOOPS_LLM=anthropic is not available yet; unset it (or ANTHROPIC_API_KEY) "
+            "to use the offline model"
+        )
+    script = OfflineScript.load(settings.offline_script) if settings.offline_script else None
+    return OfflineModel(latency_ms=settings.offline_latency_ms, script=script)
+
+
+def build_deps(settings: Settings, model: LanguageModel | None = None) -> StepDeps:
+    """Load catalogs at start so a malformed definition stops the worker, not a run."""
+    return StepDeps(
+        settings=settings,
+        model=model or build_model(settings),
+        agents=load_agents(),
+        templates=load_templates(),
+        workspaces=GitWorkspaces(
+            settings.workspaces_dir.resolve(),
+            author_name=settings.git_author_name,
+            author_email=settings.git_author_email,
+        ),
+    )
+
+
+def activities_of(deps: StepDeps) -> list[Any]:
+    groups = [
+        RepositoryActivities(deps),
+        HydrationActivities(deps),
+        ProductionActivities(deps),
+        PreparationActivities(deps),
+        EvaluationActivities(deps),
+        AuditActivities(deps),
+        CritiqueActivities(deps),
+        QAActivities(deps),
+        ReflectionActivities(deps),
+    ]
+    return [
+        getattr(group, name)
+        for group in groups
+        for name in dir(group)
+        if hasattr(getattr(group, name), "__temporal_activity_definition")
+    ]
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    model: LanguageModel | None = None,
+    task_queue: str | None = None,
+) -> Worker:
+    deps = build_deps(settings, model)
+    return Worker(
+        client,
+        task_queue=task_queue or settings.task_queue,
+        workflows=[LoopWorkflow],
+        activities=activities_of(deps),
+        # Git and check commands block; they run in threads via asyncio.to_thread.
+        activity_executor=ThreadPoolExecutor(max_workers=8),
+    )

@@ -1,0 +1,170 @@
+"""The loop's decisions as plain functions (seed 001 Steps 4, 5 and 7).
+
+Nothing here touches Temporal, so every rule is unit-tested on its own and the
+workflow reads as a sequence of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
+from schemas.rules import Phase, Rule, Severity
+from schemas.run import StopReason, Thresholds
+
+# Seed 001: "if delta < 0.02 ... increment stagnation_count; if stagnation_count >= 2, stop".
+STAGNATION_DELTA = 0.02
+STAGNATION_LIMIT = 2
+# Critic REVISE sends the plan back to hydration at most this many times.
+MAX_PLAN_REVISIONS = 2
+
+
+def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
+    """Phase A activates A rules; phase B activates A and B (seed 001 `active_levels`)."""
+    if phase == Phase.A:
+        return [rule for rule in rules if rule.phase == Phase.A]
+    return list(rules)
+
+
+def score_results(
+    rules: list[Rule], checks: list[CheckResult], phase: Phase, thresholds: Thresholds
+) -> Evaluation:
+    """Score = weight of passed active rules / weight of all active rules.
+
+    A rule passes only when every prepared check for it passed; an active rule with no
+    check result at all fails, so a check that was never run cannot count as a pass.
+    Passing needs score >= the phase threshold and no failed `fail` rule.
+    """
+    outcomes: dict[str, list[CheckResult]] = {}
+    for check in checks:
+        outcomes.setdefault(check.rule_id, []).append(check)
+
+    results: list[RuleResult] = []
+    for rule in active_rules(rules, phase):
+        rule_checks = outcomes.get(rule.id, [])
+        passed = bool(rule_checks) and all(c.passed for c in rule_checks)
+        detail = "; ".join(c.detail for c in rule_checks if c.detail) or (
+            "" if rule_checks else "no check was run for this rule"
+        )
+        results.append(
+            RuleResult(
+                rule_id=rule.id,
+                severity=rule.severity,
+                weight=rule.effective_weight,
+                passed=passed,
+                detail=detail,
+            )
+        )
+
+    total = sum(r.weight for r in results)
+    earned = sum(r.weight for r in results if r.passed)
+    # With no weighted rule there is nothing to fall short of.
+    score = round(earned / total, 4) if total > 0 else 1.0
+    threshold = thresholds.for_phase(phase)
+    no_blockers = not any(not r.passed and r.severity == Severity.FAIL for r in results)
+    return Evaluation(
+        phase=phase,
+        threshold=threshold,
+        score=score,
+        passed=score >= threshold and no_blockers,
+        results=results,
+    )
+
+
+class Next(StrEnum):
+    """What the loop does after an evaluation."""
+
+    SWITCH_TO_B = "switch_to_b"
+    STOP = "stop"
+    REFINE = "refine"
+
+
+@dataclass(frozen=True)
+class Decision:
+    next: Next
+    reason: StopReason | None = None
+    stagnation_count: int = 0
+
+
+def next_stagnation_count(
+    previous: Evaluation | None, current: Evaluation, count: int
+) -> int:
+    """Seed 001's stagnation counter.
+
+    The seed counts an evaluation as stagnant when the score rose by less than 0.02 "and
+    there are no fail blockers"; read literally that never fires, because an evaluation
+    without fail blockers already stops with `no_major_issues`. We read it as "and no
+    fail blocker was cleared": a loop that fixes a blocker is progressing even if the
+    score barely moves.
+    """
+    if previous is None:
+        return 0
+    delta = current.score - previous.score
+    cleared = set(previous.failed_blockers) - set(current.failed_blockers)
+    if delta < STAGNATION_DELTA and not cleared:
+        return count + 1
+    return 0
+
+
+def decide(
+    evaluation: Evaluation,
+    previous: Evaluation | None,
+    iteration: int,
+    max_iterations: int,
+    stagnation_count: int,
+) -> Decision:
+    """Seed 001 Steps 4 and 5, in order: pass → switch or stop; then the stop conditions."""
+    if evaluation.passed:
+        if evaluation.phase == Phase.A:
+            return Decision(Next.SWITCH_TO_B, stagnation_count=stagnation_count)
+        return Decision(Next.STOP, StopReason.THRESHOLD_REACHED, stagnation_count)
+    if not evaluation.failed_blockers:
+        return Decision(Next.STOP, StopReason.NO_MAJOR_ISSUES, stagnation_count)
+    count = next_stagnation_count(previous, evaluation, stagnation_count)
+    if iteration >= max_iterations:
+        return Decision(Next.STOP, StopReason.ITERATION_LIMIT, count)
+    if count >= STAGNATION_LIMIT:
+        return Decision(Next.STOP, StopReason.STAGNATION, count)
+    return Decision(Next.REFINE, stagnation_count=count)
+
+
+def distance_to_success(evaluation: Evaluation) -> DistanceToSuccess:
+    """Seed 001 Step 7's block for a run that hit `iteration_limit` without passing."""
+    return DistanceToSuccess(
+        phase=evaluation.phase,
+        threshold=evaluation.threshold,
+        score=evaluation.score,
+        gap=round(max(0.0, evaluation.threshold - evaluation.score), 4),
+        failed_blocker_count=len(evaluation.failed_blockers),
+        blocking_rule_ids=evaluation.failed_blockers,
+        passed_rules=sum(1 for r in evaluation.results if r.passed),
+        total_rules=len(evaluation.results),
+    )
+
+
+def should_audit(draw: float, probability: float) -> bool:
+    """The custodiet audits by chance: `draw` is uniform in [0, 1)."""
+    return draw < probability
+
+
+def alias_for(task: str) -> str:
+    """Seed 001's task alias: a lowercase hyphen slug of 3-64 characters."""
+    words: list[str] = []
+    current = ""
+    for char in task.lower():
+        if char.isascii() and char.isalnum():
+            current += char
+        elif current:
+            words.append(current)
+            current = ""
+    if current:
+        words.append(current)
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > 40:
+            break
+        slug = candidate
+    slug = slug or "task"
+    return slug if len(slug) >= 3 else f"{slug}-loop"

@@ -1,0 +1,814 @@
+"""LoopWorkflow: one run of the reflex loop, from a task to a pushed branch.
+
+The workflow only orchestrates: every step is an activity, every decision is a plain
+function in `workflows.decisions`, and the artifact lives in git (the workflow carries
+commit SHAs, never file contents).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributePair
+from temporalio.workflow import ActivityCancellationType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.audit import AuditActivities
+    from activities.critique import CritiqueActivities
+    from activities.evaluation import EvaluationActivities
+    from activities.hydration import HydrationActivities
+    from activities.preparation import PreparationActivities
+    from activities.production import ProductionActivities
+    from activities.qa import QAActivities
+    from activities.reflection import ReflectionActivities
+    from activities.repository import RepositoryActivities
+    from schemas.evaluation import CheckResult, Evaluation
+    from schemas.events import Event, EventName
+    from schemas.loop import LoopInput, LoopResult
+    from schemas.roles import (
+        AuditVerdict,
+        Critique,
+        CriticVerdict,
+        Issue,
+        IterationPlan,
+        QAVerdict,
+        Role,
+    )
+    from schemas.rules import CheckGroup, Phase, PreparedCheck, group_of
+    from schemas.run import (
+        STATUS_FOR_REASON,
+        BlockInfo,
+        RunState,
+        RunStatus,
+        Step,
+        StopInfo,
+        StopReason,
+        TokenUsage,
+    )
+    from schemas.steps import (
+        ArtifactOutput,
+        AuditInput,
+        CloseInput,
+        CritiqueInput,
+        EvaluateGroupInput,
+        GitLocation,
+        HydrateInput,
+        PlanInput,
+        PrepareInput,
+        ProduceInput,
+        QAInput,
+        RefineInput,
+        ReflectInput,
+        ReviewInput,
+        WorkspaceRequest,
+    )
+    from workflows import decisions
+    from workflows.policies import CHECK_GROUP, GIT, INVALID_OUTPUT, MODEL_CALL, StepPolicy
+
+T = TypeVar("T")
+
+LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
+LOOP_PHASE = SearchAttributeKey.for_keyword("LoopPhase")
+LOOP_ITERATION = SearchAttributeKey.for_int("LoopIteration")
+LOOP_SCORE = SearchAttributeKey.for_float("LoopScore")
+LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
+LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
+
+
+class _Stopped(Exception):
+    """A user asked the run to stop; in-flight work has been cancelled."""
+
+
+class _Finished(Exception):
+    """The loop reached a stop condition."""
+
+    def __init__(self, reason: StopReason, message: str = "") -> None:
+        super().__init__(message or reason.value)
+        self.reason = reason
+        self.message = message
+
+
+class _InvalidOutput(Exception):
+    pass
+
+
+@workflow.defn(name="LoopWorkflow")
+class LoopWorkflow:
+    @workflow.init
+    def __init__(self, params: LoopInput) -> None:
+        request = params.request
+        self._request = request
+        self._state = RunState(
+            run_id=params.run_id,
+            alias=params.alias,
+            task=request.task,
+            template=request.template,
+            max_iterations=request.max_iterations,
+            thresholds=request.thresholds,
+            rules=request.rules,
+            branch=f"loops/{params.run_id}",
+            origin=request.repo or "",
+            created_at=params.created_at,
+            updated_at=params.created_at,
+        )
+        self._events: list[Event] = []
+        self._calls: Counter[Role] = Counter()
+        self._inflight: set[workflow.ActivityHandle[Any]] = set()
+        self._stop_requested = False
+        self._stop_note = ""
+        self._operator_note: str | None = None
+        self._commit = ""
+        self._intent = ""
+        self._critic_verdict: str | None = None
+        self._guidance: list[str] = []
+        self._last_evaluation: Evaluation | None = None
+        self._last_plan: IterationPlan | None = None
+        self._search_attributes: dict[str, Any] = {}
+
+    # --- messages ------------------------------------------------------------------------
+
+    @workflow.query
+    def status(self) -> RunState:
+        return self._state
+
+    @workflow.query
+    def events(self, after: int = 0) -> list[Event]:
+        return self._events[after:]
+
+    @workflow.signal
+    def stop(self, reason: str | None = None) -> None:
+        """Cancel in-flight work; the run still reflects and pushes what it has."""
+        if self._stop_requested or self._state.status.is_terminal:
+            return
+        self._stop_requested = True
+        self._stop_note = reason or ""
+        for handle in list(self._inflight):
+            handle.cancel()
+
+    @workflow.update
+    async def clear_block(self, note: str) -> RunState:
+        self._state.blocked = False
+        self._state.block = self._state.block.model_copy(
+            update={"blocked": False, "cleared_note": note}
+        )
+        self._operator_note = note
+        self._set_status(RunStatus.RUNNING)
+        self._emit(EventName.BLOCK_CLEARED, {"note": note})
+        return self._state
+
+    @clear_block.validator
+    def _clear_block_applies(self, note: str) -> None:
+        if not self._state.blocked:
+            raise ValueError(f"run is not blocked (status {self._state.status.value})")
+
+    # --- the run -------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, params: LoopInput) -> LoopResult:
+        self._emit(EventName.RUN_STARTED, {"task": params.request.task[:500]})
+        self._sync_search_attributes()
+        workspace_ready = False
+        try:
+            workspace = await self._activity(
+                RepositoryActivities.prepare_workspace,
+                WorkspaceRequest(
+                    run_id=self._state.run_id,
+                    repo=self._request.repo,
+                    base_branch=self._request.base_branch,
+                ),
+                GIT,
+                "prepare workspace",
+            )
+            self._state.origin = workspace.origin
+            self._commit = workspace.base_commit
+            workspace_ready = True
+            await self._hydrate_and_review()
+            await self._iterate()
+        except _Finished as finished:
+            self._conclude(finished.reason, finished.message)
+        except _Stopped:
+            self._conclude(StopReason.USER_STOP, self._stop_note)
+        except ActivityError as err:
+            self._fail(f"{_describe(err)}")
+
+        if workspace_ready:
+            await self._reflect()
+            await self._close()
+        self._set_status(self._final_status())
+        self._set_step(Step.DONE)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return LoopResult(state=self._state, events=len(self._events))
+
+    async def _hydrate_and_review(self) -> None:
+        """Steps 1-2: hydrate; the critic sends the plan back (bounded) or halts the run."""
+        feedback: list[str] = []
+        revisions = 0
+        while True:
+            self._set_step(Step.HYDRATE)
+            hydrated = await self._phase(
+                Step.HYDRATE,
+                lambda: self._activity(
+                    HydrationActivities.hydrate,
+                    HydrateInput(
+                        **self._model_step(Role.HYDRATOR),
+                        task=self._request.task,
+                        template=self._request.template,
+                        user_rules=self._request.rules,
+                        feedback=feedback,
+                    ),
+                    MODEL_CALL,
+                    "hydrate the task",
+                ),
+            )
+            hydration = hydrated.hydration
+            self._add_usage(hydrated.usage)
+            self._state.template = hydration.template
+            self._state.rules = hydration.rules
+            self._state.acceptance_criteria = hydration.acceptance_criteria
+            self._intent = hydration.intent
+            self._emit(
+                EventName.HYDRATION_DONE,
+                {
+                    "template": hydration.template,
+                    "plan": hydration.plan,
+                    "acceptance_criteria": hydration.acceptance_criteria,
+                    "rules": [rule.id for rule in hydration.rules],
+                    "round": revisions + 1,
+                },
+            )
+
+            self._set_step(Step.CRITIC)
+            reviewed = await self._phase(
+                Step.CRITIC,
+                lambda: self._activity(
+                    HydrationActivities.review_plan,
+                    ReviewInput(
+                        **self._model_step(Role.CRITIC), task=self._request.task, hydration=hydration
+                    ),
+                    MODEL_CALL,
+                    "critic reviews the plan",
+                ),
+            )
+            review = reviewed.review
+            self._add_usage(reviewed.usage)
+            self._critic_verdict = review.verdict.value
+            self._guidance.append(f"critic: {review.verdict.value} {review.feedback}".strip())
+            self._emit(
+                EventName.CRITIC_VERDICT,
+                {"verdict": review.verdict.value, "issues": review.issues, "round": revisions + 1},
+            )
+            if review.verdict == CriticVerdict.PROCEED:
+                return
+            if review.verdict == CriticVerdict.HALT:
+                raise _Finished(StopReason.CRITIC_HALT, review.feedback or "; ".join(review.issues))
+            if revisions >= decisions.MAX_PLAN_REVISIONS:
+                raise _Finished(
+                    StopReason.CRITIC_HALT,
+                    f"the critic still asked for revision after {revisions} revisions",
+                )
+            revisions += 1
+            feedback = [*review.issues, review.feedback]
+
+    async def _iterate(self) -> None:
+        """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
+        state = self._state
+        previous: Evaluation | None = None
+        iteration = 1
+        while True:
+            state.iteration = iteration
+            self._sync_search_attributes()
+            plan_focus = await self._plan()
+            evaluation = await self._produce_prepare_evaluate()
+            await self._maybe_audit(evaluation, plan_focus)
+
+            decision = self._decide(evaluation, previous)
+            if decision.next == decisions.Next.SWITCH_TO_B:
+                self._switch_to_b()
+                checks = await self._prepare()
+                evaluation = await self._evaluate(checks)
+                previous = None
+                decision = self._decide(evaluation, previous)
+
+            critique: Critique | None = None
+            if decision.next == decisions.Next.STOP:
+                assert decision.reason is not None
+                if decision.reason not in (
+                    StopReason.THRESHOLD_REACHED,
+                    StopReason.NO_MAJOR_ISSUES,
+                ):
+                    raise _Finished(decision.reason)
+                critique = await self._verify(evaluation, decision.reason)
+            else:
+                critique = await self._critique(evaluation)
+
+            await self._refine(critique)
+            previous = evaluation
+            iteration += 1
+            self._emit(EventName.ITERATION_ADVANCED, {"iteration": iteration})
+
+    async def _plan(self) -> str:
+        self._set_step(Step.PLAN)
+        planned = await self._phase(
+            Step.PLAN,
+            lambda: self._activity(
+                ProductionActivities.plan_iteration,
+                PlanInput(
+                    **self._model_step(Role.PLANNER),
+                    task=self._request.task,
+                    intent=self._intent,
+                    acceptance_criteria=self._state.acceptance_criteria,
+                    last_evaluation=self._last_evaluation,
+                ),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · plan",
+            ),
+        )
+        self._add_usage(planned.usage)
+        self._last_plan = planned.plan
+        self._emit(EventName.PLAN_CREATED, planned.plan.model_dump(mode="json"))
+        return planned.plan.focus
+
+    async def _produce_prepare_evaluate(self) -> Evaluation:
+        """Step 5 runs PRODUCE and PREPARE side by side; both depend only on the plan."""
+        self._set_step(Step.PRODUCE_PREPARE)
+        produce = self._phase(Step.PRODUCE_PREPARE, self._produce_once)
+        prepare = self._prepare(set_step=False)
+        produced, prepared = await _gather_all(produce, prepare)
+        self._accept_artifact(produced, EventName.ARTIFACT_CREATED)
+        return await self._evaluate(prepared)
+
+    def _produce_once(self) -> Awaitable[ArtifactOutput]:
+        assert self._last_plan is not None, "PRODUCE runs after PLAN"
+        rules = decisions.active_rules(self._state.rules, self._state.phase)
+        return self._activity(
+            ProductionActivities.produce_artifact,
+            ProduceInput(
+                **self._model_step(Role.PRODUCER),
+                task=self._request.task,
+                intent=self._intent,
+                acceptance_criteria=self._state.acceptance_criteria,
+                rules=rules,
+                plan=self._last_plan,
+                workspace=self._workspace(),
+                committed_at=workflow.now(),
+            ),
+            MODEL_CALL,
+            f"iteration {self._state.iteration} · produce",
+        )
+
+    async def _prepare(self, set_step: bool = True) -> list[PreparedCheck]:
+        if set_step:
+            self._set_step(Step.PREPARE)
+        rules = decisions.active_rules(self._state.rules, self._state.phase)
+        prepared = await self._phase(
+            Step.PREPARE,
+            lambda: self._activity(
+                PreparationActivities.prepare_checks,
+                PrepareInput(**self._model_step(Role.PREPARER), task=self._request.task, rules=rules),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · prepare · {len(rules)} rules",
+            ),
+        )
+        self._add_usage(prepared.usage)
+        self._emit(
+            EventName.CHECKS_PREPARED,
+            {
+                "checks": len(prepared.checks),
+                "rules": [rule.id for rule in rules],
+                "started_at": prepared.timing.started_at,
+                "finished_at": prepared.timing.finished_at,
+            },
+        )
+        return prepared.checks
+
+    async def _evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
+        """Step 6: one activity per independent check group, in parallel, then score."""
+        self._set_step(Step.EVALUATE)
+        groups: dict[CheckGroup, list[PreparedCheck]] = {}
+        for check in checks:
+            groups.setdefault(group_of(check.check), []).append(check)
+
+        def run_group(group: CheckGroup, members: list[PreparedCheck]) -> Awaitable[Any]:
+            return self._phase(
+                Step.EVALUATE,
+                lambda: self._activity(
+                    EvaluationActivities.evaluate_group,
+                    EvaluateGroupInput(
+                        **self._model_step(Role.EVALUATOR),
+                        task=self._request.task,
+                        group=group,
+                        checks=members,
+                        workspace=self._workspace(),
+                    ),
+                    CHECK_GROUP,
+                    f"iteration {self._state.iteration} · evaluate {group.value}"
+                    f" · {len(members)} checks",
+                ),
+            )
+
+        outputs = await _gather_all(*(run_group(g, m) for g, m in sorted(groups.items())))
+        results: list[CheckResult] = []
+        for output in outputs:
+            self._add_usage(output.usage)
+            results.extend(output.results)
+        evaluation = decisions.score_results(
+            self._state.rules, results, self._state.phase, self._state.thresholds
+        )
+        self._last_evaluation = evaluation
+        self._state.last_score = evaluation.score
+        self._sync_search_attributes()
+        self._emit(
+            EventName.EVALUATION_DONE,
+            {
+                "score": evaluation.score,
+                "passed": evaluation.passed,
+                "threshold": evaluation.threshold,
+                "failed": evaluation.failed_blockers,
+                "warnings": evaluation.failed_warnings,
+                "groups": {
+                    o.group.value: {
+                        "checks": len(o.results),
+                        "started_at": o.timing.started_at,
+                        "finished_at": o.timing.finished_at,
+                    }
+                    for o in outputs
+                },
+            },
+        )
+        return evaluation
+
+    async def _maybe_audit(self, evaluation: Evaluation, plan_focus: str) -> None:
+        """Step 7: the custodiet audits by chance; BLOCK parks the run until cleared."""
+        draw = workflow.random().random()
+        if not decisions.should_audit(draw, self._request.audit_probability):
+            return
+        self._set_step(Step.AUDIT)
+        audited = await self._phase(
+            Step.AUDIT,
+            lambda: self._activity(
+                AuditActivities.audit_run,
+                AuditInput(
+                    **self._model_step(Role.CUSTODIET),
+                    task=self._request.task,
+                    intent=self._intent,
+                    plan_focus=plan_focus,
+                    evaluation=evaluation,
+                ),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · custodiet audit",
+            ),
+        )
+        audit = audited.audit
+        self._add_usage(audited.usage)
+        self._guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
+        self._emit(
+            EventName.AUDIT_VERDICT,
+            {"verdict": audit.verdict.value, "reason": audit.reason, "violations": audit.violations},
+        )
+        if audit.verdict == AuditVerdict.BLOCK:
+            self._state.blocked = True
+            self._state.block = BlockInfo(
+                blocked=True, reason=audit.reason, count=self._state.block.count + 1
+            )
+            self._set_status(RunStatus.BLOCKED)
+            await self._gate()
+
+    def _decide(self, evaluation: Evaluation, previous: Evaluation | None) -> decisions.Decision:
+        decision = decisions.decide(
+            evaluation,
+            previous,
+            self._state.iteration,
+            self._state.max_iterations,
+            self._state.stagnation_count,
+        )
+        self._state.stagnation_count = decision.stagnation_count
+        return decision
+
+    def _switch_to_b(self) -> None:
+        self._state.phase = Phase.B
+        self._sync_search_attributes()
+        self._emit(EventName.PHASE_SWITCHED, {"from": "A", "to": "B"})
+
+    async def _verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
+        """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
+        self._set_step(Step.QA)
+        verified = await self._phase(
+            Step.QA,
+            lambda: self._activity(
+                QAActivities.verify_result,
+                QAInput(
+                    **self._model_step(Role.QA_VERIFIER),
+                    task=self._request.task,
+                    intent=self._intent,
+                    acceptance_criteria=self._state.acceptance_criteria,
+                    evaluation=evaluation,
+                    workspace=self._workspace(),
+                ),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · QA verification",
+            ),
+        )
+        report = verified.report
+        self._add_usage(verified.usage)
+        self._emit(
+            EventName.QA_VERDICT,
+            {
+                "verdict": report.verdict.value,
+                "issues": [i.model_dump(mode="json") for i in report.issues],
+                "summary": report.summary,
+            },
+        )
+        if report.verdict == QAVerdict.VERIFIED:
+            raise _Finished(reason)
+        if self._state.iteration >= self._state.max_iterations:
+            raise _Finished(StopReason.QA_REJECTED, report.summary)
+        issues = report.issues or [
+            Issue(rule_id="qa", problem=report.summary or "QA found issues", fix="address QA")
+        ]
+        return Critique(issues=issues)
+
+    async def _critique(self, evaluation: Evaluation) -> Critique:
+        self._set_step(Step.CRITIQUE)
+        critiqued = await self._phase(
+            Step.CRITIQUE,
+            lambda: self._activity(
+                CritiqueActivities.critique_artifact,
+                CritiqueInput(
+                    **self._model_step(Role.ARTIFACT_CRITIC),
+                    task=self._request.task,
+                    evaluation=evaluation,
+                    rules=decisions.active_rules(self._state.rules, self._state.phase),
+                    workspace=self._workspace(),
+                ),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · critique",
+            ),
+        )
+        self._add_usage(critiqued.usage)
+        self._emit(
+            EventName.CRITIQUE_DONE,
+            {"issues": [i.model_dump(mode="json") for i in critiqued.critique.issues]},
+        )
+        return critiqued.critique
+
+    async def _refine(self, critique: Critique) -> None:
+        self._set_step(Step.REFINE)
+        refined = await self._phase(
+            Step.REFINE,
+            lambda: self._activity(
+                ProductionActivities.refine_artifact,
+                RefineInput(
+                    **self._model_step(Role.REFINER),
+                    task=self._request.task,
+                    critique=critique,
+                    workspace=self._workspace(),
+                    committed_at=workflow.now(),
+                ),
+                MODEL_CALL,
+                f"iteration {self._state.iteration} · refine · {len(critique.issues)} issues",
+            ),
+        )
+        self._accept_artifact(refined, EventName.REFINEMENT_DONE)
+
+    async def _reflect(self) -> None:
+        """Step 10 runs for every run that got a workspace, stopped ones included."""
+        self._set_step(Step.REFLECT)
+        try:
+            reflected = await self._phase(
+                Step.REFLECT,
+                lambda: self._activity(
+                    ReflectionActivities.reflect_on_run,
+                    ReflectInput(
+                        **self._model_step(Role.REFLECTOR),
+                        state=self._state,
+                        critic_verdict=self._critic_verdict,
+                        subagents_invoked=[role.value for role in self._calls],
+                        guidance=self._guidance,
+                        workspace=self._workspace(),
+                        committed_at=workflow.now(),
+                    ),
+                    MODEL_CALL,
+                    "reflect and write insights",
+                    gated=False,
+                ),
+            )
+        except (_Finished, ActivityError) as err:
+            # A failed reflection must not cost the run its push.
+            self._emit(EventName.FAILED, {"step": "REFLECT", "error": str(err)}, status="error")
+            return
+        self._add_usage(reflected.usage)
+        self._commit = reflected.commit
+        self._emit(
+            EventName.REFLECTION_DONE,
+            {
+                "reflection": reflected.reflection.model_dump(mode="json"),
+                "outcome": reflected.insights.outcome,
+                "commit": reflected.commit,
+            },
+        )
+
+    async def _close(self) -> None:
+        """Step 11: push the run branch and verify that the remote has it."""
+        self._set_step(Step.CLOSE)
+        try:
+            closed = await self._activity(
+                RepositoryActivities.close_run,
+                CloseInput(
+                    run_id=self._state.run_id,
+                    origin=self._state.origin,
+                    branch=self._state.branch,
+                    commit=self._commit,
+                ),
+                GIT,
+                f"push {self._state.branch}",
+                gated=False,
+            )
+        except ActivityError as err:
+            self._fail(f"push failed: {_describe(err)}")
+            return
+        self._emit(EventName.PUSHED, closed.model_dump(mode="json"))
+
+    # --- helpers -------------------------------------------------------------------------
+
+    async def _activity(
+        self,
+        method: Callable[..., Awaitable[T]],
+        arg: Any,
+        policy: StepPolicy,
+        summary: str,
+        gated: bool = True,
+    ) -> T:
+        """Run one activity, unless the run is stopping; a stop cancels it mid-flight."""
+        if gated:
+            await self._gate()
+        handle = workflow.start_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=policy.start_to_close,
+            heartbeat_timeout=policy.heartbeat,
+            retry_policy=policy.retry,
+            # Wait for the activity to acknowledge: close then reuses its workspace.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
+        self._inflight.add(handle)
+        try:
+            return await handle
+        except (ActivityError, asyncio.CancelledError) as err:
+            if gated and self._stop_requested:
+                raise _Stopped() from err
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ApplicationError) and cause.type == INVALID_OUTPUT:
+                raise _InvalidOutput(cause.message) from err
+            raise
+        finally:
+            self._inflight.discard(handle)
+
+    async def _phase(self, step: Step, attempt: Callable[[], Awaitable[T]]) -> T:
+        """Seed 001's error recovery: invalid output is logged, retried once, then fatal."""
+        for number in (1, 2):
+            try:
+                return await attempt()
+            except _InvalidOutput as err:
+                self._emit(
+                    EventName.PHASE_ERROR,
+                    {"step": step.value, "attempt": number, "error": str(err)},
+                    status="error",
+                )
+        raise _Finished(StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice")
+
+    async def _gate(self) -> None:
+        """Nothing runs while blocked; a stop request wins over everything."""
+        await workflow.wait_condition(lambda: not self._state.blocked or self._stop_requested)
+        if self._stop_requested:
+            raise _Stopped()
+
+    def _model_step(self, role: Role) -> dict[str, Any]:
+        self._calls[role] += 1
+        note, self._operator_note = self._operator_note, None
+        return {
+            "run_id": self._state.run_id,
+            "iteration": self._state.iteration,
+            "phase": self._state.phase,
+            "call_index": self._calls[role],
+            "operator_note": note,
+        }
+
+    def _workspace(self) -> GitLocation:
+        return GitLocation(origin=self._state.origin, commit=self._commit)
+
+    def _accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
+        self._add_usage(output.usage)
+        self._commit = output.commit
+        self._state.artifact_commit = output.commit
+        payload: dict[str, Any] = {
+            "commit": output.commit,
+            "hash": output.artifact_hash,
+            "changed": output.changed or ["none"],
+            "started_at": output.timing.started_at,
+            "finished_at": output.timing.finished_at,
+        }
+        if event == EventName.REFINEMENT_DONE:
+            payload["previous_artifact_hash"] = output.previous_artifact_hash
+        self._emit(event, payload)
+
+    def _add_usage(self, usage: TokenUsage) -> None:
+        self._state.usage = self._state.usage + usage
+
+    def _conclude(self, reason: StopReason, message: str = "") -> None:
+        evaluation = self._last_evaluation
+        distance = None
+        if reason == StopReason.ITERATION_LIMIT and evaluation and not evaluation.passed:
+            distance = decisions.distance_to_success(evaluation)
+        self._state.stop_reason = reason
+        self._state.stop = StopInfo(
+            passed=STATUS_FOR_REASON[reason] == RunStatus.COMPLETED,
+            reason=reason,
+            message=message,
+            distance_to_success=distance,
+        )
+        name = EventName.FAILED if reason == StopReason.PHASE_ERROR else EventName.STOPPED
+        payload: dict[str, Any] = {"reason": reason.value, "message": message}
+        if distance:
+            payload["distance_to_success"] = distance.model_dump(mode="json")
+        self._emit(name, payload)
+
+    def _fail(self, message: str) -> None:
+        self._state.stop = StopInfo(passed=False, reason=self._state.stop_reason, message=message)
+        self._state.status = RunStatus.FAILED
+        self._emit(EventName.FAILED, {"error": message}, status="error")
+
+    def _final_status(self) -> RunStatus:
+        if self._state.status == RunStatus.FAILED:
+            return RunStatus.FAILED
+        if self._state.stop_reason is None:
+            return RunStatus.FAILED
+        return STATUS_FOR_REASON[self._state.stop_reason]
+
+    def _set_step(self, step: Step) -> None:
+        self._state.current_step = step
+        self._touch()
+
+    def _set_status(self, status: RunStatus) -> None:
+        self._state.status = status
+        self._touch()
+        self._sync_search_attributes()
+
+    def _touch(self) -> None:
+        self._state.updated_at = workflow.now().isoformat()
+
+    def _emit(self, name: EventName, payload: dict[str, Any], status: str = "ok") -> None:
+        self._events.append(
+            Event(
+                seq=len(self._events) + 1,
+                ts=workflow.now().isoformat(),
+                run_id=self._state.run_id,
+                iteration=self._state.iteration,
+                phase=self._state.phase,
+                step=self._state.current_step.value,
+                event=name,
+                status=status,
+                payload=payload,
+            )
+        )
+        self._touch()
+
+    def _sync_search_attributes(self) -> None:
+        """Keep the Temporal UI's list a dashboard; upsert only what changed."""
+        state = self._state
+        wanted: list[SearchAttributePair[Any]] = [
+            LOOP_STATUS.value_set(state.status.value),
+            LOOP_PHASE.value_set(state.phase.value),
+            LOOP_ITERATION.value_set(state.iteration),
+            LOOP_SCORE.value_set(state.last_score),
+            LOOP_BLOCKED.value_set(state.blocked),
+            LOOP_ALIAS.value_set(state.alias),
+        ]
+        changed = [p for p in wanted if self._search_attributes.get(p.key.name) != p.value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self._search_attributes.update({p.key.name: p.value for p in changed})
+
+
+async def _gather_all(*awaitables: Awaitable[Any]) -> list[Any]:
+    """Like gather, but every branch finishes before an error propagates, so a stop never
+    leaves a sibling activity running behind the workflow's back."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for priority in (_Stopped, _Finished, BaseException):
+        for result in results:
+            if isinstance(result, priority):
+                raise result
+    return list(results)
+
+
+def _describe(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, ApplicationError | CancelledError):
+        return cause.message
+    return str(cause or err)
+

@@ -1,0 +1,57 @@
+"""Timeouts and retry policies, named for what they govern, in one place.
+
+Temporal owns retries (the model client's own retries are off), so every attempt is
+visible in the run's event history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# Kept in step with activities.deps.INVALID_OUTPUT; the workflow must not import
+# activity code just for a string.
+INVALID_OUTPUT = "InvalidOutput"
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    start_to_close: timedelta
+    heartbeat: timedelta | None
+    retry: RetryPolicy
+
+
+# A model call: long, heartbeating (so a dead worker or a stop is noticed in seconds),
+# retried with backoff; invalid output is the workflow's to retry (seed 001: once).
+MODEL_CALL = StepPolicy(
+    start_to_close=timedelta(minutes=10),
+    heartbeat=timedelta(seconds=10),
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(minutes=1),
+        maximum_attempts=6,
+        non_retryable_error_types=[INVALID_OUTPUT],
+    ),
+)
+
+# Running prepared checks: commands carry their own timeouts, the group a longer one.
+CHECK_GROUP = StepPolicy(
+    start_to_close=timedelta(minutes=30),
+    heartbeat=timedelta(seconds=10),
+    retry=MODEL_CALL.retry,
+)
+
+# Git against the origin: quick, and worth a few tries on a flaky remote.
+GIT = StepPolicy(
+    start_to_close=timedelta(minutes=3),
+    heartbeat=None,
+    retry=RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=5,
+    ),
+)
