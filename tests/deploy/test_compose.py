@@ -1,0 +1,425 @@
+"""docker-compose.yml, .env, the image and the Temporal/OTel files the stack mounts.
+
+The static checks read the files with PyYAML; the last tests run a real Compose
+implementation (`docker-compose config`, no daemon needed) over the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy.processes import (
+    API_COMMAND,
+    API_ENV,
+    SEARCH_ATTRIBUTES,
+    WORKER_COMMAND,
+    WORKER_ENV,
+)
+from tests.deploy._support import (
+    ENV_FILE_NAMES,
+    REPO,
+    mentioned_env_names,
+    read_dotenv,
+    require_tool,
+    run,
+)
+
+pytestmark = pytest.mark.deploy
+
+COMPOSE_FILE = REPO / "docker-compose.yml"
+SECRETS_FILE = "loopworks.secrets.env"
+SECRETS_EXAMPLE = REPO / "loopworks.secrets.env.example"
+DOCKERFILE = REPO / "deploy" / "Dockerfile"
+
+LONG_RUNNING = {
+    "postgresql",
+    "temporal",
+    "temporal-ui",
+    "jaeger",
+    "otel-collector",
+    "api",
+    "worker",
+}
+ONE_SHOT = {"temporal-schema", "temporal-namespace"}
+PUBLISHED = {"api": 8000, "temporal-ui": 8080, "jaeger": 16686, "temporal": 7233}
+# ${VAR:-default} overrides a user may export; everything else must come from .env.
+RUNTIME_OVERRIDES = {"LOOPS_BIND_ADDRESS", "TEMPORAL_DB_PASSWORD"}
+PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*:(?P<tag>[0-9][A-Za-z0-9._-]*)$")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    return compose["services"]
+
+
+@pytest.fixture(scope="module")
+def dotenv() -> dict[str, str]:
+    return read_dotenv(REPO / ".env")
+
+
+def _resolve(value: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$\{([A-Z0-9_]+)\}", lambda m: env[m.group(1)], value)
+
+
+def _environment(service: dict[str, Any]) -> dict[str, Any]:
+    env = service.get("environment", {})
+    assert isinstance(env, dict), "use the mapping form of `environment`"
+    return env
+
+
+def _published_ports(service: dict[str, Any]) -> set[int]:
+    ports = set()
+    for entry in service.get("ports", []):
+        host_and_container = str(entry).rsplit(":", 2)
+        assert len(host_and_container) == 3, f"publish with an explicit bind address: {entry}"
+        assert host_and_container[1] == host_and_container[2], entry
+        ports.add(int(host_and_container[2]))
+    return ports
+
+
+# ---------------------------------------------------------------- services and images
+
+
+def test_the_stack_has_every_service(services: dict[str, Any]) -> None:
+    assert set(services) == LONG_RUNNING | ONE_SHOT
+
+
+def test_dotenv_holds_only_pinned_image_versions(dotenv: dict[str, str]) -> None:
+    assert dotenv, ".env is empty"
+    for key, value in dotenv.items():
+        assert key.endswith("_IMAGE"), f".env is for image versions only, found {key}"
+        match = PINNED_IMAGE.match(value)
+        assert match, f"{key}={value} is not pinned to a version tag"
+        assert "latest" not in match["tag"], f"{key}={value}"
+
+
+def test_every_image_is_a_variable_from_dotenv(
+    services: dict[str, Any], dotenv: dict[str, str]
+) -> None:
+    for name, service in services.items():
+        image = service["image"]
+        match = re.fullmatch(r"\$\{([A-Z0-9_]+)\}", image)
+        assert match, f"{name}: image must be ${{VAR}} from .env, is {image!r}"
+        assert match.group(1) in dotenv, f"{name}: {match.group(1)} missing from .env"
+        assert PINNED_IMAGE.match(_resolve(image, dotenv)), name
+
+
+def test_every_interpolation_resolves_from_dotenv_or_has_a_default(dotenv: dict[str, str]) -> None:
+    text = COMPOSE_FILE.read_text()
+    for match in re.finditer(r"\$\{([A-Z0-9_]+)(:-[^}]*)?\}", text):
+        name, default = match.group(1), match.group(2)
+        if name in RUNTIME_OVERRIDES:
+            assert default, f"${{{name}}} needs a :-default"
+        else:
+            assert name in dotenv, f"${{{name}}} is neither in .env nor a known override"
+
+
+def test_versions_agree_across_files(dotenv: dict[str, str]) -> None:
+    arg = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE.read_text(), re.M)
+    assert arg and arg.group(1) == dotenv["PYTHON_IMAGE"], "Dockerfile ARG default != .env"
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert dotenv["LOOPWORKS_IMAGE"].endswith(f":{version}"), "image tag != pyproject version"
+    server_tag = dotenv["TEMPORAL_SERVER_IMAGE"].rsplit(":", 1)[1]
+    tools_tag = dotenv["TEMPORAL_ADMIN_TOOLS_IMAGE"].rsplit(":", 1)[1]
+    assert server_tag == tools_tag, "admin-tools must match the server (schema versions)"
+
+
+def test_api_and_worker_run_one_image_built_from_deploy_dockerfile(
+    services: dict[str, Any],
+) -> None:
+    api, worker = services["api"], services["worker"]
+    assert api["image"] == worker["image"]
+    for service in (api, worker):
+        assert service["build"]["context"] == "."
+        assert service["build"]["dockerfile"] == "deploy/Dockerfile"
+        assert service["build"]["args"]["PYTHON_IMAGE"] == "${PYTHON_IMAGE}"
+
+
+# ---------------------------------------------------------------- health and ordering
+
+
+def test_long_running_services_have_healthchecks(services: dict[str, Any]) -> None:
+    for name in LONG_RUNNING:
+        check = services[name].get("healthcheck")
+        assert check and check.get("test"), f"{name} has no healthcheck"
+        assert check["test"][0] in {"CMD", "CMD-SHELL"}, name
+        assert not check.get("disable"), name
+        assert services[name].get("restart") == "unless-stopped", name
+
+
+def test_one_shot_jobs_do_not_restart_or_publish(services: dict[str, Any]) -> None:
+    for name in ONE_SHOT:
+        assert services[name].get("restart") == "no", name
+        assert not services[name].get("ports"), name
+
+
+def test_depends_on_waits_for_health_or_completion(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        for target, spec in service.get("depends_on", {}).items():
+            assert isinstance(spec, dict), f"{name}: depends_on {target} needs a condition"
+            condition = spec["condition"]
+            if target in ONE_SHOT:
+                assert condition == "service_completed_successfully", (name, target)
+            else:
+                assert condition == "service_healthy", (name, target)
+                assert "healthcheck" in services[target], (name, target)
+
+
+def test_start_up_order(services: dict[str, Any]) -> None:
+    def waits_for(name: str) -> set[str]:
+        return set(services[name].get("depends_on", {}))
+
+    assert "postgresql" in waits_for("temporal-schema")
+    assert {"postgresql", "temporal-schema"} <= waits_for("temporal")
+    assert "temporal" in waits_for("temporal-namespace")
+    assert "temporal" in waits_for("temporal-ui")
+    assert "jaeger" in waits_for("otel-collector")
+    for app in ("api", "worker"):
+        assert {"temporal-namespace", "otel-collector"} <= waits_for(app)
+
+
+# ---------------------------------------------------------------- the app containers
+
+
+def test_app_commands_are_the_ones_the_tests_run(services: dict[str, Any]) -> None:
+    assert services["api"]["command"] == list(API_COMMAND)
+    assert services["worker"]["command"] == list(WORKER_COMMAND)
+
+
+@pytest.mark.parametrize(("service_name", "names"), [("api", API_ENV), ("worker", WORKER_ENV)])
+def test_app_environment_covers_deploy_processes(
+    services: dict[str, Any], service_name: str, names: tuple[str, ...]
+) -> None:
+    service = services[service_name]
+    environment = _environment(service)
+    assert service["env_file"] == SECRETS_FILE
+    from_file = mentioned_env_names(SECRETS_EXAMPLE)
+    for name in names:
+        if name in ENV_FILE_NAMES:
+            assert name not in environment, f"{name} in environment would override {SECRETS_FILE}"
+            assert name in from_file, f"{name} missing from {SECRETS_EXAMPLE.name}"
+        else:
+            assert name in environment, f"{service_name}: {name} not in environment"
+    assert environment["LOOPS_DATA_DIR"] == "/data"
+    assert environment["LOOPS_TASK_QUEUE"] == "loopworks"
+    assert environment["TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert environment["OTEL_SERVICE_NAME"] == f"loopworks-{service_name}"
+    assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"].startswith("http://otel-collector:")
+
+
+def test_api_listens_on_all_interfaces_on_its_published_port(services: dict[str, Any]) -> None:
+    environment = _environment(services["api"])
+    assert environment["LOOPS_API_HOST"] == "0.0.0.0"
+    assert int(environment["LOOPS_API_PORT"]) == PUBLISHED["api"]
+    probe = " ".join(services["api"]["healthcheck"]["test"])
+    assert "/healthz" in probe and "urllib" in probe
+
+
+def test_secrets_come_only_from_the_ignored_env_file(services: dict[str, Any]) -> None:
+    secret_names = {"ANTHROPIC_API_KEY", "LOOPS_API_TOKENS", "GIT_TOKEN"}
+    assert secret_names <= mentioned_env_names(SECRETS_EXAMPLE)
+    for name, service in services.items():
+        leaked = secret_names & set(_environment(service))
+        assert not leaked, f"{name} sets {leaked} in environment"
+    ignored = run(["git", "check-ignore", "-q", SECRETS_FILE], cwd=REPO)
+    assert ignored.returncode == 0, f"{SECRETS_FILE} must be git-ignored"
+    dotenv_ignored = run(["git", "check-ignore", "-q", ".env"], cwd=REPO)
+    assert dotenv_ignored.returncode == 1, ".env (image versions) must stay committable"
+
+
+def test_workers_scale(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        assert "container_name" not in service, f"{name}: container_name blocks --scale"
+    assert not services["worker"].get("ports"), "a fixed host port blocks --scale worker=N"
+
+
+def test_published_ports(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        assert _published_ports(service) == ({PUBLISHED[name]} if name in PUBLISHED else set())
+
+
+# ---------------------------------------------------------------- volumes and mounts
+
+
+def test_named_volumes_hold_the_state(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    assert set(compose["volumes"]) == {"postgres-data", "loopworks-data"}
+    assert "postgres-data:/var/lib/postgresql/data" in services["postgresql"]["volumes"]
+    for app in ("api", "worker"):
+        assert "loopworks-data:/data" in services[app]["volumes"]
+
+
+def test_bind_mounts_point_at_committed_files(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (REPO / source).exists(), f"{name}: {source} does not exist"
+                assert volume.endswith(":ro"), f"{name}: mount {source} read-only"
+
+
+# ---------------------------------------------------------------- Temporal
+
+
+def test_namespace_job_registers_exactly_the_search_attributes(services: dict[str, Any]) -> None:
+    job = services["temporal-namespace"]
+    environment = _environment(job)
+    pairs = environment["LOOPS_SEARCH_ATTRIBUTES"].split()
+    registered = dict(pair.split("=", 1) for pair in pairs)
+    assert len(registered) == len(pairs), "duplicate search attribute"
+    assert registered == SEARCH_ATTRIBUTES
+    assert (
+        environment["TEMPORAL_NAMESPACE"] == _environment(services["worker"])["TEMPORAL_NAMESPACE"]
+    )
+    assert environment["TEMPORAL_NAMESPACE"] == "default"
+    assert job["entrypoint"][-1].endswith("/create-namespace.sh")
+
+
+def test_schema_job_creates_and_migrates_both_databases(services: dict[str, Any]) -> None:
+    job, server = _environment(services["temporal-schema"]), _environment(services["temporal"])
+    assert job["SQL_PLUGIN"] == server["DB"] == "postgres12"
+    assert job["DBNAME"] == server["DBNAME"]
+    assert job["VISIBILITY_DBNAME"] == server["VISIBILITY_DBNAME"]
+    script = (REPO / "deploy" / "temporal" / "setup-schema.sh").read_text()
+    for step in ("create", "setup-schema -v 0.0", "update-schema -d"):
+        assert step in script
+    assert "temporal/versioned" in script and "visibility/versioned" in script
+    assert services["temporal-schema"]["entrypoint"][-1].endswith("/setup-schema.sh")
+
+
+def test_temporal_scripts_are_valid_sh() -> None:
+    for script in sorted((REPO / "deploy" / "temporal").glob("*.sh")):
+        result = run(["sh", "-n", str(script)])
+        assert result.returncode == 0, f"{script.name}: {result.stderr}"
+
+
+def test_server_mounts_the_dynamic_config(services: dict[str, Any]) -> None:
+    server = services["temporal"]
+    target = _environment(server)["DYNAMIC_CONFIG_FILE_PATH"]
+    assert f"./deploy/temporal/dynamicconfig.yaml:{target}:ro" in server["volumes"]
+    config = yaml.safe_load((REPO / "deploy" / "temporal" / "dynamicconfig.yaml").read_text())
+    assert config, "empty dynamic config"
+    for key, entries in config.items():
+        assert "." in key, key
+        assert isinstance(entries, list) and entries, key
+        for entry in entries:
+            assert set(entry) == {"value", "constraints"}, key
+
+
+# ---------------------------------------------------------------- tracing
+
+
+def test_collector_config_wires_defined_components(services: dict[str, Any]) -> None:
+    config = yaml.safe_load((REPO / "deploy" / "otel-collector.yaml").read_text())
+    service = config["service"]
+    for extension in service.get("extensions", []):
+        assert extension in config["extensions"], extension
+    assert "traces" in service["pipelines"]
+    for name, pipeline in service["pipelines"].items():
+        for kind in ("receivers", "processors", "exporters"):
+            for component in pipeline.get(kind, []):
+                assert component in config[kind], f"pipeline {name}: {component} not defined"
+    grpc = config["receivers"]["otlp"]["protocols"]["grpc"]["endpoint"]
+    app_endpoint = _environment(services["api"])["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    assert app_endpoint.rsplit(":", 1)[1] == grpc.rsplit(":", 1)[1]
+    exporter_host = config["exporters"]["otlp/jaeger"]["endpoint"].split(":")[0]
+    assert exporter_host in services
+    mounts = services["otel-collector"]["volumes"]
+    assert "./deploy/otel-collector.yaml:/etc/otelcol-contrib/config.yaml:ro" in mounts
+
+
+# ---------------------------------------------------------------- the image
+
+
+def test_dockerfile_is_multi_stage_non_root_and_installs_git() -> None:
+    text = DOCKERFILE.read_text()
+    instructions = [
+        line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")
+    ]
+    froms = [line for line in instructions if line.startswith("FROM ")]
+    assert len(froms) >= 2 and all("${PYTHON_IMAGE}" in line for line in froms)
+    users = [line.split()[1] for line in instructions if line.startswith("USER ")]
+    assert users, "no USER: the image would run as root"
+    uid = users[-1].split(":")[0]
+    assert uid not in {"0", "root"}
+    assert uid == "10001"
+    assert re.search(r"apt-get install[^\n]*\bgit\b", text), "runtime stage must install git"
+    assert "COPY --from=builder /opt/loopworks /opt/loopworks" in text
+    assert "WORKDIR /app" in instructions
+    assert "LOOPS_DATA_DIR=/data" in text and "chown 10001:10001 /data" in text
+    cmd = next(line for line in reversed(instructions) if line.startswith("CMD "))
+    assert json.loads(cmd.removeprefix("CMD ")) == list(API_COMMAND)
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    hadolint = require_tool("hadolint")
+    result = run([hadolint, "--no-color", str(DOCKERFILE)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerignore_keeps_secrets_and_clutter_out_of_the_build() -> None:
+    patterns = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for pattern in (".git", ".venv", ".env", "loopworks.secrets.env*", "tests"):
+        assert pattern in patterns, pattern
+    for kept in ("pyproject.toml", "README.md", "deploy", "deploy/*.py"):
+        assert kept not in patterns, f"{kept} is needed to build the image"
+
+
+# ---------------------------------------------------------------- a real Compose
+
+
+@pytest.fixture(scope="module")
+def compose_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The compose file, .env and deploy/ with the example as the secrets file.
+
+    loopworks.secrets.env is git-ignored (and absent in CI); Compose refuses to
+    load a missing env_file, so validation runs on a copy with the example.
+    """
+    project = tmp_path_factory.mktemp("compose")
+    shutil.copy(COMPOSE_FILE, project / "docker-compose.yml")
+    shutil.copy(REPO / ".env", project / ".env")
+    shutil.copy(SECRETS_EXAMPLE, project / SECRETS_FILE)
+    (project / "deploy").symlink_to(REPO / "deploy", target_is_directory=True)
+    return project
+
+
+def test_compose_validates_with_docker_compose(compose_project: Path) -> None:
+    docker_compose = require_tool("docker-compose")
+    result = run([docker_compose, "config", "-q"], cwd=compose_project)
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_resolves_to_pinned_images(compose_project: Path, dotenv: dict[str, str]) -> None:
+    docker_compose = require_tool("docker-compose")
+    result = run([docker_compose, "config"], cwd=compose_project)
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert {service["image"] for service in resolved.values()} == set(dotenv.values()) - {
+        dotenv["PYTHON_IMAGE"]
+    }
+    assert resolved["api"]["build"]["args"]["PYTHON_IMAGE"] == dotenv["PYTHON_IMAGE"]
+    assert resolved["api"]["command"] == list(API_COMMAND)
+    assert resolved["worker"]["command"] == list(WORKER_COMMAND)
+    # What the containers really get: `environment` merged with the env_file. Only
+    # LOOPS_LLM stays unset by default (the example comments it out), so the
+    # settings choose the provider from ANTHROPIC_API_KEY.
+    for service_name, names in (("api", API_ENV), ("worker", WORKER_ENV)):
+        environment = resolved[service_name]["environment"]
+        missing = set(names) - set(environment) - {"LOOPS_LLM"}
+        assert not missing, f"{service_name} containers lack {missing}"
