@@ -1,0 +1,83 @@
+"""A real worker on the time-skipping test server, driven by a scripted offline model."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities.llm.offline import OfflineModel, OfflineScript
+from schemas.events import Event
+from schemas.loop import LoopInput, LoopResult
+from schemas.run import RunRequest, RunState
+from schemas.settings import Settings
+from worker.build import build_worker
+from workflows.loop import LoopWorkflow
+
+
+@dataclass
+class LoopHarness:
+    env: WorkflowEnvironment
+    data_dir: Path
+    task_queue: str
+
+    @property
+    def origin(self) -> Path:
+        return Settings(LOOPS_DATA_DIR=self.data_dir).default_origin.resolve()
+
+    @asynccontextmanager
+    async def worker(
+        self, script: dict[str, Any] | None = None, latency_ms: int = 0
+    ) -> AsyncIterator[None]:
+        settings = Settings(LOOPS_DATA_DIR=self.data_dir, LOOPS_TASK_QUEUE=self.task_queue)
+        model = OfflineModel(
+            latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})
+        )
+        async with build_worker(self.env.client, settings, model=model):
+            yield
+
+    async def start(self, **request: Any) -> WorkflowHandle[LoopWorkflow, LoopResult]:
+        run_id = f"test-{uuid.uuid4().hex[:10]}"
+        request.setdefault("audit_probability", 0.0)
+        return await self.env.client.start_workflow(
+            LoopWorkflow.run,
+            LoopInput(
+                run_id=run_id,
+                alias="test",
+                request=RunRequest(**request),
+                created_at="2026-01-01T00:00:00+00:00",
+            ),
+            id=run_id,
+            task_queue=self.task_queue,
+        )
+
+    async def status(self, handle: WorkflowHandle[Any, Any]) -> RunState:
+        return await handle.query(LoopWorkflow.status)
+
+    async def events(self, handle: WorkflowHandle[Any, Any]) -> list[Event]:
+        return await handle.query(LoopWorkflow.events)
+
+    async def scheduled_activities(self, handle: WorkflowHandle[Any, Any]) -> list[str]:
+        history = await handle.fetch_history()
+        return [
+            e.activity_task_scheduled_event_attributes.activity_type.name
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        ]
+
+
+@pytest.fixture
+def harness(time_skipping_env: WorkflowEnvironment, tmp_path: Path) -> LoopHarness:
+    return LoopHarness(time_skipping_env, tmp_path / "data", f"q-{uuid.uuid4().hex[:8]}")
+
+
+def names(events: list[Event]) -> list[str]:
+    return [e.event.value for e in events]

@@ -1,0 +1,280 @@
+"""LoopWorkflow end to end on the time-skipping server, with a scripted offline model."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowUpdateFailedError
+
+from schemas.run import RunStatus, StopReason
+from tests.workflows.conftest import LoopHarness, names
+from workflows.loop import LoopWorkflow
+
+pytestmark = pytest.mark.workflow
+
+TESTS_RULE = {
+    "id": "has-tests",
+    "description": "The artifact has a Tests section",
+    "severity": "fail",
+    "check": {"kind": "pattern", "pattern": "^## Tests", "example": "## Tests\n\nRun pytest."},
+}
+TITLE_RULE = {
+    "id": "has-title",
+    "description": "The artifact has a title",
+    "severity": "fail",
+    "check": {"kind": "pattern", "pattern": "^# \\S"},
+}
+# No example: the offline refiner has nothing to add, so this rule never passes.
+IMPOSSIBLE_RULE = {
+    "id": "impossible",
+    "description": "Mentions a token nobody writes",
+    "severity": "fail",
+    "check": {"kind": "pattern", "pattern": "XYZZY-PLUGH"},
+}
+
+
+def remote_file(origin: Any, branch: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(origin), "show", f"{branch}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+async def wait_for(predicate: Any, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.1)
+
+
+async def test_fails_first_iteration_then_passes_after_refinement(harness: LoopHarness) -> None:
+    async with harness.worker():
+        handle = await harness.start(task="Write a testing guide", rules=[TITLE_RULE, TESTS_RULE])
+        result = await handle.result()
+        events = await harness.events(handle)
+
+    state = result.state
+    assert state.status == RunStatus.COMPLETED
+    assert state.stop_reason == StopReason.THRESHOLD_REACHED
+    assert state.iteration == 2
+    flow = names(events)
+    assert flow.index("critique_done") < flow.index("refinement_done")
+    assert flow.index("refinement_done") < flow.index("iteration_advanced")
+    scores = [e.payload["score"] for e in events if e.event.value == "evaluation_done"]
+    first, last = scores[0], scores[-1]
+    assert first == 0.5 and last == 1.0
+    refinement = next(e for e in events if e.event.value == "refinement_done")
+    assert refinement.payload["previous_artifact_hash"]
+    assert refinement.payload["hash"] != refinement.payload["previous_artifact_hash"]
+    assert flow[-1] == "pushed"
+    artifact = remote_file(harness.origin, state.branch, "artifact.md")
+    assert "## Tests" in artifact
+    assert state.usage.calls > 0 and state.usage.output_tokens > 0
+
+
+async def test_iteration_limit_reports_distance_to_success(harness: LoopHarness) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide", rules=[TITLE_RULE, IMPOSSIBLE_RULE], max_iterations=2
+        )
+        state = (await handle.result()).state
+
+    assert state.status == RunStatus.STOPPED
+    assert state.stop_reason == StopReason.ITERATION_LIMIT
+    assert state.iteration == 2
+    distance = state.stop.distance_to_success
+    assert distance is not None
+    assert distance.blocking_rule_ids == ["impossible"]
+    assert distance.score == 0.5 and distance.gap == pytest.approx(0.3)
+    assert (distance.passed_rules, distance.total_rules) == (1, 2)
+
+
+async def test_stagnation_stops_a_loop_that_does_not_improve(harness: LoopHarness) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide", rules=[TITLE_RULE, IMPOSSIBLE_RULE], max_iterations=6
+        )
+        state = (await handle.result()).state
+    assert state.stop_reason == StopReason.STAGNATION
+    assert state.status == RunStatus.STOPPED
+    assert state.iteration == 3 and state.stagnation_count == 2
+
+
+async def test_no_major_issues_completes_below_threshold(harness: LoopHarness) -> None:
+    warn_rule = {**IMPOSSIBLE_RULE, "id": "nice-to-have", "severity": "warn", "weight": 3}
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", rules=[TITLE_RULE, warn_rule])
+        state = (await handle.result()).state
+    assert state.stop_reason == StopReason.NO_MAJOR_ISSUES
+    assert state.status == RunStatus.COMPLETED
+    assert state.last_score == 0.4
+
+
+async def test_critic_revise_then_proceed_rehydrates_with_feedback(harness: LoopHarness) -> None:
+    script = {
+        "critic": {
+            "1": {"verdict": "REVISE", "issues": ["no rollback plan"], "feedback": "add one"},
+            "2": {"verdict": "PROCEED"},
+        }
+    }
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a migration plan")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    verdicts = [e.payload["verdict"] for e in events if e.event.value == "critic_verdict"]
+    assert verdicts == ["REVISE", "PROCEED"]
+    hydrations = [e for e in events if e.event.value == "hydration_done"]
+    assert len(hydrations) == 2
+    assert any("no rollback plan" in step for step in hydrations[1].payload["plan"])
+    assert state.status == RunStatus.COMPLETED
+
+
+async def test_critic_halt_ends_the_run_halted(harness: LoopHarness) -> None:
+    script = {"critic": {"*": {"verdict": "HALT", "feedback": "the task is unsafe"}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Delete production")
+        state = (await handle.result()).state
+        scheduled = await harness.scheduled_activities(handle)
+
+    assert state.status == RunStatus.HALTED
+    assert state.stop_reason == StopReason.CRITIC_HALT
+    assert state.stop.message == "the task is unsafe"
+    assert "plan_iteration" not in scheduled and "produce_artifact" not in scheduled
+    # Halting still reflects and pushes the (empty-handed) branch.
+    assert scheduled[-2:] == ["reflect_on_run", "close_run"]
+
+
+async def test_audit_block_parks_the_run_until_cleared(harness: LoopHarness) -> None:
+    script = {"custodiet": {"1": {"verdict": "BLOCK", "reason": "scope drift"}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide", audit_probability=1.0)
+
+        async def blocked() -> bool:
+            return (await harness.status(handle)).status == RunStatus.BLOCKED
+
+        await wait_for(blocked)
+        scheduled_at_block = await harness.scheduled_activities(handle)
+        await asyncio.sleep(1.5)
+        assert await harness.scheduled_activities(handle) == scheduled_at_block
+        assert scheduled_at_block[-1] == "audit_run"
+        state = await harness.status(handle)
+        assert state.blocked and state.block.reason == "scope drift"
+
+        cleared = await handle.execute_update(LoopWorkflow.clear_block, "reviewed: in scope")
+        assert cleared.status == RunStatus.RUNNING and not cleared.blocked
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(LoopWorkflow.clear_block, "again")
+        state = (await handle.result()).state
+        history = await handle.fetch_history()
+
+    assert state.status == RunStatus.COMPLETED
+    assert state.block.count == 1
+    # The note reaches the context of the first step after the block.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    after_block = scheduled[len(scheduled_at_block)]
+    assert b"reviewed: in scope" in after_block.input.payloads[0].data
+
+
+async def test_clear_block_is_rejected_when_not_blocked(harness: LoopHarness) -> None:
+    async with harness.worker(latency_ms=300):
+        handle = await harness.start(task="Write a guide")
+        with pytest.raises(WorkflowUpdateFailedError) as raised:
+            await handle.execute_update(LoopWorkflow.clear_block, "nothing to clear")
+        assert "not blocked" in str(raised.value.cause)
+        await handle.signal(LoopWorkflow.stop, "done testing")
+        await handle.result()
+
+
+async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness) -> None:
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+
+        async def producing() -> bool:
+            return "produce_artifact" in await harness.scheduled_activities(handle)
+
+        await wait_for(producing)
+        await asyncio.sleep(1.0)
+        await handle.signal(LoopWorkflow.stop, "changed my mind")
+        state = (await asyncio.wait_for(handle.result(), timeout=60)).state
+        events = await harness.events(handle)
+        history = await handle.fetch_history()
+
+    assert state.status == RunStatus.STOPPED
+    assert state.stop_reason == StopReason.USER_STOP
+    assert state.stop.message == "changed my mind"
+    types = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in types
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED in types
+    flow = names(events)
+    assert "artifact_created" not in flow
+    assert flow[-3:] == ["stopped", "reflection_done", "pushed"]
+    insights = remote_file(harness.origin, state.branch, ".loops/insights.json")
+    assert '"stop_reason": "user_stop"' in insights
+
+
+async def test_invalid_output_twice_fails_with_phase_error(harness: LoopHarness) -> None:
+    script = {"planner": {"1": "not json at all", "2": {"focus": ""}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.FAILED
+    assert state.stop_reason == StopReason.PHASE_ERROR
+    errors = [e for e in events if e.event.value == "phase_error"]
+    assert [e.payload["attempt"] for e in errors] == [1, 2]
+    assert all(e.payload["step"] == "PLAN" for e in errors)
+    assert "failed" in names(events)
+
+
+async def test_invalid_output_once_is_retried_and_recovers(harness: LoopHarness) -> None:
+    script = {"planner": {"1": "not json at all"}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+    assert [e.payload["attempt"] for e in events if e.event.value == "phase_error"] == [1]
+    assert state.status == RunStatus.COMPLETED
+
+
+def _overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    return min(a["finished_at"], b["finished_at"]) - max(a["started_at"], b["started_at"])
+
+
+async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
+    harness: LoopHarness,
+) -> None:
+    rules = [
+        TITLE_RULE,
+        {"id": "judged", "description": "reads well", "severity": "warn", "check": "Reads well?"},
+        {
+            "id": "slow-command",
+            "description": "a command that takes a while",
+            "severity": "warn",
+            "check": {"kind": "command", "command": "sleep 0.6"},
+        },
+    ]
+    async with harness.worker(latency_ms=600):
+        handle = await harness.start(task="Write a guide", rules=rules)
+        await handle.result()
+        events = await harness.events(handle)
+
+    produced = next(e.payload for e in events if e.event.value == "artifact_created")
+    prepared = next(e.payload for e in events if e.event.value == "checks_prepared")
+    assert _overlap(produced, prepared) > 0.3
+    groups = next(e.payload["groups"] for e in events if e.event.value == "evaluation_done")
+    assert set(groups) == {"exec", "content", "judge"}
+    assert _overlap(groups["exec"], groups["judge"]) > 0.3
