@@ -1,0 +1,51 @@
+"""Recorded histories must replay against the current workflow code (determinism).
+
+A failure here means a change would break runs already in flight: guard it with
+`workflow.patched` (see deploy/README.md), then re-record with
+`python -m tests.histories.record`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.loop import LoopWorkflow
+
+pytestmark = pytest.mark.workflow
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+@pytest.mark.parametrize("name", ["full_run.json", "stopped_run.json"])
+async def test_recorded_history_replays(name: str) -> None:
+    text = (HISTORIES / name).read_text()
+    history = WorkflowHistory.from_json(name.removesuffix(".json"), text)
+    replayer = Replayer(workflows=[LoopWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history)
+    assert result.replay_failure is None
+
+
+def test_full_run_history_covers_the_loop() -> None:
+    """The recorded full run must exercise the paths replay is meant to protect."""
+    text = (HISTORIES / "full_run.json").read_text()
+    for activity in [
+        "hydrate",
+        "review_plan",
+        "plan_iteration",
+        "produce_artifact",
+        "prepare_checks",
+        "evaluate_group",
+        "audit_run",
+        "critique_artifact",
+        "refine_artifact",
+        "verify_result",
+        "reflect_on_run",
+        "close_run",
+    ]:
+        assert f'"name": "{activity}"' in text, activity
+    assert "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" in text
