@@ -1,0 +1,801 @@
+"""The offline model: schema-valid defaults for every role, scripts, latency, and the demo path.
+
+Contexts are built the way the activities in `activities/*.py` build them, so a default
+answer that stops fitting what an activity sends fails here first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from activities.catalog import choose_template, load_templates
+from activities.checks import run_command_check, run_pattern_check
+from activities.llm.base import InvalidOutput, ModelCall, ask, render_context
+from activities.llm.offline import ARTIFACT_PATH, OfflineModel, OfflineScript, ScriptEntry
+from schemas.evaluation import CheckResult, Evaluation
+from schemas.roles import (
+    Audit,
+    AuditVerdict,
+    CriticReview,
+    CriticVerdict,
+    Critique,
+    Draft,
+    Hydration,
+    Issue,
+    IterationPlan,
+    Judgement,
+    Preparation,
+    QAReport,
+    QAVerdict,
+    ReflectionAnswer,
+    Role,
+)
+from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Phase, Rule, normalise_rules
+from schemas.run import RunStatus, StopReason, Thresholds
+from workflows.decisions import Next, active_rules, decide, score_results
+
+pytestmark = pytest.mark.unit
+
+# The answer type each activity validates its role's answer as.
+ANSWER_TYPES: dict[Role, type[BaseModel]] = {
+    Role.HYDRATOR: Hydration,  # hydration.hydrate
+    Role.CRITIC: CriticReview,  # hydration.review_plan
+    Role.PLANNER: IterationPlan,  # production.plan_iteration
+    Role.PRODUCER: Draft,  # production.produce_artifact
+    Role.REFINER: Draft,  # production.refine_artifact
+    Role.PREPARER: Preparation,  # preparation.prepare_checks
+    Role.EVALUATOR: Judgement,  # evaluation.evaluate_group (llm checks)
+    Role.ARTIFACT_CRITIC: Critique,  # critique.critique_artifact
+    Role.CUSTODIET: Audit,  # audit.audit_run
+    Role.QA_VERIFIER: QAReport,  # qa.verify_result
+    Role.REFLECTOR: ReflectionAnswer,  # reflection.reflect_on_run
+}
+
+TASK = "Write a migration guide for upgrading the billing service to Postgres 16"
+THRESHOLDS = Thresholds()
+
+
+def model_call(role: Role, context: dict[str, Any], call_index: int = 1) -> ModelCall:
+    """A call as `StepDeps.consult` makes it."""
+    return ModelCall(
+        role=role,
+        run_id="run-1",
+        call_index=call_index,
+        iteration=1,
+        model="offline",
+        system=f"You are the {role.value}.",
+        prompt=render_context(context),
+        context=context,
+        output_schema=ANSWER_TYPES[role].model_json_schema(),
+    )
+
+
+def dump(models: list[Rule]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json") for m in models]
+
+
+# --- realistic contexts, one or more per role ----------------------------------------------
+
+TEMPLATES = load_templates()
+
+USER_RULES = normalise_rules(
+    [
+        Rule(
+            id="has-title",
+            description="Starts with a title",
+            check=PatternCheck(pattern=r"^# \S", example="# Guide"),
+        ),
+        Rule(
+            id="tests-pass",
+            description="The test suite passes",
+            check=CommandCheck(command="pytest -q"),
+        ),
+        Rule(
+            id="has-summary",
+            description="Has a summary",
+            severity="warn",
+            check=PatternCheck(pattern=r"^## Summary", example="## Summary"),
+        ),
+        Rule(
+            id="clear",
+            description="Reads clearly",
+            severity="info",
+            phase="B",
+            check="Is the guide clear to an on-call engineer?",
+        ),
+    ]
+)
+
+FAILED_EVALUATION = score_results(
+    USER_RULES,
+    [
+        CheckResult(rule_id="has-title", passed=True, detail="matched line 1"),
+        CheckResult(rule_id="tests-pass", passed=False, detail="exit code 1 (expected 0)"),
+        CheckResult(rule_id="has-summary", passed=False, detail="pattern not found"),
+    ],
+    Phase.A,
+    THRESHOLDS,
+)
+WARN_ONLY_EVALUATION = score_results(
+    USER_RULES,
+    [
+        CheckResult(rule_id="has-title", passed=True),
+        CheckResult(rule_id="tests-pass", passed=True),
+        CheckResult(rule_id="has-summary", passed=False, detail="pattern not found"),
+    ],
+    Phase.A,
+    THRESHOLDS,
+)
+PASSED_EVALUATION = score_results(
+    USER_RULES,
+    [CheckResult(rule_id=r.id, passed=True) for r in USER_RULES],
+    Phase.B,
+    THRESHOLDS,
+)
+HYDRATION = Hydration(
+    template="minor-edit",
+    intent="A migration guide for the billing service",
+    plan=["Understand the task", "Produce", "Verify"],
+    acceptance_criteria=["Has a title", "Covers rollback"],
+    rules=USER_RULES,
+)
+PLAN = IterationPlan(focus="first complete draft", steps=["Draft every section"])
+ARTIFACT = "# Billing migration\n\n## Summary\n\nUpgrade billing to Postgres 16.\n"
+CRITIQUE = Critique(
+    issues=[
+        Issue(
+            rule_id="has-summary",
+            problem="pattern not found",
+            fix="Add a summary",
+            suggested_text="## Summary\n\nWhat changes.",
+        )
+    ]
+)
+
+
+def hydrate_context(task: str, user_rules: list[Rule], feedback: list[str]) -> dict[str, Any]:
+    # activities/hydration.py: HydrationActivities.hydrate
+    suggested = choose_template(task, TEMPLATES)
+    return {
+        "task": task,
+        "template": None,
+        "suggested_template": suggested,
+        "template_steps": [s.name for s in TEMPLATES[suggested].steps],
+        "templates": {t.id: t.title for t in TEMPLATES.values()},
+        "user_rules": dump(user_rules),
+        "feedback": feedback,
+    }
+
+
+def plan_context(last: Evaluation | None) -> dict[str, Any]:
+    # activities/production.py: plan_iteration
+    return {
+        "task": TASK,
+        "intent": HYDRATION.intent,
+        "acceptance_criteria": HYDRATION.acceptance_criteria,
+        "iteration": 2 if last else 1,
+        "last_evaluation": last.model_dump(mode="json") if last else None,
+    }
+
+
+def produce_context(current: str | None) -> dict[str, Any]:
+    # activities/production.py: produce_artifact, then _write adds current_artifact
+    return {
+        "task": TASK,
+        "intent": HYDRATION.intent,
+        "acceptance_criteria": HYDRATION.acceptance_criteria,
+        "rules": dump(active_rules(USER_RULES, Phase.A)),
+        "plan": PLAN.model_dump(mode="json"),
+        "current_artifact": current,
+    }
+
+
+def refine_context(current: str | None) -> dict[str, Any]:
+    # activities/production.py: refine_artifact, then _write adds current_artifact
+    return {"task": TASK, "critique": CRITIQUE.model_dump(mode="json"), "current_artifact": current}
+
+
+def prepare_context() -> dict[str, Any]:
+    # activities/preparation.py: only rules whose check is a sentence reach the model
+    return {"task": TASK, "rules": dump([r for r in USER_RULES if isinstance(r.check, str)])}
+
+
+def judge_context(artifact: str) -> dict[str, Any]:
+    # activities/evaluation.py: evaluate_group, for a JudgeCheck
+    return {"task": TASK, "question": "Is the guide clear?", "artifact": artifact}
+
+
+def critique_context(evaluation: Evaluation) -> dict[str, Any]:
+    # activities/critique.py: critique_artifact
+    return {
+        "task": TASK,
+        "artifact": ARTIFACT,
+        "evaluation": evaluation.model_dump(mode="json"),
+        "rules": dump(active_rules(USER_RULES, evaluation.phase)),
+    }
+
+
+def audit_context() -> dict[str, Any]:
+    # activities/audit.py: audit_run
+    return {
+        "task": TASK,
+        "intent": HYDRATION.intent,
+        "plan_focus": PLAN.focus,
+        "evaluation": FAILED_EVALUATION.model_dump(mode="json"),
+    }
+
+
+def qa_context(evaluation: Evaluation | None) -> dict[str, Any]:
+    # activities/qa.py: verify_result
+    return {
+        "task": TASK,
+        "intent": HYDRATION.intent,
+        "acceptance_criteria": HYDRATION.acceptance_criteria,
+        "artifact": ARTIFACT,
+        "evaluation": evaluation.model_dump(mode="json") if evaluation else None,
+    }
+
+
+def reflect_context(reason: StopReason | None, status: RunStatus, score: float) -> dict[str, Any]:
+    # activities/reflection.py: reflect_on_run
+    return {
+        "task": TASK,
+        "stop_reason": reason.value if reason else None,
+        "status": status.value,
+        "iteration": 3,
+        "last_score": score,
+        "guidance": ["critic: PROCEED The plan covers the task."],
+        "acceptance_criteria": HYDRATION.acceptance_criteria,
+    }
+
+
+CASES: list[tuple[str, Role, dict[str, Any]]] = [
+    ("hydrate-draft-rules", Role.HYDRATOR, hydrate_context(TASK, [], [])),
+    ("hydrate-user-rules", Role.HYDRATOR, hydrate_context(TASK, USER_RULES, [])),
+    ("hydrate-feedback", Role.HYDRATOR, hydrate_context("fix it", [], ["too vague", "add tests"])),
+    ("review", Role.CRITIC, {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}),
+    ("plan-first", Role.PLANNER, plan_context(None)),
+    ("plan-after-failure", Role.PLANNER, plan_context(FAILED_EVALUATION)),
+    ("plan-after-pass", Role.PLANNER, plan_context(PASSED_EVALUATION)),
+    ("produce-first", Role.PRODUCER, produce_context(None)),
+    ("produce-existing", Role.PRODUCER, produce_context(ARTIFACT)),
+    ("prepare", Role.PREPARER, prepare_context()),
+    ("judge", Role.EVALUATOR, judge_context(ARTIFACT)),
+    ("judge-empty", Role.EVALUATOR, judge_context("")),
+    ("critique-failed", Role.ARTIFACT_CRITIC, critique_context(FAILED_EVALUATION)),
+    ("critique-nothing-failed", Role.ARTIFACT_CRITIC, critique_context(PASSED_EVALUATION)),
+    ("refine", Role.REFINER, refine_context(ARTIFACT)),
+    ("refine-no-artifact", Role.REFINER, refine_context(None)),
+    ("audit", Role.CUSTODIET, audit_context()),
+    ("qa-blockers", Role.QA_VERIFIER, qa_context(FAILED_EVALUATION)),
+    ("qa-warnings", Role.QA_VERIFIER, qa_context(WARN_ONLY_EVALUATION)),
+    ("qa-no-evaluation", Role.QA_VERIFIER, qa_context(None)),
+    (
+        "reflect-success",
+        Role.REFLECTOR,
+        reflect_context(StopReason.THRESHOLD_REACHED, RunStatus.COMPLETED, 0.95),
+    ),
+    (
+        "reflect-limit",
+        Role.REFLECTOR,
+        reflect_context(StopReason.ITERATION_LIMIT, RunStatus.STOPPED, 0.6),
+    ),
+    (
+        "reflect-halt",
+        Role.REFLECTOR,
+        reflect_context(StopReason.CRITIC_HALT, RunStatus.HALTED, 0.0),
+    ),
+    ("reflect-no-reason", Role.REFLECTOR, reflect_context(None, RunStatus.FAILED, 0.0)),
+]
+
+
+def test_every_role_has_a_case_and_an_answer_type() -> None:
+    assert {role for _, role, _ in CASES} == set(Role)
+    assert set(ANSWER_TYPES) == set(Role)
+
+
+@pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+async def test_default_answer_validates_for_every_role(role: Role, context: dict[str, Any]) -> None:
+    answer, usage = await ask(OfflineModel(), model_call(role, context), ANSWER_TYPES[role])
+    assert isinstance(answer, ANSWER_TYPES[role])
+    assert usage.calls == 1
+    assert usage.input_tokens > 0
+    assert usage.output_tokens > 0
+
+
+# --- what the defaults say ------------------------------------------------------------------
+
+
+async def ask_offline(
+    role: Role, context: dict[str, Any], model: OfflineModel | None = None
+) -> Any:
+    answer, _ = await ask(model or OfflineModel(), model_call(role, context), ANSWER_TYPES[role])
+    return answer
+
+
+async def test_hydrator_drafts_unique_rules_across_both_phases() -> None:
+    hydration: Hydration = await ask_offline(Role.HYDRATOR, hydrate_context(TASK, [], []))
+    rules = normalise_rules(hydration.rules)  # raises on duplicate ids
+    assert {r.phase for r in rules} == {Phase.A, Phase.B}
+    assert hydration.template in TEMPLATES
+    assert "migration" in " ".join(hydration.acceptance_criteria)
+
+
+async def test_hydrator_keeps_user_rules() -> None:
+    hydration: Hydration = await ask_offline(Role.HYDRATOR, hydrate_context(TASK, USER_RULES, []))
+    assert hydration.rules == USER_RULES
+
+
+async def test_hydrator_addresses_critic_feedback() -> None:
+    context = hydrate_context("fix it", [], ["too vague", "add tests"])
+    hydration: Hydration = await ask_offline(Role.HYDRATOR, context)
+    assert hydration.plan[-1] == "Address the critic's feedback: too vague; add tests"
+
+
+async def test_planner_targets_failed_rules() -> None:
+    plan: IterationPlan = await ask_offline(Role.PLANNER, plan_context(FAILED_EVALUATION))
+    assert plan.focus == "fix tests-pass, has-summary"
+
+
+async def test_producer_keeps_an_existing_artifact() -> None:
+    draft: Draft = await ask_offline(Role.PRODUCER, produce_context(ARTIFACT))
+    assert [(f.path, f.content) for f in draft.files] == [(ARTIFACT_PATH, ARTIFACT)]
+    assert draft.changed == []
+
+
+async def test_preparer_turns_sentences_into_judge_checks() -> None:
+    preparation: Preparation = await ask_offline(Role.PREPARER, prepare_context())
+    assert [c.rule_id for c in preparation.checks] == ["clear"]
+    check = preparation.checks[0].check
+    assert isinstance(check, JudgeCheck)
+    assert check.question == "Is the guide clear to an on-call engineer?"
+
+
+async def test_judge_fails_an_empty_artifact() -> None:
+    assert (await ask_offline(Role.EVALUATOR, judge_context(ARTIFACT))).passed
+    assert not (await ask_offline(Role.EVALUATOR, judge_context("  \n"))).passed
+
+
+async def test_critic_names_every_failed_rule() -> None:
+    critique: Critique = await ask_offline(
+        Role.ARTIFACT_CRITIC, critique_context(FAILED_EVALUATION)
+    )
+    assert [i.rule_id for i in critique.issues] == ["tests-pass", "has-summary"]
+    by_rule = {i.rule_id: i for i in critique.issues}
+    assert by_rule["has-summary"].suggested_text == "## Summary"  # the check's example
+    assert by_rule["tests-pass"].suggested_text is None  # a command check has no example
+    assert by_rule["tests-pass"].problem == "exit code 1 (expected 0)"
+
+
+async def test_plan_critic_proceeds_and_custodiet_approves() -> None:
+    review = await ask_offline(
+        Role.CRITIC, {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}
+    )
+    assert review.verdict == CriticVerdict.PROCEED
+    audit = await ask_offline(Role.CUSTODIET, audit_context())
+    assert audit.verdict == AuditVerdict.OK
+
+
+async def test_qa_verdict_follows_blockers() -> None:
+    rejected: QAReport = await ask_offline(Role.QA_VERIFIER, qa_context(FAILED_EVALUATION))
+    assert rejected.verdict == QAVerdict.ISSUES
+    assert [i.rule_id for i in rejected.issues] == ["tests-pass"]
+    warned: QAReport = await ask_offline(Role.QA_VERIFIER, qa_context(WARN_ONLY_EVALUATION))
+    assert warned.verdict == QAVerdict.VERIFIED
+
+
+@pytest.mark.parametrize(
+    ("reason", "score", "outcome"),
+    [
+        (StopReason.THRESHOLD_REACHED, 0.95, "success"),
+        (StopReason.NO_MAJOR_ISSUES, 0.7, "success"),
+        (StopReason.ITERATION_LIMIT, 0.6, "partial"),
+        (StopReason.STAGNATION, 0.0, "failure"),
+    ],
+)
+async def test_reflection_outcome(reason: StopReason, score: float, outcome: str) -> None:
+    answer: ReflectionAnswer = await ask_offline(
+        Role.REFLECTOR, reflect_context(reason, RunStatus.STOPPED, score)
+    )
+    assert answer.outcome == outcome
+    assert (answer.root_cause is None) is (outcome == "success")
+
+
+# --- determinism ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+async def test_same_call_gives_the_same_text(role: Role, context: dict[str, Any]) -> None:
+    call = model_call(role, context)
+    model = OfflineModel()
+    first = await model.answer(call)
+    second = await model.answer(call)
+    other = await OfflineModel().answer(call)
+    assert first.text == second.text == other.text
+    assert first.usage == second.usage
+
+
+# --- scripts --------------------------------------------------------------------------------
+
+REVIEW_CONTEXT = {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}
+
+
+async def test_script_entries_by_call_index_and_star() -> None:
+    script = OfflineScript.model_validate(
+        {
+            "critic": {
+                "1": {"answer": {"verdict": "REVISE", "issues": ["too vague"]}},
+                "3": {"answer": {"verdict": "HALT", "feedback": "out of scope"}},
+                "*": {"answer": {"verdict": "PROCEED", "feedback": "fine now"}},
+            }
+        }
+    )
+    model = OfflineModel(script=script)
+
+    async def review(index: int) -> CriticReview:
+        answer, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, index), CriticReview)
+        return answer
+
+    assert (await review(1)).verdict == CriticVerdict.REVISE
+    assert (await review(1)).issues == ["too vague"]  # a retry of call 1 gets the same entry
+    assert (await review(2)).feedback == "fine now"  # no entry of its own: `*`
+    assert (await review(3)).verdict == CriticVerdict.HALT
+    assert (await review(4)).verdict == CriticVerdict.PROCEED
+
+
+async def test_unscripted_calls_and_roles_get_the_default() -> None:
+    script = OfflineScript.model_validate({"critic": {"2": {"verdict": "HALT"}}})
+    model = OfflineModel(script=script)
+    first, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
+    second, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 2), CriticReview)
+    assert first.verdict == CriticVerdict.PROCEED
+    assert first.feedback == "The plan covers the task."
+    assert second.verdict == CriticVerdict.HALT
+    audit, _ = await ask(model, model_call(Role.CUSTODIET, audit_context(), 2), Audit)
+    assert audit.verdict == AuditVerdict.OK
+
+
+def test_bare_object_is_shorthand_for_an_answer() -> None:
+    bare = ScriptEntry.model_validate({"verdict": "HALT", "feedback": "no"})
+    assert bare.answer == {"verdict": "HALT", "feedback": "no"}
+    assert bare.raw is None
+    assert bare.delay_ms == 0
+    full = ScriptEntry.model_validate({"answer": {"verdict": "HALT"}, "delay_ms": 5})
+    assert full.answer == {"verdict": "HALT"}
+    assert full.delay_ms == 5
+    text = ScriptEntry.model_validate("not json at all")
+    assert text.raw == "not json at all"
+    assert text.answer is None
+
+
+async def test_bare_object_answer_is_returned_as_json() -> None:
+    script = OfflineScript.model_validate({"custodiet": {"*": {"verdict": "BLOCK", "reason": "x"}}})
+    reply = await OfflineModel(script=script).answer(model_call(Role.CUSTODIET, audit_context()))
+    assert json.loads(reply.text) == {"verdict": "BLOCK", "reason": "x"}
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "I think the plan is fine.",
+        "",
+        '{"verdict": "MAYBE"}',  # JSON, but not a valid verdict
+        '{"issues": []}',  # JSON, missing the verdict
+        "[1, 2, 3]",
+    ],
+)
+async def test_raw_invalid_text_raises_invalid_output(raw: str) -> None:
+    script = OfflineScript.model_validate({"critic": {"1": {"raw": raw}}})
+    with pytest.raises(InvalidOutput) as excinfo:
+        await ask(
+            OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+        )
+    assert excinfo.value.role == Role.CRITIC
+    assert excinfo.value.detail
+    assert str(excinfo.value).startswith("critic answered with invalid output")
+
+
+async def test_raw_string_shorthand_raises_invalid_output() -> None:
+    script = OfflineScript.model_validate({"planner": {"*": "no plan today"}})
+    with pytest.raises(InvalidOutput):
+        await ask(
+            OfflineModel(script=script), model_call(Role.PLANNER, plan_context(None)), IterationPlan
+        )
+
+
+def test_yaml_script_with_integer_keys_loads(tmp_path: Path) -> None:
+    path = tmp_path / "script.yaml"
+    path.write_text(
+        """\
+critic:
+  1:
+    verdict: REVISE
+    issues: [too vague]
+  2:
+    raw: "not json"
+    delay_ms: 10
+  "*":
+    verdict: PROCEED
+artifact-critic:
+  1: {answer: {issues: [{rule_id: r, problem: p, fix: f}]}}
+"""
+    )
+    script = OfflineScript.load(path)
+    first = script.entry(Role.CRITIC, 1)
+    assert first is not None
+    assert first.answer == {"verdict": "REVISE", "issues": ["too vague"]}
+    second = script.entry(Role.CRITIC, 2)
+    assert second is not None
+    assert (second.raw, second.delay_ms) == ("not json", 10)
+    fallback = script.entry(Role.CRITIC, 7)
+    assert fallback is not None
+    assert fallback.answer == {"verdict": "PROCEED"}
+    critic_entry = script.entry(Role.ARTIFACT_CRITIC, 1)
+    assert critic_entry is not None
+    assert critic_entry.answer is not None
+    assert script.entry(Role.ARTIFACT_CRITIC, 2) is None
+    assert script.entry(Role.PLANNER, 1) is None
+
+
+def test_empty_yaml_script_loads(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    script = OfflineScript.load(path)
+    assert all(script.entry(role, 1) is None for role in Role)
+
+
+def test_script_rejects_unknown_roles(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("poet:\n  1: {verse: roses}\n")
+    with pytest.raises(ValueError, match="poet"):
+        OfflineScript.load(path)
+
+
+async def test_yaml_script_drives_the_model(tmp_path: Path) -> None:
+    path = tmp_path / "script.yaml"
+    path.write_text("critic:\n  1: {verdict: HALT, feedback: out of scope}\n")
+    model = OfflineModel(script=OfflineScript.load(path))
+    review, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
+    assert (review.verdict, review.feedback) == (CriticVerdict.HALT, "out of scope")
+
+
+# --- latency --------------------------------------------------------------------------------
+
+# asyncio may wake a timer up to its clock resolution early: allow a millisecond.
+_EARLY = 0.001
+
+
+async def test_latency_delays_every_answer() -> None:
+    model = OfflineModel(latency_ms=200)
+    started = time.monotonic()
+    await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
+    assert time.monotonic() - started >= 0.2 - _EARLY
+
+
+async def test_script_delay_overrides_latency() -> None:
+    script = OfflineScript.model_validate(
+        {"critic": {"1": {"verdict": "PROCEED", "delay_ms": 150}}}
+    )
+    model = OfflineModel(latency_ms=0, script=script)
+    started = time.monotonic()
+    await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
+    assert time.monotonic() - started >= 0.15 - _EARLY
+
+
+# --- fences ---------------------------------------------------------------------------------
+
+VALID_REVIEW = '{"verdict": "REVISE", "issues": ["a"], "feedback": "b"}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        f"```json\n{VALID_REVIEW}\n```",
+        f"```\n{VALID_REVIEW}\n```",
+        f"\n\n  ```json\n{VALID_REVIEW}\n```  \n",
+        f"```json\n{VALID_REVIEW}```",
+        f"```json\n{VALID_REVIEW}\n",  # the closing fence is missing
+        f"  {VALID_REVIEW}  \n",
+    ],
+    ids=["json-fence", "bare-fence", "padded", "fence-on-last-line", "unclosed", "no-fence"],
+)
+async def test_fenced_json_is_accepted(raw: str) -> None:
+    script = OfflineScript.model_validate({"critic": {"*": {"raw": raw}}})
+    review, _ = await ask(
+        OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+    )
+    assert review == CriticReview(verdict=CriticVerdict.REVISE, issues=["a"], feedback="b")
+
+
+async def test_fence_around_invalid_json_is_still_invalid() -> None:
+    script = OfflineScript.model_validate({"critic": {"*": {"raw": "```json\nnope\n```"}}})
+    with pytest.raises(InvalidOutput):
+        await ask(
+            OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+        )
+
+
+# --- the demo path: phase switch, then refine -----------------------------------------------
+
+
+def write_draft(workdir: Path, draft: Draft) -> str:
+    for file in draft.files:
+        (workdir / file.path).write_text(file.content)
+    return (workdir / ARTIFACT_PATH).read_text()
+
+
+def run_concrete(rule: Rule, workdir: Path) -> bool:
+    if isinstance(rule.check, PatternCheck):
+        return run_pattern_check(rule.check, workdir).passed
+    assert isinstance(rule.check, CommandCheck)
+    return run_command_check(rule.check, workdir).passed
+
+
+async def evaluate(
+    model: OfflineModel, rules: list[Rule], phase: Phase, workdir: Path
+) -> Evaluation:
+    """EVALUATE as the workflow runs it: prepare sentences, run every check, score."""
+    active = active_rules(rules, phase)
+    results = [
+        CheckResult(rule_id=r.id, passed=run_concrete(r, workdir))
+        for r in active
+        if not isinstance(r.check, str)
+    ]
+    described = [r for r in active if isinstance(r.check, str)]
+    if described:
+        preparation: Preparation = await ask_offline(
+            Role.PREPARER, {"task": TASK, "rules": dump(described)}, model
+        )
+        artifact = (workdir / ARTIFACT_PATH).read_text()
+        for prepared in preparation.checks:
+            assert isinstance(prepared.check, JudgeCheck)
+            judgement: Judgement = await ask_offline(
+                Role.EVALUATOR,
+                {"task": TASK, "question": prepared.check.question, "artifact": artifact},
+                model,
+            )
+            results.append(CheckResult(rule_id=prepared.rule_id, passed=judgement.passed))
+    return score_results(rules, results, phase, THRESHOLDS)
+
+
+async def first_draft(model: OfflineModel, workdir: Path) -> tuple[list[Rule], str]:
+    """Hydrate, plan and produce as the activities do; the draft lands in `workdir`."""
+    hydration: Hydration = await ask_offline(Role.HYDRATOR, hydrate_context(TASK, [], []), model)
+    rules = normalise_rules(hydration.rules)
+    plan: IterationPlan = await ask_offline(
+        Role.PLANNER,
+        {
+            "task": TASK,
+            "intent": hydration.intent,
+            "acceptance_criteria": hydration.acceptance_criteria,
+            "iteration": 1,
+            "last_evaluation": None,
+        },
+        model,
+    )
+    draft: Draft = await ask_offline(
+        Role.PRODUCER,
+        {
+            "task": TASK,
+            "intent": hydration.intent,
+            "acceptance_criteria": hydration.acceptance_criteria,
+            "rules": dump(active_rules(rules, Phase.A)),
+            "plan": plan.model_dump(mode="json"),
+            "current_artifact": None,
+        },
+        model,
+    )
+    assert [f.path for f in draft.files] == [ARTIFACT_PATH]
+    return rules, write_draft(workdir, draft)
+
+
+async def test_first_draft_passes_phase_a_rules_and_fails_has_verification(tmp_path: Path) -> None:
+    model = OfflineModel()
+    rules, _ = await first_draft(model, tmp_path)
+    by_id = {r.id: r for r in rules}
+    phase_a = [r for r in rules if r.phase == Phase.A]
+    assert {r.id for r in phase_a} >= {"has-title", "covers-task", "has-summary"}
+    for rule in phase_a:
+        assert not isinstance(rule.check, str), rule.id
+        assert run_concrete(rule, tmp_path), f"first draft fails phase-A rule {rule.id}"
+    verification = by_id["has-verification"]
+    assert verification.phase == Phase.B
+    assert isinstance(verification.check, PatternCheck)
+    assert not run_pattern_check(verification.check, tmp_path).passed
+
+
+async def test_offline_demo_switches_phase_then_refines_to_success(tmp_path: Path) -> None:
+    model = OfflineModel()
+    rules, artifact = await first_draft(model, tmp_path)
+
+    phase_a = await evaluate(model, rules, Phase.A, tmp_path)
+    assert phase_a.passed
+    assert decide(phase_a, None, 1, 4, 0).next == Next.SWITCH_TO_B
+
+    phase_b = await evaluate(model, rules, Phase.B, tmp_path)
+    assert not phase_b.passed
+    assert phase_b.failed_blockers == ["has-verification"]
+    assert decide(phase_b, None, 1, 4, 0).next == Next.REFINE
+
+    critique: Critique = await ask_offline(
+        Role.ARTIFACT_CRITIC,
+        {
+            "task": TASK,
+            "artifact": artifact,
+            "evaluation": phase_b.model_dump(mode="json"),
+            "rules": dump(active_rules(rules, Phase.B)),
+        },
+        model,
+    )
+    assert [i.rule_id for i in critique.issues] == ["has-verification"]
+    refined: Draft = await ask_offline(
+        Role.REFINER,
+        {"task": TASK, "critique": critique.model_dump(mode="json"), "current_artifact": artifact},
+        model,
+    )
+    refined_text = write_draft(tmp_path, refined)
+    assert refined_text.startswith(artifact.rstrip("\n"))  # the refiner only adds
+
+    final = await evaluate(model, rules, Phase.B, tmp_path)
+    assert final.passed
+    assert final.score == 1.0
+    decision = decide(final, phase_b, 2, 4, 0)
+    assert (decision.next, decision.reason) == (Next.STOP, StopReason.THRESHOLD_REACHED)
+
+
+async def test_refiner_applies_suggested_text_so_a_failed_pattern_rule_passes(
+    tmp_path: Path,
+) -> None:
+    rule = Rule(
+        id="has-rollback",
+        description="The guide explains how to roll back",
+        check=PatternCheck(
+            pattern=r"^## Rollback\b", example="## Rollback\n\nRestore the snapshot."
+        ),
+    )
+    assert isinstance(rule.check, PatternCheck)
+    original = "# Billing migration\n\nSteps to upgrade.\n"
+    (tmp_path / ARTIFACT_PATH).write_text(original)
+    assert not run_pattern_check(rule.check, tmp_path).passed
+
+    evaluation = score_results(
+        [rule], [CheckResult(rule_id=rule.id, passed=False)], Phase.A, THRESHOLDS
+    )
+    critique: Critique = await ask_offline(
+        Role.ARTIFACT_CRITIC,
+        {
+            "task": TASK,
+            "artifact": original,
+            "evaluation": evaluation.model_dump(mode="json"),
+            "rules": dump([rule]),
+        },
+    )
+    assert critique.issues[0].suggested_text == rule.check.example
+    context = {"task": TASK, "critique": critique.model_dump(mode="json")}
+    draft: Draft = await ask_offline(Role.REFINER, {**context, "current_artifact": original})
+    refined = write_draft(tmp_path, draft)
+
+    assert run_pattern_check(rule.check, tmp_path).passed
+    assert refined.startswith(original.rstrip("\n"))
+    assert draft.changed == ["## Rollback"]
+
+    # Refining again with the same critique does not add the text twice.
+    again: Draft = await ask_offline(Role.REFINER, {**context, "current_artifact": refined})
+    assert again.files[0].content == refined
+    assert again.changed == []
+
+
+async def test_refiner_without_suggested_text_changes_nothing() -> None:
+    critique = Critique(issues=[Issue(rule_id="tests-pass", problem="exit 1", fix="fix the tests")])
+    draft: Draft = await ask_offline(
+        Role.REFINER,
+        {"task": TASK, "critique": critique.model_dump(mode="json"), "current_artifact": ARTIFACT},
+    )
+    assert draft.files[0].content == ARTIFACT
+    assert draft.changed == []
