@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -85,4 +86,6 @@ def build_worker(
         activities=activities_of(deps),
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
+        # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.
+        graceful_shutdown_timeout=timedelta(seconds=30),
     )

@@ -100,7 +100,9 @@ def next_stagnation_count(
     """
     if previous is None:
         return 0
-    delta = current.score - previous.score
+    # Scores carry four decimals; rounding keeps a step of exactly 0.02 from reading as
+    # 0.0199999... in binary floating point.
+    delta = round(current.score - previous.score, 4)
     cleared = set(previous.failed_blockers) - set(current.failed_blockers)
     if delta < STAGNATION_DELTA and not cleared:
         return count + 1
@@ -162,7 +164,7 @@ def alias_for(task: str) -> str:
         words.append(current)
     slug = ""
     for word in words:
-        candidate = f"{slug}-{word}" if slug else word
+        candidate = f"{slug}-{word}" if slug else word[:40]
         if len(candidate) > 40:
             break
         slug = candidate
