@@ -1,0 +1,1 @@
+"""The HTTP front end: starts runs, steers them with workflow messages, reads their state."""

@@ -1,0 +1,24 @@
+"""`python -m api`: serve the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from api.main import create_app
+from schemas.settings import Settings
+
+log = logging.getLogger("loopworks.api")
+
+
+def main() -> None:
+    settings = Settings()
+    app = create_app(settings)
+    log.info("API docs at http://%s:%d/docs", settings.api_host, settings.api_port)
+    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="info")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    main()

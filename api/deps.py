@@ -1,0 +1,64 @@
+"""Shared dependencies, as `Annotated` aliases the routes declare by type."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import Depends, Request
+from temporalio.client import Client, WorkflowHandle
+
+from activities.workspace import GitWorkspaces
+from api.connection import TemporalConnection
+from api.errors import RunNotFound
+from schemas.loop import LoopResult
+from schemas.settings import Settings
+from workflows.loop import LoopWorkflow
+
+# The workspace refuses any other run id (it names a directory and a git ref), so an id
+# outside this alphabet cannot belong to a run: answer 404 without asking Temporal.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+LoopHandle = WorkflowHandle[LoopWorkflow, LoopResult]
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_connection(request: Request) -> TemporalConnection:
+    connection: TemporalConnection = request.app.state.temporal
+    return connection
+
+
+async def get_client(connection: Annotated[TemporalConnection, Depends(get_connection)]) -> Client:
+    return await connection.client()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ConnectionDep = Annotated[TemporalConnection, Depends(get_connection)]
+ClientDep = Annotated[Client, Depends(get_client)]
+
+
+async def get_run_handle(run_id: str, connection: ConnectionDep) -> LoopHandle:
+    # Checked before connecting, so a malformed id is a 404 even while Temporal is down.
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise RunNotFound(run_id[:200])
+    client = await connection.client()
+    return client.get_workflow_handle_for(LoopWorkflow.run, run_id)
+
+
+RunHandle = Annotated[LoopHandle, Depends(get_run_handle)]
+
+
+def get_workspaces(settings: SettingsDep) -> GitWorkspaces:
+    # The same root the worker uses, so a remote origin's object cache is shared.
+    return GitWorkspaces(
+        settings.workspaces_dir.resolve(),
+        author_name=settings.git_author_name,
+        author_email=settings.git_author_email,
+    )
+
+
+WorkspacesDep = Annotated[GitWorkspaces, Depends(get_workspaces)]

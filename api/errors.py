@@ -1,0 +1,161 @@
+"""How failures become HTTP responses.
+
+Anything a client sent maps to 4xx with a sentence naming what to fix; Temporal being
+down or slow maps to 503/504, so a 500 only ever means a bug in loopworks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from temporalio.client import RPCTimeoutOrCancelledError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+log = logging.getLogger("loopworks.api")
+
+
+class ApiError(Exception):
+    status_code = status.HTTP_400_BAD_REQUEST
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RunNotFound(ApiError):
+    status_code = status.HTTP_404_NOT_FOUND
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} not found")
+
+
+class NotApplicable(ApiError):
+    """A message that does not fit the run's state (stop a finished run, clear an unblocked one)."""
+
+    status_code = status.HTTP_409_CONFLICT
+
+
+class ArtifactMissing(ApiError):
+    status_code = status.HTTP_404_NOT_FOUND
+
+
+class TemporalUnavailable(ApiError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+
+    def __init__(self, message: str = "Temporal is unreachable") -> None:
+        super().__init__(message)
+
+
+class StateUnavailable(ApiError):
+    """The run exists but nothing can tell its state now (no worker answers its queries)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+
+
+class UpstreamError(ApiError):
+    """Temporal or a git origin failed in a way the client could not have caused."""
+
+    status_code = status.HTTP_502_BAD_GATEWAY
+
+
+def invalid(field: str, message: str, value: Any = None) -> RequestValidationError:
+    """A 422 in exactly FastAPI's shape, for checks pydantic cannot make (catalog, disk)."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": value}]
+    )
+
+
+def describe_errors(errors: Iterable[Mapping[str, Any]]) -> str:
+    """`body.max_iterations: Input should be ...`, one clause per error."""
+    parts: list[str] = []
+    for error in errors:
+        loc = [str(part) for part in error.get("loc", ())]
+        text = str(error.get("msg", "invalid"))
+        if error.get("type") == "json_invalid":
+            # The location's second element is a character offset, not a field.
+            reason = (error.get("ctx") or {}).get("error")
+            offset = f" at position {loc[1]}" if len(loc) > 1 else ""
+            parts.append(f"body: malformed JSON{offset}" + (f" ({reason})" if reason else ""))
+            continue
+        parts.append(f"{'.'.join(loc)}: {text}" if loc else text)
+    return "; ".join(parts)
+
+
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    message = describe_errors(errors)
+    content_type = request.headers.get("content-type", "")
+    if (
+        content_type
+        and "json" not in content_type
+        and any(tuple(error.get("loc", ()))[:1] == ("body",) for error in errors)
+    ):
+        message += (
+            f" (the body must be JSON with Content-Type: application/json, not {content_type})"
+        )
+    return JSONResponse(
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        content={"detail": jsonable_encoder(errors), "message": message},
+    )
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+
+
+_RPC_STATUS = {
+    RPCStatusCode.UNAVAILABLE: (status.HTTP_503_SERVICE_UNAVAILABLE, "Temporal is unreachable"),
+    RPCStatusCode.DEADLINE_EXCEEDED: (
+        status.HTTP_504_GATEWAY_TIMEOUT,
+        "Temporal did not answer in time",
+    ),
+    # The SDK reports its own rpc_timeout expiring as CANCELLED ("Timeout expired").
+    RPCStatusCode.CANCELLED: (status.HTTP_504_GATEWAY_TIMEOUT, "Temporal did not answer in time"),
+}
+
+
+async def _rpc_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RPCError)
+    code, message = _RPC_STATUS.get(
+        exc.status, (status.HTTP_502_BAD_GATEWAY, f"Temporal error: {exc.message}")
+    )
+    log.warning(
+        "%s %s: Temporal RPC failed: %s %s",
+        request.method,
+        request.url.path,
+        exc.status.name,
+        exc.message,
+    )
+    return JSONResponse(status_code=code, content={"detail": message})
+
+
+async def _rpc_timeout(request: Request, exc: Exception) -> JSONResponse:
+    # Updates and queries wait on a worker; with none polling the call times out here.
+    return JSONResponse(
+        status_code=status.HTTP_504_GATEWAY_TIMEOUT,
+        content={"detail": "Temporal did not answer in time (is a worker running?)"},
+    )
+
+
+async def _already_started(request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse(
+        status_code=status.HTTP_409_CONFLICT,
+        content={"detail": "a run with this id already exists; retry to get a new id"},
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RPCError, _rpc_error)
+    app.add_exception_handler(RPCTimeoutOrCancelledError, _rpc_timeout)
+    app.add_exception_handler(WorkflowAlreadyStartedError, _already_started)

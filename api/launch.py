@@ -1,0 +1,80 @@
+"""Starting a run: the checks pydantic cannot make, the run id, and the workflow start."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from temporalio.client import Client
+
+from activities.catalog import template_ids
+from activities.workspace import is_url
+from api.errors import invalid
+from schemas.loop import LoopInput
+from schemas.run import RunRequest
+from schemas.settings import Settings
+from workflows.decisions import alias_for
+from workflows.loop import LoopWorkflow
+
+SUMMARY_CHARS = 200
+
+
+def new_run_id(alias: str, now: datetime) -> str:
+    """`<alias>-<yyyyMMdd-HHmmss>-<6 hex>`: sortable by eye, unique without coordination."""
+    return f"{alias}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def checked(request: RunRequest) -> RunRequest:
+    """Reject what would only fail later inside the run; return the request to start.
+
+    A local repo is made absolute here because the worker resolves paths from its own
+    working directory, which need not be the API's.
+    """
+    if request.template is not None and request.template not in template_ids():
+        valid = ", ".join(sorted(template_ids()))
+        message = f"unknown template {request.template!r}; valid ids: {valid}"
+        raise invalid("template", message, request.template)
+    if request.repo and not is_url(request.repo):
+        path = Path(request.repo).expanduser()
+        if not path.is_dir():
+            raise invalid("repo", f"no such directory: {request.repo}", request.repo)
+        if not ((path / ".git").exists() or (path / "HEAD").is_file()):
+            raise invalid("repo", f"not a git repository: {request.repo}", request.repo)
+        request = request.model_copy(update={"repo": str(path.resolve())})
+    return request
+
+
+def _summary(task: str) -> str:
+    # The UI shows the summary on one line.
+    line = " ".join(task.split())
+    return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
+
+
+def _details(request: RunRequest, run_id: str) -> str:
+    return "\n".join(
+        [
+            f"loopworks reflex loop `{run_id}`",
+            f"- template: {request.template or 'chosen by hydration'}",
+            f"- max iterations: {request.max_iterations}, mode: {request.mode.value}",
+            f"- repo: {request.repo or 'the service origin'}",
+            f"- branch: loops/{run_id}",
+        ]
+    )
+
+
+async def start_run(client: Client, settings: Settings, request: RunRequest) -> LoopInput:
+    now = datetime.now(UTC)
+    alias = alias_for(request.task)
+    params = LoopInput(
+        run_id=new_run_id(alias, now), alias=alias, request=request, created_at=now.isoformat()
+    )
+    await client.start_workflow(
+        LoopWorkflow.run,
+        params,
+        id=params.run_id,
+        task_queue=settings.task_queue,
+        static_summary=_summary(request.task),
+        static_details=_details(request, params.run_id),
+    )
+    return params

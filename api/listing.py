@@ -1,0 +1,108 @@
+"""`GET /runs`: runs as Temporal visibility sees them, from the loop's search attributes."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+
+from api.models import RunSummary
+from api.runs import WORKFLOW_TYPE
+from schemas.rules import Phase
+from schemas.run import TERMINAL_STATUSES, RunStatus
+from workflows.loop import (
+    LOOP_ALIAS,
+    LOOP_BLOCKED,
+    LOOP_ITERATION,
+    LOOP_PHASE,
+    LOOP_SCORE,
+    LOOP_STATUS,
+)
+
+E = TypeVar("E", bound=Enum)
+
+# A run closed from outside the workflow (terminate, timeout) never wrote its final
+# LoopStatus; Temporal's execution status says how it ended.
+_CLOSED_AS: dict[WorkflowExecutionStatus, RunStatus] = {
+    WorkflowExecutionStatus.COMPLETED: RunStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED: RunStatus.FAILED,
+    WorkflowExecutionStatus.TERMINATED: RunStatus.FAILED,
+    WorkflowExecutionStatus.TIMED_OUT: RunStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED: RunStatus.STOPPED,
+}
+# The visibility names of those execution statuses, for the same rule inside a query.
+_EXECUTION_STATUS_NAMES: dict[WorkflowExecutionStatus, str] = {
+    WorkflowExecutionStatus.COMPLETED: "Completed",
+    WorkflowExecutionStatus.FAILED: "Failed",
+    WorkflowExecutionStatus.TERMINATED: "Terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "TimedOut",
+    WorkflowExecutionStatus.CANCELED: "Canceled",
+}
+
+
+def visibility_query(status: RunStatus | None) -> str:
+    query = f'WorkflowType = "{WORKFLOW_TYPE}"'
+    if status is None:
+        return query
+    if status not in TERMINAL_STATUSES:
+        # A terminated run keeps its last live LoopStatus; only open runs are live.
+        return f'{query} AND {LOOP_STATUS.name} = "{status.value}" AND ExecutionStatus = "Running"'
+    closed_as = [
+        f'"{_EXECUTION_STATUS_NAMES[execution]}"'
+        for execution, run_status in _CLOSED_AS.items()
+        if run_status == status and execution != WorkflowExecutionStatus.COMPLETED
+    ]
+    matches = f'{LOOP_STATUS.name} = "{status.value}"'
+    if closed_as:
+        matches = f"({matches} OR ExecutionStatus IN ({', '.join(closed_as)}))"
+    return f"{query} AND {matches}"
+
+
+def _attribute(execution: WorkflowExecution, key: SearchAttributeKey[Any]) -> Any:
+    return execution.typed_search_attributes.get(key)
+
+
+def _member(enum: type[E], value: Any) -> E | None:
+    # Search attributes are free-form to Temporal; an unknown value is shown as missing.
+    try:
+        return enum(value)
+    except ValueError:
+        return None
+
+
+def run_status(execution: WorkflowExecution) -> RunStatus:
+    recorded = _attribute(execution, LOOP_STATUS)
+    status = _member(RunStatus, recorded)
+    execution_status = execution.status
+    if execution_status in (None, WorkflowExecutionStatus.RUNNING):
+        return status or RunStatus.RUNNING
+    if status is not None and status.is_terminal:
+        return status
+    return _CLOSED_AS.get(execution_status, RunStatus.FAILED)
+
+
+def summarize(execution: WorkflowExecution) -> RunSummary:
+    return RunSummary(
+        run_id=execution.id,
+        alias=_attribute(execution, LOOP_ALIAS),
+        status=run_status(execution),
+        iteration=_attribute(execution, LOOP_ITERATION),
+        phase=_member(Phase, _attribute(execution, LOOP_PHASE)),
+        last_score=_attribute(execution, LOOP_SCORE),
+        blocked=_attribute(execution, LOOP_BLOCKED),
+        started_at=execution.start_time,
+        closed_at=execution.close_time,
+        execution_status=execution.status.name.lower() if execution.status else None,
+    )
+
+
+async def list_runs(client: Client, limit: int, status: RunStatus | None) -> list[RunSummary]:
+    executions = client.list_workflows(
+        visibility_query(status), limit=limit, page_size=min(limit, 1000)
+    )
+    runs = [summarize(execution) async for execution in executions]
+    # Visibility stores order by close time on some backends; callers want newest first.
+    runs.sort(key=lambda run: run.started_at, reverse=True)
+    return runs

@@ -1,0 +1,47 @@
+"""The app factory: settings, one Temporal client, error handlers, routers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from temporalio.client import Client
+
+from api import errors
+from api.connection import TemporalConnection
+from api.errors import TemporalUnavailable
+from api.routes import health, runs
+from schemas.settings import Settings
+
+log = logging.getLogger("loopworks.api")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    connection: TemporalConnection = app.state.temporal
+    if not connection.connected:
+        try:
+            await connection.client()
+        except TemporalUnavailable:
+            # Serve anyway: /readyz says 503 and requests reconnect once Temporal is up.
+            log.warning("starting without Temporal; /readyz reports 503 until it is reachable")
+    yield
+
+
+def create_app(settings: Settings | None = None, client: Client | None = None) -> FastAPI:
+    """Build the API. Tests pass `client` to run without a lifespan or a server."""
+    settings = settings or Settings()
+    app = FastAPI(
+        title="loopworks",
+        summary="Agentic reflex loops as durable Temporal workflows",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.temporal = TemporalConnection(settings, client)
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(runs.router)
+    return app

@@ -1,0 +1,63 @@
+"""Request and response bodies that exist only at the HTTP edge.
+
+Everything that also crosses the workflow boundary (RunRequest, RunState, Event) lives in
+`schemas/`; these are the API's own envelopes around it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.rules import Phase
+from schemas.run import RunStatus
+
+
+class RunCreated(BaseModel):
+    run_id: str
+    alias: str
+    status_url: str
+
+
+class RunSummary(BaseModel):
+    """One row of `GET /runs`, read from Temporal visibility (search attributes)."""
+
+    run_id: str
+    alias: str | None = None
+    status: RunStatus
+    iteration: int | None = None
+    phase: Phase | None = None
+    last_score: float | None = None
+    blocked: bool | None = None
+    started_at: datetime
+    closed_at: datetime | None = None
+    # Temporal's own view, which differs from `status` when a run was terminated from outside.
+    execution_status: str | None = None
+
+
+class StopRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=2_000)
+
+
+class ClearBlockRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: str = Field(min_length=1, max_length=5_000)
+
+    @field_validator("note")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("note must not be blank")
+        return value
+
+
+class ErrorBody(BaseModel):
+    """Every error response: FastAPI's `detail`, plus a sentence a person can act on."""
+
+    detail: str | list[dict[str, Any]]
+    message: str | None = None

@@ -1,0 +1,160 @@
+"""Bad input is a 422 naming the field, decided before the API touches Temporal."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from activities.catalog import template_ids
+from api.launch import new_run_id
+from api.main import create_app
+from schemas.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+class _NoTemporal:
+    """Stands in for the Temporal client and fails the test if anything uses it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the API used Temporal ({name}) while validating input")
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(LOOPS_DATA_DIR=tmp_path / "data")
+    app = create_app(settings, client=cast(Client, _NoTemporal()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        yield client
+
+
+def _assert_names(response: httpx.Response, field: str) -> dict[str, Any]:
+    assert response.status_code == 422, response.text
+    body = response.json()
+    dotted = [".".join(str(part) for part in error["loc"]) for error in body["detail"]]
+    assert any(loc.startswith(field) for loc in dotted), (field, dotted)
+    assert field in body["message"], body["message"]
+    return cast(dict[str, Any], body)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        pytest.param({}, "body.task", id="missing-task"),
+        pytest.param({"task": "   \n"}, "body.task", id="blank-task"),
+        pytest.param({"task": "t", "max_iterations": 0}, "body.max_iterations", id="iterations-0"),
+        pytest.param(
+            {"task": "t", "max_iterations": 21}, "body.max_iterations", id="iterations-21"
+        ),
+        pytest.param(
+            {"task": "t", "thresholds": {"A": 2.0}}, "body.thresholds.A", id="threshold-2"
+        ),
+        pytest.param({"task": "t", "thresholds": {"B": 0}}, "body.thresholds.B", id="threshold-0"),
+        pytest.param({"task": "t", "thresholds": 0}, "body.thresholds", id="thresholds-not-object"),
+        pytest.param({"task": "t", "template": "nope"}, "body.template", id="unknown-template"),
+        pytest.param({"task": "t", "audit_probability": 1.5}, "body.audit_probability", id="audit"),
+        pytest.param(
+            {"task": "t", "audit_probability": "often"},
+            "body.audit_probability",
+            id="audit-not-number",
+        ),
+        pytest.param({"task": "t", "colour": "red"}, "body.colour", id="unknown-field"),
+        pytest.param({"task": "t", "mode": "turbo"}, "body.mode", id="unknown-mode"),
+    ],
+)
+async def test_bad_run_request_names_the_field(
+    api: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    _assert_names(await api.post("/runs", json=body), field)
+
+
+async def test_readable_message(api: httpx.AsyncClient) -> None:
+    body = _assert_names(await api.post("/runs", json={"task": "t", "max_iterations": 0}), "body")
+    assert body["message"] == ("body.max_iterations: Input should be greater than or equal to 1")
+
+
+async def test_unknown_template_lists_the_valid_ids(api: httpx.AsyncClient) -> None:
+    body = _assert_names(await api.post("/runs", json={"task": "t", "template": "nope"}), "body")
+    for template in template_ids():
+        assert template in body["message"]
+
+
+async def test_malformed_json(api: httpx.AsyncClient) -> None:
+    response = await api.post(
+        "/runs", content=b'{"task": "t",', headers={"content-type": "application/json"}
+    )
+    body = _assert_names(response, "body")
+    assert "malformed JSON" in body["message"]
+
+
+async def test_wrong_content_type(api: httpx.AsyncClient) -> None:
+    response = await api.post("/runs", content=b"task=t", headers={"content-type": "text/plain"})
+    _assert_names(response, "body")
+
+
+async def test_no_body(api: httpx.AsyncClient) -> None:
+    _assert_names(await api.post("/runs"), "body")
+
+
+async def test_missing_local_repo(api: httpx.AsyncClient, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-repo"
+    body = _assert_names(
+        await api.post("/runs", json={"task": "t", "repo": str(missing)}), "body.repo"
+    )
+    assert str(missing) in body["message"]
+
+
+async def test_local_repo_that_is_not_git(api: httpx.AsyncClient, tmp_path: Path) -> None:
+    body = _assert_names(
+        await api.post("/runs", json={"task": "t", "repo": str(tmp_path)}), "body.repo"
+    )
+    assert "not a git repository" in body["message"]
+
+
+@pytest.mark.parametrize("limit", ["0", "501", "many"])
+async def test_list_limit(api: httpx.AsyncClient, limit: str) -> None:
+    _assert_names(await api.get("/runs", params={"limit": limit}), "query.limit")
+
+
+async def test_list_status_must_be_a_run_status(api: httpx.AsyncClient) -> None:
+    _assert_names(await api.get("/runs", params={"status": "sleepy"}), "query.status")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/runs/bad%20id",
+        "/runs/-leading-dash",
+        "/runs/has..dots",
+        "/runs/" + "x" * 200,
+        "/runs/%C3%A9t%C3%A9/events",
+        "/runs/semi;colon/artifact",
+    ],
+)
+async def test_impossible_run_ids_are_404(api: httpx.AsyncClient, path: str) -> None:
+    response = await api.get(path)
+    assert response.status_code == 404, response.text
+    assert response.json()["detail"].startswith("run ")
+    assert response.json()["detail"].endswith(" not found")
+    stop = await api.post(path.split("/events")[0].split("/artifact")[0] + "/stop")
+    assert stop.status_code == 404
+
+
+def test_run_id_shape() -> None:
+    from datetime import UTC, datetime
+
+    run_id = new_run_id("fix-the-docs", datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC))
+    assert re.fullmatch(r"fix-the-docs-20250304-050607-[0-9a-f]{6}", run_id)
+
+
+async def test_healthz_needs_no_temporal(api: httpx.AsyncClient) -> None:
+    response = await api.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
