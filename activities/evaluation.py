@@ -57,7 +57,9 @@ class EvaluationActivities:
                 elif isinstance(check, PatternCheck):
                     outcome = await asyncio.to_thread(run_pattern_check, check, workdir)
                 results.append(
-                    CheckResult(rule_id=prepared.rule_id, passed=outcome.passed, detail=outcome.detail)
+                    CheckResult(
+                        rule_id=prepared.rule_id, passed=outcome.passed, detail=outcome.detail
+                    )
                 )
         return EvaluateGroupOutput(
             group=step.group,

@@ -45,7 +45,9 @@ class HydrationActivities:
         try:
             hydration.rules = normalise_rules(hydration.rules)
         except ValueError as exc:
-            raise ApplicationError(f"hydrator: {exc}", type=INVALID_OUTPUT, non_retryable=True)
+            raise ApplicationError(
+                f"hydrator: {exc}", type=INVALID_OUTPUT, non_retryable=True
+            ) from exc
         if not hydration.rules:
             # With no rule every artifact scores 1.0: a plan without criteria is no plan.
             raise ApplicationError(

@@ -20,7 +20,9 @@ class PreparationActivities:
         started = now()
         # Rules that already carry a concrete check need no model: only sentences do.
         concrete = [
-            PreparedCheck(rule_id=r.id, check=r.check) for r in step.rules if not isinstance(r.check, str)
+            PreparedCheck(rule_id=r.id, check=r.check)
+            for r in step.rules
+            if not isinstance(r.check, str)
         ]
         described = [r for r in step.rules if isinstance(r.check, str)]
         usage = None
@@ -36,7 +38,8 @@ class PreparationActivities:
             unknown = {c.rule_id for c in prepared} - {r.id for r in described}
             if missing or unknown:
                 raise ApplicationError(
-                    f"preparer: checks missing for {sorted(missing)}, unknown rules {sorted(unknown)}",
+                    f"preparer: checks missing for {sorted(missing)}, "
+                    f"unknown rules {sorted(unknown)}",
                     type=INVALID_OUTPUT,
                     non_retryable=True,
                 )

@@ -57,12 +57,16 @@ class ProductionActivities:
             "rules": [r.model_dump(mode="json") for r in step.rules],
             "plan": step.plan.model_dump(mode="json"),
         }
-        return await self._write(Role.PRODUCER, step, step.workspace, context, "produce", step.committed_at)
+        return await self._write(
+            Role.PRODUCER, step, step.workspace, context, "produce", step.committed_at
+        )
 
     @activity.defn(name="refine_artifact")
     async def refine_artifact(self, step: RefineInput) -> ArtifactOutput:
         context = {"task": step.task, "critique": step.critique.model_dump(mode="json")}
-        return await self._write(Role.REFINER, step, step.workspace, context, "refine", step.committed_at)
+        return await self._write(
+            Role.REFINER, step, step.workspace, context, "refine", step.committed_at
+        )
 
     async def _write(
         self,
@@ -104,7 +108,11 @@ def _inside(workdir: Path, relative: str) -> Path:
     """A model may only write inside the workspace, and never into git's own files."""
     root = workdir.resolve()
     target = (root / relative).resolve()
-    if not target.is_relative_to(root) or target == root or ".git" in target.relative_to(root).parts:
+    if (
+        not target.is_relative_to(root)
+        or target == root
+        or ".git" in target.relative_to(root).parts
+    ):
         raise ApplicationError(
             f"refusing to write {relative!r}: outside the workspace",
             type=INVALID_OUTPUT,

@@ -32,6 +32,10 @@ class EventName(StrEnum):
     QA_VERDICT = "qa_verdict"
     REFLECTION_DONE = "reflection_done"
     PUSHED = "pushed"
+    # Control (seed 002, seed 001's confirmation).
+    APPROVED = "approved"
+    PAUSED = "paused"
+    RESUMED = "resumed"
     COMPLETED = "completed"
 
 

@@ -174,3 +174,24 @@ class RunState(BaseModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     created_at: str = ""
     updated_at: str = ""
+
+
+class Approval(BaseModel):
+    """Interactive mode: a person confirms (and may edit) criteria and max iterations,
+    validated as in a new request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[Rule] | None = None
+    thresholds: Thresholds | None = None
+    max_iterations: int | None = Field(default=None, ge=1, le=20)
+    note: str | None = Field(default=None, max_length=2000)
+
+    @field_validator("rules")
+    @classmethod
+    def _normalised(cls, rules: list[Rule] | None) -> list[Rule] | None:
+        if rules is None:
+            return None
+        if not rules:
+            raise ValueError("approved rules must not be empty")
+        return normalise_rules(rules)

@@ -25,6 +25,11 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
     llm: LLMProvider | None = Field(default=None, alias="LOOPS_LLM")
     anthropic_api_key: str | None = Field(default=None, alias="ANTHROPIC_API_KEY")
+    # Any Anthropic-compatible server (a proxy, LiteLLM, Ollama); None means the SDK's default.
+    anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
+    anthropic_max_tokens: int = Field(default=4096, gt=0, alias="LOOPS_ANTHROPIC_MAX_TOKENS")
+    # One HTTP request; Temporal's retry policy decides whether to try again.
+    anthropic_timeout_seconds: float = Field(default=300, gt=0, alias="LOOPS_ANTHROPIC_TIMEOUT_S")
     offline_latency_ms: int = Field(default=0, ge=0, alias="LOOPS_OFFLINE_LATENCY_MS")
     offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
     # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).

@@ -11,8 +11,8 @@ from schemas.evaluation import CheckResult, Evaluation
 from schemas.insights import FrameworkReflection, SessionInsights
 from schemas.roles import (
     Audit,
-    Critique,
     CriticReview,
+    Critique,
     Hydration,
     IterationPlan,
     QAReport,

@@ -87,9 +87,7 @@ class Decision:
     stagnation_count: int = 0
 
 
-def next_stagnation_count(
-    previous: Evaluation | None, current: Evaluation, count: int
-) -> int:
+def next_stagnation_count(previous: Evaluation | None, current: Evaluation, count: int) -> int:
     """Seed 001's stagnation counter.
 
     The seed counts an evaluation as stagnant when the score rose by less than 0.02 "and

@@ -8,14 +8,15 @@ commit SHAs, never file contents).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair
-from temporalio.workflow import ActivityCancellationType
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from activities.audit import AuditActivities
@@ -32,8 +33,9 @@ with workflow.unsafe.imports_passed_through():
     from schemas.loop import LoopInput, LoopResult
     from schemas.roles import (
         AuditVerdict,
-        Critique,
         CriticVerdict,
+        Critique,
+        Hydration,
         Issue,
         IterationPlan,
         QAVerdict,
@@ -42,7 +44,9 @@ with workflow.unsafe.imports_passed_through():
     from schemas.rules import CheckGroup, Phase, PreparedCheck, group_of
     from schemas.run import (
         STATUS_FOR_REASON,
+        Approval,
         BlockInfo,
+        Mode,
         RunState,
         RunStatus,
         Step,
@@ -58,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         EvaluateGroupInput,
         GitLocation,
         HydrateInput,
+        HydrateOutput,
         PlanInput,
         PrepareInput,
         ProduceInput,
@@ -65,10 +70,12 @@ with workflow.unsafe.imports_passed_through():
         RefineInput,
         ReflectInput,
         ReviewInput,
+        ReviewOutput,
         WorkspaceRequest,
     )
     from workflows import decisions
     from workflows.policies import CHECK_GROUP, GIT, INVALID_OUTPUT, MODEL_CALL, StepPolicy
+    from workflows.summary import IterationSummary, render_summary
 
 T = TypeVar("T")
 
@@ -121,6 +128,9 @@ class LoopWorkflow:
         self._inflight: set[workflow.ActivityHandle[Any]] = set()
         self._stop_requested = False
         self._stop_note = ""
+        self._paused = False
+        self._approved = False
+        self._last_artifact: ArtifactOutput | None = None
         self._operator_note: str | None = None
         self._commit = ""
         self._intent = ""
@@ -157,7 +167,7 @@ class LoopWorkflow:
             update={"blocked": False, "cleared_note": note}
         )
         self._operator_note = note
-        self._set_status(RunStatus.RUNNING)
+        self._set_status(RunStatus.PAUSED if self._paused else RunStatus.RUNNING)
         self._emit(EventName.BLOCK_CLEARED, {"note": note})
         return self._state
 
@@ -165,6 +175,55 @@ class LoopWorkflow:
     def _clear_block_applies(self, note: str) -> None:
         if not self._state.blocked:
             raise ValueError(f"run is not blocked (status {self._state.status.value})")
+
+    @workflow.update
+    async def pause(self) -> RunState:
+        """Seed 002's pause: the current step finishes, then the run waits."""
+        self._paused = True
+        self._emit(EventName.PAUSED, {})
+        return self._state
+
+    @pause.validator
+    def _pause_applies(self) -> None:
+        if self._paused or self._stop_requested or self._state.status.is_terminal:
+            raise ValueError(f"run cannot be paused (status {self._state.status.value})")
+
+    @workflow.update
+    async def resume(self) -> RunState:
+        self._paused = False
+        if self._state.status == RunStatus.PAUSED:
+            self._set_status(RunStatus.RUNNING)
+        self._emit(EventName.RESUMED, {})
+        return self._state
+
+    @resume.validator
+    def _resume_applies(self) -> None:
+        if not self._paused:
+            raise ValueError(f"run is not paused (status {self._state.status.value})")
+
+    @workflow.update
+    async def approve(self, approval: Approval) -> RunState:
+        """Interactive mode: confirm criteria and max iterations, possibly edited."""
+        edits: dict[str, Any] = {}
+        if approval.rules is not None:
+            self._state.rules = approval.rules
+            edits["rules"] = [rule.id for rule in approval.rules]
+        if approval.thresholds is not None:
+            self._state.thresholds = approval.thresholds
+            edits["thresholds"] = approval.thresholds.model_dump()
+        if approval.max_iterations is not None:
+            self._state.max_iterations = approval.max_iterations
+            edits["max_iterations"] = approval.max_iterations
+        if approval.note:
+            self._operator_note = approval.note
+        self._approved = True
+        self._emit(EventName.APPROVED, {"edits": edits, "note": approval.note})
+        return self._state
+
+    @approve.validator
+    def _approve_applies(self, approval: Approval) -> None:
+        if self._state.status != RunStatus.AWAITING_APPROVAL:
+            raise ValueError(f"run is not awaiting approval (status {self._state.status.value})")
 
     # --- the run -------------------------------------------------------------------------
 
@@ -188,6 +247,8 @@ class LoopWorkflow:
             self._commit = workspace.base_commit
             workspace_ready = True
             await self._hydrate_and_review()
+            if self._request.mode == Mode.INTERACTIVE:
+                await self._await_approval()
             await self._iterate()
         except _Finished as finished:
             self._conclude(finished.reason, finished.message)
@@ -211,19 +272,7 @@ class LoopWorkflow:
         while True:
             self._set_step(Step.HYDRATE)
             hydrated = await self._phase(
-                Step.HYDRATE,
-                lambda: self._activity(
-                    HydrationActivities.hydrate,
-                    HydrateInput(
-                        **self._model_step(Role.HYDRATOR),
-                        task=self._request.task,
-                        template=self._request.template,
-                        user_rules=self._request.rules,
-                        feedback=feedback,
-                    ),
-                    MODEL_CALL,
-                    "hydrate the task",
-                ),
+                Step.HYDRATE, functools.partial(self._hydrate_once, feedback)
             )
             hydration = hydrated.hydration
             self._add_usage(hydrated.usage)
@@ -244,15 +293,7 @@ class LoopWorkflow:
 
             self._set_step(Step.CRITIC)
             reviewed = await self._phase(
-                Step.CRITIC,
-                lambda: self._activity(
-                    HydrationActivities.review_plan,
-                    ReviewInput(
-                        **self._model_step(Role.CRITIC), task=self._request.task, hydration=hydration
-                    ),
-                    MODEL_CALL,
-                    "critic reviews the plan",
-                ),
+                Step.CRITIC, functools.partial(self._review_once, hydration)
             )
             review = reviewed.review
             self._add_usage(reviewed.usage)
@@ -273,6 +314,39 @@ class LoopWorkflow:
                 )
             revisions += 1
             feedback = [*review.issues, review.feedback]
+
+    def _hydrate_once(self, feedback: list[str]) -> Awaitable[HydrateOutput]:
+        return self._activity(
+            HydrationActivities.hydrate,
+            HydrateInput(
+                **self._model_step(Role.HYDRATOR),
+                task=self._request.task,
+                template=self._request.template,
+                user_rules=self._request.rules,
+                feedback=feedback,
+            ),
+            MODEL_CALL,
+            "hydrate the task",
+        )
+
+    def _review_once(self, hydration: Hydration) -> Awaitable[ReviewOutput]:
+        return self._activity(
+            HydrationActivities.review_plan,
+            ReviewInput(
+                **self._model_step(Role.CRITIC), task=self._request.task, hydration=hydration
+            ),
+            MODEL_CALL,
+            "critic reviews the plan",
+        )
+
+    async def _await_approval(self) -> None:
+        """Seed 001's explicit confirmation: nothing iterates until a person approves."""
+        self._set_step(Step.APPROVE)
+        self._set_status(RunStatus.AWAITING_APPROVAL)
+        await workflow.wait_condition(lambda: self._approved or self._stop_requested)
+        if self._stop_requested:
+            raise _Stopped()
+        self._set_status(RunStatus.RUNNING)
 
     async def _iterate(self) -> None:
         """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
@@ -369,7 +443,9 @@ class LoopWorkflow:
             Step.PREPARE,
             lambda: self._activity(
                 PreparationActivities.prepare_checks,
-                PrepareInput(**self._model_step(Role.PREPARER), task=self._request.task, rules=rules),
+                PrepareInput(
+                    **self._model_step(Role.PREPARER), task=self._request.task, rules=rules
+                ),
                 MODEL_CALL,
                 f"iteration {self._state.iteration} · prepare · {len(rules)} rules",
             ),
@@ -422,6 +498,7 @@ class LoopWorkflow:
         self._last_evaluation = evaluation
         self._state.last_score = evaluation.score
         self._sync_search_attributes()
+        self._show_iteration(evaluation)
         self._emit(
             EventName.EVALUATION_DONE,
             {
@@ -468,7 +545,11 @@ class LoopWorkflow:
         self._guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
         self._emit(
             EventName.AUDIT_VERDICT,
-            {"verdict": audit.verdict.value, "reason": audit.reason, "violations": audit.violations},
+            {
+                "verdict": audit.verdict.value,
+                "reason": audit.reason,
+                "violations": audit.violations,
+            },
         )
         if audit.verdict == AuditVerdict.BLOCK:
             self._state.blocked = True
@@ -554,6 +635,7 @@ class LoopWorkflow:
             EventName.CRITIQUE_DONE,
             {"issues": [i.model_dump(mode="json") for i in critiqued.critique.issues]},
         )
+        self._show_iteration(evaluation, critiqued.critique)
         return critiqued.critique
 
     async def _refine(self, critique: Critique) -> None:
@@ -683,10 +765,18 @@ class LoopWorkflow:
         raise _Finished(StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice")
 
     async def _gate(self) -> None:
-        """Nothing runs while blocked; a stop request wins over everything."""
-        await workflow.wait_condition(lambda: not self._state.blocked or self._stop_requested)
+        """Nothing runs while blocked or paused; a stop request wins over everything."""
+        while not self._stop_requested and (self._state.blocked or self._paused):
+            held = (self._state.blocked, self._paused)
+            self._set_status(RunStatus.BLOCKED if self._state.blocked else RunStatus.PAUSED)
+            await workflow.wait_condition(functools.partial(self._hold_changed, held))
         if self._stop_requested:
             raise _Stopped()
+        if self._state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
+            self._set_status(RunStatus.RUNNING)
+
+    def _hold_changed(self, held: tuple[bool, bool]) -> bool:
+        return self._stop_requested or (self._state.blocked, self._paused) != held
 
     def _model_step(self, role: Role) -> dict[str, Any]:
         self._calls[role] += 1
@@ -705,6 +795,7 @@ class LoopWorkflow:
     def _accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
         self._add_usage(output.usage)
         self._commit = output.commit
+        self._last_artifact = output
         self._state.artifact_commit = output.commit
         payload: dict[str, Any] = {
             "commit": output.commit,
@@ -716,6 +807,25 @@ class LoopWorkflow:
         if event == EventName.REFINEMENT_DONE:
             payload["previous_artifact_hash"] = output.previous_artifact_hash
         self._emit(event, payload)
+
+    def _show_iteration(self, evaluation: Evaluation, critique: Critique | None = None) -> None:
+        """Seed 001 Step 8's compact summary as the run's current details in the UI."""
+        artifact = self._last_artifact
+        summary = IterationSummary(
+            iteration=self._state.iteration,
+            max_iterations=self._state.max_iterations,
+            phase=evaluation.phase.value,
+            score=evaluation.score,
+            passed=evaluation.passed,
+            plan_focus=self._last_plan.focus if self._last_plan else "",
+            artifact_hash=artifact.artifact_hash if artifact else "",
+            changed=artifact.changed if artifact else [],
+            failed=evaluation.failed_blockers,
+            warnings=evaluation.failed_warnings,
+            artifact=f"{self._state.branch}:artifact.md",
+            critique=[(i.rule_id, i.fix) for i in critique.issues] if critique else [],
+        )
+        workflow.set_current_details(render_summary(summary))
 
     def _add_usage(self, usage: TokenUsage) -> None:
         self._state.usage = self._state.usage + usage
@@ -781,7 +891,7 @@ class LoopWorkflow:
     def _sync_search_attributes(self) -> None:
         """Keep the Temporal UI's list a dashboard; upsert only what changed."""
         state = self._state
-        wanted: list[SearchAttributePair[Any]] = [
+        wanted: list[SearchAttributeUpdate[Any]] = [
             LOOP_STATUS.value_set(state.status.value),
             LOOP_PHASE.value_set(state.phase.value),
             LOOP_ITERATION.value_set(state.iteration),
@@ -811,4 +921,3 @@ def _describe(err: ActivityError) -> str:
     if isinstance(cause, ApplicationError | CancelledError):
         return cause.message
     return str(cause or err)
-

@@ -57,8 +57,7 @@ class OfflineScript(RootModel[dict[Role, dict[str, ScriptEntry]]]):
         # YAML reads `1:` as an int; call numbers are looked up as strings.
         if isinstance(value, dict):
             return {
-                role: {str(k): v for k, v in (calls or {}).items()}
-                for role, calls in value.items()
+                role: {str(k): v for k, v in (calls or {}).items()} for role, calls in value.items()
             }
         return value
 

@@ -1,0 +1,102 @@
+"""Steering a run: pause/resume between steps, interactive approval, current details."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import WorkflowUpdateFailedError
+
+from schemas.run import Approval, RunStatus, StopReason
+from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_loop import IMPOSSIBLE_RULE, TITLE_RULE, wait_for
+from workflows.loop import LoopWorkflow
+
+pytestmark = pytest.mark.workflow
+
+
+async def test_pause_holds_the_run_between_steps_and_resume_continues(
+    harness: LoopHarness,
+) -> None:
+    async with harness.worker(latency_ms=400):
+        handle = await harness.start(task="Write a guide")
+
+        async def planning() -> bool:
+            return "plan_iteration" in await harness.scheduled_activities(handle)
+
+        await wait_for(planning)
+        paused = await handle.execute_update(LoopWorkflow.pause)
+        assert paused.status == RunStatus.RUNNING  # the current step still finishes
+
+        async def held() -> bool:
+            return (await harness.status(handle)).status == RunStatus.PAUSED
+
+        await wait_for(held)
+        scheduled = await harness.scheduled_activities(handle)
+        await asyncio.sleep(1.5)
+        assert await harness.scheduled_activities(handle) == scheduled
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(LoopWorkflow.pause)
+
+        resumed = await handle.execute_update(LoopWorkflow.resume)
+        assert resumed.status == RunStatus.RUNNING
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(LoopWorkflow.resume)
+        state = (await handle.result()).state
+        events = names(await harness.events(handle))
+
+    assert state.status == RunStatus.COMPLETED
+    assert events.index("paused") < events.index("resumed")
+
+
+async def test_interactive_run_waits_for_approval_and_honours_edits(
+    harness: LoopHarness,
+) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide", mode="interactive", rules=[TITLE_RULE, IMPOSSIBLE_RULE]
+        )
+
+        async def awaiting() -> bool:
+            return (await harness.status(handle)).status == RunStatus.AWAITING_APPROVAL
+
+        await wait_for(awaiting)
+        draft = await harness.status(handle)
+        assert [rule.id for rule in draft.rules] == ["has-title", "impossible"]
+        assert draft.max_iterations == 4
+        assert "plan_iteration" not in await harness.scheduled_activities(handle)
+
+        approved = await handle.execute_update(
+            LoopWorkflow.approve, Approval(max_iterations=1, note="one pass is enough")
+        )
+        assert approved.max_iterations == 1
+        with pytest.raises(WorkflowUpdateFailedError):
+            await handle.execute_update(LoopWorkflow.approve, Approval())
+        state = (await handle.result()).state
+
+    assert state.stop_reason == StopReason.ITERATION_LIMIT
+    assert state.iteration == 1
+
+
+async def test_approve_is_rejected_for_an_auto_run(harness: LoopHarness) -> None:
+    async with harness.worker(latency_ms=300):
+        handle = await harness.start(task="Write a guide")
+        with pytest.raises(WorkflowUpdateFailedError) as raised:
+            await handle.execute_update(LoopWorkflow.approve, Approval())
+        assert "not awaiting approval" in str(raised.value.cause)
+        await handle.signal(LoopWorkflow.stop)
+        await handle.result()
+
+
+async def test_current_details_show_the_iteration_summary(harness: LoopHarness) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide", rules=[TITLE_RULE, IMPOSSIBLE_RULE], max_iterations=1
+        )
+        await handle.result()
+        # The Temporal UI reads current details through this built-in query.
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    lines = metadata.current_details.splitlines()
+    assert lines[0] == "── Iteration 1/1 | Phase A | Score: 0.50 | FAIL ──"
+    assert "Failed: impossible" in lines
