@@ -73,8 +73,11 @@ async def record() -> None:
             model = OfflineModel(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
             async with build_worker(env.client, settings, model=model):
                 full = await _start(
-                    env.client, queue, "recorded-full-run",
-                    task="Write a guide to caching", audit_probability=1.0,
+                    env.client,
+                    queue,
+                    "recorded-full-run",
+                    task="Write a guide to caching",
+                    audit_probability=1.0,
                 )
                 await _wait_status(full, RunStatus.BLOCKED)
                 await full.execute_update(LoopWorkflow.clear_block, "reviewed")

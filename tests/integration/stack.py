@@ -12,9 +12,9 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,11 +109,16 @@ class DevServer:
             find_binary("temporal"),
             "server",
             "start-dev",
-            "--ip", "127.0.0.1",
-            "--port", str(port),
-            "--ui-port", str(ui_port),
-            "--db-filename", str(workdir / "temporal.db"),
-            "--log-level", "error",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--ui-port",
+            str(ui_port),
+            "--db-filename",
+            str(workdir / "temporal.db"),
+            "--log-level",
+            "error",
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             command += ["--search-attribute", f"{name}={kind}"]
