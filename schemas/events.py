@@ -36,6 +36,8 @@ class EventName(StrEnum):
     APPROVED = "approved"
     PAUSED = "paused"
     RESUMED = "resumed"
+    # A fresh Temporal history for a long run (the run and its events go on).
+    CONTINUED_AS_NEW = "continued_as_new"
     COMPLETED = "completed"
 
 

@@ -1,10 +1,34 @@
-"""The workflow's own input and result."""
+"""The workflow's own input and result, and what a run carries across continue-as-new."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from schemas.evaluation import Evaluation
+from schemas.events import Event
+from schemas.roles import IterationPlan, Role
 from schemas.run import RunRequest, RunState
+from schemas.steps import ArtifactOutput
+
+
+class LoopCarry(BaseModel):
+    """A run's whole memory at an iteration boundary, so a fresh history can go on."""
+
+    state: RunState
+    events: list[Event]
+    calls: dict[Role, int]
+    commit: str
+    intent: str
+    critic_verdict: str | None = None
+    guidance: list[str] = Field(default_factory=list)
+    last_evaluation: Evaluation | None = None
+    previous_evaluation: Evaluation | None = None
+    last_plan: IterationPlan | None = None
+    last_artifact: ArtifactOutput | None = None
+    next_iteration: int
+    paused: bool = False
+    operator_note: str | None = None
+    generation: int = Field(default=1, ge=1)
 
 
 class LoopInput(BaseModel):
@@ -12,6 +36,10 @@ class LoopInput(BaseModel):
     alias: str
     request: RunRequest
     created_at: str
+    carry: LoopCarry | None = None
+    # Continue-as-new once the history has this many events (at an iteration
+    # boundary); unset, the server's own suggestion decides.
+    continue_as_new_after_events: int | None = Field(default=None, ge=10)
 
 
 class LoopResult(BaseModel):

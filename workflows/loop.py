@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.repository import RepositoryActivities
     from schemas.evaluation import CheckResult, Evaluation
     from schemas.events import Event, EventName
-    from schemas.loop import LoopInput, LoopResult
+    from schemas.loop import LoopCarry, LoopInput, LoopResult
     from schemas.roles import (
         AuditVerdict,
         CriticVerdict,
@@ -139,6 +139,26 @@ class LoopWorkflow:
         self._last_evaluation: Evaluation | None = None
         self._last_plan: IterationPlan | None = None
         self._search_attributes: dict[str, Any] = {}
+        self._params = params
+        self._generation = 1
+        if params.carry is not None:
+            self._restore(params.carry)
+
+    def _restore(self, carry: LoopCarry) -> None:
+        self._state = carry.state
+        self._events = carry.events
+        self._calls = Counter(carry.calls)
+        self._commit = carry.commit
+        self._intent = carry.intent
+        self._critic_verdict = carry.critic_verdict
+        self._guidance = carry.guidance
+        self._last_evaluation = carry.last_evaluation
+        self._last_plan = carry.last_plan
+        self._last_artifact = carry.last_artifact
+        self._paused = carry.paused
+        self._operator_note = carry.operator_note
+        self._generation = carry.generation
+        self._approved = True
 
     # --- messages ------------------------------------------------------------------------
 
@@ -229,27 +249,13 @@ class LoopWorkflow:
 
     @workflow.run
     async def run(self, params: LoopInput) -> LoopResult:
-        self._emit(EventName.RUN_STARTED, {"task": params.request.task[:500]})
         self._sync_search_attributes()
-        workspace_ready = False
         try:
-            workspace = await self._activity(
-                RepositoryActivities.prepare_workspace,
-                WorkspaceRequest(
-                    run_id=self._state.run_id,
-                    repo=self._request.repo,
-                    base_branch=self._request.base_branch,
-                ),
-                GIT,
-                "prepare workspace",
-            )
-            self._state.origin = workspace.origin
-            self._commit = workspace.base_commit
-            workspace_ready = True
-            await self._hydrate_and_review()
-            if self._request.mode == Mode.INTERACTIVE:
-                await self._await_approval()
-            await self._iterate()
+            if params.carry is None:
+                await self._start()
+            else:
+                # A continued run picks up at the iteration boundary it left.
+                await self._iterate(params.carry.next_iteration, params.carry.previous_evaluation)
         except _Finished as finished:
             self._conclude(finished.reason, finished.message)
         except _Stopped:
@@ -257,13 +263,34 @@ class LoopWorkflow:
         except ActivityError as err:
             self._fail(f"{_describe(err)}")
 
-        if workspace_ready:
+        # Every run that got a workspace reflects and pushes what it has, stopped or not.
+        if self._commit:
             await self._reflect()
             await self._close()
         self._set_status(self._final_status())
         self._set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)
         return LoopResult(state=self._state, events=len(self._events))
+
+    async def _start(self) -> None:
+        """Prepare the workspace, hydrate and review, wait for approval if asked, iterate."""
+        self._emit(EventName.RUN_STARTED, {"task": self._request.task[:500]})
+        workspace = await self._activity(
+            RepositoryActivities.prepare_workspace,
+            WorkspaceRequest(
+                run_id=self._state.run_id,
+                repo=self._request.repo,
+                base_branch=self._request.base_branch,
+            ),
+            GIT,
+            "prepare workspace",
+        )
+        self._state.origin = workspace.origin
+        self._commit = workspace.base_commit
+        await self._hydrate_and_review()
+        if self._request.mode == Mode.INTERACTIVE:
+            await self._await_approval()
+        await self._iterate(1, None)
 
     async def _hydrate_and_review(self) -> None:
         """Steps 1-2: hydrate; the critic sends the plan back (bounded) or halts the run."""
@@ -348,12 +375,13 @@ class LoopWorkflow:
             raise _Stopped()
         self._set_status(RunStatus.RUNNING)
 
-    async def _iterate(self) -> None:
+    async def _iterate(self, iteration: int, previous: Evaluation | None) -> None:
         """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
         state = self._state
-        previous: Evaluation | None = None
-        iteration = 1
+        first = iteration
         while True:
+            if iteration > first and self._history_is_long():
+                await self._continue_as_new(iteration, previous)
             state.iteration = iteration
             self._sync_search_attributes()
             plan_focus = await self._plan()
@@ -384,6 +412,42 @@ class LoopWorkflow:
             previous = evaluation
             iteration += 1
             self._emit(EventName.ITERATION_ADVANCED, {"iteration": iteration})
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        limit = self._params.continue_as_new_after_events
+        if limit is not None:
+            return info.get_current_history_length() >= limit
+        return info.is_continue_as_new_suggested()
+
+    async def _continue_as_new(self, iteration: int, previous: Evaluation | None) -> None:
+        """Start a fresh history at this iteration boundary, carrying the run's memory.
+
+        Nothing is in flight here; the id stays the run id, so clients, queries and the
+        event stream carry on against the new execution.
+        """
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if self._stop_requested:
+            raise _Stopped()
+        self._emit(EventName.CONTINUED_AS_NEW, {"generation": self._generation + 1})
+        carry = LoopCarry(
+            state=self._state,
+            events=self._events,
+            calls=dict(self._calls),
+            commit=self._commit,
+            intent=self._intent,
+            critic_verdict=self._critic_verdict,
+            guidance=self._guidance,
+            last_evaluation=self._last_evaluation,
+            previous_evaluation=previous,
+            last_plan=self._last_plan,
+            last_artifact=self._last_artifact,
+            next_iteration=iteration,
+            paused=self._paused,
+            operator_note=self._operator_note,
+            generation=self._generation + 1,
+        )
+        workflow.continue_as_new(self._params.model_copy(update={"carry": carry}))
 
     async def _plan(self) -> str:
         self._set_step(Step.PLAN)

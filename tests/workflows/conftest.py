@@ -44,7 +44,9 @@ class LoopHarness:
         async with build_worker(self.env.client, settings, model=model):
             yield
 
-    async def start(self, **request: Any) -> WorkflowHandle[LoopWorkflow, LoopResult]:
+    async def start(
+        self, continue_as_new_after_events: int | None = None, **request: Any
+    ) -> WorkflowHandle[LoopWorkflow, LoopResult]:
         run_id = f"test-{uuid.uuid4().hex[:10]}"
         request.setdefault("audit_probability", 0.0)
         return await self.env.client.start_workflow(
@@ -54,6 +56,7 @@ class LoopHarness:
                 alias="test",
                 request=RunRequest(**request),
                 created_at="2026-01-01T00:00:00+00:00",
+                continue_as_new_after_events=continue_as_new_after_events,
             ),
             id=run_id,
             task_queue=self.task_queue,

@@ -100,3 +100,33 @@ async def test_current_details_show_the_iteration_summary(harness: LoopHarness) 
     lines = metadata.current_details.splitlines()
     assert lines[0] == "── Iteration 1/1 | Phase A | Score: 0.50 | FAIL ──"
     assert "Failed: impossible" in lines
+
+
+async def test_long_run_continues_as_new_and_keeps_status_and_events(
+    harness: LoopHarness,
+) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide",
+            rules=[TITLE_RULE, IMPOSSIBLE_RULE],
+            max_iterations=3,
+            continue_as_new_after_events=20,
+        )
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+        latest = await handle.fetch_history()
+
+    assert state.stop_reason == StopReason.ITERATION_LIMIT and state.iteration == 3
+    flow = names(events)
+    assert flow.count("continued_as_new") == 2
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert flow[0] == "run_started" and flow[-1] == "pushed"
+    # The latest execution continued an earlier one and never re-ran hydration.
+    started = latest.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id
+    assert all(
+        e.activity_task_scheduled_event_attributes.activity_type.name != "hydrate"
+        for e in latest.events
+    )
+    assert flow.count("evaluation_done") == 3
+    assert state.usage.calls > 0

@@ -1,0 +1,235 @@
+"""Whole runs with LOOPS_LLM=anthropic: the real SDK, over a socket, to the local stand-in.
+
+The worker is built from settings the way the entry point builds it (`build_model`), so
+these runs cover the client, the forced-tool answers, the error classification and the
+workflow's handling of each, with Temporal doing every retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
+from activities.catalog import load_agents
+from activities.llm.anthropic import AnthropicModel
+from schemas.roles import Role
+from schemas.run import RunStatus, StopReason
+from schemas.settings import Settings
+from tests.fakes.messages_api import FakeMessagesAPI, answer, error, truncated
+from tests.workflows.conftest import LoopHarness, names
+from worker.build import build_model, build_worker
+from workflows.loop import LoopWorkflow
+from workflows.policies import MODEL_CALL
+
+pytestmark = pytest.mark.workflow
+
+KEY = "test-key"
+AGENTS = load_agents()
+HALF_A_PLAN = {"focus": "fix the ti"}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeMessagesAPI]:
+    with FakeMessagesAPI(api_key=KEY) as fake:
+        yield fake
+
+
+def anthropic_settings(harness: LoopHarness, api: FakeMessagesAPI, **overrides: Any) -> Settings:
+    values = {
+        "LOOPS_DATA_DIR": harness.data_dir,
+        "LOOPS_TASK_QUEUE": harness.task_queue,
+        "LOOPS_LLM": "anthropic",
+        "ANTHROPIC_API_KEY": KEY,
+        "ANTHROPIC_BASE_URL": api.base_url,
+    }
+    return Settings(**{**values, **overrides})
+
+
+@asynccontextmanager
+async def anthropic_worker(
+    harness: LoopHarness, api: FakeMessagesAPI, **overrides: Any
+) -> AsyncIterator[Settings]:
+    settings = anthropic_settings(harness, api, **overrides)
+    model = build_model(settings)
+    assert isinstance(model, AnthropicModel)
+    try:
+        async with build_worker(harness.env.client, settings, model=model):
+            yield settings
+    finally:
+        await model.client.close()
+
+
+async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict[str, Any]]:
+    """Per scheduled `activity`: the attempt that ran last, its last failure, and how long
+    (in the server's time) it waited from scheduling to that attempt's start."""
+    history = await handle.fetch_history()
+    scheduled = {
+        e.event_id: e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    }
+    found = []
+    for event in history.events:
+        if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            continue
+        started = event.activity_task_started_event_attributes
+        if started.scheduled_event_id not in scheduled:
+            continue
+        waited = event.event_time.ToDatetime() - scheduled[
+            started.scheduled_event_id
+        ].event_time.ToDatetime()
+        found.append(
+            {
+                "attempt": started.attempt,
+                "last_failure": started.last_failure.message,
+                "waited": waited.total_seconds(),
+            }
+        )
+    return found
+
+
+async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessagesAPI) -> None:
+    async with anthropic_worker(harness, api) as settings:
+        handle = await harness.start(task="Write a testing guide", audit_probability=1.0)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED
+    assert state.stop_reason == StopReason.THRESHOLD_REACHED
+    assert names(events)[-1] == "pushed"
+    # Every role answered through the API, each with its tier's model and agent prompt.
+    assert {r.role for r in api.requests} == set(Role)
+    for request in api.requests:
+        assert request.role is not None
+        agent = AGENTS[request.role.value]
+        assert request.body["model"] == settings.model_for(agent.model)
+        assert request.system_text == agent.prompt
+        assert request.body["tool_choice"] == {"type": "tool", "name": "answer"}
+    assert {r.body["model"] for r in api.requests} == {
+        settings.model_haiku,
+        settings.model_sonnet,
+        settings.model_opus,
+    }
+    # Usage is summed in the status: one call per request, cache writes then reads.
+    usage = state.usage
+    assert usage.calls == len(api.requests)
+    assert usage.input_tokens > 0 and usage.output_tokens > 0
+    assert usage.cache_creation_input_tokens > 0
+    assert usage.cache_read_input_tokens > 0
+
+
+async def test_rate_limit_is_retried_by_temporal_after_retry_after(
+    harness: LoopHarness, api: FakeMessagesAPI
+) -> None:
+    # Longer than the policy's first backoff (1s): the server's wait must win.
+    api.script(Role.PLANNER, error(429, "slow down", headers={"retry-after": "20"}))
+    async with anthropic_worker(harness, api):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        planning = await attempts(handle, "plan_iteration")
+
+    assert state.status == RunStatus.COMPLETED
+    first = planning[0]
+    assert first["attempt"] == 2
+    assert first["last_failure"].startswith("rate limited by the model server (HTTP 429")
+    assert first["waited"] >= 20
+    # Exactly one HTTP request per Temporal attempt: the SDK itself never retried.
+    assert len(api.requests_for(Role.PLANNER)) == sum(p["attempt"] for p in planning)
+    assert all(r.headers["x-stainless-retry-count"] == "0" for r in api.requests)
+
+
+async def test_overloaded_is_retried_with_the_policys_backoff(
+    harness: LoopHarness, api: FakeMessagesAPI
+) -> None:
+    api.script(Role.HYDRATOR, error(529, "Overloaded"), error(529, "Overloaded"))
+    async with anthropic_worker(harness, api):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        hydrating = await attempts(handle, "hydrate")
+
+    assert state.status == RunStatus.COMPLETED
+    assert [h["attempt"] for h in hydrating] == [3]
+    assert hydrating[0]["last_failure"].startswith("the model server is overloaded (HTTP 529")
+    # No retry-after: the policy's backoff (1s, then 2s) spaced the attempts.
+    initial = MODEL_CALL.retry.initial_interval.total_seconds()
+    assert hydrating[0]["waited"] >= initial * (1 + MODEL_CALL.retry.backoff_coefficient)
+    assert len(api.requests_for(Role.HYDRATOR)) == 3
+
+
+async def test_a_bad_key_fails_the_run_fast_with_an_actionable_message(
+    harness: LoopHarness, api: FakeMessagesAPI
+) -> None:
+    started = time.monotonic()
+    async with anthropic_worker(harness, api, ANTHROPIC_API_KEY="sk-wrong"):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+        hydrating = await attempts(handle, "hydrate")
+    elapsed = time.monotonic() - started
+
+    assert state.status == RunStatus.FAILED
+    assert state.stop.message.startswith("authentication failed: check ANTHROPIC_API_KEY")
+    failed = next(e for e in events if e.event.value == "failed")
+    assert failed.payload["error"].startswith("authentication failed: check ANTHROPIC_API_KEY")
+    # Not retried: one attempt, one request; the failed run still pushed its branch.
+    assert [h["attempt"] for h in hydrating] == [1]
+    assert len(api.requests_for(Role.HYDRATOR)) == 1
+    assert names(events)[-1] == "pushed"
+    # Six attempts with backoff would take 31s of retry waits alone.
+    assert elapsed < 15
+
+
+async def test_a_truncated_answer_twice_is_a_phase_error(
+    harness: LoopHarness, api: FakeMessagesAPI
+) -> None:
+    api.script(Role.PLANNER, truncated(HALF_A_PLAN), truncated(HALF_A_PLAN))
+    async with anthropic_worker(harness, api):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.FAILED
+    assert state.stop_reason == StopReason.PHASE_ERROR
+    errors = [e.payload for e in events if e.event.value == "phase_error"]
+    assert [e["attempt"] for e in errors] == [1, 2]
+    assert all("cut off at max_tokens=4096" in e["error"] for e in errors)
+    # Invalid output is the workflow's to retry, not Temporal's: one request per phase try.
+    assert len(api.requests_for(Role.PLANNER)) == 2
+
+
+async def test_a_truncated_answer_once_recovers(harness: LoopHarness, api: FakeMessagesAPI) -> None:
+    api.script(Role.PLANNER, truncated(HALF_A_PLAN))
+    async with anthropic_worker(harness, api):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED
+    assert [e.payload["attempt"] for e in events if e.event.value == "phase_error"] == [1]
+
+
+async def test_stop_during_a_long_model_call_ends_the_run_within_seconds(
+    harness: LoopHarness, api: FakeMessagesAPI
+) -> None:
+    api.script(Role.PRODUCER, answer(delay_s=120))
+    async with anthropic_worker(harness, api):
+        handle = await harness.start(task="Write a guide")
+        while not api.requests_for(Role.PRODUCER):
+            await asyncio.sleep(0.05)
+        stopped_at = time.monotonic()
+        await handle.signal(LoopWorkflow.stop, "enough")
+        state = (await asyncio.wait_for(handle.result(), timeout=30)).state
+        elapsed = time.monotonic() - stopped_at
+
+    assert state.status == RunStatus.STOPPED
+    assert state.stop_reason == StopReason.USER_STOP
+    assert elapsed < 10
