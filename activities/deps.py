@@ -59,9 +59,11 @@ class StepDeps:
         )
         try:
             async with heartbeating():
-                return await ask(self.model, call, answer_type)
+                answer, usage = await ask(self.model, call, answer_type)
         except InvalidOutput as exc:
             raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+        usage.cost_usd = self.settings.cost_usd(call.model, usage)
+        return answer, usage
 
 
 @contextlib.asynccontextmanager

@@ -56,4 +56,4 @@ class SessionInsights(BaseModel):
     user_mood: float | None = None
     conversation_flow: list[Any] = Field(default_factory=list)
     user_prompts: list[str] = Field(default_factory=list)
-    token_usage: dict[str, int] = Field(default_factory=dict)
+    token_usage: dict[str, int | float] = Field(default_factory=dict)

@@ -44,6 +44,7 @@ class StopReason(StrEnum):
     PHASE_ERROR = "phase_error"
     CRITIC_HALT = "critic_halt"
     QA_REJECTED = "qa_rejected"
+    BUDGET_EXHAUSTED = "budget_exhausted"
 
 
 # Seed 001 Step 7's table, plus the reasons seed 000 adds.
@@ -56,6 +57,7 @@ STATUS_FOR_REASON: dict[StopReason, RunStatus] = {
     StopReason.PHASE_ERROR: RunStatus.FAILED,
     StopReason.CRITIC_HALT: RunStatus.HALTED,
     StopReason.QA_REJECTED: RunStatus.STOPPED,
+    StopReason.BUDGET_EXHAUSTED: RunStatus.STOPPED,
 }
 
 
@@ -86,6 +88,15 @@ class Thresholds(BaseModel):
         return self.A if phase == Phase.A else self.B
 
 
+class Budget(BaseModel):
+    """Limits on what a run may spend; crossing one stops it with `budget_exhausted`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, description="input + output tokens")
+    max_cost_usd: float | None = Field(default=None, gt=0)
+
+
 class RunRequest(BaseModel):
     """What a client POSTs to start a run."""
 
@@ -100,6 +111,7 @@ class RunRequest(BaseModel):
     max_iterations: int = Field(default=4, ge=1, le=20)
     mode: Mode = Mode.AUTO
     audit_probability: float = Field(default=0.2, ge=0, le=1)
+    budget: Budget | None = None
 
     @field_validator("task")
     @classmethod
@@ -120,6 +132,11 @@ class TokenUsage(BaseModel):
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
     calls: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
         return TokenUsage(
@@ -130,7 +147,19 @@ class TokenUsage(BaseModel):
                 self.cache_creation_input_tokens + other.cache_creation_input_tokens
             ),
             calls=self.calls + other.calls,
+            cost_usd=round(self.cost_usd + other.cost_usd, 6),
         )
+
+
+def budget_exceeded(budget: Budget | None, usage: TokenUsage) -> str | None:
+    """Why `usage` is over `budget`, or None while it is within."""
+    if budget is None:
+        return None
+    if budget.max_tokens is not None and usage.total_tokens >= budget.max_tokens:
+        return f"used {usage.total_tokens} tokens of a budget of {budget.max_tokens}"
+    if budget.max_cost_usd is not None and usage.cost_usd >= budget.max_cost_usd:
+        return f"spent ${usage.cost_usd:.4f} of a budget of ${budget.max_cost_usd:.4f}"
+    return None
 
 
 class StopInfo(BaseModel):

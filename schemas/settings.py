@@ -5,13 +5,32 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.run import TokenUsage
 
 
 class LLMProvider(StrEnum):
     OFFLINE = "offline"
     ANTHROPIC = "anthropic"
+
+
+class ModelPrice(BaseModel):
+    """US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(default=0.0, ge=0)
+    cache_write: float = Field(default=0.0, ge=0)
+
+
+# Published list prices; override or extend with LOOPS_PRICES (JSON, by model id).
+DEFAULT_PRICES: dict[str, ModelPrice] = {
+    "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
+    "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+    "claude-opus-4-1": ModelPrice(input=15.0, output=75.0, cache_read=1.5, cache_write=18.75),
+}
 
 
 class Settings(BaseSettings):
@@ -23,6 +42,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
+    # Comma-separated bearer tokens; when set, every route but health and docs needs one.
+    api_tokens: str | None = Field(default=None, alias="LOOPS_API_TOKENS")
     llm: LLMProvider | None = Field(default=None, alias="LOOPS_LLM")
     anthropic_api_key: str | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     # Any Anthropic-compatible server (a proxy, LiteLLM, Ollama); None means the SDK's default.
@@ -36,6 +57,7 @@ class Settings(BaseSettings):
     model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
     model_sonnet: str = Field(default="claude-sonnet-4-5", alias="LOOPS_MODEL_SONNET")
     model_opus: str = Field(default="claude-opus-4-1", alias="LOOPS_MODEL_OPUS")
+    prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="LOOPS_PRICES")
     git_author_name: str = Field(default="loopworks", alias="LOOPS_GIT_AUTHOR_NAME")
     git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
 
@@ -49,6 +71,25 @@ class Settings(BaseSettings):
     def model_for(self, tier_or_id: str) -> str:
         tiers = {"haiku": self.model_haiku, "sonnet": self.model_sonnet, "opus": self.model_opus}
         return tiers.get(tier_or_id.strip().lower(), tier_or_id.strip())
+
+    @property
+    def api_token_list(self) -> list[str]:
+        """The tokens in LOOPS_API_TOKENS, blanks dropped; empty means access is open."""
+        return [token.strip() for token in (self.api_tokens or "").split(",") if token.strip()]
+
+    def cost_usd(self, model: str, usage: TokenUsage) -> float:
+        """What `usage` of `model` costs; unknown models cost nothing we can know."""
+        price = self.prices.get(model) or DEFAULT_PRICES.get(model)
+        if price is None:
+            return 0.0
+        millions = 1_000_000
+        return round(
+            usage.input_tokens * price.input / millions
+            + usage.output_tokens * price.output / millions
+            + usage.cache_read_input_tokens * price.cache_read / millions
+            + usage.cache_creation_input_tokens * price.cache_write / millions,
+            6,
+        )
 
     @property
     def workspaces_dir(self) -> Path:

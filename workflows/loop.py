@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         StopInfo,
         StopReason,
         TokenUsage,
+        budget_exceeded,
     )
     from schemas.steps import (
         ArtifactOutput,
@@ -829,7 +830,11 @@ class LoopWorkflow:
         raise _Finished(StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice")
 
     async def _gate(self) -> None:
-        """Nothing runs while blocked or paused; a stop request wins over everything."""
+        """Nothing runs while blocked or paused, or once over budget; a stop request wins
+        over everything."""
+        over = budget_exceeded(self._request.budget, self._state.usage)
+        if over:
+            raise _Finished(StopReason.BUDGET_EXHAUSTED, over)
         while not self._stop_requested and (self._state.blocked or self._paused):
             held = (self._state.blocked, self._paused)
             self._set_status(RunStatus.BLOCKED if self._state.blocked else RunStatus.PAUSED)

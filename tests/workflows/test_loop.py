@@ -278,3 +278,28 @@ async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
     groups = next(e.payload["groups"] for e in events if e.event.value == "evaluation_done")
     assert set(groups) == {"exec", "content", "judge"}
     assert _overlap(groups["exec"], groups["judge"]) > 0.3
+
+
+@pytest.mark.parametrize(
+    "budget", [{"max_tokens": 1500}, {"max_cost_usd": 0.002}], ids=["tokens", "cost"]
+)
+async def test_budget_exhaustion_stops_the_run_and_pushes_its_work(
+    harness: LoopHarness, budget: dict[str, Any]
+) -> None:
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", budget=budget)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.STOPPED
+    assert state.stop_reason == StopReason.BUDGET_EXHAUSTED
+    assert "budget of" in state.stop.message
+    if "max_tokens" in budget:
+        assert state.usage.total_tokens >= budget["max_tokens"]
+    else:
+        assert state.usage.cost_usd >= budget["max_cost_usd"]
+    flow = names(events)
+    assert flow[-3:] == ["stopped", "reflection_done", "pushed"]
+    insights = remote_file(harness.origin, state.branch, ".loops/insights.json")
+    assert '"stop_reason": "budget_exhausted"' in insights
+    assert '"cost_usd"' in insights
