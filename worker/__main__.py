@@ -5,18 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 
+from activities.catalog import CatalogError
 from schemas.settings import Settings
-from worker.build import build_worker
+from worker.build import build_deps, build_worker
 from worker.connect import connect
 
 log = logging.getLogger("loopworks.worker")
 
 
-async def main() -> None:
+async def main() -> int:
     settings = Settings()
+    try:
+        # Catalogs first: a malformed agent definition stops the worker before it polls.
+        deps = build_deps(settings)
+    except CatalogError as err:
+        log.error("cannot start: %s", err)
+        return 2
     client = await connect(settings)
-    worker = build_worker(client, settings)
+    worker = build_worker(client, settings, deps=deps)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -31,8 +39,9 @@ async def main() -> None:
     async with worker:
         await stop.wait()
     log.info("worker stopped")
+    return 0
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(main())
+    sys.exit(asyncio.run(main()))

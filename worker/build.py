@@ -15,6 +15,7 @@ from activities.critique import CritiqueActivities
 from activities.deps import StepDeps
 from activities.evaluation import EvaluationActivities
 from activities.hydration import HydrationActivities
+from activities.llm.anthropic import AnthropicModel, build_anthropic_client
 from activities.llm.base import LanguageModel
 from activities.llm.offline import OfflineModel, OfflineScript
 from activities.preparation import PreparationActivities
@@ -29,9 +30,8 @@ from workflows.loop import LoopWorkflow
 
 def build_model(settings: Settings) -> LanguageModel:
     if settings.llm == LLMProvider.ANTHROPIC:
-        raise NotImplementedError(
-            "LOOPS_LLM=anthropic is not available yet; unset it (or ANTHROPIC_API_KEY) "
-            "to use the offline model"
+        return AnthropicModel(
+            build_anthropic_client(settings), max_tokens=settings.anthropic_max_tokens
         )
     script = OfflineScript.load(settings.offline_script) if settings.offline_script else None
     return OfflineModel(latency_ms=settings.offline_latency_ms, script=script)
@@ -42,7 +42,7 @@ def build_deps(settings: Settings, model: LanguageModel | None = None) -> StepDe
     return StepDeps(
         settings=settings,
         model=model or build_model(settings),
-        agents=load_agents(),
+        agents=load_agents(overrides=settings.agents_dir),
         templates=load_templates(),
         workspaces=GitWorkspaces(
             settings.workspaces_dir.resolve(),
@@ -77,8 +77,9 @@ def build_worker(
     settings: Settings,
     model: LanguageModel | None = None,
     task_queue: str | None = None,
+    deps: StepDeps | None = None,
 ) -> Worker:
-    deps = build_deps(settings, model)
+    deps = deps or build_deps(settings, model)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -1,0 +1,49 @@
+"""The worker refuses to start on a malformed agent definition, naming the file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from activities.catalog import load_agents
+from schemas.settings import Settings
+from tests.integration.stack import ROOT
+from worker.build import build_deps
+
+pytestmark = pytest.mark.unit
+
+
+def test_malformed_override_stops_the_worker_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "critic.md").write_text("# Critic\n\n## Description\nReviews plans.\n")
+    env = {
+        **os.environ,
+        "LOOPS_AGENTS_DIR": str(tmp_path),
+        "LOOPS_DATA_DIR": str(tmp_path / "data"),
+        "LOOPS_LLM": "offline",
+        # Nothing listens here: the worker must stop before it tries to connect.
+        "TEMPORAL_ADDRESS": "127.0.0.1:9",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "critic.md" in done.stderr and "Prompt" in done.stderr
+
+
+def test_override_replaces_a_packaged_agent_by_name(tmp_path: Path) -> None:
+    (tmp_path / "critic.md").write_text(
+        "# Strict critic\n\n## Description\nReviews plans.\n\n## Prompt\nSay HALT often.\n"
+        "\n## Model\nopus\n"
+    )
+    deps = build_deps(Settings(LOOPS_AGENTS_DIR=tmp_path, LOOPS_DATA_DIR=tmp_path / "d"))
+    assert deps.agents["critic"].prompt.strip() == "Say HALT often."
+    assert deps.agents["planner"] == load_agents()["planner"]
