@@ -48,6 +48,8 @@ def build_anthropic_client(settings: Settings) -> anthropic.AsyncAnthropic:
 
 
 class AnthropicModel:
+    """A LanguageModel over the Messages API: one request per call, one forced tool."""
+
     def __init__(self, client: anthropic.AsyncAnthropic, max_tokens: int = 4096) -> None:
         self.client = client
         self.max_tokens = max_tokens

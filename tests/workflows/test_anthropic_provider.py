@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,6 +39,7 @@ HALF_A_PLAN = {"focus": "fix the ti"}
 def api() -> Iterator[FakeMessagesAPI]:
     with FakeMessagesAPI(api_key=KEY) as fake:
         yield fake
+    assert not fake.failures, "the fake could not answer a request"
 
 
 def anthropic_settings(harness: LoopHarness, api: FakeMessagesAPI, **overrides: Any) -> Settings:
@@ -68,8 +68,9 @@ async def anthropic_worker(
 
 
 async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict[str, Any]]:
-    """Per scheduled `activity`: the attempt that ran last, its last failure, and how long
-    (in the server's time) it waited from scheduling to that attempt's start."""
+    """Per scheduled `activity`: the attempt that ran last and how long (in the server's
+    time) it waited from scheduling to that attempt's start. (The time-skipping server
+    leaves `last_failure` empty, so the failures are checked at the fake instead.)"""
     history = await handle.fetch_history()
     scheduled = {
         e.event_id: e
@@ -84,16 +85,11 @@ async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict
         started = event.activity_task_started_event_attributes
         if started.scheduled_event_id not in scheduled:
             continue
-        waited = event.event_time.ToDatetime() - scheduled[
-            started.scheduled_event_id
-        ].event_time.ToDatetime()
-        found.append(
-            {
-                "attempt": started.attempt,
-                "last_failure": started.last_failure.message,
-                "waited": waited.total_seconds(),
-            }
+        waited = (
+            event.event_time.ToDatetime()
+            - scheduled[started.scheduled_event_id].event_time.ToDatetime()
         )
+        found.append({"attempt": started.attempt, "waited": waited.total_seconds()})
     return found
 
 
@@ -140,7 +136,6 @@ async def test_rate_limit_is_retried_by_temporal_after_retry_after(
     assert state.status == RunStatus.COMPLETED
     first = planning[0]
     assert first["attempt"] == 2
-    assert first["last_failure"].startswith("rate limited by the model server (HTTP 429")
     assert first["waited"] >= 20
     # Exactly one HTTP request per Temporal attempt: the SDK itself never retried.
     assert len(api.requests_for(Role.PLANNER)) == sum(p["attempt"] for p in planning)
@@ -158,7 +153,6 @@ async def test_overloaded_is_retried_with_the_policys_backoff(
 
     assert state.status == RunStatus.COMPLETED
     assert [h["attempt"] for h in hydrating] == [3]
-    assert hydrating[0]["last_failure"].startswith("the model server is overloaded (HTTP 529")
     # No retry-after: the policy's backoff (1s, then 2s) spaced the attempts.
     initial = MODEL_CALL.retry.initial_interval.total_seconds()
     assert hydrating[0]["waited"] >= initial * (1 + MODEL_CALL.retry.backoff_coefficient)
@@ -184,8 +178,8 @@ async def test_a_bad_key_fails_the_run_fast_with_an_actionable_message(
     assert [h["attempt"] for h in hydrating] == [1]
     assert len(api.requests_for(Role.HYDRATOR)) == 1
     assert names(events)[-1] == "pushed"
-    # Six attempts with backoff would take 31s of retry waits alone.
-    assert elapsed < 15
+    # Six attempts would wait 31s of backoff (skipped in time, but each is a round trip).
+    assert elapsed < 5
 
 
 async def test_a_truncated_answer_twice_is_a_phase_error(
@@ -232,4 +226,7 @@ async def test_stop_during_a_long_model_call_ends_the_run_within_seconds(
 
     assert state.status == RunStatus.STOPPED
     assert state.stop_reason == StopReason.USER_STOP
-    assert elapsed < 10
+    # The cancellation reaches the activity with a heartbeat, which the worker sends at
+    # most every 80% of the heartbeat timeout; the HTTP call then ends at once.
+    assert MODEL_CALL.heartbeat is not None
+    assert elapsed < MODEL_CALL.heartbeat.total_seconds() + 5
