@@ -12,12 +12,11 @@ from temporalio import activity
 
 from activities.checks import CheckOutcome, run_command_check, run_pattern_check
 from activities.deps import StepDeps, heartbeating, now
-from activities.llm.offline import ARTIFACT_PATH
 from schemas.evaluation import CheckResult
 from schemas.roles import Judgement, Role
 from schemas.rules import CommandCheck, JudgeCheck, PatternCheck
 from schemas.run import TokenUsage
-from schemas.steps import EvaluateGroupInput, EvaluateGroupOutput, Timing
+from schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
 
 
 class EvaluationActivities:

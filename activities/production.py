@@ -16,9 +16,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.deps import INVALID_OUTPUT, StepDeps, now
-from activities.llm.offline import ARTIFACT_PATH
 from schemas.roles import Draft, IterationPlan, Role
 from schemas.steps import (
+    ARTIFACT_PATH,
     ArtifactOutput,
     GitLocation,
     ModelStep,

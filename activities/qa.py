@@ -7,9 +7,8 @@ import asyncio
 from temporalio import activity
 
 from activities.deps import StepDeps
-from activities.llm.offline import ARTIFACT_PATH
 from schemas.roles import QAReport, Role
-from schemas.steps import QAInput, QAOutput
+from schemas.steps import ARTIFACT_PATH, QAInput, QAOutput
 
 
 class QAActivities:

@@ -25,11 +25,12 @@ class ModelPrice(BaseModel):
     cache_write: float = Field(default=0.0, ge=0)
 
 
-# Published list prices; override or extend with LOOPS_PRICES (JSON, by model id).
+# List prices of the default models when written; check them against your account and
+# override or extend with LOOPS_PRICES (JSON, by model id).
 DEFAULT_PRICES: dict[str, ModelPrice] = {
     "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
-    "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
-    "claude-opus-4-1": ModelPrice(input=15.0, output=75.0, cache_read=1.5, cache_write=18.75),
+    "claude-sonnet-4-6": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+    "claude-opus-4-5": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
 }
 
 
@@ -55,13 +56,15 @@ class Settings(BaseSettings):
     offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
     # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).
     model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
-    model_sonnet: str = Field(default="claude-sonnet-4-5", alias="LOOPS_MODEL_SONNET")
-    model_opus: str = Field(default="claude-opus-4-1", alias="LOOPS_MODEL_OPUS")
+    model_sonnet: str = Field(default="claude-sonnet-4-6", alias="LOOPS_MODEL_SONNET")
+    model_opus: str = Field(default="claude-opus-4-5", alias="LOOPS_MODEL_OPUS")
     # Agent definitions here replace the packaged ones by file name (seed 003 format).
     agents_dir: Path | None = Field(default=None, alias="LOOPS_AGENTS_DIR")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="LOOPS_PRICES")
     git_author_name: str = Field(default="loopworks", alias="LOOPS_GIT_AUTHOR_NAME")
     git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
+    # otlp, console or off; unset means OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else off.
+    tracing: str | None = Field(default=None, alias="LOOPS_TRACING")
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:

@@ -20,6 +20,9 @@ from schemas.roles import (
 from schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
 from schemas.run import RunState, TokenUsage
 
+# Where a run's artifact lives in its workspace (seed 001's artifact.md).
+ARTIFACT_PATH = "artifact.md"
+
 
 class Timing(BaseModel):
     """Wall-clock bounds of an activity, measured inside it (activities may read the clock)."""

@@ -20,8 +20,7 @@ from pydantic import BaseModel, Field, RootModel, model_validator
 from activities.llm.base import ModelAnswer, ModelCall
 from schemas.roles import Role
 from schemas.run import TokenUsage
-
-ARTIFACT_PATH = "artifact.md"
+from schemas.steps import ARTIFACT_PATH
 
 
 class ScriptEntry(BaseModel):

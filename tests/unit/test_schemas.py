@@ -321,6 +321,7 @@ def test_token_usage_addition_sums_every_field() -> None:
         cache_read_input_tokens=30,
         cache_creation_input_tokens=40,
         calls=1,
+        cost_usd=0.5,
     )
     b = TokenUsage(
         input_tokens=1,
@@ -328,6 +329,7 @@ def test_token_usage_addition_sums_every_field() -> None:
         cache_read_input_tokens=3,
         cache_creation_input_tokens=4,
         calls=5,
+        cost_usd=0.25,
     )
     total = a + b
     assert total == TokenUsage(
@@ -336,6 +338,7 @@ def test_token_usage_addition_sums_every_field() -> None:
         cache_read_input_tokens=33,
         cache_creation_input_tokens=44,
         calls=6,
+        cost_usd=0.75,
     )
     # Operands are not mutated.
     assert a.input_tokens == 10
