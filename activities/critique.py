@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 
 from activities.deps import StepDeps
 from schemas.roles import Critique, Role
-from schemas.steps import ARTIFACT_PATH, CritiqueInput, CritiqueOutput
+from schemas.steps import CritiqueInput, CritiqueOutput
 
 
 class CritiqueActivities:
@@ -17,15 +15,10 @@ class CritiqueActivities:
 
     @activity.defn(name="critique_artifact")
     async def critique_artifact(self, step: CritiqueInput) -> CritiqueOutput:
-        artifact = await asyncio.to_thread(
-            self.deps.workspaces.read_file,
-            step.workspace.origin,
-            step.workspace.commit,
-            ARTIFACT_PATH,
-        )
+        artifact = await self.deps.read_artifact(step.workspace)
         context = {
             "task": step.task,
-            "artifact": artifact or "",
+            "artifact": artifact,
             "evaluation": step.evaluation.model_dump(mode="json"),
             "rules": [r.model_dump(mode="json") for r in step.rules],
         }

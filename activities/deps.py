@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from opentelemetry import trace
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -19,12 +20,15 @@ from activities.workspace import GitWorkspaces
 from schemas.roles import Role
 from schemas.run import TokenUsage
 from schemas.settings import Settings
-from schemas.steps import ModelStep
+from schemas.steps import ARTIFACT_PATH, GitLocation, ModelStep
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
 INVALID_OUTPUT = "InvalidOutput"
 HEARTBEAT_EVERY_SECONDS = 1.0
+
+# Follows the process-wide provider (`worker.telemetry.configure_tracing`); a no-op without one.
+DEFAULT_TRACER = trace.get_tracer("loopworks")
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,8 @@ class StepDeps:
     agents: dict[str, AgentDefinition]
     templates: dict[str, WorkflowTemplate]
     workspaces: GitWorkspaces
+    # Tests trace into a provider of their own; None is the process-wide one.
+    tracer: trace.Tracer | None = None
 
     async def consult(
         self, role: Role, step: ModelStep, context: dict[str, Any], answer_type: type[Answer]
@@ -57,13 +63,44 @@ class StepDeps:
             context=context,
             output_schema=answer_type.model_json_schema(),
         )
-        try:
-            async with heartbeating():
-                answer, usage = await ask(self.model, call, answer_type)
-        except InvalidOutput as exc:
-            raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
-        usage.cost_usd = self.settings.cost_usd(call.model, usage)
+        # A child of the activity's span when the Temporal tracing interceptor is on.
+        with (self.tracer or DEFAULT_TRACER).start_as_current_span(
+            f"llm {role.value}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "loops.role": role.value,
+                "loops.run_id": step.run_id,
+                "loops.call_index": step.call_index,
+                "loops.iteration": step.iteration,
+                "gen_ai.request.model": call.model,
+            },
+        ) as span:
+            try:
+                async with heartbeating():
+                    answer, usage = await ask(self.model, call, answer_type)
+            except InvalidOutput as exc:
+                raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+            usage.cost_usd = self.settings.cost_usd(call.model, usage)
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": usage.input_tokens,
+                        "gen_ai.usage.output_tokens": usage.output_tokens,
+                        "loops.usage.cache_read_input_tokens": usage.cache_read_input_tokens,
+                        "loops.usage.cache_creation_input_tokens": (
+                            usage.cache_creation_input_tokens
+                        ),
+                        "loops.cost_usd": usage.cost_usd,
+                    }
+                )
         return answer, usage
+
+    async def read_artifact(self, location: GitLocation) -> str:
+        """The artifact at a commit, empty when the commit has none yet."""
+        text = await asyncio.to_thread(
+            self.workspaces.read_file, location.origin, location.commit, ARTIFACT_PATH
+        )
+        return text or ""
 
 
 @contextlib.asynccontextmanager

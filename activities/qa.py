@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import activity
 
 from activities.deps import StepDeps
 from schemas.roles import QAReport, Role
-from schemas.steps import ARTIFACT_PATH, QAInput, QAOutput
+from schemas.steps import QAInput, QAOutput
 
 
 class QAActivities:
@@ -17,17 +15,12 @@ class QAActivities:
 
     @activity.defn(name="verify_result")
     async def verify_result(self, step: QAInput) -> QAOutput:
-        artifact = await asyncio.to_thread(
-            self.deps.workspaces.read_file,
-            step.workspace.origin,
-            step.workspace.commit,
-            ARTIFACT_PATH,
-        )
+        artifact = await self.deps.read_artifact(step.workspace)
         context = {
             "task": step.task,
             "intent": step.intent,
             "acceptance_criteria": step.acceptance_criteria,
-            "artifact": artifact or "",
+            "artifact": artifact,
             "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
         }
         report, usage = await self.deps.consult(Role.QA_VERIFIER, step, context, QAReport)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from deploy.binaries import find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run scripts/install-deploy-tools.sh (as root for the apt packages)"
@@ -21,13 +22,10 @@ ENV_FILE_NAMES = frozenset({"ANTHROPIC_API_KEY", "LOOPS_LLM"})
 
 def require_tool(name: str) -> str:
     """Path of a validator binary; fail (never skip) when it is missing."""
-    beside_python = Path(sys.executable).parent / name
-    if beside_python.is_file():
-        return str(beside_python)
-    found = shutil.which(name)
-    if found:
-        return found
-    pytest.fail(f"{name} not found beside {sys.executable} or on PATH: {INSTALL_HINT}")
+    try:
+        return find_binary(name)
+    except FileNotFoundError:
+        pytest.fail(f"{name} not found beside {sys.executable} or on PATH: {INSTALL_HINT}")
 
 
 def run(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
