@@ -131,6 +131,7 @@ class LoopWorkflow:
         self._stop_note = ""
         self._paused = False
         self._approved = False
+        self._finalizing = False
         self._last_artifact: ArtifactOutput | None = None
         self._operator_note: str | None = None
         self._commit = ""
@@ -174,7 +175,8 @@ class LoopWorkflow:
     @workflow.signal
     def stop(self, reason: str | None = None) -> None:
         """Cancel in-flight work; the run still reflects and pushes what it has."""
-        if self._stop_requested or self._state.status.is_terminal:
+        if self._stop_requested or self._finalizing or self._state.status.is_terminal:
+            # Reflecting and pushing are how a stop ends; they are never cancelled.
             return
         self._stop_requested = True
         self._stop_note = reason or ""
@@ -265,6 +267,7 @@ class LoopWorkflow:
             self._fail(f"{_describe(err)}")
 
         # Every run that got a workspace reflects and pushes what it has, stopped or not.
+        self._finalizing = True
         if self._commit:
             await self._reflect()
             await self._close()

@@ -304,3 +304,21 @@ async def test_budget_exhaustion_stops_the_run_and_pushes_its_work(
     insights = remote_file(harness.origin, state.branch, ".loops/insights.json")
     assert '"stop_reason": "budget_exhausted"' in insights
     assert '"cost_usd"' in insights
+
+
+async def test_stop_while_reflecting_does_not_cancel_the_close(harness: LoopHarness) -> None:
+    script = {"reflector": {"*": {"delay_ms": 2_000}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+
+        async def reflecting() -> bool:
+            return "reflect_on_run" in await harness.scheduled_activities(handle)
+
+        await wait_for(reflecting)
+        await handle.signal(LoopWorkflow.stop, "too late")
+        state = (await handle.result()).state
+        events = names(await harness.events(handle))
+
+    assert state.status == RunStatus.COMPLETED
+    assert state.stop_reason == StopReason.THRESHOLD_REACHED
+    assert events[-2:] == ["reflection_done", "pushed"]
