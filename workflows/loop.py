@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
@@ -43,16 +42,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from schemas.rules import CheckGroup, Phase, PreparedCheck, group_of
     from schemas.run import (
-        STATUS_FOR_REASON,
         Approval,
         BlockInfo,
         Mode,
         RunState,
         RunStatus,
         Step,
-        StopInfo,
         StopReason,
-        TokenUsage,
         budget_exceeded,
     )
     from schemas.steps import (
@@ -76,16 +72,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import decisions
     from workflows.policies import CHECK_GROUP, GIT, INVALID_OUTPUT, MODEL_CALL, StepPolicy
-    from workflows.summary import IterationSummary, render_summary
+    from workflows.record import RunRecord
 
 T = TypeVar("T")
-
-LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
-LOOP_PHASE = SearchAttributeKey.for_keyword("LoopPhase")
-LOOP_ITERATION = SearchAttributeKey.for_int("LoopIteration")
-LOOP_SCORE = SearchAttributeKey.for_float("LoopScore")
-LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
-LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
 
 
 class _Stopped(Exception):
@@ -111,20 +100,21 @@ class LoopWorkflow:
     def __init__(self, params: LoopInput) -> None:
         request = params.request
         self._request = request
-        self._state = RunState(
-            run_id=params.run_id,
-            alias=params.alias,
-            task=request.task,
-            template=request.template,
-            max_iterations=request.max_iterations,
-            thresholds=request.thresholds,
-            rules=request.rules,
-            branch=f"loops/{params.run_id}",
-            origin=request.repo or "",
-            created_at=params.created_at,
-            updated_at=params.created_at,
+        self._record = RunRecord(
+            RunState(
+                run_id=params.run_id,
+                alias=params.alias,
+                task=request.task,
+                template=request.template,
+                max_iterations=request.max_iterations,
+                thresholds=request.thresholds,
+                rules=request.rules,
+                branch=f"loops/{params.run_id}",
+                origin=request.repo or "",
+                created_at=params.created_at,
+                updated_at=params.created_at,
+            )
         )
-        self._events: list[Event] = []
         self._calls: Counter[Role] = Counter()
         self._inflight: set[workflow.ActivityHandle[Any]] = set()
         self._stop_requested = False
@@ -140,15 +130,17 @@ class LoopWorkflow:
         self._guidance: list[str] = []
         self._last_evaluation: Evaluation | None = None
         self._last_plan: IterationPlan | None = None
-        self._search_attributes: dict[str, Any] = {}
         self._params = params
         self._generation = 1
         if params.carry is not None:
             self._restore(params.carry)
 
+    @property
+    def _state(self) -> RunState:
+        return self._record.state
+
     def _restore(self, carry: LoopCarry) -> None:
-        self._state = carry.state
-        self._events = carry.events
+        self._record = RunRecord(carry.state, carry.events)
         self._calls = Counter(carry.calls)
         self._commit = carry.commit
         self._intent = carry.intent
@@ -170,7 +162,7 @@ class LoopWorkflow:
 
     @workflow.query
     def events(self, after: int = 0) -> list[Event]:
-        return self._events[after:]
+        return self._record.events[after:]
 
     @workflow.signal
     def stop(self, reason: str | None = None) -> None:
@@ -190,8 +182,8 @@ class LoopWorkflow:
             update={"blocked": False, "cleared_note": note}
         )
         self._operator_note = note
-        self._set_status(RunStatus.PAUSED if self._paused else RunStatus.RUNNING)
-        self._emit(EventName.BLOCK_CLEARED, {"note": note})
+        self._record.set_status(RunStatus.PAUSED if self._paused else RunStatus.RUNNING)
+        self._record.emit(EventName.BLOCK_CLEARED, {"note": note})
         return self._state
 
     @clear_block.validator
@@ -203,7 +195,7 @@ class LoopWorkflow:
     async def pause(self) -> RunState:
         """Seed 002's pause: the current step finishes, then the run waits."""
         self._paused = True
-        self._emit(EventName.PAUSED, {})
+        self._record.emit(EventName.PAUSED, {})
         return self._state
 
     @pause.validator
@@ -215,8 +207,8 @@ class LoopWorkflow:
     async def resume(self) -> RunState:
         self._paused = False
         if self._state.status == RunStatus.PAUSED:
-            self._set_status(RunStatus.RUNNING)
-        self._emit(EventName.RESUMED, {})
+            self._record.set_status(RunStatus.RUNNING)
+        self._record.emit(EventName.RESUMED, {})
         return self._state
 
     @resume.validator
@@ -240,7 +232,7 @@ class LoopWorkflow:
         if approval.note:
             self._operator_note = approval.note
         self._approved = True
-        self._emit(EventName.APPROVED, {"edits": edits, "note": approval.note})
+        self._record.emit(EventName.APPROVED, {"edits": edits, "note": approval.note})
         return self._state
 
     @approve.validator
@@ -252,7 +244,7 @@ class LoopWorkflow:
 
     @workflow.run
     async def run(self, params: LoopInput) -> LoopResult:
-        self._sync_search_attributes()
+        self._record.sync_search_attributes()
         try:
             if params.carry is None:
                 await self._start()
@@ -260,25 +252,25 @@ class LoopWorkflow:
                 # A continued run picks up at the iteration boundary it left.
                 await self._iterate(params.carry.next_iteration, params.carry.previous_evaluation)
         except _Finished as finished:
-            self._conclude(finished.reason, finished.message)
+            self._record.conclude(finished.reason, finished.message, self._last_evaluation)
         except _Stopped:
-            self._conclude(StopReason.USER_STOP, self._stop_note)
+            self._record.conclude(StopReason.USER_STOP, self._stop_note, self._last_evaluation)
         except ActivityError as err:
-            self._fail(f"{_describe(err)}")
+            self._record.fail(f"{_describe(err)}")
 
         # Every run that got a workspace reflects and pushes what it has, stopped or not.
         self._finalizing = True
         if self._commit:
             await self._reflect()
             await self._close()
-        self._set_status(self._final_status())
-        self._set_step(Step.DONE)
+        self._record.set_status(self._record.final_status())
+        self._record.set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return LoopResult(state=self._state, events=len(self._events))
+        return LoopResult(state=self._state, events=len(self._record.events))
 
     async def _start(self) -> None:
         """Prepare the workspace, hydrate and review, wait for approval if asked, iterate."""
-        self._emit(EventName.RUN_STARTED, {"task": self._request.task[:500]})
+        self._record.emit(EventName.RUN_STARTED, {"task": self._request.task[:500]})
         workspace = await self._activity(
             RepositoryActivities.prepare_workspace,
             WorkspaceRequest(
@@ -301,17 +293,17 @@ class LoopWorkflow:
         feedback: list[str] = []
         revisions = 0
         while True:
-            self._set_step(Step.HYDRATE)
+            self._record.set_step(Step.HYDRATE)
             hydrated = await self._phase(
                 Step.HYDRATE, functools.partial(self._hydrate_once, feedback)
             )
             hydration = hydrated.hydration
-            self._add_usage(hydrated.usage)
+            self._record.add_usage(hydrated.usage)
             self._state.template = hydration.template
             self._state.rules = hydration.rules
             self._state.acceptance_criteria = hydration.acceptance_criteria
             self._intent = hydration.intent
-            self._emit(
+            self._record.emit(
                 EventName.HYDRATION_DONE,
                 {
                     "template": hydration.template,
@@ -322,15 +314,15 @@ class LoopWorkflow:
                 },
             )
 
-            self._set_step(Step.CRITIC)
+            self._record.set_step(Step.CRITIC)
             reviewed = await self._phase(
                 Step.CRITIC, functools.partial(self._review_once, hydration)
             )
             review = reviewed.review
-            self._add_usage(reviewed.usage)
+            self._record.add_usage(reviewed.usage)
             self._critic_verdict = review.verdict.value
             self._guidance.append(f"critic: {review.verdict.value} {review.feedback}".strip())
-            self._emit(
+            self._record.emit(
                 EventName.CRITIC_VERDICT,
                 {"verdict": review.verdict.value, "issues": review.issues, "round": revisions + 1},
             )
@@ -372,12 +364,12 @@ class LoopWorkflow:
 
     async def _await_approval(self) -> None:
         """Seed 001's explicit confirmation: nothing iterates until a person approves."""
-        self._set_step(Step.APPROVE)
-        self._set_status(RunStatus.AWAITING_APPROVAL)
+        self._record.set_step(Step.APPROVE)
+        self._record.set_status(RunStatus.AWAITING_APPROVAL)
         await workflow.wait_condition(lambda: self._approved or self._stop_requested)
         if self._stop_requested:
             raise _Stopped()
-        self._set_status(RunStatus.RUNNING)
+        self._record.set_status(RunStatus.RUNNING)
 
     async def _iterate(self, iteration: int, previous: Evaluation | None) -> None:
         """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
@@ -387,7 +379,7 @@ class LoopWorkflow:
             if iteration > first and self._history_is_long():
                 await self._continue_as_new(iteration, previous)
             state.iteration = iteration
-            self._sync_search_attributes()
+            self._record.sync_search_attributes()
             plan_focus = await self._plan()
             evaluation = await self._produce_prepare_evaluate()
             await self._maybe_audit(evaluation, plan_focus)
@@ -415,7 +407,7 @@ class LoopWorkflow:
             await self._refine(critique)
             previous = evaluation
             iteration += 1
-            self._emit(EventName.ITERATION_ADVANCED, {"iteration": iteration})
+            self._record.emit(EventName.ITERATION_ADVANCED, {"iteration": iteration})
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
@@ -433,10 +425,10 @@ class LoopWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         if self._stop_requested:
             raise _Stopped()
-        self._emit(EventName.CONTINUED_AS_NEW, {"generation": self._generation + 1})
+        self._record.emit(EventName.CONTINUED_AS_NEW, {"generation": self._generation + 1})
         carry = LoopCarry(
             state=self._state,
-            events=self._events,
+            events=self._record.events,
             calls=dict(self._calls),
             commit=self._commit,
             intent=self._intent,
@@ -454,7 +446,7 @@ class LoopWorkflow:
         workflow.continue_as_new(self._params.model_copy(update={"carry": carry}))
 
     async def _plan(self) -> str:
-        self._set_step(Step.PLAN)
+        self._record.set_step(Step.PLAN)
         planned = await self._phase(
             Step.PLAN,
             lambda: self._activity(
@@ -470,14 +462,14 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · plan",
             ),
         )
-        self._add_usage(planned.usage)
+        self._record.add_usage(planned.usage)
         self._last_plan = planned.plan
-        self._emit(EventName.PLAN_CREATED, planned.plan.model_dump(mode="json"))
+        self._record.emit(EventName.PLAN_CREATED, planned.plan.model_dump(mode="json"))
         return planned.plan.focus
 
     async def _produce_prepare_evaluate(self) -> Evaluation:
         """Step 5 runs PRODUCE and PREPARE side by side; both depend only on the plan."""
-        self._set_step(Step.PRODUCE_PREPARE)
+        self._record.set_step(Step.PRODUCE_PREPARE)
         produce = self._phase(Step.PRODUCE_PREPARE, self._produce_once)
         prepare = self._prepare(set_step=False)
         produced, prepared = await _gather_all(produce, prepare)
@@ -505,7 +497,7 @@ class LoopWorkflow:
 
     async def _prepare(self, set_step: bool = True) -> list[PreparedCheck]:
         if set_step:
-            self._set_step(Step.PREPARE)
+            self._record.set_step(Step.PREPARE)
         rules = decisions.active_rules(self._state.rules, self._state.phase)
         prepared = await self._phase(
             Step.PREPARE,
@@ -518,8 +510,8 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · prepare · {len(rules)} rules",
             ),
         )
-        self._add_usage(prepared.usage)
-        self._emit(
+        self._record.add_usage(prepared.usage)
+        self._record.emit(
             EventName.CHECKS_PREPARED,
             {
                 "checks": len(prepared.checks),
@@ -532,7 +524,7 @@ class LoopWorkflow:
 
     async def _evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
         """Step 6: one activity per independent check group, in parallel, then score."""
-        self._set_step(Step.EVALUATE)
+        self._record.set_step(Step.EVALUATE)
         groups: dict[CheckGroup, list[PreparedCheck]] = {}
         for check in checks:
             groups.setdefault(group_of(check.check), []).append(check)
@@ -558,16 +550,16 @@ class LoopWorkflow:
         outputs = await _gather_all(*(run_group(g, m) for g, m in sorted(groups.items())))
         results: list[CheckResult] = []
         for output in outputs:
-            self._add_usage(output.usage)
+            self._record.add_usage(output.usage)
             results.extend(output.results)
         evaluation = decisions.score_results(
             self._state.rules, results, self._state.phase, self._state.thresholds
         )
         self._last_evaluation = evaluation
         self._state.last_score = evaluation.score
-        self._sync_search_attributes()
-        self._show_iteration(evaluation)
-        self._emit(
+        self._record.sync_search_attributes()
+        self._record.show_iteration(evaluation, self._last_plan, self._last_artifact)
+        self._record.emit(
             EventName.EVALUATION_DONE,
             {
                 "score": evaluation.score,
@@ -592,7 +584,7 @@ class LoopWorkflow:
         draw = workflow.random().random()
         if not decisions.should_audit(draw, self._request.audit_probability):
             return
-        self._set_step(Step.AUDIT)
+        self._record.set_step(Step.AUDIT)
         audited = await self._phase(
             Step.AUDIT,
             lambda: self._activity(
@@ -609,9 +601,9 @@ class LoopWorkflow:
             ),
         )
         audit = audited.audit
-        self._add_usage(audited.usage)
+        self._record.add_usage(audited.usage)
         self._guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
-        self._emit(
+        self._record.emit(
             EventName.AUDIT_VERDICT,
             {
                 "verdict": audit.verdict.value,
@@ -624,7 +616,7 @@ class LoopWorkflow:
             self._state.block = BlockInfo(
                 blocked=True, reason=audit.reason, count=self._state.block.count + 1
             )
-            self._set_status(RunStatus.BLOCKED)
+            self._record.set_status(RunStatus.BLOCKED)
             await self._gate()
 
     def _decide(self, evaluation: Evaluation, previous: Evaluation | None) -> decisions.Decision:
@@ -640,12 +632,12 @@ class LoopWorkflow:
 
     def _switch_to_b(self) -> None:
         self._state.phase = Phase.B
-        self._sync_search_attributes()
-        self._emit(EventName.PHASE_SWITCHED, {"from": "A", "to": "B"})
+        self._record.sync_search_attributes()
+        self._record.emit(EventName.PHASE_SWITCHED, {"from": "A", "to": "B"})
 
     async def _verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
         """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
-        self._set_step(Step.QA)
+        self._record.set_step(Step.QA)
         verified = await self._phase(
             Step.QA,
             lambda: self._activity(
@@ -663,8 +655,8 @@ class LoopWorkflow:
             ),
         )
         report = verified.report
-        self._add_usage(verified.usage)
-        self._emit(
+        self._record.add_usage(verified.usage)
+        self._record.emit(
             EventName.QA_VERDICT,
             {
                 "verdict": report.verdict.value,
@@ -682,7 +674,7 @@ class LoopWorkflow:
         return Critique(issues=issues)
 
     async def _critique(self, evaluation: Evaluation) -> Critique:
-        self._set_step(Step.CRITIQUE)
+        self._record.set_step(Step.CRITIQUE)
         critiqued = await self._phase(
             Step.CRITIQUE,
             lambda: self._activity(
@@ -698,16 +690,18 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · critique",
             ),
         )
-        self._add_usage(critiqued.usage)
-        self._emit(
+        self._record.add_usage(critiqued.usage)
+        self._record.emit(
             EventName.CRITIQUE_DONE,
             {"issues": [i.model_dump(mode="json") for i in critiqued.critique.issues]},
         )
-        self._show_iteration(evaluation, critiqued.critique)
+        self._record.show_iteration(
+            evaluation, self._last_plan, self._last_artifact, critiqued.critique
+        )
         return critiqued.critique
 
     async def _refine(self, critique: Critique) -> None:
-        self._set_step(Step.REFINE)
+        self._record.set_step(Step.REFINE)
         refined = await self._phase(
             Step.REFINE,
             lambda: self._activity(
@@ -727,7 +721,7 @@ class LoopWorkflow:
 
     async def _reflect(self) -> None:
         """Step 10 runs for every run that got a workspace, stopped ones included."""
-        self._set_step(Step.REFLECT)
+        self._record.set_step(Step.REFLECT)
         try:
             reflected = await self._phase(
                 Step.REFLECT,
@@ -749,11 +743,13 @@ class LoopWorkflow:
             )
         except (_Finished, ActivityError) as err:
             # A failed reflection must not cost the run its push.
-            self._emit(EventName.FAILED, {"step": "REFLECT", "error": str(err)}, status="error")
+            self._record.emit(
+                EventName.FAILED, {"step": "REFLECT", "error": str(err)}, status="error"
+            )
             return
-        self._add_usage(reflected.usage)
+        self._record.add_usage(reflected.usage)
         self._commit = reflected.commit
-        self._emit(
+        self._record.emit(
             EventName.REFLECTION_DONE,
             {
                 "reflection": reflected.reflection.model_dump(mode="json"),
@@ -764,7 +760,7 @@ class LoopWorkflow:
 
     async def _close(self) -> None:
         """Step 11: push the run branch and verify that the remote has it."""
-        self._set_step(Step.CLOSE)
+        self._record.set_step(Step.CLOSE)
         try:
             closed = await self._activity(
                 RepositoryActivities.close_run,
@@ -779,9 +775,9 @@ class LoopWorkflow:
                 gated=False,
             )
         except ActivityError as err:
-            self._fail(f"push failed: {_describe(err)}")
+            self._record.fail(f"push failed: {_describe(err)}")
             return
-        self._emit(EventName.PUSHED, closed.model_dump(mode="json"))
+        self._record.emit(EventName.PUSHED, closed.model_dump(mode="json"))
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -825,7 +821,7 @@ class LoopWorkflow:
             try:
                 return await attempt()
             except _InvalidOutput as err:
-                self._emit(
+                self._record.emit(
                     EventName.PHASE_ERROR,
                     {"step": step.value, "attempt": number, "error": str(err)},
                     status="error",
@@ -840,12 +836,12 @@ class LoopWorkflow:
             raise _Finished(StopReason.BUDGET_EXHAUSTED, over)
         while not self._stop_requested and (self._state.blocked or self._paused):
             held = (self._state.blocked, self._paused)
-            self._set_status(RunStatus.BLOCKED if self._state.blocked else RunStatus.PAUSED)
+            self._record.set_status(RunStatus.BLOCKED if self._state.blocked else RunStatus.PAUSED)
             await workflow.wait_condition(functools.partial(self._hold_changed, held))
         if self._stop_requested:
             raise _Stopped()
         if self._state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
-            self._set_status(RunStatus.RUNNING)
+            self._record.set_status(RunStatus.RUNNING)
 
     def _hold_changed(self, held: tuple[bool, bool]) -> bool:
         return self._stop_requested or (self._state.blocked, self._paused) != held
@@ -861,120 +857,13 @@ class LoopWorkflow:
             "operator_note": note,
         }
 
-    def _workspace(self) -> GitLocation:
-        return GitLocation(origin=self._state.origin, commit=self._commit)
-
     def _accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
-        self._add_usage(output.usage)
         self._commit = output.commit
         self._last_artifact = output
-        self._state.artifact_commit = output.commit
-        payload: dict[str, Any] = {
-            "commit": output.commit,
-            "hash": output.artifact_hash,
-            "changed": output.changed or ["none"],
-            "started_at": output.timing.started_at,
-            "finished_at": output.timing.finished_at,
-        }
-        if event == EventName.REFINEMENT_DONE:
-            payload["previous_artifact_hash"] = output.previous_artifact_hash
-        self._emit(event, payload)
+        self._record.accept_artifact(output, event)
 
-    def _show_iteration(self, evaluation: Evaluation, critique: Critique | None = None) -> None:
-        """Seed 001 Step 8's compact summary as the run's current details in the UI."""
-        artifact = self._last_artifact
-        summary = IterationSummary(
-            iteration=self._state.iteration,
-            max_iterations=self._state.max_iterations,
-            phase=evaluation.phase.value,
-            score=evaluation.score,
-            passed=evaluation.passed,
-            plan_focus=self._last_plan.focus if self._last_plan else "",
-            artifact_hash=artifact.artifact_hash if artifact else "",
-            changed=artifact.changed if artifact else [],
-            failed=evaluation.failed_blockers,
-            warnings=evaluation.failed_warnings,
-            artifact=f"{self._state.branch}:artifact.md",
-            critique=[(i.rule_id, i.fix) for i in critique.issues] if critique else [],
-        )
-        workflow.set_current_details(render_summary(summary))
-
-    def _add_usage(self, usage: TokenUsage) -> None:
-        self._state.usage = self._state.usage + usage
-
-    def _conclude(self, reason: StopReason, message: str = "") -> None:
-        evaluation = self._last_evaluation
-        distance = None
-        if reason == StopReason.ITERATION_LIMIT and evaluation and not evaluation.passed:
-            distance = decisions.distance_to_success(evaluation)
-        self._state.stop_reason = reason
-        self._state.stop = StopInfo(
-            passed=STATUS_FOR_REASON[reason] == RunStatus.COMPLETED,
-            reason=reason,
-            message=message,
-            distance_to_success=distance,
-        )
-        name = EventName.FAILED if reason == StopReason.PHASE_ERROR else EventName.STOPPED
-        payload: dict[str, Any] = {"reason": reason.value, "message": message}
-        if distance:
-            payload["distance_to_success"] = distance.model_dump(mode="json")
-        self._emit(name, payload)
-
-    def _fail(self, message: str) -> None:
-        self._state.stop = StopInfo(passed=False, reason=self._state.stop_reason, message=message)
-        self._state.status = RunStatus.FAILED
-        self._emit(EventName.FAILED, {"error": message}, status="error")
-
-    def _final_status(self) -> RunStatus:
-        if self._state.status == RunStatus.FAILED:
-            return RunStatus.FAILED
-        if self._state.stop_reason is None:
-            return RunStatus.FAILED
-        return STATUS_FOR_REASON[self._state.stop_reason]
-
-    def _set_step(self, step: Step) -> None:
-        self._state.current_step = step
-        self._touch()
-
-    def _set_status(self, status: RunStatus) -> None:
-        self._state.status = status
-        self._touch()
-        self._sync_search_attributes()
-
-    def _touch(self) -> None:
-        self._state.updated_at = workflow.now().isoformat()
-
-    def _emit(self, name: EventName, payload: dict[str, Any], status: str = "ok") -> None:
-        self._events.append(
-            Event(
-                seq=len(self._events) + 1,
-                ts=workflow.now().isoformat(),
-                run_id=self._state.run_id,
-                iteration=self._state.iteration,
-                phase=self._state.phase,
-                step=self._state.current_step.value,
-                event=name,
-                status=status,
-                payload=payload,
-            )
-        )
-        self._touch()
-
-    def _sync_search_attributes(self) -> None:
-        """Keep the Temporal UI's list a dashboard; upsert only what changed."""
-        state = self._state
-        wanted: list[SearchAttributeUpdate[Any]] = [
-            LOOP_STATUS.value_set(state.status.value),
-            LOOP_PHASE.value_set(state.phase.value),
-            LOOP_ITERATION.value_set(state.iteration),
-            LOOP_SCORE.value_set(state.last_score),
-            LOOP_BLOCKED.value_set(state.blocked),
-            LOOP_ALIAS.value_set(state.alias),
-        ]
-        changed = [p for p in wanted if self._search_attributes.get(p.key.name) != p.value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
-            self._search_attributes.update({p.key.name: p.value for p in changed})
+    def _workspace(self) -> GitLocation:
+        return GitLocation(origin=self._state.origin, commit=self._commit)
 
 
 async def _gather_all(*awaitables: Awaitable[Any]) -> list[Any]:

@@ -1,0 +1,162 @@
+"""The run's record as the workflow keeps it: its status (seed 001's run.json), its
+events (history.jsonl) and the search attributes that make the Temporal UI a dashboard.
+
+Used from inside the workflow only: it reads `workflow.now()`, never the real clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+
+with workflow.unsafe.imports_passed_through():
+    from schemas.evaluation import Evaluation
+    from schemas.events import Event, EventName
+    from schemas.roles import Critique, IterationPlan
+    from schemas.run import (
+        STATUS_FOR_REASON,
+        RunState,
+        RunStatus,
+        Step,
+        StopInfo,
+        StopReason,
+        TokenUsage,
+    )
+    from schemas.steps import ARTIFACT_PATH, ArtifactOutput
+    from workflows import decisions
+    from workflows.summary import IterationSummary, render_summary
+
+LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
+LOOP_PHASE = SearchAttributeKey.for_keyword("LoopPhase")
+LOOP_ITERATION = SearchAttributeKey.for_int("LoopIteration")
+LOOP_SCORE = SearchAttributeKey.for_float("LoopScore")
+LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
+LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
+
+
+class RunRecord:
+    def __init__(self, state: RunState, events: list[Event] | None = None) -> None:
+        self.state = state
+        self.events: list[Event] = events if events is not None else []
+        self._search_attributes: dict[str, Any] = {}
+
+    def emit(self, name: EventName, payload: dict[str, Any], status: str = "ok") -> None:
+        """Append one event; history.jsonl is append-only and numbered from 1."""
+        self.events.append(
+            Event(
+                seq=len(self.events) + 1,
+                ts=workflow.now().isoformat(),
+                run_id=self.state.run_id,
+                iteration=self.state.iteration,
+                phase=self.state.phase,
+                step=self.state.current_step.value,
+                event=name,
+                status=status,
+                payload=payload,
+            )
+        )
+        self.touch()
+
+    def touch(self) -> None:
+        self.state.updated_at = workflow.now().isoformat()
+
+    def set_step(self, step: Step) -> None:
+        self.state.current_step = step
+        self.touch()
+
+    def set_status(self, status: RunStatus) -> None:
+        self.state.status = status
+        self.touch()
+        self.sync_search_attributes()
+
+    def add_usage(self, usage: TokenUsage) -> None:
+        self.state.usage = self.state.usage + usage
+
+    def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
+        """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads)."""
+        self.add_usage(output.usage)
+        self.state.artifact_commit = output.commit
+        payload: dict[str, Any] = {
+            "commit": output.commit,
+            "hash": output.artifact_hash,
+            "changed": output.changed or ["none"],
+            "started_at": output.timing.started_at,
+            "finished_at": output.timing.finished_at,
+        }
+        if event == EventName.REFINEMENT_DONE:
+            payload["previous_artifact_hash"] = output.previous_artifact_hash
+        self.emit(event, payload)
+
+    def conclude(
+        self, reason: StopReason, message: str, last_evaluation: Evaluation | None
+    ) -> None:
+        """Record why the loop stopped; on `iteration_limit` without a pass, with seed
+        001's distance-to-success block."""
+        distance = None
+        if reason == StopReason.ITERATION_LIMIT and last_evaluation and not last_evaluation.passed:
+            distance = decisions.distance_to_success(last_evaluation)
+        self.state.stop_reason = reason
+        self.state.stop = StopInfo(
+            passed=STATUS_FOR_REASON[reason] == RunStatus.COMPLETED,
+            reason=reason,
+            message=message,
+            distance_to_success=distance,
+        )
+        name = EventName.FAILED if reason == StopReason.PHASE_ERROR else EventName.STOPPED
+        payload: dict[str, Any] = {"reason": reason.value, "message": message}
+        if distance:
+            payload["distance_to_success"] = distance.model_dump(mode="json")
+        self.emit(name, payload)
+
+    def fail(self, message: str) -> None:
+        """A failure outside the loop's stop conditions (a rejected request, a git error)."""
+        self.state.stop = StopInfo(passed=False, reason=self.state.stop_reason, message=message)
+        self.state.status = RunStatus.FAILED
+        self.emit(EventName.FAILED, {"error": message}, status="error")
+
+    def final_status(self) -> RunStatus:
+        if self.state.status == RunStatus.FAILED or self.state.stop_reason is None:
+            return RunStatus.FAILED
+        return STATUS_FOR_REASON[self.state.stop_reason]
+
+    def show_iteration(
+        self,
+        evaluation: Evaluation,
+        plan: IterationPlan | None,
+        artifact: ArtifactOutput | None,
+        critique: Critique | None = None,
+    ) -> None:
+        """Seed 001 Step 8's compact summary as the run's current details in the UI."""
+        summary = IterationSummary(
+            iteration=self.state.iteration,
+            max_iterations=self.state.max_iterations,
+            phase=evaluation.phase.value,
+            score=evaluation.score,
+            passed=evaluation.passed,
+            plan_focus=plan.focus if plan else "",
+            artifact_hash=artifact.artifact_hash if artifact else "",
+            changed=artifact.changed if artifact else [],
+            failed=evaluation.failed_blockers,
+            warnings=evaluation.failed_warnings,
+            artifact=f"{self.state.branch}:{ARTIFACT_PATH}",
+            critique=[(i.rule_id, i.fix) for i in critique.issues] if critique else [],
+        )
+        workflow.set_current_details(render_summary(summary))
+
+    def sync_search_attributes(self) -> None:
+        """Keep the Temporal UI's list a dashboard; upsert only what changed."""
+        state = self.state
+        wanted: list[SearchAttributeUpdate[Any]] = [
+            LOOP_STATUS.value_set(state.status.value),
+            LOOP_PHASE.value_set(state.phase.value),
+            LOOP_ITERATION.value_set(state.iteration),
+            LOOP_SCORE.value_set(state.last_score),
+            LOOP_BLOCKED.value_set(state.blocked),
+            LOOP_ALIAS.value_set(state.alias),
+        ]
+        changed = [p for p in wanted if self._search_attributes.get(p.key.name) != p.value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self._search_attributes.update({p.key.name: p.value for p in changed})
