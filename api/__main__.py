@@ -8,12 +8,14 @@ import uvicorn
 
 from api.main import create_app
 from schemas.settings import Settings
+from worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.api")
 
 
 def main() -> None:
     settings = Settings()
+    configure_tracing(settings, "loopworks-api")  # FastAPI traces requests with it
     app = create_app(settings)
     log.info("API docs at http://%s:%d/docs", settings.api_host, settings.api_port)
     uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="info")

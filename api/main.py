@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
 from api import errors
@@ -30,14 +31,25 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
-def create_app(settings: Settings | None = None, client: Client | None = None) -> FastAPI:
-    """Build the API. Tests pass `client` to run without a lifespan or a server."""
+def create_app(
+    settings: Settings | None = None,
+    client: Client | None = None,
+    tracer_provider: TracerProvider | None = None,
+) -> FastAPI:
+    """Build the API. Tests pass `client` to run without a lifespan or a server, and
+    `tracer_provider` to trace without the process-wide provider.
+
+    FastAPI's own OpenTelemetry support makes a SERVER span `{method} {route}` per request
+    once a provider is installed (`worker.telemetry.configure_tracing`) or passed here;
+    routes run in its context, so their Temporal calls join the request's trace.
+    """
     settings = settings or Settings()
     app = FastAPI(
         title="loopworks",
         summary="Agentic reflex loops as durable Temporal workflows",
         version="0.1.0",
         lifespan=lifespan,
+        telemetry=None if tracer_provider is None else {"tracer_provider": tracer_provider},
     )
     app.state.settings = settings
     app.state.temporal = TemporalConnection(settings, client)

@@ -11,6 +11,7 @@ from activities.catalog import CatalogError
 from schemas.settings import Settings
 from worker.build import build_deps, build_worker
 from worker.connect import connect
+from worker.telemetry import TracingConfigError, configure_tracing
 
 log = logging.getLogger("loopworks.worker")
 
@@ -20,7 +21,9 @@ async def main() -> int:
     try:
         # Catalogs first: a malformed agent definition stops the worker before it polls.
         deps = build_deps(settings)
-    except CatalogError as err:
+        # Before connecting: the client (and so the worker) gets the tracing interceptor.
+        configure_tracing(settings, "loopworks-worker")
+    except (CatalogError, TracingConfigError) as err:
         log.error("cannot start: %s", err)
         return 2
     client = await connect(settings)
