@@ -12,7 +12,7 @@ from api.models import RunSummary
 from api.runs import WORKFLOW_TYPE
 from schemas.rules import Phase
 from schemas.run import TERMINAL_STATUSES, RunStatus
-from workflows.loop import (
+from workflows.record import (
     LOOP_ALIAS,
     LOOP_BLOCKED,
     LOOP_ITERATION,
