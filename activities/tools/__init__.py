@@ -1,0 +1,34 @@
+"""The producer's workspace tools and the policy (seed 003's PreToolUse guard) they all pass."""
+
+from activities.tools.guard import ToolDenied, ToolGuard, secret_name, tool_env
+from activities.tools.workspace_tools import (
+    TOOLS,
+    ToolResult,
+    ToolSpec,
+    edit_file,
+    execute,
+    list_files,
+    read_file,
+    run_command,
+    search,
+    tool_definitions,
+    write_file,
+)
+
+__all__ = [
+    "TOOLS",
+    "ToolDenied",
+    "ToolGuard",
+    "ToolResult",
+    "ToolSpec",
+    "edit_file",
+    "execute",
+    "list_files",
+    "read_file",
+    "run_command",
+    "search",
+    "secret_name",
+    "tool_definitions",
+    "tool_env",
+    "write_file",
+]
