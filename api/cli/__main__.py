@@ -1,0 +1,142 @@
+"""`loops` / `python -m api.cli`: the command line, wired with argparse.
+
+Exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from api.cli import commands
+from api.cli.client import ApiClient, CliError
+from api.cli.config import DEFAULT_API_URL, CliConfig
+
+Command = Callable[[commands.Context, argparse.Namespace], int]
+
+EPILOG = f"""\
+environment:
+  LOOPS_API_URL    the API (default {DEFAULT_API_URL})
+  LOOPS_API_TOKEN  sent as "Authorization: Bearer <token>"
+  LOOPS_DATA_DIR   the service's data directory (clean only)
+
+exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage
+"""
+
+
+def _connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    # Accepted before or after the command; after it, an unset flag must not reset
+    # the value given before it, hence SUPPRESS there.
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--url", default=default, help="API base URL (env LOOPS_API_URL)")
+    parser.add_argument("--token", default=default, help="API bearer token (env LOOPS_API_TOKEN)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loops",
+        description="Start, steer and watch loopworks runs through its API.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _connection_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_options(common, suppress=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        return command
+
+    new = add("new", commands.cmd_new, "start a run; prints its id")
+    new.add_argument("task", help="what the run should produce")
+    new.add_argument("--repo", help="URL or path of a git repository (default: the service's)")
+    new.add_argument("--base-branch", help="branch of --repo to start from")
+    new.add_argument("--template", help="workflow template id")
+    new.add_argument("--max-iterations", type=_positive)
+    new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
+    new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
+    new.add_argument(
+        "--interactive", action="store_true", help="wait for `loops approve` before iterating"
+    )
+    new.add_argument("--idempotency-key", help="the same key returns the same run")
+    _follow_options(new)
+
+    status = add("status", commands.cmd_status, "a run's status (default: the most recent run)")
+    status.add_argument("run", nargs="?", metavar="RUN")
+    _follow_options(status)
+    status.add_argument("--json", action="store_true", help="print the full state as JSON")
+
+    stop = add("stop", commands.cmd_stop, "stop a run (it still reflects and pushes)")
+    stop.add_argument("run", metavar="RUN")
+    stop.add_argument("--reason", help="recorded as the stop message")
+
+    clear = add("clear-block", commands.cmd_clear_block, "release a custodiet block")
+    clear.add_argument("run", metavar="RUN")
+    clear.add_argument("--note", required=True, help="goes into the next step's context")
+
+    pause = add("pause", commands.cmd_pause, "pause after the current step")
+    pause.add_argument("run", metavar="RUN")
+    resume = add("resume", commands.cmd_resume, "resume a paused run")
+    resume.add_argument("run", metavar="RUN")
+
+    approve = add("approve", commands.cmd_approve, "approve an interactive run's criteria")
+    approve.add_argument("run", metavar="RUN")
+    approve.add_argument("--max-iterations", type=_positive)
+    approve.add_argument("--rules-file", type=Path, help="edited rules as JSON or YAML")
+    approve.add_argument("--note", help="goes into the first step's context")
+
+    listing = add("list", commands.cmd_list, "list runs, newest first")
+    listing.add_argument("--status", help="only runs with this status")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--json", action="store_true")
+
+    history = add("history", commands.cmd_history, "a run's event timeline")
+    history.add_argument("run", metavar="RUN")
+    history.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    artifact = add("artifact", commands.cmd_artifact, "print a run's artifact (markdown)")
+    artifact.add_argument("run", metavar="RUN")
+
+    clean = add("clean", commands.cmd_clean, "delete a finished run's local workspaces")
+    clean.add_argument("run", metavar="RUN")
+    clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def _follow_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--follow", "-f", action="store_true", help="print iteration summaries until it ends"
+    )
+    parser.add_argument(
+        "--poll", action="store_true", help="with --follow: poll instead of the live stream"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = CliConfig.load(url=args.url, token=args.token)
+    handler: Command = args.handler
+    try:
+        with ApiClient(config) as client:
+            return handler(commands.Context(config, client), args)
+    except CliError as err:
+        print(f"loops: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nloops: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Commands against a fake API: request bodies, error messages, exit codes, clean."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from api.cli import commands
+from api.cli.__main__ import build_parser, main
+from api.cli.client import ApiClient, ApiError, CliError
+from api.cli.config import CliConfig
+from tests.cli.sample import RUN_ID, RUNS, STATE
+
+pytestmark = pytest.mark.unit
+
+
+class Recorder:
+    def __init__(self, answers: dict[tuple[str, str], httpx.Response]) -> None:
+        self.answers = answers
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        key = (request.method, request.url.path)
+        if key in self.answers:
+            return self.answers[key]
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    def body(self, index: int = -1) -> Any:
+        return json.loads(self.requests[index].content)
+
+
+class TtyInput(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def run(
+    argv: list[str],
+    api: Recorder,
+    stdin: io.StringIO | None = None,
+    token: str | None = None,
+) -> tuple[int, str]:
+    args = build_parser().parse_args(argv)
+    config = CliConfig("http://api.test", token)
+    out = io.StringIO()
+    client = ApiClient(config, transport=httpx.MockTransport(api))
+    ctx = commands.Context(config, client, out=out, stdin=stdin or io.StringIO())
+    code = args.handler(ctx, args)
+    return code, out.getvalue()
+
+
+CREATED = httpx.Response(201, json={"run_id": RUN_ID, "alias": "a", "status_url": "/runs/x"})
+
+
+def test_new_sends_the_request_and_prints_only_the_run_id(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - id: r1\n    description: d\n    severity: fail\n    phase: A\n"
+        "    check: {kind: pattern, pattern: x}\nthresholds: {A: 0.7}\n"
+    )
+    api = Recorder({("POST", "/runs"): CREATED})
+    argv = ["new", "Write a guide", "--repo", "/srv/repo.git", "--template", "docs"]
+    argv += ["--max-iterations", "3", "--interactive", "--rules-file", str(rules)]
+    argv += ["--idempotency-key", "k-1"]
+    code, out = run(argv, api, token="s3cret")
+    assert (code, out) == (0, f"{RUN_ID}\n")
+    request = api.requests[0]
+    assert request.headers["authorization"] == "Bearer s3cret"
+    assert request.headers["idempotency-key"] == "k-1"
+    assert api.body() == {
+        "task": "Write a guide",
+        "repo": "/srv/repo.git",
+        "template": "docs",
+        "max_iterations": 3,
+        "mode": "interactive",
+        "rules": [
+            {
+                "id": "r1",
+                "description": "d",
+                "severity": "fail",
+                "phase": "A",
+                "check": {"kind": "pattern", "pattern": "x"},
+            }
+        ],
+        "thresholds": {"A": 0.7},
+    }
+
+
+def test_new_without_options_sends_only_the_task() -> None:
+    api = Recorder({("POST", "/runs"): CREATED})
+    run(["new", "t"], api)
+    assert api.body() == {"task": "t"}
+    assert "authorization" not in api.requests[0].headers
+
+
+def test_a_422_carries_the_apis_message() -> None:
+    message = "body.task: String should have at least 1 character"
+    api = Recorder(
+        {("POST", "/runs"): httpx.Response(422, json={"detail": [], "message": message})}
+    )
+    with pytest.raises(ApiError) as raised:
+        run(["new", ""], api)
+    assert str(raised.value) == f"HTTP 422: {message}"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (404, {"detail": f"run {RUN_ID} not found"}, f"HTTP 404: run {RUN_ID} not found"),
+        (409, {"detail": "run is finished"}, "HTTP 409: run is finished"),
+        (
+            401,
+            {"detail": "missing bearer token"},
+            "HTTP 401: missing bearer token (set LOOPS_API_TOKEN or pass --token)",
+        ),
+        (
+            422,
+            {"detail": [{"loc": ["body", "note"], "msg": "Field required"}]},
+            "HTTP 422: body.note: Field required",
+        ),
+        (502, None, "HTTP 502: Bad Gateway"),
+    ],
+)
+def test_error_messages(status: int, body: Any, expected: str) -> None:
+    answer = httpx.Response(status, json=body) if body else httpx.Response(status)
+    api = Recorder({("POST", f"/runs/{RUN_ID}/stop"): answer})
+    with pytest.raises(ApiError, match=None) as raised:
+        run(["stop", RUN_ID], api)
+    assert str(raised.value) == expected
+
+
+def test_stop_sends_the_reason() -> None:
+    api = Recorder({("POST", f"/runs/{RUN_ID}/stop"): httpx.Response(202, json=STATE)})
+    code, out = run(["stop", RUN_ID, "--reason", "enough"], api)
+    assert code == 0 and "stop requested" in out
+    assert api.body() == {"reason": "enough"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "path", "body"),
+    [
+        (["clear-block", RUN_ID, "--note", "go on"], "clear-block", {"note": "go on"}),
+        (["pause", RUN_ID], "pause", None),
+        (["resume", RUN_ID], "resume", None),
+        (["approve", RUN_ID, "--max-iterations", "2"], "approve", {"max_iterations": 2}),
+    ],
+)
+def test_messages_post_to_their_routes(argv: list[str], path: str, body: Any) -> None:
+    api = Recorder({("POST", f"/runs/{RUN_ID}/{path}"): httpx.Response(200, json=STATE)})
+    code, _ = run(argv, api)
+    assert code == 0
+    assert (api.body() if api.requests[0].content else None) == body
+
+
+def test_approve_with_a_json_rules_list(tmp_path: Path) -> None:
+    rules = [{"id": "r", "description": "d", "check": {"kind": "pattern", "pattern": "x"}}]
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps(rules))
+    api = Recorder({("POST", f"/runs/{RUN_ID}/approve"): httpx.Response(200, json=STATE)})
+    run(["approve", RUN_ID, "--rules-file", str(path), "--note", "ok"], api)
+    assert api.body() == {"rules": rules, "note": "ok"}
+
+
+def test_a_bad_rules_file_is_a_failure_before_any_request(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text("just a string\n")
+    api = Recorder({})
+    with pytest.raises(CliError, match="must hold a list of rules"):
+        run(["approve", RUN_ID, "--rules-file", str(path)], api)
+    with pytest.raises(CliError, match="cannot read"):
+        run(["approve", RUN_ID, "--rules-file", str(tmp_path / "missing.json")], api)
+    assert api.requests == []
+
+
+def test_status_defaults_to_the_most_recent_run() -> None:
+    latest = RUNS[0]["run_id"]
+    api = Recorder(
+        {
+            ("GET", "/runs"): httpx.Response(200, json=RUNS),
+            ("GET", f"/runs/{latest}"): httpx.Response(200, json={**STATE, "run_id": latest}),
+        }
+    )
+    code, out = run(["status"], api)
+    assert code == 0
+    assert api.requests[0].url.params["limit"] == "1"
+    assert out.splitlines()[0].startswith("write-a-short-guide-to-reflex-loops | completed | 2/4")
+
+
+def test_status_without_any_run() -> None:
+    api = Recorder({("GET", "/runs"): httpx.Response(200, json=[])})
+    with pytest.raises(CliError, match="there are no runs yet"):
+        run(["status"], api)
+
+
+def test_list_and_history_and_artifact() -> None:
+    api = Recorder(
+        {
+            ("GET", "/runs"): httpx.Response(200, json=RUNS),
+            ("GET", f"/runs/{RUN_ID}/events"): httpx.Response(200, json=[]),
+            ("GET", f"/runs/{RUN_ID}/artifact"): httpx.Response(200, text="# Title\n\nbody"),
+        }
+    )
+    assert run(["list", "--status", "completed"], api)[1].startswith("RUN_ID")
+    assert api.requests[-1].url.params["status"] == "completed"
+    assert run(["history", RUN_ID], api)[1] == f"no events for {RUN_ID}\n"
+    assert run(["artifact", RUN_ID], api)[1] == "# Title\n\nbody\n"
+
+
+# --- clean ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def workspaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path / "data"))
+    root = tmp_path / "data" / "workspaces"
+    for name in (RUN_ID, f"{RUN_ID}.evaluate", f"{RUN_ID}-other", "another-run", ".cache"):
+        (root / name / ".git").mkdir(parents=True)
+        (root / name / "artifact.md").write_text("# x\n")
+    return root
+
+
+def remaining(root: Path) -> list[str]:
+    return sorted(path.name for path in root.iterdir())
+
+
+def state_api(status: str) -> Recorder:
+    return Recorder(
+        {("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json={**STATE, "status": status})}
+    )
+
+
+def test_clean_refuses_a_live_run(workspaces: Path) -> None:
+    with pytest.raises(CliError, match="is running; only finished runs are cleaned"):
+        run(["clean", RUN_ID, "--yes"], state_api("running"))
+    assert RUN_ID in remaining(workspaces)
+
+
+def test_clean_without_a_terminal_and_without_yes_refuses(workspaces: Path) -> None:
+    with pytest.raises(CliError, match="stdin is not a terminal"):
+        run(["clean", RUN_ID], state_api("completed"))
+    assert RUN_ID in remaining(workspaces)
+
+
+def test_clean_asks_and_no_keeps_everything(workspaces: Path) -> None:
+    code, out = run(["clean", RUN_ID], state_api("stopped"), stdin=TtyInput("n\n"))
+    assert code == 1 and "nothing deleted" in out
+    assert f"{workspaces / RUN_ID} (" in out
+    assert RUN_ID in remaining(workspaces)
+
+
+def test_clean_deletes_only_the_runs_workspaces(workspaces: Path) -> None:
+    code, out = run(["clean", RUN_ID], state_api("completed"), stdin=TtyInput("y\n"))
+    assert code == 0, out
+    assert remaining(workspaces) == sorted([".cache", f"{RUN_ID}-other", "another-run"])
+    code, out = run(["clean", RUN_ID, "--yes"], state_api("completed"))
+    assert (code, out.startswith("nothing to clean")) == (0, True)
+
+
+def test_clean_rejects_a_path_as_run_id(workspaces: Path) -> None:
+    api = state_api("completed")
+    with pytest.raises(CliError, match="is not a run id"):
+        run(["clean", "../data", "--yes"], api)
+    assert api.requests == []
+
+
+# --- main -----------------------------------------------------------------------------
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        [],
+        ["nope"],
+        ["stop"],
+        ["clear-block", RUN_ID],
+        ["new", "t", "--max-iterations", "0"],
+    ):
+        with pytest.raises(SystemExit) as raised:
+            main(argv)
+        assert raised.value.code == 2, argv
+    assert "usage: loops" in capsys.readouterr().err
+
+
+def test_an_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "http://127.0.0.1:9", "list"]) == 1
+    assert "cannot reach the API at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_flags_after_the_command_and_the_environment() -> None:
+    args = build_parser().parse_args(["--url", "http://a", "list"])
+    assert args.url == "http://a"
+    args = build_parser().parse_args(["list", "--token", "t"])
+    assert (args.url, args.token) == (None, "t")
+    env = {"LOOPS_API_URL": "http://env:1/", "LOOPS_API_TOKEN": "e"}
+    assert CliConfig.load(environ=env) == CliConfig("http://env:1", "e")
+    assert CliConfig.load("http://flag", "f", environ=env) == CliConfig("http://flag", "f")
+    assert CliConfig.load(environ={}) == CliConfig("http://127.0.0.1:8000", None)

@@ -1,0 +1,237 @@
+"""What the CLI prints, from a real run's events and states (tests/cli/sample.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api.cli.render import (
+    IterationTracker,
+    artifact_location,
+    final_summary,
+    history_line,
+    iteration_summaries,
+    list_table,
+    notice,
+    status_line,
+    status_notes,
+)
+from tests.cli.sample import EVENTS, LIMIT_STATE, RUN_ID, RUNS, STATE
+
+pytestmark = pytest.mark.unit
+
+ARTIFACT = f"loops/{RUN_ID}:artifact.md"
+
+
+def test_status_line_is_seed_001s_compact_line() -> None:
+    assert status_line(STATE) == (
+        "write-a-short-guide-to-reflex-loops | completed | 2/4 | B | DONE | 1.00"
+        " | 2026-11-22T05:11:44Z"
+    )
+    assert status_notes(STATE) == ["stop: threshold_reached"]
+
+
+def test_status_notes_say_what_a_live_run_waits_for() -> None:
+    blocked = {**STATE, "status": "blocked", "block": {"blocked": True, "reason": "drift"}}
+    assert status_notes(blocked) == [
+        f"blocked: drift (release with: loops clear-block {RUN_ID} --note '...')"
+    ]
+    waiting = {**STATE, "status": "awaiting_approval"}
+    assert status_notes(waiting) == [f"awaiting approval (approve with: loops approve {RUN_ID})"]
+    assert status_notes({**STATE, "status": "running"}) == []
+    stopped = {
+        **STATE,
+        "status": "stopped",
+        "stop_reason": "user_stop",
+        "stop": {"reason": "user_stop", "message": "enough"},
+    }
+    assert status_notes(stopped) == ["stop: user_stop (enough)"]
+
+
+def test_status_line_of_a_fresh_run_with_missing_fields() -> None:
+    fresh = {"run_id": "r-1", "status": "running", "max_iterations": 4}
+    assert status_line(fresh) == "r-1 | running | 0/4 | - | - | - | -"
+
+
+def test_list_table_aligns_columns() -> None:
+    lines = list_table(RUNS).splitlines()
+    assert lines[0].split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED"]
+    assert lines[1].split() == [
+        "write-a-short-guide-to-reflex-loops-20261122-051145-3632a2",
+        "write-a-short-guide-to-reflex-loops",
+        "stopped",
+        "1",
+        "0.00",
+        "2026-11-22T05:11:45Z",
+    ]
+    assert lines[2].split()[2:] == ["completed", "2", "1.00", "2026-11-22T05:11:41Z"]
+    # Columns start at the same offset on every line.
+    status_column = lines[0].index("STATUS")
+    assert lines[1][status_column:].startswith("stopped")
+    assert lines[2][status_column:].startswith("completed")
+
+
+def test_list_table_of_no_runs_and_of_a_run_without_attributes() -> None:
+    assert list_table([]) == "no runs"
+    bare: dict[str, Any] = {
+        "run_id": "x",
+        "status": "running",
+        "blocked": True,
+        "started_at": "2026-02-18T12:00:00Z",
+    }
+    assert list_table([bare]).splitlines()[1].split() == [
+        "x",
+        "-",
+        "running",
+        "(blocked)",
+        "-",
+        "-",
+        "2026-02-18T12:00:00Z",
+    ]
+
+
+def test_history_is_one_line_per_event() -> None:
+    lines = [history_line(event) for event in EVENTS]
+    assert len(lines) == len(EVENTS)
+    assert lines[0].split()[:6] == ["1", "05:11:42", "it", "0", "A", "HYDRATE"]
+    assert "run_started" in lines[0] and "Write a short guide" in lines[0]
+    by_name = {event["event"]: line for event, line in zip(EVENTS, lines, strict=True)}
+    assert by_name["plan_created"].endswith("fix has-verification")
+    assert "hash e0016d7f, changed: ## Verification" in by_name["refinement_done"]
+    assert by_name["iteration_advanced"].endswith("→ iteration 2")
+    assert "phase_switched     A → B" in by_name["phase_switched"]
+    assert by_name["stopped"].endswith("threshold_reached")
+    assert by_name["pushed"].endswith(f"loops/{RUN_ID} @ 60f3adce (verified)")
+    evaluations = [line for line in lines if "evaluation_done" in line]
+    assert evaluations[1].endswith(
+        "score 0.78 / 0.90 FAIL, failed: has-verification, warnings: none"
+    )
+    assert "1 issue: has-verification" in by_name["critique_done"]
+
+
+def test_history_marks_errors() -> None:
+    error = {
+        "seq": 9,
+        "ts": "2026-02-18T12:00:00+00:00",
+        "iteration": 1,
+        "phase": "A",
+        "step": "PLAN",
+        "event": "phase_error",
+        "status": "error",
+        "payload": {"step": "PLAN", "attempt": 1, "error": "focus: field required"},
+    }
+    assert history_line(error).startswith("   9 ! 12:00:00")
+    assert history_line(error).endswith("PLAN attempt 1: focus: field required")
+    assert notice(error) == "· phase_error: PLAN attempt 1: focus: field required"
+
+
+def test_iteration_summaries_follow_seed_001_step_8() -> None:
+    summaries = iteration_summaries(EVENTS, 4, ARTIFACT)
+    assert [text.splitlines()[0] for text in summaries] == [
+        # Phase A passed: the loop switched to B and re-evaluated the same artifact.
+        "── Iteration 1/4 | Phase A | Score: 1.00 | PASS ──",
+        "── Iteration 1/4 | Phase B | Score: 0.78 | FAIL ──",
+        "── Iteration 2/4 | Phase B | Score: 1.00 | PASS ──",
+    ]
+    assert summaries[1].splitlines() == [
+        "── Iteration 1/4 | Phase B | Score: 0.78 | FAIL ──",
+        "Plan: first complete draft",
+        # The evaluated artifact, not the refinement that followed the critique.
+        "Hash: ab49bd4b",
+        "Changed: initial generation",
+        "Failed: has-verification",
+        "Warnings: none",
+        f"Artifact: {ARTIFACT}",
+        "Critique:",
+        "  has-verification: Make the artifact satisfy: The artifact says how to verify the result",
+    ]
+    assert summaries[2].splitlines()[1:5] == [
+        "Plan: fix has-verification",
+        "Hash: e0016d7f",
+        "Changed: none",
+        "Failed: none",
+    ]
+    assert "Critique:" not in summaries[2]
+
+
+def test_a_summary_is_printed_when_its_iteration_is_over() -> None:
+    tracker = IterationTracker(4, ARTIFACT)
+    done_at = {}
+    for event in EVENTS:
+        for summary in tracker.feed(event):
+            done_at[(summary.iteration, summary.phase)] = event["event"]
+    assert done_at == {
+        (1, "A"): "phase_switched",
+        (1, "B"): "iteration_advanced",
+        (2, "B"): "stopped",
+    }
+    assert tracker.finish() == []
+
+
+def test_approval_with_edited_max_iterations_shows_the_new_limit() -> None:
+    approved = {
+        "seq": 4,
+        "iteration": 0,
+        "phase": "A",
+        "event": "approved",
+        "payload": {"edits": {"max_iterations": 2}, "note": None},
+    }
+    events = [*EVENTS[:3], approved, *({**e, "seq": e["seq"] + 1} for e in EVENTS[3:])]
+    assert iteration_summaries(events, 4, ARTIFACT)[0].startswith("── Iteration 1/2 |")
+
+
+def test_an_unfinished_iteration_is_flushed_at_the_end() -> None:
+    until_evaluation = [e for e in EVENTS if e["seq"] <= 7]
+    tracker = IterationTracker(4, ARTIFACT)
+    assert [s for e in until_evaluation for s in tracker.feed(e)] == []
+    (summary,) = tracker.finish()
+    assert (summary.iteration, summary.phase, summary.passed) == (1, "A", True)
+
+
+def test_final_summary_of_a_completed_run() -> None:
+    assert final_summary(STATE).splitlines() == [
+        f"══ Run {RUN_ID} completed ══",
+        "Iteration: 2/4",
+        "Phase: B",
+        "Final score: 1.00",
+        "Stop reason: threshold_reached",
+        f"Artifact: {artifact_location(STATE)} on /srv/loops/origin.git",
+    ]
+
+
+def test_final_summary_carries_distance_to_success_on_iteration_limit() -> None:
+    lines = final_summary(LIMIT_STATE).splitlines()
+    assert lines[:5] == [
+        f"══ Run {LIMIT_STATE['run_id']} stopped ══",
+        "Iteration: 1/1",
+        "Phase: A",
+        "Final score: 0.00",
+        "Stop reason: iteration_limit",
+    ]
+    assert lines[5:9] == [
+        "distance_to_success:",
+        "  threshold (phase A): 0.80 | score: 0.00 | gap: 0.80",
+        "  failed fail-rules: 1 (impossible)",
+        "  rules passed: 0/1",
+    ]
+
+
+def test_final_summary_shows_the_stop_message() -> None:
+    stopped = {
+        **STATE,
+        "status": "stopped",
+        "stop_reason": "user_stop",
+        "stop": {"passed": False, "reason": "user_stop", "message": "from temporal cli"},
+    }
+    assert "Message: from temporal cli" in final_summary(stopped).splitlines()
+
+
+def test_notices_for_control_events() -> None:
+    block = {"event": "audit_verdict", "payload": {"verdict": "BLOCK", "reason": "drift"}}
+    assert notice(block) == "! custodiet BLOCK: drift"
+    assert notice({"event": "audit_verdict", "payload": {"verdict": "OK"}}) is None
+    cleared = {"event": "block_cleared", "payload": {"note": "go on"}}
+    assert notice(cleared) == "· block_cleared: note: go on"
+    assert notice({"event": "paused", "payload": {}}) == "· paused"
+    assert all(notice(event) is None for event in EVENTS)
