@@ -9,18 +9,31 @@ compatible servers alike (LiteLLM, Ollama); the tool input is the answer.
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+from typing import Any, cast
 
 import anthropic
-from anthropic.types import Message, ToolUseBlock
+from anthropic.types import Message, MessageParam, TextBlock, ToolParam, ToolUseBlock
 
-from activities.llm.base import InvalidOutput, ModelAnswer, ModelCall
+from activities.llm import base
+from activities.llm.base import (
+    CONTEXT_FENCE,
+    Conversation,
+    InvalidOutput,
+    ModelAnswer,
+    ModelCall,
+    Turn,
+    with_context,
+)
 from activities.llm.errors import classify
+from schemas.roles import Role
 from schemas.run import TokenUsage
 from schemas.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 ANSWER_TOOL = "answer"
-CONTEXT_FENCE = "```context"
+__all__ = ["ANSWER_TOOL", "CONTEXT_FENCE", "AnthropicModel", "build_anthropic_client"]
 
 # A connection that cannot be made in this long will not be made by waiting longer.
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -81,16 +94,74 @@ class AnthropicModel:
         answer = _answer_input(call, message, self.max_tokens)
         return ModelAnswer(text=json.dumps(answer), usage=usage_of(message))
 
+    async def converse(self, conversation: Conversation) -> Turn:
+        """The next assistant turn: the model may call any of the tools, or none and stop."""
+        max_tokens = conversation.max_tokens or self.max_tokens
+        try:
+            message = await self.client.messages.create(
+                model=conversation.model,
+                max_tokens=max_tokens,
+                # Tools, then this system block, are the same on every turn of the role:
+                # one cache breakpoint here covers both.
+                system=[
+                    {
+                        "type": "text",
+                        "text": conversation.system,
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+                # Plain dicts in the API's shape; the server validates them.
+                messages=cast("list[MessageParam]", _cache_tail(conversation.messages)),
+                tools=cast("list[ToolParam]", conversation.tools),
+            )
+        except anthropic.APIError as exc:
+            raise classify(exc) from exc
+        _check_stop(conversation.role, message, max_tokens)
+        blocks: list[base.TextBlock | base.ToolUse] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                blocks.append(base.TextBlock(text=block.text))
+            elif isinstance(block, ToolUseBlock):
+                blocks.append(base.ToolUse(id=block.id, name=block.name, input=block.input))
+            else:
+                # Only client tools are offered and thinking is off; anything else is noise
+                # a compatible server added, and the next request can do without it.
+                logger.debug("dropping a %s block from the reply", block.type)
+        return Turn(content=blocks, stop_reason=message.stop_reason, usage=usage_of(message))
+
 
 def user_message(call: ModelCall) -> str:
-    """The rendered prompt, then the same inputs as one JSON document in a `context` block.
+    """The rendered prompt, then the inputs as JSON in a `context` block (`with_context`)."""
+    return with_context(call.prompt, call.context)
 
-    The JSON is exact where the rendered sections are for reading (strings there are
-    unquoted), so a model, a proxy's log or a test stand-in can read the inputs back.
-    """
-    context = json.dumps(call.context, ensure_ascii=False, separators=(",", ":"), default=str)
-    fenced = f"{CONTEXT_FENCE}\n{context}\n```"
-    return f"{call.prompt}\n\n{fenced}" if call.prompt else fenced
+
+def _cache_tail(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with a cache breakpoint on the last block, so each turn reads the turns
+    before it from the cache. A copy: the caller's conversation stays as it was."""
+    if not messages:
+        return messages
+    last = dict(messages[-1])
+    content = last.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content or not isinstance(content[-1], dict):
+        return messages
+    last["content"] = [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}]
+    return [*messages[:-1], last]
+
+
+def _check_stop(role: Role, message: Message, max_tokens: int) -> None:
+    """A turn cut off mid-way, or refused, is invalid output (retry once, then phase_error)."""
+    if message.stop_reason == "max_tokens":
+        raise InvalidOutput(
+            role,
+            f"a turn was cut off at max_tokens={max_tokens}; raise "
+            "LOOPS_ANTHROPIC_MAX_TOKENS if turns are this long",
+        )
+    if message.stop_reason == "model_context_window_exceeded":
+        raise InvalidOutput(role, "the conversation outgrew the model's context window")
+    if message.stop_reason == "refusal":
+        raise InvalidOutput(role, "the model refused to continue")
 
 
 def usage_of(message: Message) -> TokenUsage:

@@ -17,7 +17,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, RootModel, model_validator
 
-from activities.llm.base import ModelAnswer, ModelCall
+from activities.llm.base import (
+    Conversation,
+    ModelAnswer,
+    ModelCall,
+    TextBlock,
+    ToolUse,
+    Turn,
+    has_tool_results,
+)
 from schemas.roles import Role
 from schemas.run import TokenUsage
 from schemas.steps import ARTIFACT_PATH
@@ -70,6 +78,10 @@ class OfflineScript(RootModel[dict[Role, dict[str, ScriptEntry]]]):
         return cls.model_validate(data)
 
 
+# The workspace tool the offline agent writes its draft with (activities.tools).
+WRITE_FILE_TOOL = "write_file"
+
+
 class OfflineModel:
     def __init__(self, latency_ms: int = 0, script: OfflineScript | None = None) -> None:
         self.latency_ms = latency_ms
@@ -77,9 +89,7 @@ class OfflineModel:
 
     async def answer(self, call: ModelCall) -> ModelAnswer:
         entry = self.script.entry(call.role, call.call_index)
-        delay = (entry.delay_ms if entry and entry.delay_ms else self.latency_ms) / 1000
-        if delay:
-            await asyncio.sleep(delay)
+        await self._wait(entry)
         if entry is not None and entry.raw is not None:
             text = entry.raw
         elif entry is not None and entry.answer is not None:
@@ -92,6 +102,71 @@ class OfflineModel:
             calls=1,
         )
         return ModelAnswer(text=text, usage=usage)
+
+    async def converse(self, conversation: Conversation) -> Turn:
+        """An agent that writes its role's answer through tools, deterministically.
+
+        Turn 1 calls `write_file` once per file of the draft (the script's answer for this
+        call, else the default answer for the context); once tool results are in, it ends
+        with a line on what changed. A scripted `raw` text is a reply without tool calls.
+        """
+        entry = self.script.entry(conversation.role, conversation.call_index)
+        answer = (
+            entry.answer
+            if entry is not None and entry.answer is not None
+            else _DEFAULTS[conversation.role](conversation.context)
+        )
+        blocks: list[TextBlock | ToolUse]
+        if has_tool_results(conversation.messages):
+            blocks = [TextBlock(text=_closing_line(answer))]
+        else:
+            await self._wait(entry)
+            if entry is not None and entry.raw is not None:
+                blocks = [TextBlock(text=entry.raw)]
+            else:
+                blocks = [
+                    ToolUse(
+                        id=f"toolu_offline_{conversation.call_index}_{number}",
+                        name=WRITE_FILE_TOOL,
+                        input={"path": file["path"], "content": file["content"]},
+                    )
+                    for number, file in enumerate(_files(answer), start=1)
+                ] or [TextBlock(text="Nothing to write.")]
+        calls_tools = any(isinstance(b, ToolUse) for b in blocks)
+        reply = json.dumps([b.model_dump() for b in blocks])
+        usage = TokenUsage(
+            input_tokens=_tokens(conversation.system) + _tokens(json.dumps(conversation.messages)),
+            output_tokens=_tokens(reply),
+            calls=1,
+        )
+        return Turn(
+            content=blocks, stop_reason="tool_use" if calls_tools else "end_turn", usage=usage
+        )
+
+    async def _wait(self, entry: ScriptEntry | None) -> None:
+        delay = (entry.delay_ms if entry and entry.delay_ms else self.latency_ms) / 1000
+        if delay:
+            await asyncio.sleep(delay)
+
+
+def _files(answer: dict[str, Any]) -> list[dict[str, str]]:
+    """The well-formed `{path, content}` entries of a draft; a script may give others."""
+    files = answer.get("files")
+    return [
+        {"path": f["path"], "content": f["content"]}
+        for f in (files if isinstance(files, list) else [])
+        if isinstance(f, dict)
+        and isinstance(f.get("path"), str)
+        and isinstance(f.get("content"), str)
+    ]
+
+
+def _closing_line(answer: dict[str, Any]) -> str:
+    summary = str(answer.get("summary") or "").strip()
+    changed = [str(c) for c in answer.get("changed") or []]
+    if changed:
+        return f"{summary or 'Done'}: {'; '.join(changed)}"
+    return summary or "No changes were needed."
 
 
 def _tokens(text: str) -> int:

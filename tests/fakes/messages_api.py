@@ -4,8 +4,11 @@ The real SDK talks to it over a socket, so everything between `AnthropicModel` a
 wire (headers, retries, error mapping) is the production path. Every request is
 recorded; each is answered by the next scripted responder for its role, else by the
 default one, which answers the forced tool with what loopworks' offline model would
-answer for that role and context. The role is recognised from the system prompt (the
-agent definition's prompt), the context from the user message's `context` block.
+answer for that role and context. A request that offers tools without forcing one is an
+agent's turn (PRODUCE, REFINE): it is answered as the offline model converses, with
+`write_file` calls for the role's draft first and a closing text once tool results are
+in. The role is recognised from the system prompt (the agent definition's prompt), the
+context from the first user message's `context` block.
 
     with FakeMessagesAPI(api_key="test-key") as api:
         api.script(Role.PLANNER, error(429, headers={"retry-after": "1"}))
@@ -29,8 +32,8 @@ from typing import Any
 
 from activities.catalog import AgentDefinition, load_agents
 from activities.llm.anthropic import CONTEXT_FENCE
-from activities.llm.base import ModelCall
-from activities.llm.offline import OfflineModel
+from activities.llm.base import Conversation, ModelCall
+from activities.llm.offline import OfflineModel, OfflineScript, ScriptEntry
 from schemas.roles import Role
 
 ERROR_TYPES = {
@@ -75,15 +78,14 @@ class RecordedRequest:
 
     @property
     def user_text(self) -> str:
-        content = self.body["messages"][-1]["content"]
-        if isinstance(content, str):
-            return content
-        return "".join(block.get("text", "") for block in content)
+        """The text of the last message."""
+        return _text_of(self.body["messages"][-1])
 
     @property
     def context(self) -> dict[str, Any]:
-        """The inputs as sent in the `context` block at the end of the user message."""
-        _, fence, rest = self.user_text.rpartition(CONTEXT_FENCE + "\n")
+        """The inputs as sent in the `context` block at the end of the first user message."""
+        first = next((m for m in self.body.get("messages") or [] if m.get("role") == "user"), None)
+        _, fence, rest = (_text_of(first) if first else "").rpartition(CONTEXT_FENCE + "\n")
         if not fence:
             return {}
         document = rest.rsplit("\n```", 1)[0]
@@ -98,6 +100,30 @@ class RecordedRequest:
             if tool.get("name") == name:
                 return dict(tool)
         raise LookupError(f"no forced tool in the request (tool_choice {name!r})")
+
+    @property
+    def is_agent_turn(self) -> bool:
+        """Tools offered and none forced: the model may call any of them, or none."""
+        forced = (self.body.get("tool_choice") or {}).get("type") in ("tool", "any")
+        return bool(self.body.get("tools")) and not forced
+
+    @property
+    def tool_results(self) -> list[dict[str, Any]]:
+        """Every tool_result block sent back in this request's messages, in order."""
+        return [
+            block
+            for message in self.body.get("messages") or []
+            if message.get("role") == "user" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content or [] if isinstance(block, dict))
 
 
 @dataclass(frozen=True)
@@ -117,13 +143,20 @@ Responder = Callable[["FakeMessagesAPI", RecordedRequest], Reply]
 def answer(
     answer_input: dict[str, Any] | None = None,
     *,
-    stop_reason: str = "tool_use",
+    stop_reason: str | None = None,
     usage: Mapping[str, int | None] | None = None,
     delay_s: float = 0.0,
 ) -> Responder:
-    """A tool_use answer: `answer_input`, or the offline model's answer for the request."""
+    """A tool_use answer: `answer_input`, or the offline model's answer for the request.
+
+    To an agent's turn, `answer_input` is the draft its `write_file` calls write (by
+    default the offline model's), and the reply is the offline model's next turn.
+    """
 
     def respond(api: FakeMessagesAPI, request: RecordedRequest) -> Reply:
+        if request.is_agent_turn:
+            content, agent_stop = api.agent_turn(request, answer_input)
+            return api.message(request, content, stop_reason or agent_stop, usage, delay_s)
         tool_input = answer_input if answer_input is not None else api.offline_answer(request)
         block = {
             "type": "tool_use",
@@ -131,7 +164,7 @@ def answer(
             "name": request.tool["name"],
             "input": tool_input,
         }
-        return api.message(request, [block], stop_reason, usage, delay_s)
+        return api.message(request, [block], stop_reason or "tool_use", usage, delay_s)
 
     return respond
 
@@ -293,6 +326,29 @@ class FakeMessagesAPI:
         parsed: dict[str, Any] = json.loads(reply.text)
         return parsed
 
+    def agent_turn(
+        self, request: RecordedRequest, draft: dict[str, Any] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """(content, stop_reason) of the offline model's next turn in this conversation."""
+        if request.role is None:
+            raise LookupError("the system prompt matches no agent definition")
+        conversation = Conversation(
+            role=request.role,
+            run_id="fake",
+            model=request.body["model"],
+            system=request.system_text,
+            messages=request.body["messages"],
+            tools=request.body.get("tools") or [],
+            context=request.context,
+        )
+        script = (
+            OfflineScript({request.role: {"*": ScriptEntry(answer=draft)}})
+            if draft is not None
+            else None
+        )
+        turn = asyncio.run(OfflineModel(script=script).converse(conversation))
+        return [block.model_dump() for block in turn.content], turn.stop_reason or "end_turn"
+
     def message(
         self,
         request: RecordedRequest,
@@ -324,9 +380,10 @@ class FakeMessagesAPI:
             seen = request.system_text in self._cached_systems
             if cacheable:
                 self._cached_systems.add(request.system_text)
+        # An agent's turn sends the whole conversation so far.
+        sent = json.dumps(request.body["messages"]) if request.is_agent_turn else request.user_text
         return {
-            "input_tokens": max(1, len(request.user_text) // 4)
-            + (0 if cacheable else system_tokens),
+            "input_tokens": max(1, len(sent) // 4) + (0 if cacheable else system_tokens),
             "output_tokens": max(1, len(json.dumps(content)) // 4),
             "cache_creation_input_tokens": system_tokens if cacheable and not seen else 0,
             "cache_read_input_tokens": system_tokens if cacheable and seen else 0,
