@@ -348,6 +348,15 @@ class GitWorkspaces:
         )
         return self._git(["rev-parse", "HEAD"], cwd=workdir).stdout.strip()
 
+    def changed_paths(self, workdir: Path) -> list[str]:
+        """Paths (relative, sorted) whose content differs from HEAD: what `commit` would record."""
+        out = self._git(
+            ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"],
+            cwd=workdir,
+        ).stdout
+        # Each entry is "XY <path>"; without renames there is no second path.
+        return sorted(entry[3:] for entry in out.split("\0") if len(entry) > 3)
+
     def publish(self, workdir: Path, run_id: str, commit: str) -> None:
         """Force-push `commit` to the run's work ref so any worker can fetch it."""
         ref = work_ref(run_id)
@@ -401,6 +410,18 @@ class GitWorkspaces:
                     f"could not read {spec}: {data.stderr.decode(errors='replace').strip()}"
                 )
             return data.stdout.decode("utf-8", errors="replace")
+
+    def list_files(self, origin: str, commit: str, directory: str) -> list[str]:
+        """Paths of the files under `directory` at `commit` on origin, recursively, sorted;
+        empty when the commit has no such directory."""
+        relpath = _safe_relpath(directory)
+        _checked_commit(commit)
+        with self._origin_git_dir(origin, commit=commit) as git_dir:
+            if not self._has_commit(commit, git_dir=git_dir):
+                raise GitError(f"commit {commit} is not on origin {_redact(origin)}")
+            args = ["ls-tree", "-r", "-z", "--name-only", commit, "--", f"{relpath}/"]
+            out = self._git([f"--git-dir={git_dir}", *args]).stdout
+        return sorted(path for path in out.split("\0") if path)
 
     def branch_log(self, origin: str, branch: str) -> list[str]:
         """Commit subjects of `branch` on origin, newest first."""

@@ -254,6 +254,57 @@ def test_read_file(tmp_path: Path, origin: str) -> None:
         ws.read_file(origin, "1" * 40, "README.md")
 
 
+def test_list_files(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-13", origin, base)
+    trajectory = workdir / ".loops" / "trajectory"
+    trajectory.mkdir(parents=True)
+    for name in ["02-produce.jsonl", "01-refine.jsonl", "01-produce.jsonl"]:
+        (trajectory / name).write_text("{}\n")
+    (trajectory / "deeper").mkdir()
+    (trajectory / "deeper" / "x.txt").write_text("x\n")
+    (workdir / ".loops" / "insights.json").write_text("{}\n")
+    sha = ws.commit(workdir, "trajectory", WHEN)
+    ws.publish(workdir, "run-13", sha)
+
+    assert ws.list_files(origin, sha, ".loops/trajectory") == [
+        ".loops/trajectory/01-produce.jsonl",
+        ".loops/trajectory/01-refine.jsonl",
+        ".loops/trajectory/02-produce.jsonl",
+        ".loops/trajectory/deeper/x.txt",
+    ]
+    assert ws.list_files(origin, sha, "./.loops/trajectory/") == ws.list_files(
+        origin, sha, ".loops/trajectory"
+    )
+    # A prefix of a name is not a directory.
+    assert ws.list_files(origin, sha, ".loops/traj") == []
+    assert ws.list_files(origin, base, ".loops/trajectory") == []
+    assert ws.list_files(f"file://{origin}", sha, ".loops") == [
+        ".loops/insights.json",
+        *ws.list_files(origin, sha, ".loops/trajectory"),
+    ]
+    with pytest.raises(ValueError):
+        ws.list_files(origin, sha, "../elsewhere")
+    with pytest.raises(GitError):
+        ws.list_files(origin, "1" * 40, ".loops")
+
+
+def test_changed_paths(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-14", origin, base)
+    assert ws.changed_paths(workdir) == []
+    (workdir / "README.md").write_text("changed\n")
+    (workdir / "new dir").mkdir()
+    (workdir / "new dir" / "a b.md").write_text("new\n")
+    assert ws.changed_paths(workdir) == ["README.md", "new dir/a b.md"]
+    ws.commit(workdir, "changes", WHEN)
+    assert ws.changed_paths(workdir) == []
+    (workdir / "README.md").unlink()
+    assert ws.changed_paths(workdir) == ["README.md"]
+
+
 def test_read_file_through_url_cache(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
     url = f"file://{origin}"
