@@ -1,8 +1,10 @@
 """Steps 4, 5 and 8: plan the iteration, produce the artifact, refine it from a critique.
 
-Producing and refining change the workspace, so each starts from the commit the workflow
-hands it and ends with exactly one commit: a retry on any worker starts from the same
-tree, and the same answer at the same time gives the same commit.
+Producing and refining are an agent working in the run's workspace with tools
+(`activities.agent_loop`). Each starts from the commit the workflow hands it and ends with
+exactly one commit holding the agent's changes and its trajectory: a retry on any worker
+starts again from the same tree and rewrites the same trajectory file, and the workflow
+keeps the commit of the attempt that completed.
 """
 
 from __future__ import annotations
@@ -12,13 +14,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.deps import INVALID_OUTPUT, StepDeps, now
-from schemas.roles import Draft, IterationPlan, Role
+from activities.agent_loop import AgentOutcome, AgentStep, run_agent, to_jsonl
+from activities.deps import DEFAULT_TRACER, INVALID_OUTPUT, StepDeps, now
+from activities.llm.base import Conversation, InvalidOutput, render_context, with_context
+from activities.tools import tool_definitions
+from schemas.roles import IterationPlan, Role
 from schemas.steps import (
     ARTIFACT_PATH,
+    TRAJECTORY_DIR,
     ArtifactOutput,
     GitLocation,
     ModelStep,
@@ -27,7 +34,12 @@ from schemas.steps import (
     ProduceInput,
     RefineInput,
     Timing,
+    trajectory_path,
 )
+
+# The commit subject quotes the agent's last words up to here; the output keeps more.
+SUBJECT_CHARS = 72
+SUMMARY_CHARS = 2000
 
 
 class ProductionActivities:
@@ -74,7 +86,7 @@ class ProductionActivities:
         step: ModelStep,
         workspace: GitLocation,
         context: dict[str, Any],
-        verb: str,
+        verb: AgentStep,
         committed_at: datetime,
     ) -> ArtifactOutput:
         started = now()
@@ -85,23 +97,101 @@ class ProductionActivities:
         previous_hash = workspaces.file_sha256(workdir, ARTIFACT_PATH)
         current = workdir / ARTIFACT_PATH
         context = {**context, "current_artifact": current.read_text() if current.exists() else None}
-        draft, usage = await self.deps.consult(role, step, context, Draft)
-        for file in draft.files:
-            target = _inside(workdir, file.path)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(file.content)
-        message = f"iteration {step.iteration} · {verb}: {draft.summary or 'artifact'}"
+        outcome = await self._run_agent(role, step, context, workdir, verb)
+        if not current.is_file():
+            raise ApplicationError(
+                f"{role.value} answered with invalid output: it ended without writing "
+                f"{ARTIFACT_PATH} ({outcome.turns} turns"
+                + (", turn limit reached)" if outcome.limit_reached else ")"),
+                type=INVALID_OUTPUT,
+                non_retryable=True,
+            )
+        # What the agent changed, before the trajectory joins the tree: the record of the
+        # work is not part of the work.
+        changed = [
+            path
+            for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
+            if not path.startswith(f"{TRAJECTORY_DIR}/")
+        ]
+        trajectory = trajectory_path(step.iteration, verb)
+        target = _inside(workdir, trajectory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(to_jsonl(outcome.records), encoding="utf-8")
+        summary = _first_line(outcome.final_text)
+        message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"
         commit = await asyncio.to_thread(workspaces.commit, workdir, message, committed_at)
         await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
         return ArtifactOutput(
             commit=commit,
             artifact_hash=workspaces.file_sha256(workdir, ARTIFACT_PATH) or "",
             previous_artifact_hash=previous_hash,
-            changed=draft.changed,
-            summary=draft.summary,
-            usage=usage,
+            changed=changed,
+            summary=outcome.final_text[:SUMMARY_CHARS],
+            usage=outcome.usage,
             timing=Timing(started_at=started, finished_at=now()),
+            turns=outcome.turns,
+            turn_limit_reached=outcome.limit_reached,
+            trajectory_path=trajectory,
         )
+
+    async def _run_agent(
+        self, role: Role, step: ModelStep, context: dict[str, Any], workdir: Path, verb: AgentStep
+    ) -> AgentOutcome:
+        """The role's agent over the workspace: its prompt as the system, the step's inputs
+        as the first message, the workspace tools; usage priced as `consult` prices it."""
+        deps = self.deps
+        agent = deps.agents[role.value]
+        if step.operator_note:
+            context = {**context, "operator_note": step.operator_note}
+        conversation = Conversation(
+            role=role,
+            run_id=step.run_id,
+            call_index=step.call_index,
+            iteration=step.iteration,
+            model=deps.settings.model_for(agent.model),
+            system=agent.prompt,
+            messages=[{"role": "user", "content": with_context(render_context(context), context)}],
+            tools=tool_definitions(),
+            context=context,
+        )
+        with (deps.tracer or DEFAULT_TRACER).start_as_current_span(
+            f"agent {role.value}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "loops.role": role.value,
+                "loops.run_id": step.run_id,
+                "loops.call_index": step.call_index,
+                "loops.iteration": step.iteration,
+                "gen_ai.request.model": conversation.model,
+            },
+        ) as span:
+            try:
+                outcome = await run_agent(
+                    deps.model, conversation, workdir, deps.settings.agent_max_turns, verb
+                )
+            except InvalidOutput as exc:
+                raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+            outcome.usage.cost_usd = deps.settings.cost_usd(conversation.model, outcome.usage)
+            if outcome.limit_reached:
+                activity.logger.warning(
+                    "%s stopped at the turn limit (%d turns)", role.value, outcome.turns
+                )
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "loops.agent.turns": outcome.turns,
+                        "loops.agent.turn_limit_reached": outcome.limit_reached,
+                        "gen_ai.usage.input_tokens": outcome.usage.input_tokens,
+                        "gen_ai.usage.output_tokens": outcome.usage.output_tokens,
+                        "loops.cost_usd": outcome.usage.cost_usd,
+                    }
+                )
+        return outcome
+
+
+def _first_line(text: str) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= SUBJECT_CHARS else line[: SUBJECT_CHARS - 1] + "…"
 
 
 def _inside(workdir: Path, relative: str) -> Path:

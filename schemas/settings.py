@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     anthropic_max_tokens: int = Field(default=4096, gt=0, alias="LOOPS_ANTHROPIC_MAX_TOKENS")
     # One HTTP request; Temporal's retry policy decides whether to try again.
     anthropic_timeout_seconds: float = Field(default=300, gt=0, alias="LOOPS_ANTHROPIC_TIMEOUT_S")
+    # PRODUCE and REFINE end after this many model turns even if the agent wants more.
+    agent_max_turns: int = Field(default=12, ge=1, alias="LOOPS_AGENT_MAX_TURNS")
     offline_latency_ms: int = Field(default=0, ge=0, alias="LOOPS_OFFLINE_LATENCY_MS")
     offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
     # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).

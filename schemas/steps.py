@@ -22,6 +22,14 @@ from schemas.run import RunState, TokenUsage
 
 # Where a run's artifact lives in its workspace (seed 001's artifact.md).
 ARTIFACT_PATH = "artifact.md"
+# Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.
+TRAJECTORY_DIR = ".loops/trajectory"
+
+
+def trajectory_path(iteration: int, step: str) -> str:
+    """`.loops/trajectory/01-produce.jsonl`: a retried step rewrites its own file, and the
+    names sort in the order the steps ran."""
+    return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}.jsonl"
 
 
 class Timing(BaseModel):
@@ -145,6 +153,10 @@ class ArtifactOutput(BaseModel):
     summary: str = ""
     usage: TokenUsage = Field(default_factory=TokenUsage)
     timing: Timing = Field(default_factory=Timing)
+    # The agent's side of the step; its whole trajectory is in the commit, at this path.
+    turns: int = 0
+    turn_limit_reached: bool = False
+    trajectory_path: str | None = None
 
 
 class PrepareInput(ModelStep):

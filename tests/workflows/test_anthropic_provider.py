@@ -17,13 +17,16 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
+from activities.agent_loop import from_jsonl
 from activities.catalog import load_agents
 from activities.llm.anthropic import AnthropicModel
+from activities.tools import TOOLS
 from schemas.roles import Role
 from schemas.run import RunStatus, StopReason
 from schemas.settings import Settings
 from tests.fakes.messages_api import FakeMessagesAPI, answer, error, truncated
 from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_loop import remote_file
 from worker.build import build_model, build_worker
 from workflows.loop import LoopWorkflow
 from workflows.policies import MODEL_CALL
@@ -33,6 +36,8 @@ pytestmark = pytest.mark.workflow
 KEY = "test-key"
 AGENTS = load_agents()
 HALF_A_PLAN = {"focus": "fix the ti"}
+# Roles that work in the workspace with tools instead of answering one forced tool.
+AGENT_ROLES = {Role.PRODUCER, Role.REFINER}
 
 
 @pytest.fixture
@@ -109,7 +114,12 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
         agent = AGENTS[request.role.value]
         assert request.body["model"] == settings.model_for(agent.model)
         assert request.system_text == agent.prompt
-        assert request.body["tool_choice"] == {"type": "tool", "name": "answer"}
+        if request.role in AGENT_ROLES:
+            # An agent's turn: the workspace tools offered, none forced.
+            assert "tool_choice" not in request.body
+            assert {t["name"] for t in request.body["tools"]} == set(TOOLS)
+        else:
+            assert request.body["tool_choice"] == {"type": "tool", "name": "answer"}
     assert {r.body["model"] for r in api.requests} == {
         settings.model_haiku,
         settings.model_sonnet,
@@ -121,6 +131,24 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
     assert usage.input_tokens > 0 and usage.output_tokens > 0
     assert usage.cache_creation_input_tokens > 0
     assert usage.cache_read_input_tokens > 0
+
+    # The producer wrote the artifact through tools: its second turn carried the results
+    # of its write_file calls, and the branch holds the trajectory of that turn.
+    produced = api.requests_for(Role.PRODUCER)[:2]  # iteration 1's two turns
+    assert [len(r.tool_results) for r in produced] == [0, 1]
+    [result] = produced[1].tool_results
+    assert "is_error" not in result and "artifact.md" in result["content"]
+    records = from_jsonl(
+        remote_file(harness.origin, state.branch, ".loops/trajectory/01-produce.jsonl")
+    )
+    assert {(r.step, r.iteration, r.run_id) for r in records} == {("produce", 1, handle.id)}
+    calls = [r for r in records if r.kind == "tool_call"]
+    results = [r for r in records if r.kind == "tool_result"]
+    assert [(c.tool, c.input["path"]) for c in calls] == [("write_file", "artifact.md")]
+    assert [(r.tool, r.ok, r.tool_use_id) for r in results] == [
+        ("write_file", True, calls[0].tool_use_id)
+    ]
+    assert records[-1].kind == "assistant" and records[-1].stop_reason == "end_turn"
 
 
 async def test_rate_limit_is_retried_by_temporal_after_retry_after(

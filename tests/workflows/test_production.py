@@ -1,0 +1,120 @@
+"""PRODUCE and REFINE as an agent in the workspace: whole runs with the offline model."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from activities.agent_loop import from_jsonl
+from activities.llm.offline import OfflineModel, OfflineScript
+from schemas.run import RunStatus, StopReason
+from schemas.settings import Settings
+from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_loop import TESTS_RULE, TITLE_RULE, remote_file
+from worker.build import build_worker
+
+pytestmark = pytest.mark.workflow
+
+TRAJECTORY = ".loops/trajectory"
+
+
+def branch_files(harness: LoopHarness, branch: str) -> list[str]:
+    out = subprocess.run(
+        ["git", "--git-dir", str(harness.origin), "ls-tree", "-r", "--name-only", branch],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.splitlines()
+
+
+async def test_each_step_commits_its_trajectory_and_changed_names_only_the_work(
+    harness: LoopHarness,
+) -> None:
+    async with harness.worker():
+        handle = await harness.start(task="Write a testing guide", rules=[TITLE_RULE, TESTS_RULE])
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED and state.iteration == 2
+    files = branch_files(harness, state.branch)
+    assert [f for f in files if f.startswith(TRAJECTORY)] == [
+        f"{TRAJECTORY}/01-produce.jsonl",
+        f"{TRAJECTORY}/01-refine.jsonl",
+        f"{TRAJECTORY}/02-produce.jsonl",
+    ]
+    for name, step, iteration in [("01-produce", "produce", 1), ("01-refine", "refine", 1)]:
+        records = from_jsonl(
+            remote_file(harness.origin, state.branch, f"{TRAJECTORY}/{name}.jsonl")
+        )
+        assert {(r.run_id, r.step, r.iteration) for r in records} == {(handle.id, step, iteration)}
+        assert [r.kind for r in records] == [
+            "system",
+            "user",
+            "assistant",
+            "tool_call",
+            "tool_result",
+            "assistant",
+        ]
+        assert all(r.ok for r in records if r.kind == "tool_result")
+
+    artifacts = [
+        e.payload for e in events if e.event.value in ("artifact_created", "refinement_done")
+    ]
+    # The first draft and the refinement changed the artifact; iteration 2's producer kept it
+    # as it was. The trajectory, committed alongside, is never counted as a change.
+    assert [a["changed"] for a in artifacts] == [["artifact.md"], ["artifact.md"], ["none"]]
+    assert artifacts[2]["hash"] == artifacts[1]["hash"]
+
+
+async def test_a_producer_that_writes_no_artifact_is_invalid_output_retried_once(
+    harness: LoopHarness,
+) -> None:
+    script = {"producer": {"1": "I would rather not use the tools."}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED
+    [error] = [e.payload for e in events if e.event.value == "phase_error"]
+    assert error["attempt"] == 1
+    assert "ended without writing artifact.md" in error["error"]
+
+
+async def test_a_producer_that_never_writes_the_artifact_is_a_phase_error(
+    harness: LoopHarness,
+) -> None:
+    other_file: dict[str, Any] = {"files": [{"path": "notes.md", "content": "notes"}]}
+    script = {"producer": {"1": "No.", "2": other_file}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.FAILED
+    assert state.stop_reason == StopReason.PHASE_ERROR
+    errors = [e.payload for e in events if e.event.value == "phase_error"]
+    assert [e["attempt"] for e in errors] == [1, 2]
+    assert "artifact_created" not in names(events)
+
+
+async def test_the_turn_limit_ends_the_agent_and_its_work_is_kept(harness: LoopHarness) -> None:
+    settings = Settings(
+        LOOPS_DATA_DIR=harness.data_dir,
+        LOOPS_TASK_QUEUE=harness.task_queue,
+        LOOPS_AGENT_MAX_TURNS=1,
+    )
+    model = OfflineModel(script=OfflineScript({}))
+    async with build_worker(harness.env.client, settings, model=model):
+        handle = await harness.start(task="Write a testing guide")
+        state = (await handle.result()).state
+
+    assert state.status == RunStatus.COMPLETED
+    records = from_jsonl(
+        remote_file(harness.origin, state.branch, f"{TRAJECTORY}/01-produce.jsonl")
+    )
+    assert [r.kind for r in records][-3:] == ["tool_call", "tool_result", "limit"]
+    assert remote_file(harness.origin, state.branch, "artifact.md").startswith("# Write")
