@@ -14,6 +14,7 @@ from api import launch, listing, runs
 from api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from api.errors import ArtifactMissing, UpstreamError
 from api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
+from api.trajectory import read_trajectory
 from schemas.events import Event
 from schemas.run import RunRequest, RunState, RunStatus
 
@@ -82,6 +83,28 @@ async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTex
             f"run {handle.id}: {ARTIFACT_PATH} is not in commit {state.artifact_commit}"
         )
     return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
+
+
+@router.get(
+    "/{run_id}/trajectory",
+    response_class=Response,
+    responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
+)
+async def get_trajectory(handle: RunHandle, workspaces: WorkspacesDep) -> Response:
+    """Every message and tool call of the run's PRODUCE and REFINE agents, as JSON lines
+    tagged with step and iteration, from the run's latest artifact commit."""
+    state = await runs.read_state(handle)
+    if not state.artifact_commit:
+        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")
+    try:
+        text = await asyncio.to_thread(
+            read_trajectory, workspaces, state.origin, state.artifact_commit
+        )
+    except (GitError, ValueError) as err:
+        raise UpstreamError(f"could not read the trajectory of run {handle.id}: {err}") from err
+    if not text:
+        raise ArtifactMissing(f"run {handle.id}: no trajectory in commit {state.artifact_commit}")
+    return Response(text, media_type="application/x-ndjson")
 
 
 @router.post(
