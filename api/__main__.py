@@ -7,6 +7,7 @@ import logging
 import uvicorn
 
 from api.main import create_app
+from api.security import exposed_without_tokens
 from schemas.settings import Settings
 from worker.telemetry import configure_tracing
 
@@ -15,6 +16,13 @@ log = logging.getLogger("loopworks.api")
 
 def main() -> None:
     settings = Settings()
+    if exposed_without_tokens(settings):
+        log.warning(
+            "the API listens on %s without LOOPS_API_TOKENS: anyone who can reach port %d can"
+            " start, stop and steer runs; set LOOPS_API_TOKENS or bind to 127.0.0.1",
+            settings.api_host,
+            settings.api_port,
+        )
     configure_tracing(settings, "loopworks-api")  # FastAPI traces requests with it
     app = create_app(settings)
     log.info("API docs at http://%s:%d/docs", settings.api_host, settings.api_port)

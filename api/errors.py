@@ -24,9 +24,19 @@ log = logging.getLogger("loopworks.api")
 class ApiError(Exception):
     status_code = status.HTTP_400_BAD_REQUEST
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = dict(headers or {})
+
+
+class Unauthorized(ApiError):
+    """No bearer token, or not one of LOOPS_API_TOKENS (RFC 6750's challenge says which)."""
+
+    status_code = status.HTTP_401_UNAUTHORIZED
+
+    def __init__(self, message: str, challenge: str = "Bearer") -> None:
+        super().__init__(message, headers={"WWW-Authenticate": challenge})
 
 
 class RunNotFound(ApiError):
@@ -65,10 +75,12 @@ class UpstreamError(ApiError):
     status_code = status.HTTP_502_BAD_GATEWAY
 
 
-def invalid(field: str, message: str, value: Any = None) -> RequestValidationError:
+def invalid(
+    field: str, message: str, value: Any = None, where: str = "body"
+) -> RequestValidationError:
     """A 422 in exactly FastAPI's shape, for checks pydantic cannot make (catalog, disk)."""
     return RequestValidationError(
-        [{"type": "value_error", "loc": ("body", field), "msg": message, "input": value}]
+        [{"type": "value_error", "loc": (where, field), "msg": message, "input": value}]
     )
 
 
@@ -109,7 +121,9 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return JSONResponse(status_code=exc.status_code, content={"detail": exc.message})
+    return JSONResponse(
+        status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers or None
+    )
 
 
 _RPC_STATUS = {

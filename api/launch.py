@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from activities.catalog import template_ids
 from activities.workspace import is_url
+from api import idempotency
 from api.errors import invalid
 from schemas.loop import LoopInput
 from schemas.run import RunRequest
@@ -63,18 +67,47 @@ def _details(request: RunRequest, run_id: str) -> str:
     )
 
 
-async def start_run(client: Client, settings: Settings, request: RunRequest) -> LoopInput:
+@dataclass(frozen=True)
+class Started:
+    run_id: str
+    alias: str
+    # False when an Idempotency-Key gave back a run an earlier request started.
+    created: bool
+
+
+async def start_run(
+    client: Client, settings: Settings, request: RunRequest, idempotency_key: str | None = None
+) -> Started:
+    """Start a run; with a key, start it at most once (see `api.idempotency`)."""
     now = datetime.now(UTC)
     alias = alias_for(request.task)
-    params = LoopInput(
-        run_id=new_run_id(alias, now), alias=alias, request=request, created_at=now.isoformat()
-    )
-    await client.start_workflow(
-        LoopWorkflow.run,
-        params,
-        id=params.run_id,
-        task_queue=settings.task_queue,
-        static_summary=_summary(request.task),
-        static_details=_details(request, params.run_id),
-    )
-    return params
+    if idempotency_key is None:
+        run_id = new_run_id(alias, now)
+        digest = None
+    else:
+        run_id = idempotency.run_id_for_key(idempotency_key, settings.task_queue)
+        digest = idempotency.request_digest(request)
+    params = LoopInput(run_id=run_id, alias=alias, request=request, created_at=now.isoformat())
+    try:
+        await client.start_workflow(
+            LoopWorkflow.run,
+            params,
+            id=run_id,
+            task_queue=settings.task_queue,
+            static_summary=_summary(request.task),
+            static_details=_details(request, run_id),
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            # A keyed id is never reused, not even after its run closed.
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                if digest is None
+                else WorkflowIDReusePolicy.REJECT_DUPLICATE
+            ),
+            memo=None if digest is None else {idempotency.REQUEST_DIGEST_MEMO: digest},
+        )
+    except WorkflowAlreadyStartedError:
+        if digest is None:
+            raise
+        await idempotency.check_same_request(client, run_id, digest)
+        return Started(run_id, alias, created=False)
+    return Started(run_id, alias, created=True)

@@ -6,6 +6,7 @@ when no worker is polling; any other run answers the `status` query (a worker re
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from temporalio.client import (
@@ -26,7 +27,7 @@ from api.errors import (
     TemporalUnavailable,
 )
 from schemas.events import Event
-from schemas.run import RunState
+from schemas.run import Approval, RunState
 from workflows.loop import LoopWorkflow
 
 WORKFLOW_TYPE = "LoopWorkflow"
@@ -114,18 +115,54 @@ async def request_stop(handle: LoopHandle, reason: str | None) -> RunState:
     return state
 
 
-async def clear_block(handle: LoopHandle, note: str) -> RunState:
+async def _update(
+    handle: LoopHandle, action: str, execute: Callable[[], Awaitable[RunState]]
+) -> RunState:
+    """Run one workflow update; its validator rejecting it (the run's state does not allow
+    it) or the run having finished is a 409 that says why."""
+    finished = f"cannot {action} run {handle.id}: it has already finished"
     if is_closed(await describe(handle)):
-        raise NotApplicable(f"run {handle.id} has finished; there is no block to clear")
+        raise NotApplicable(finished)
     try:
-        return await handle.execute_update(
-            LoopWorkflow.clear_block, note, rpc_timeout=UPDATE_TIMEOUT
-        )
+        return await execute()
     except WorkflowUpdateFailedError as err:
-        # The workflow's validator rejected it: the run is not blocked.
         reason = getattr(err.cause, "message", None) or str(err.cause)
-        raise NotApplicable(f"cannot clear the block of run {handle.id}: {reason}") from err
+        raise NotApplicable(f"cannot {action} run {handle.id}: {reason}") from err
     except RPCError as err:
+        # It closed between the check and the update.
         if _not_found(err):
-            raise NotApplicable(f"run {handle.id} has already finished") from err
+            raise NotApplicable(finished) from err
         raise
+
+
+async def clear_block(handle: LoopHandle, note: str) -> RunState:
+    return await _update(
+        handle,
+        "clear the block of",
+        lambda: handle.execute_update(LoopWorkflow.clear_block, note, rpc_timeout=UPDATE_TIMEOUT),
+    )
+
+
+async def pause(handle: LoopHandle) -> RunState:
+    """Accepted at once; the run finishes its current step, then waits in `paused`."""
+    return await _update(
+        handle,
+        "pause",
+        lambda: handle.execute_update(LoopWorkflow.pause, rpc_timeout=UPDATE_TIMEOUT),
+    )
+
+
+async def resume(handle: LoopHandle) -> RunState:
+    return await _update(
+        handle,
+        "resume",
+        lambda: handle.execute_update(LoopWorkflow.resume, rpc_timeout=UPDATE_TIMEOUT),
+    )
+
+
+async def approve(handle: LoopHandle, approval: Approval) -> RunState:
+    return await _update(
+        handle,
+        "approve",
+        lambda: handle.execute_update(LoopWorkflow.approve, approval, rpc_timeout=UPDATE_TIMEOUT),
+    )

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse
+from fastapi.sse import EventSourceResponse
 
 from activities.llm.offline import ARTIFACT_PATH
 from activities.workspace import GitError
-from api import launch, listing, runs
+from api import idempotency, launch, listing, runs, stream
 from api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from api.errors import ArtifactMissing, UpstreamError
 from api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
+from api.security import require_token
 from api.trajectory import read_trajectory
 from schemas.events import Event
-from schemas.run import RunRequest, RunState, RunStatus
+from schemas.run import Approval, RunRequest, RunState, RunStatus
 
 Responses = dict[int | str, dict[str, Any]]
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "Unknown run"}}
@@ -24,22 +26,56 @@ CONFLICT: Responses = {
     409: {"model": ErrorBody, "description": "The message does not fit the run's state"}
 }
 
-router = APIRouter(prefix="/runs", tags=["runs"])
+UNAUTHORIZED: Responses = {
+    401: {"model": ErrorBody, "description": "LOOPS_API_TOKENS is set and no valid token was sent"}
+}
+
+# Every run route needs a token when LOOPS_API_TOKENS is set; health and docs do not.
+router = APIRouter(
+    prefix="/runs",
+    tags=["runs"],
+    dependencies=[Depends(require_token)],
+    responses=UNAUTHORIZED,
+)
 
 
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
-    responses={422: {"model": ErrorBody, "description": "Invalid request"}},
+    responses={
+        200: {
+            "model": RunCreated,
+            "description": "The run an earlier request with the same Idempotency-Key started",
+        },
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid request, or an Idempotency-Key reused with another request",
+        },
+    },
 )
 async def create_run(
-    body: RunRequest, connection: ConnectionDep, settings: SettingsDep, response: Response
+    body: RunRequest,
+    connection: ConnectionDep,
+    settings: SettingsDep,
+    response: Response,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias=idempotency.KEY_HEADER,
+            min_length=1,
+            max_length=idempotency.MAX_KEY_CHARS,
+            description="Send the same key again to get the same run back instead of a new one",
+        ),
+    ] = None,
 ) -> RunCreated:
     # Checked before touching Temporal: bad input is a 422 even while Temporal is down.
     request = launch.checked(body)
-    started = await launch.start_run(await connection.client(), settings, request)
+    started = await launch.start_run(await connection.client(), settings, request, idempotency_key)
     status_url = router.url_path_for("get_run", run_id=started.run_id)
     response.headers["Location"] = str(status_url)
+    if not started.created:
+        response.status_code = status.HTTP_200_OK
+        response.headers["Idempotent-Replayed"] = "true"
     return RunCreated(run_id=started.run_id, alias=started.alias, status_url=str(status_url))
 
 
@@ -57,9 +93,52 @@ async def get_run(handle: RunHandle) -> RunState:
     return await runs.read_state(handle)
 
 
-@router.get("/{run_id}/events", responses=NOT_FOUND)
-async def get_events(handle: RunHandle, after: Annotated[int, Query(ge=0)] = 0) -> list[Event]:
-    return await runs.read_events(handle, after)
+@router.get(
+    "/{run_id}/events",
+    response_model=list[Event],
+    responses={
+        **NOT_FOUND,
+        200: {
+            "description": "The events as a JSON list, or with `follow` a text/event-stream",
+            "content": {"text/event-stream": {}},
+        },
+        204: {"description": "`follow` on a finished run whose events were all received"},
+    },
+)
+async def get_events(
+    handle: RunHandle,
+    after: Annotated[
+        int, Query(ge=0, description="Only events with a higher seq (the first is 1)")
+    ] = 0,
+    follow: Annotated[
+        bool, Query(description="Stream Server-Sent Events until the run ends")
+    ] = False,
+    last_event_id: Annotated[
+        int | None,
+        Header(
+            alias="Last-Event-ID",
+            ge=0,
+            description="With `follow`: resume after this seq (wins over `after`)",
+        ),
+    ] = None,
+) -> list[Event] | Response:
+    if not follow:
+        return await runs.read_events(handle, after)
+    # A reconnecting EventSource repeats the original URL and adds the header, so the
+    # header is the newer cursor.
+    cursor = last_event_id if last_event_id is not None else after
+    # Read once before answering: unknown runs are 404s and silent workers 503s here,
+    # not a stream that breaks after its 200.
+    source = stream.RunEvents(handle)
+    closed = await source.closed()
+    first = await source.events(cursor)
+    if closed and not any(event.seq > cursor for event in first):
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return EventSourceResponse(
+        stream.follow(source, handle.id, cursor, first, closed),
+        # No caching, and no buffering in nginx-style proxies: events go out as they come.
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.get(
@@ -117,3 +196,21 @@ async def stop_run(handle: RunHandle, body: StopRequest | None = None) -> RunSta
 @router.post("/{run_id}/clear-block", responses={**NOT_FOUND, **CONFLICT})
 async def clear_block(handle: RunHandle, body: ClearBlockRequest) -> RunState:
     return await runs.clear_block(handle, body.note)
+
+
+@router.post("/{run_id}/pause", responses={**NOT_FOUND, **CONFLICT})
+async def pause_run(handle: RunHandle) -> RunState:
+    """The current step finishes, then the run waits in status `paused` until resumed."""
+    return await runs.pause(handle)
+
+
+@router.post("/{run_id}/resume", responses={**NOT_FOUND, **CONFLICT})
+async def resume_run(handle: RunHandle) -> RunState:
+    return await runs.resume(handle)
+
+
+@router.post("/{run_id}/approve", responses={**NOT_FOUND, **CONFLICT})
+async def approve_run(handle: RunHandle, body: Approval | None = None) -> RunState:
+    """Interactive mode: start iterating, optionally with edited rules, thresholds and
+    max iterations (validated as in a new run request)."""
+    return await runs.approve(handle, body or Approval())

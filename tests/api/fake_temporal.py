@@ -1,0 +1,102 @@
+"""A stand-in for the Temporal client: one open run, answered from memory.
+
+Just enough of `Client` and `WorkflowHandle` for the API's run routes to answer 2xx
+without a server, so unit tests can tell "refused at the door" from "served".
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from schemas.events import Event, EventName
+from schemas.rules import Phase
+from schemas.run import RunState, Thresholds
+
+
+def run_state(run_id: str) -> RunState:
+    return RunState(
+        run_id=run_id,
+        alias="fake",
+        task="a fake run",
+        max_iterations=4,
+        thresholds=Thresholds(),
+        branch=f"loops/{run_id}",
+        origin="/nowhere",
+    )
+
+
+def event(run_id: str, seq: int, name: EventName = EventName.PLAN_CREATED) -> Event:
+    return Event(
+        seq=seq,
+        ts="2025-01-01T00:00:00+00:00",
+        run_id=run_id,
+        iteration=1,
+        phase=Phase.A,
+        step="PLAN",
+        event=name,
+    )
+
+
+@dataclass
+class FakeDescription:
+    status: WorkflowExecutionStatus
+    workflow_type: str = "LoopWorkflow"
+
+
+@dataclass
+class FakeHandle:
+    id: str
+    events: list[Event] = field(default_factory=list)
+    # How many `describe` calls answer RUNNING before the run reads as closed.
+    open_for: int = 1_000_000
+    describes: int = 0
+    updates: list[str] = field(default_factory=list)
+
+    async def describe(self, **_: Any) -> FakeDescription:
+        self.describes += 1
+        closed = self.describes > self.open_for
+        return FakeDescription(
+            WorkflowExecutionStatus.FAILED if closed else WorkflowExecutionStatus.RUNNING
+        )
+
+    async def query(self, query: Any, *args: Any, **_: Any) -> Any:
+        if query.__name__ == "events":
+            after = args[0] if args else 0
+            return self.events[after:]
+        return run_state(self.id)
+
+    async def execute_update(self, update: Any, *args: Any, **_: Any) -> RunState:
+        self.updates.append(update.__name__)
+        return run_state(self.id)
+
+    async def signal(self, *_: Any, **__: Any) -> None:
+        return None
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.handles: dict[str, FakeHandle] = {}
+
+    def handle(self, run_id: str) -> FakeHandle:
+        return self.handles.setdefault(run_id, FakeHandle(run_id))
+
+    def get_workflow_handle_for(self, _run: Any, run_id: str) -> FakeHandle:
+        return self.handle(run_id)
+
+    def list_workflows(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
+        async def nothing() -> AsyncIterator[Any]:
+            empty: list[Any] = []
+            for item in empty:
+                yield item
+
+        return nothing()
+
+    async def start_workflow(self, *_: Any, **__: Any) -> None:
+        return None
+
+    def as_client(self) -> Client:
+        return cast(Client, self)

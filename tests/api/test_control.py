@@ -1,0 +1,195 @@
+"""Updates mapped to HTTP (one helper for all) and the Idempotency-Key, without Temporal."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
+from api import idempotency
+from api.main import create_app
+from schemas.run import RunRequest
+from schemas.settings import Settings
+from tests.api.fake_temporal import FakeClient, FakeHandle
+
+pytestmark = pytest.mark.unit
+
+RUN = "fake-20250101-000000-abcdef"
+
+
+class RejectingHandle(FakeHandle):
+    async def execute_update(self, update: Any, *args: Any, **_: Any) -> Any:
+        cause = ApplicationError(f"run is not {update.__name__}able (status running)")
+        raise WorkflowUpdateFailedError(cause)
+
+
+@dataclass
+class Memo:
+    memo: dict[str, str]
+    workflow_type: str = "LoopWorkflow"
+    status: WorkflowExecutionStatus = WorkflowExecutionStatus.RUNNING
+
+    async def memo_value(self, key: str, default: Any = None) -> Any:
+        return self.memo.get(key, default)
+
+
+class StartOnce(FakeClient):
+    """Temporal's id uniqueness: the second start with an id is refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: dict[str, dict[str, Any]] = {}
+
+    async def start_workflow(self, _run: Any, _params: Any, *, id: str, **options: Any) -> None:
+        if id in self.started:
+            raise WorkflowAlreadyStartedError(id, "LoopWorkflow")
+        self.started[id] = options
+
+    def get_workflow_handle(self, run_id: str) -> Any:
+        started = self.started[run_id]
+
+        class _Handle:
+            async def describe(self) -> Memo:
+                return Memo(dict(started.get("memo") or {}))
+
+        return _Handle()
+
+
+async def _http(client: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(Settings(), client=cast(Client, client))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+        yield http
+
+
+@pytest.mark.parametrize(
+    ("action", "body"),
+    [("pause", None), ("resume", None), ("approve", {}), ("clear-block", {"note": "n"})],
+)
+async def test_accepted_update_is_200_with_the_state(action: str, body: Any) -> None:
+    fake = FakeClient()
+    async for http in _http(fake):
+        response = await http.post(f"/runs/{RUN}/{action}", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["run_id"] == RUN
+    assert fake.handle(RUN).updates == [action.replace("-", "_")]
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "approve", "clear-block"])
+async def test_rejected_update_is_409_with_the_reason(action: str) -> None:
+    fake = FakeClient()
+    fake.handles[RUN] = RejectingHandle(RUN)
+    async for http in _http(fake):
+        body = {"note": "n"} if action == "clear-block" else None
+        response = await http.post(f"/runs/{RUN}/{action}", json=body)
+        assert response.status_code == 409, response.text
+        assert "(status running)" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "approve", "clear-block"])
+async def test_update_to_a_closed_run_is_409(action: str) -> None:
+    fake = FakeClient()
+    fake.handle(RUN).open_for = 0
+    async for http in _http(fake):
+        body = {"note": "n"} if action == "clear-block" else None
+        response = await http.post(f"/runs/{RUN}/{action}", json=body)
+        assert response.status_code == 409, response.text
+        assert "already finished" in response.json()["detail"]
+    assert fake.handle(RUN).updates == []
+
+
+async def test_approve_without_a_body_approves_as_drafted() -> None:
+    fake = FakeClient()
+    async for http in _http(fake):
+        assert (await http.post(f"/runs/{RUN}/approve")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"max_iterations": 0}, "body.max_iterations"),
+        ({"max_iterations": 21}, "body.max_iterations"),
+        ({"thresholds": {"A": 2}}, "body.thresholds.A"),
+        ({"rules": []}, "body.rules"),
+        ({"colour": "red"}, "body.colour"),
+    ],
+)
+async def test_bad_approval_is_422_naming_the_field(body: dict[str, Any], field: str) -> None:
+    fake = FakeClient()
+    async for http in _http(fake):
+        response = await http.post(f"/runs/{RUN}/approve", json=body)
+        assert response.status_code == 422, response.text
+        assert field in response.json()["message"]
+    assert fake.handle(RUN).updates == []
+
+
+# --- Idempotency-Key ----------------------------------------------------------------
+
+
+def test_run_id_for_key_is_deterministic_and_scoped() -> None:
+    one = idempotency.run_id_for_key("k-1", "loopworks")
+    assert one == idempotency.run_id_for_key("k-1", "loopworks")
+    assert one != idempotency.run_id_for_key("k-2", "loopworks")
+    assert one != idempotency.run_id_for_key("k-1", "another-queue")
+    assert one.startswith("key-") and len(one) == len("key-") + 32
+
+
+def test_request_digest_is_of_the_validated_request() -> None:
+    digest = idempotency.request_digest
+    assert digest(RunRequest(task="t")) == digest(RunRequest(task="t", max_iterations=4))
+    assert digest(RunRequest(task="t")) != digest(RunRequest(task="u"))
+
+
+async def test_same_key_same_run() -> None:
+    fake = StartOnce()
+    headers = {"Idempotency-Key": "abc"}
+    async for http in _http(fake):
+        first = await http.post("/runs", json={"task": "write it"}, headers=headers)
+        again = await http.post(
+            "/runs", json={"task": "write it", "max_iterations": 4}, headers=headers
+        )
+    assert first.status_code == 201, first.text
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert again.headers["location"] == first.headers["location"]
+    assert again.headers["idempotent-replayed"] == "true"
+    assert len(fake.started) == 1
+    options = fake.started[first.json()["run_id"]]
+    assert options["id_reuse_policy"].name == "REJECT_DUPLICATE"
+    assert options["id_conflict_policy"].name == "FAIL"
+
+
+async def test_same_key_different_request_is_422() -> None:
+    fake = StartOnce()
+    headers = {"Idempotency-Key": "abc"}
+    async for http in _http(fake):
+        await http.post("/runs", json={"task": "write it"}, headers=headers)
+        other = await http.post("/runs", json={"task": "something else"}, headers=headers)
+    assert other.status_code == 422, other.text
+    assert "header.Idempotency-Key" in other.json()["message"]
+    assert "different request" in other.json()["message"]
+
+
+async def test_without_a_key_every_post_is_a_new_run() -> None:
+    fake = StartOnce()
+    async for http in _http(fake):
+        first = await http.post("/runs", json={"task": "write it"})
+        second = await http.post("/runs", json={"task": "write it"})
+    assert (first.status_code, second.status_code) == (201, 201)
+    assert first.json()["run_id"] != second.json()["run_id"]
+    assert all(
+        "memo" not in options or options["memo"] is None for options in fake.started.values()
+    )
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256])
+async def test_bad_key_is_422(key: str) -> None:
+    async for http in _http(StartOnce()):
+        response = await http.post("/runs", json={"task": "t"}, headers={"Idempotency-Key": key})
+        assert response.status_code == 422, response.text
+        assert "header.Idempotency-Key" in response.json()["message"]
