@@ -71,7 +71,14 @@ with workflow.unsafe.imports_passed_through():
         WorkspaceRequest,
     )
     from workflows import decisions
-    from workflows.policies import CHECK_GROUP, GIT, INVALID_OUTPUT, MODEL_CALL, StepPolicy
+    from workflows.policies import (
+        AGENT_STEP,
+        CHECK_GROUP,
+        GIT,
+        INVALID_OUTPUT,
+        MODEL_CALL,
+        StepPolicy,
+    )
     from workflows.record import RunRecord
 
 T = TypeVar("T")
@@ -491,7 +498,7 @@ class LoopWorkflow:
                 workspace=self._workspace(),
                 committed_at=workflow.now(),
             ),
-            MODEL_CALL,
+            AGENT_STEP,
             f"iteration {self._state.iteration} · produce",
         )
 
@@ -713,7 +720,7 @@ class LoopWorkflow:
                     workspace=self._workspace(),
                     committed_at=workflow.now(),
                 ),
-                MODEL_CALL,
+                AGENT_STEP,
                 f"iteration {self._state.iteration} · refine · {len(critique.issues)} issues",
             ),
         )

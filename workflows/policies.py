@@ -37,6 +37,13 @@ MODEL_CALL = StepPolicy(
     ),
 )
 
+# PRODUCE and REFINE: an agent loop of many model turns and tool calls in one step.
+AGENT_STEP = StepPolicy(
+    start_to_close=timedelta(hours=1),
+    heartbeat=MODEL_CALL.heartbeat,
+    retry=MODEL_CALL.retry,
+)
+
 # Running prepared checks: commands carry their own timeouts, the group a longer one.
 CHECK_GROUP = StepPolicy(
     start_to_close=timedelta(minutes=30),
