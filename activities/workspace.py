@@ -147,7 +147,8 @@ class GitWorkspaces:
         env: dict[str, str] | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        cmd = ["git", *args]
+        # A workspace's hooks are content the model could have written: never run them.
+        cmd = ["git", "-c", "core.hooksPath=/dev/null", *args]
         shown = _redact(" ".join(cmd))
         logger.debug("git: %s (cwd=%s)", shown, cwd)
         try:

@@ -407,3 +407,17 @@ def test_rejects_option_like_origin_and_non_sha_commit(tmp_path: Path, origin: s
             ws.checkout("run-13", origin, bad)
         with pytest.raises(ValueError):
             ws.read_file(origin, bad, "README.md")
+
+
+def test_hooks_in_a_workspace_never_run(tmp_path: Path) -> None:
+    workspaces = GitWorkspaces(tmp_path / "ws", "t", "t@example.com")
+    origin = workspaces.ensure_default_origin(tmp_path / "origin.git")
+    _, base = workspaces.resolve_base(origin, None)
+    workdir = workspaces.checkout("hooked", origin, base)
+    marker = tmp_path / "hook-ran"
+    hook = workdir / ".git" / "hooks" / "post-commit"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    (workdir / "file.txt").write_text("x")
+    workspaces.commit(workdir, "with a hook present", datetime(2026, 1, 1, tzinfo=UTC))
+    assert not marker.exists()
