@@ -1,14 +1,16 @@
 """Record workflow histories for the replay tests.
 
-    python -m tests.histories.record
+    python -m tests.histories.record [NAME ...]
 
-Run it after a deliberate, versioned change to the workflow (see deploy/README.md on
-patching): the committed histories are what old runs look like, and the replay test
-proves the current code still reproduces them.
+The committed histories are what runs started by older code look like, and the replay
+test proves the current code still reproduces them. So record only what is new (say,
+`steered_run` for a new path through the workflow); re-record an old one only after a
+deliberate, versioned change (see deploy/README.md on patching).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import logging
@@ -16,7 +18,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -24,7 +26,7 @@ from activities.llm.offline import OfflineModel, OfflineScript
 from deploy.binaries import find_binary
 from deploy.search_attributes import register_search_attributes
 from schemas.loop import LoopInput
-from schemas.run import RunRequest, RunStatus
+from schemas.run import Approval, RunRequest, RunStatus, Step
 from schemas.settings import Settings
 from worker.build import build_worker
 from workflows.loop import LoopWorkflow
@@ -41,7 +43,13 @@ FULL_RUN_SCRIPT = {
 }
 
 
-async def _start(client: Client, queue: str, run_id: str, **request: object) -> WorkflowHandle:
+async def _start(
+    client: Client,
+    queue: str,
+    run_id: str,
+    continue_as_new_after_events: int | None = None,
+    **request: object,
+) -> WorkflowHandle:
     return await client.start_workflow(
         LoopWorkflow.run,
         LoopInput(
@@ -49,6 +57,7 @@ async def _start(client: Client, queue: str, run_id: str, **request: object) -> 
             alias="recorded",
             request=RunRequest(**request),  # type: ignore[arg-type]
             created_at="2026-01-01T00:00:00+00:00",
+            continue_as_new_after_events=continue_as_new_after_events,
         ),
         id=run_id,
         task_queue=queue,
@@ -60,44 +69,91 @@ async def _wait_status(handle: WorkflowHandle, status: RunStatus) -> None:
         await asyncio.sleep(0.1)
 
 
-async def record() -> None:
+async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistory:
+    model = OfflineModel(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
+    async with build_worker(client, settings, model=model):
+        full = await _start(
+            client,
+            settings.task_queue,
+            "recorded-full-run",
+            task="Write a guide to caching",
+            audit_probability=1.0,
+        )
+        await _wait_status(full, RunStatus.BLOCKED)
+        await full.execute_update(LoopWorkflow.clear_block, "reviewed")
+        await full.result()
+        return await full.fetch_history()
+
+
+async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
+    slow = OfflineModel(
+        script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
+    )
+    async with build_worker(client, settings, model=slow):
+        stopped = await _start(client, settings.task_queue, "recorded-stopped-run", task="Draft")
+        while (await stopped.query(LoopWorkflow.status)).current_step != Step.PRODUCE_PREPARE:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        await stopped.signal(LoopWorkflow.stop, "recorded stop")
+        await stopped.result()
+        return await stopped.fetch_history()
+
+
+async def _record_steered_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """Interactive approval, a pause and a resume, then continue-as-new: the first
+    execution of the chain, ending in its ContinuedAsNew event."""
+    async with build_worker(client, settings, model=OfflineModel(latency_ms=100)):
+        steered = await _start(
+            client,
+            settings.task_queue,
+            "recorded-steered-run",
+            continue_as_new_after_events=20,
+            task="Write a guide",
+            mode="interactive",
+            max_iterations=3,
+            audit_probability=0.0,
+            rules=[
+                {
+                    "id": "title",
+                    "description": "a title",
+                    "check": {"kind": "pattern", "pattern": "^# "},
+                },
+                {
+                    "id": "never",
+                    "description": "never",
+                    "check": {"kind": "pattern", "pattern": "ZQX"},
+                },
+            ],
+        )
+        await _wait_status(steered, RunStatus.AWAITING_APPROVAL)
+        await steered.execute_update(LoopWorkflow.approve, Approval(note="recorded approval"))
+        await steered.execute_update(LoopWorkflow.pause)
+        await _wait_status(steered, RunStatus.PAUSED)
+        await steered.execute_update(LoopWorkflow.resume)
+        await steered.result()
+        first = client.get_workflow_handle(steered.id, run_id=steered.result_run_id)
+        return await first.fetch_history()
+
+
+RECORDERS = {
+    "full_run": _record_full_run,
+    "stopped_run": _record_stopped_run,
+    "steered_run": _record_steered_run,
+}
+
+
+async def record(names: list[str]) -> None:
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=find_binary("temporal-test-server"),
     )
     try:
         await register_search_attributes(env.client, "default")
-        with tempfile.TemporaryDirectory() as data:
-            queue = f"record-{uuid.uuid4().hex[:6]}"
-            settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)
-            model = OfflineModel(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
-            async with build_worker(env.client, settings, model=model):
-                full = await _start(
-                    env.client,
-                    queue,
-                    "recorded-full-run",
-                    task="Write a guide to caching",
-                    audit_probability=1.0,
-                )
-                await _wait_status(full, RunStatus.BLOCKED)
-                await full.execute_update(LoopWorkflow.clear_block, "reviewed")
-                await full.result()
-                _save("full_run.json", await full.fetch_history())
-
-            slow = OfflineModel(
-                script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
-            )
-            async with build_worker(env.client, settings, model=slow):
-                stopped = await _start(env.client, queue, "recorded-stopped-run", task="Draft")
-                await _wait_status(stopped, RunStatus.RUNNING)
-                while (await stopped.query(LoopWorkflow.status)).current_step.value != (
-                    "PRODUCE_PREPARE"
-                ):
-                    await asyncio.sleep(0.1)
-                await asyncio.sleep(1.0)
-                await stopped.signal(LoopWorkflow.stop, "recorded stop")
-                await stopped.result()
-                _save("stopped_run.json", await stopped.fetch_history())
+        for name in names:
+            with tempfile.TemporaryDirectory() as data:
+                queue = f"record-{uuid.uuid4().hex[:6]}"
+                settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)
+                _save(f"{name}.json", await RECORDERS[name](env.client, settings))
     finally:
         await env.shutdown()
 
@@ -110,4 +166,10 @@ def _save(name: str, history: object) -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)
-    asyncio.run(record())
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="default: all")
+    names = parser.parse_args().names
+    unknown = set(names) - set(RECORDERS)
+    if unknown:
+        parser.error(f"unknown histories {sorted(unknown)}; known: {sorted(RECORDERS)}")
+    asyncio.run(record(names or list(RECORDERS)))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.workflow
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
-@pytest.mark.parametrize("name", ["full_run.json", "stopped_run.json"])
+@pytest.mark.parametrize("name", ["full_run.json", "stopped_run.json", "steered_run.json"])
 async def test_recorded_history_replays(name: str) -> None:
     text = (HISTORIES / name).read_text()
     history = WorkflowHistory.from_json(name.removesuffix(".json"), text)
@@ -49,3 +49,9 @@ def test_full_run_history_covers_the_loop() -> None:
     ]:
         assert f'"name": "{activity}"' in text, activity
     assert "WORKFLOW_EXECUTION_UPDATE_ACCEPTED" in text
+
+
+def test_steered_run_history_covers_control_and_continue_as_new() -> None:
+    text = (HISTORIES / "steered_run.json").read_text()
+    assert text.count("WORKFLOW_EXECUTION_UPDATE_ACCEPTED") >= 3  # approve, pause, resume
+    assert "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in text
