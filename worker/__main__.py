@@ -7,23 +7,23 @@ import logging
 import signal
 import sys
 
-from activities.catalog import CatalogError
 from schemas.settings import Settings
 from worker.build import build_deps, build_worker
 from worker.connect import connect
-from worker.telemetry import TracingConfigError, configure_tracing
+from worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.worker")
 
 
 async def main() -> int:
-    settings = Settings()
     try:
-        # Catalogs first: a malformed agent definition stops the worker before it polls.
+        settings = Settings()
+        # Catalogs and the model provider first: a malformed agent definition or a
+        # missing key stops the worker before it polls, not at a run's first step.
         deps = build_deps(settings)
         # Before connecting: the client (and so the worker) gets the tracing interceptor.
         configure_tracing(settings, "loopworks-worker")
-    except (CatalogError, TracingConfigError) as err:
+    except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no key
         log.error("cannot start: %s", err)
         return 2
     client = await connect(settings)

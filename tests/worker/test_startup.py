@@ -47,3 +47,27 @@ def test_override_replaces_a_packaged_agent_by_name(tmp_path: Path) -> None:
     deps = build_deps(Settings(LOOPS_AGENTS_DIR=tmp_path, LOOPS_DATA_DIR=tmp_path / "d"))
     assert deps.agents["critic"].prompt.strip() == "Say HALT often."
     assert deps.agents["planner"] == load_agents()["planner"]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"LOOPS_LLM": "anthropic"}, "ANTHROPIC_API_KEY"),
+        ({"LOOPS_API_PORT": "not-a-port"}, "LOOPS_API_PORT"),
+        ({"LOOPS_LLM": "gpt"}, "LOOPS_LLM"),
+    ],
+)
+def test_bad_configuration_stops_the_worker_with_a_message(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "worker"],
+        cwd=ROOT,
+        env={**base, "LOOPS_DATA_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:9", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "cannot start" in done.stderr and message in done.stderr
