@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,51 +49,70 @@ class StepDeps:
         Invalid output is not retried by Temporal: the workflow owns seed 001's
         "retry the phase once, then phase_error".
         """
-        agent = self.agents[role.value]
-        if step.operator_note:
-            context = {**context, "operator_note": step.operator_note}
+        agent, model, context = self.for_role(role, step, context)
         call = ModelCall(
             role=role,
             run_id=step.run_id,
             call_index=step.call_index,
             iteration=step.iteration,
-            model=self.settings.model_for(agent.model),
+            model=model,
             system=agent.prompt,
             prompt=render_context(context),
             context=context,
             output_schema=answer_type.model_json_schema(),
         )
-        # A child of the activity's span when the Temporal tracing interceptor is on.
+        with self.model_span("llm", role, step, model) as span:
+            async with heartbeating():
+                answer, usage = await ask(self.model, call, answer_type)
+            self.price(model, usage, span)
+        return answer, usage
+
+    def for_role(
+        self, role: Role, step: ModelStep, context: dict[str, Any]
+    ) -> tuple[AgentDefinition, str, dict[str, Any]]:
+        """The role's agent definition, its model id, and the context it is given (with the
+        operator's note from a cleared block or an approval, when there is one)."""
+        agent = self.agents[role.value]
+        if step.operator_note:
+            context = {**context, "operator_note": step.operator_note}
+        return agent, self.settings.model_for(agent.model), context
+
+    @contextlib.contextmanager
+    def model_span(
+        self, kind: str, role: Role, step: ModelStep, model: str
+    ) -> Iterator[trace.Span]:
+        """A span around one model interaction (a child of the activity's span when the
+        Temporal tracing interceptor is on); invalid output leaves it as a non-retryable
+        error for the workflow's retry-once."""
         with (self.tracer or DEFAULT_TRACER).start_as_current_span(
-            f"llm {role.value}",
+            f"{kind} {role.value}",
             kind=trace.SpanKind.CLIENT,
             attributes={
                 "loops.role": role.value,
                 "loops.run_id": step.run_id,
                 "loops.call_index": step.call_index,
                 "loops.iteration": step.iteration,
-                "gen_ai.request.model": call.model,
+                "gen_ai.request.model": model,
             },
         ) as span:
             try:
-                async with heartbeating():
-                    answer, usage = await ask(self.model, call, answer_type)
+                yield span
             except InvalidOutput as exc:
                 raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
-            usage.cost_usd = self.settings.cost_usd(call.model, usage)
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        "gen_ai.usage.input_tokens": usage.input_tokens,
-                        "gen_ai.usage.output_tokens": usage.output_tokens,
-                        "loops.usage.cache_read_input_tokens": usage.cache_read_input_tokens,
-                        "loops.usage.cache_creation_input_tokens": (
-                            usage.cache_creation_input_tokens
-                        ),
-                        "loops.cost_usd": usage.cost_usd,
-                    }
-                )
-        return answer, usage
+
+    def price(self, model: str, usage: TokenUsage, span: trace.Span) -> None:
+        """Set the usage's cost from the price table, and show both on the span."""
+        usage.cost_usd = self.settings.cost_usd(model, usage)
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "gen_ai.usage.input_tokens": usage.input_tokens,
+                    "gen_ai.usage.output_tokens": usage.output_tokens,
+                    "loops.usage.cache_read_input_tokens": usage.cache_read_input_tokens,
+                    "loops.usage.cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                    "loops.cost_usd": usage.cost_usd,
+                }
+            )
 
     async def read_artifact(self, location: GitLocation) -> str:
         """The artifact at a commit, empty when the commit has none yet."""

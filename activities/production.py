@@ -14,13 +14,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.agent_loop import AgentOutcome, AgentStep, run_agent, to_jsonl
-from activities.deps import DEFAULT_TRACER, INVALID_OUTPUT, StepDeps, now
-from activities.llm.base import Conversation, InvalidOutput, render_context, with_context
+from activities.deps import INVALID_OUTPUT, StepDeps, now
+from activities.llm.base import Conversation, render_context, with_context
 from activities.tools import tool_definitions
 from schemas.roles import IterationPlan, Role
 from schemas.steps import (
@@ -140,38 +139,23 @@ class ProductionActivities:
         """The role's agent over the workspace: its prompt as the system, the step's inputs
         as the first message, the workspace tools; usage priced as `consult` prices it."""
         deps = self.deps
-        agent = deps.agents[role.value]
-        if step.operator_note:
-            context = {**context, "operator_note": step.operator_note}
+        agent, model, context = deps.for_role(role, step, context)
         conversation = Conversation(
             role=role,
             run_id=step.run_id,
             call_index=step.call_index,
             iteration=step.iteration,
-            model=deps.settings.model_for(agent.model),
+            model=model,
             system=agent.prompt,
             messages=[{"role": "user", "content": with_context(render_context(context), context)}],
             tools=tool_definitions(),
             context=context,
         )
-        with (deps.tracer or DEFAULT_TRACER).start_as_current_span(
-            f"agent {role.value}",
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                "loops.role": role.value,
-                "loops.run_id": step.run_id,
-                "loops.call_index": step.call_index,
-                "loops.iteration": step.iteration,
-                "gen_ai.request.model": conversation.model,
-            },
-        ) as span:
-            try:
-                outcome = await run_agent(
-                    deps.model, conversation, workdir, deps.settings.agent_max_turns, verb
-                )
-            except InvalidOutput as exc:
-                raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
-            outcome.usage.cost_usd = deps.settings.cost_usd(conversation.model, outcome.usage)
+        with deps.model_span("agent", role, step, model) as span:
+            outcome = await run_agent(
+                deps.model, conversation, workdir, deps.settings.agent_max_turns, verb
+            )
+            deps.price(model, outcome.usage, span)
             if outcome.limit_reached:
                 activity.logger.warning(
                     "%s stopped at the turn limit (%d turns)", role.value, outcome.turns
@@ -181,9 +165,6 @@ class ProductionActivities:
                     {
                         "loops.agent.turns": outcome.turns,
                         "loops.agent.turn_limit_reached": outcome.limit_reached,
-                        "gen_ai.usage.input_tokens": outcome.usage.input_tokens,
-                        "gen_ai.usage.output_tokens": outcome.usage.output_tokens,
-                        "loops.cost_usd": outcome.usage.cost_usd,
                     }
                 )
         return outcome
