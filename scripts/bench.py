@@ -13,24 +13,21 @@ import argparse
 import asyncio
 import resource
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
-
-from deploy.binaries import find_binary  # noqa: E402
-from deploy.search_attributes import register_search_attributes  # noqa: E402
-from schemas.loop import LoopInput  # noqa: E402
-from schemas.run import RunRequest, RunStatus  # noqa: E402
-from schemas.settings import Settings  # noqa: E402
-from worker.build import build_worker  # noqa: E402
-from workflows.loop import LoopWorkflow  # noqa: E402
+from deploy.binaries import find_binary
+from deploy.search_attributes import register_search_attributes
+from schemas.loop import LoopInput
+from schemas.run import RunRequest, RunStatus
+from schemas.settings import Settings
+from worker.build import build_worker
+from workflows.loop import LoopWorkflow
 
 
 async def one_run(env: WorkflowEnvironment, queue: str) -> tuple[float, int, int]:
