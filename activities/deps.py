@@ -20,11 +20,10 @@ from activities.workspace import GitWorkspaces
 from schemas.roles import Role
 from schemas.run import TokenUsage
 from schemas.settings import Settings
-from schemas.steps import ARTIFACT_PATH, GitLocation, ModelStep
+from schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, GitLocation, ModelStep
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
-INVALID_OUTPUT = "InvalidOutput"
 HEARTBEAT_EVERY_SECONDS = 1.0
 
 # Follows the process-wide provider (`worker.telemetry.configure_tracing`); a no-op without one.

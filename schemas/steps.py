@@ -22,6 +22,10 @@ from schemas.run import RunState, TokenUsage
 
 # Where a run's artifact lives in its workspace (seed 001's artifact.md).
 ARTIFACT_PATH = "artifact.md"
+
+# The ApplicationError type of an answer that does not fit its role's schema: never
+# retried by Temporal, because the workflow owns seed 001's "retry the phase once".
+INVALID_OUTPUT = "InvalidOutput"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.
 TRAJECTORY_DIR = ".loops/trajectory"
 

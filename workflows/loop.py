@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         budget_exceeded,
     )
     from schemas.steps import (
+        INVALID_OUTPUT,
         ArtifactOutput,
         AuditInput,
         CloseInput,
@@ -75,7 +76,6 @@ with workflow.unsafe.imports_passed_through():
         AGENT_STEP,
         CHECK_GROUP,
         GIT,
-        INVALID_OUTPUT,
         MODEL_CALL,
         StepPolicy,
     )

@@ -11,9 +11,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-# Kept in step with activities.deps.INVALID_OUTPUT; the workflow must not import
-# activity code just for a string.
-INVALID_OUTPUT = "InvalidOutput"
+from schemas.steps import INVALID_OUTPUT
 
 
 @dataclass(frozen=True)
