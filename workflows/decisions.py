@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
 from schemas.rules import Phase, Rule, Severity
-from schemas.run import StopReason, Thresholds
+from schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
 
 # Seed 001: "if delta < 0.02 ... increment stagnation_count; if stagnation_count >= 2, stop".
 STAGNATION_DELTA = 0.02
@@ -127,6 +127,11 @@ def decide(
     if count >= STAGNATION_LIMIT:
         return Decision(Next.STOP, StopReason.STAGNATION, count)
     return Decision(Next.REFINE, stagnation_count=count)
+
+
+def is_success(reason: StopReason) -> bool:
+    """A stop that completes the run (and so goes to QA first)."""
+    return STATUS_FOR_REASON[reason] == RunStatus.COMPLETED
 
 
 def distance_to_success(evaluation: Evaluation) -> DistanceToSuccess:

@@ -399,14 +399,11 @@ class LoopWorkflow:
                 previous = None
                 decision = self._decide(evaluation, previous)
 
-            critique: Critique | None = None
             if decision.next == decisions.Next.STOP:
                 assert decision.reason is not None
-                if decision.reason not in (
-                    StopReason.THRESHOLD_REACHED,
-                    StopReason.NO_MAJOR_ISSUES,
-                ):
+                if not decisions.is_success(decision.reason):
                     raise _Finished(decision.reason)
+                # A pass goes to QA; its issues come back as the next refine's critique.
                 critique = await self._verify(evaluation, decision.reason)
             else:
                 critique = await self._critique(evaluation)

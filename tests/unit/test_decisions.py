@@ -16,6 +16,7 @@ from workflows.decisions import (
     alias_for,
     decide,
     distance_to_success,
+    is_success,
     next_stagnation_count,
     score_results,
     should_audit,
@@ -501,3 +502,9 @@ def test_alias_is_deterministic() -> None:
 
 def test_alias_keeps_the_start_of_a_very_long_first_word() -> None:
     assert alias_for("x" * 500) == "x" * 40
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_only_threshold_and_no_major_issues_are_successes(reason: StopReason) -> None:
+    expected = reason in (StopReason.THRESHOLD_REACHED, StopReason.NO_MAJOR_ISSUES)
+    assert is_success(reason) is expected
