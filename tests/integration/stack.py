@@ -25,6 +25,21 @@ from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def git(*args: str, cwd: Path | None = None) -> str:
+    """Run git as a test's own user would, with a fixed identity; its stdout, stripped."""
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+        "HOME": str(cwd or Path.cwd()),
+    }
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import pytest
 from temporalio.client import Client
 
 from schemas.run import TERMINAL_STATUSES, RunStatus
-from tests.integration.stack import DevServer, Stack
+from tests.integration.stack import DevServer, Stack, git
 
 pytestmark = pytest.mark.integration
 
@@ -55,20 +54,6 @@ class Service:
                 return state
             time.sleep(0.25)
         raise AssertionError(f"run {run_id} still {state.get('status')}\n{self.logs()}")
-
-
-def git(*args: str, cwd: Path | None = None) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin:/usr/local/bin",
-        "HOME": str(cwd or Path.cwd()),
-    }
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
 
 
 def remote_branch(remote: Path, run_id: str) -> str:

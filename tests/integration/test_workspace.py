@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -8,24 +7,11 @@ from pathlib import Path
 import pytest
 
 from activities.workspace import GitError, GitWorkspaces, file_sha256, is_url
+from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
 
 WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def _git(*args: str, cwd: Path | None = None) -> str:
-    env = {
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-        "PATH": "/usr/bin:/bin:/usr/local/bin",
-        "HOME": str(cwd or Path.cwd()),
-    }
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
 
 
 def _ws(tmp_path: Path, name: str = "worker-a") -> GitWorkspaces:
@@ -45,7 +31,7 @@ def test_default_origin_created_once(tmp_path: Path) -> None:
     assert ws.ensure_default_origin(path) == str(path)
     assert ws.resolve_base(str(path), None) == first
     assert first[0] == "main"
-    assert _git("rev-parse", "--is-bare-repository", cwd=path) == "true"
+    assert git("rev-parse", "--is-bare-repository", cwd=path) == "true"
     readme = ws.read_file(str(path), first[1], "README.md")
     assert readme is not None and "loopworks" in readme
     assert ws.branch_log(str(path), "main") == ["Initial commit"]
@@ -67,7 +53,7 @@ def test_resolve_base_default_and_named(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
     branch, sha = ws.resolve_base(origin, None)
     assert branch == "main"
-    assert sha == _git("rev-parse", "refs/heads/main", cwd=Path(origin))
+    assert sha == git("rev-parse", "refs/heads/main", cwd=Path(origin))
     assert ws.resolve_base(origin, "main") == ("main", sha)
 
     workdir = ws.checkout("r1", origin, sha)
@@ -86,7 +72,7 @@ def test_resolve_base_unknown_branch_and_empty_repo(tmp_path: Path, origin: str)
     with pytest.raises(GitError, match="'nope' does not exist"):
         ws.resolve_base(origin, "nope")
     empty = tmp_path / "empty.git"
-    _git("init", "--quiet", "--bare", str(empty))
+    git("init", "--quiet", "--bare", str(empty))
     with pytest.raises(GitError, match=r"no commits|empty"):
         ws.resolve_base(str(empty), None)
     with pytest.raises(GitError, match="does not exist"):
@@ -105,15 +91,15 @@ def test_commit_publish_and_another_worker_checks_out(tmp_path: Path, origin: st
     (workdir / "artifact.md").write_text("# Draft\n")
     sha = worker_a.commit(workdir, "produce: draft", WHEN)
     worker_a.publish(workdir, "run-1", sha)
-    assert _git("rev-parse", "refs/loopworks/run-1", cwd=Path(origin)) == sha
+    assert git("rev-parse", "refs/loopworks/run-1", cwd=Path(origin)) == sha
 
     other = worker_b.checkout("run-1", origin, sha)
     assert other == tmp_path / "worker-b" / "run-1"
     assert (other / "artifact.md").read_text() == "# Draft\n"
-    assert _git("rev-parse", "HEAD", cwd=other) == sha
+    assert git("rev-parse", "HEAD", cwd=other) == sha
     assert file_sha256(other, "artifact.md") == file_sha256(workdir, "artifact.md")
     assert worker_b.file_sha256(other, "missing.md") is None
-    author = _git("log", "-1", "--format=%an <%ae> %cn <%ce>", cwd=other)
+    author = git("log", "-1", "--format=%an <%ae> %cn <%ce>", cwd=other)
     assert author == "loopworks-test <loops@example.com> loopworks-test <loops@example.com>"
 
     # Worker B continues the run from A's commit; A picks B's commit up again.
@@ -122,7 +108,7 @@ def test_commit_publish_and_another_worker_checks_out(tmp_path: Path, origin: st
     worker_b.publish(other, "run-1", sha2)
     again = worker_a.checkout("run-1", origin, sha2)
     assert (again / "artifact.md").read_text() == "# Refined\n"
-    assert _git("log", "--format=%s", cwd=again).splitlines() == [
+    assert git("log", "--format=%s", cwd=again).splitlines() == [
         "refine",
         "produce: draft",
         "Initial commit",
@@ -152,7 +138,7 @@ def test_commit_allows_empty(tmp_path: Path, origin: str) -> None:
     workdir = ws.checkout("run-3", origin, base)
     sha = ws.commit(workdir, "nothing changed", WHEN)
     assert sha != base
-    assert _git("rev-parse", "HEAD^", cwd=workdir) == base
+    assert git("rev-parse", "HEAD^", cwd=workdir) == base
 
 
 def test_checkout_discards_garbage(tmp_path: Path, origin: str) -> None:
@@ -169,16 +155,16 @@ def test_checkout_discards_garbage(tmp_path: Path, origin: str) -> None:
     (workdir / "junk" / "tmp.txt").write_text("x")
     (workdir / ".gitignore").write_text("*.log\n")
     (workdir / "build.log").write_text("log")
-    _git("add", ".gitignore", cwd=workdir)
+    git("add", ".gitignore", cwd=workdir)
 
     again = ws.checkout("run-4", origin, sha)
     assert again == workdir
-    assert _git("status", "--porcelain", "--ignored", cwd=workdir) == ""
+    assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
     assert (workdir / "artifact.md").read_text() == "v1\n"
     assert (workdir / "README.md").exists()
     assert not (workdir / "junk").exists()
     assert not (workdir / "build.log").exists()
-    assert _git("rev-parse", "HEAD", cwd=workdir) == sha
+    assert git("rev-parse", "HEAD", cwd=workdir) == sha
 
 
 def test_checkout_recovers_from_broken_clone(tmp_path: Path, origin: str) -> None:
@@ -191,19 +177,19 @@ def test_checkout_recovers_from_broken_clone(tmp_path: Path, origin: str) -> Non
     (workdir / "leftover").write_text("x")
     assert ws.checkout("run-5", origin, base) == workdir
     assert not (workdir / "leftover").exists()
-    assert _git("rev-parse", "HEAD", cwd=workdir) == base
+    assert git("rev-parse", "HEAD", cwd=workdir) == base
 
     # A stale lock from a killed git makes checkout fail: the clone is replaced.
     (workdir / ".git" / "index.lock").write_text("")
     (workdir / "README.md").write_text("changed")
     ws.checkout("run-5", origin, base)
     assert not (workdir / ".git" / "index.lock").exists()
-    assert _git("status", "--porcelain", cwd=workdir) == ""
+    assert git("status", "--porcelain", cwd=workdir) == ""
 
     # A clone whose git metadata is damaged.
     (workdir / ".git" / "HEAD").write_text("garbage\n")
     ws.checkout("run-5", origin, base)
-    assert _git("rev-parse", "HEAD", cwd=workdir) == base
+    assert git("rev-parse", "HEAD", cwd=workdir) == base
     assert (workdir / "README.md").exists()
 
 
@@ -328,11 +314,11 @@ def test_read_file_through_url_cache(tmp_path: Path, origin: str) -> None:
 
 def test_non_bare_origin_by_path(tmp_path: Path) -> None:
     repo = tmp_path / "user-repo"
-    _git("init", "--quiet", "--initial-branch=trunk", str(repo))
+    git("init", "--quiet", "--initial-branch=trunk", str(repo))
     (repo / "notes.md").write_text("user notes\n")
-    _git("add", "notes.md", cwd=repo)
-    _git("commit", "--quiet", "-m", "user commit", cwd=repo)
-    _git("branch", "develop", cwd=repo)
+    git("add", "notes.md", cwd=repo)
+    git("commit", "--quiet", "-m", "user commit", cwd=repo)
+    git("branch", "develop", cwd=repo)
 
     ws = _ws(tmp_path)
     branch, base = ws.resolve_base(str(repo), None)
@@ -352,8 +338,8 @@ def test_non_bare_origin_by_path(tmp_path: Path) -> None:
     assert ws.push_branch(workdir, "loops/run-10", sha) == sha
     assert ws.branch_log(str(repo), "loops/run-10") == ["produce", "user commit"]
     # The user's checked-out branch and files are untouched.
-    assert _git("symbolic-ref", "HEAD", cwd=repo) == "refs/heads/trunk"
-    assert _git("status", "--porcelain", cwd=repo) == ""
+    assert git("symbolic-ref", "HEAD", cwd=repo) == "refs/heads/trunk"
+    assert git("status", "--porcelain", cwd=repo) == ""
 
 
 def test_relative_origin_path(tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -387,8 +373,8 @@ def test_checkout_under_another_key_fetches_published_commit(tmp_path: Path, ori
 def test_origin_cloned_from_elsewhere_resolves_its_own_head(tmp_path: Path, origin: str) -> None:
     # A non-bare origin that is itself a clone also lists refs/remotes/origin/HEAD.
     user_clone = tmp_path / "user-clone"
-    _git("clone", "--quiet", origin, str(user_clone))
-    _git("checkout", "--quiet", "-b", "work", cwd=user_clone)
+    git("clone", "--quiet", origin, str(user_clone))
+    git("checkout", "--quiet", "-b", "work", cwd=user_clone)
     ws = _ws(tmp_path)
     _, sha = ws.resolve_base(origin, None)
     assert ws.resolve_base(str(user_clone), None) == ("work", sha)
