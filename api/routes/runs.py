@@ -9,7 +9,6 @@ from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
 
-from activities.llm.offline import ARTIFACT_PATH
 from activities.workspace import GitError
 from api import idempotency, launch, listing, runs, stream
 from api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
@@ -19,6 +18,7 @@ from api.security import require_token
 from api.trajectory import read_trajectory
 from schemas.events import Event
 from schemas.run import Approval, RunRequest, RunState, RunStatus
+from schemas.steps import ARTIFACT_PATH
 
 Responses = dict[int | str, dict[str, Any]]
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "Unknown run"}}
