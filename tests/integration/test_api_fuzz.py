@@ -1,0 +1,41 @@
+"""Property-based: nothing a client sends makes the API answer 5xx.
+
+Schemathesis generates requests from the API's own OpenAPI schema (valid and invalid
+bodies, odd ids, chained calls that start runs and then steer them) against the real
+API, worker and dev server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from deploy.binaries import find_binary
+from tests.integration.stack import ROOT, Stack
+
+pytestmark = pytest.mark.integration
+
+
+def test_no_request_makes_the_api_answer_a_server_error(stack: Stack) -> None:
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    done = subprocess.run(
+        [
+            find_binary("schemathesis"),
+            "run",
+            f"{base_url}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "15",
+            "--seed",
+            "20261122",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-2000:]
+    assert "passed" in done.stdout
