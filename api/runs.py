@@ -1,7 +1,8 @@
 """Reading and steering one run through its workflow handle.
 
-A completed run's state is its workflow result, read from history, so it answers even
-when no worker is polling; any other run answers the `status` query (a worker replays it).
+A completed run's state and events are its workflow result, read from history, so they
+answer even when no worker is polling; any other run answers the `status` and `events`
+queries (a worker replays it).
 """
 
 from __future__ import annotations
@@ -74,12 +75,17 @@ async def read_state(
 
 
 async def read_events(handle: LoopHandle, after: int) -> list[Event]:
+    description = await describe(handle)  # a 404 when it is no run of ours
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        # A finished run's result carries its whole history.jsonl: no worker needed.
+        result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+        if result.log or not result.events:  # runs finished before results carried it
+            return [event for event in result.log if event.seq > after]
     try:
         return await handle.query(LoopWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT)
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         if isinstance(err, RPCError) and _not_found(err):
             raise RunNotFound(handle.id) from err
-        description = await describe(handle)  # a 404 when it is no run of ours
         raise _unanswered(handle, description, "events", err) from err
 
 

@@ -45,3 +45,5 @@ class LoopInput(BaseModel):
 class LoopResult(BaseModel):
     state: RunState
     events: int
+    # The whole history.jsonl, so a finished run's events read without a worker.
+    log: list[Event] = Field(default_factory=list)

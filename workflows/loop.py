@@ -273,7 +273,9 @@ class LoopWorkflow:
         self._record.set_status(self._record.final_status())
         self._record.set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return LoopResult(state=self._state, events=len(self._record.events))
+        return LoopResult(
+            state=self._state, events=len(self._record.events), log=self._record.events
+        )
 
     async def _start(self) -> None:
         """Prepare the workspace, hydrate and review, wait for approval if asked, iterate."""

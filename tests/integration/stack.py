@@ -6,6 +6,7 @@ Every process is started by PID and stopped by that PID; ports are free ones on
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -189,5 +190,24 @@ class Stack:
         return process, base
 
     def stop_all(self) -> None:
+        self.terminate_open_runs()
         for process in reversed(self.processes):
             process.stop()
+
+    def terminate_open_runs(self) -> None:
+        """Runs this stack started and left open would outlive its worker on the shared
+        dev server, and show up (forever running) in other tests' run lists."""
+        temporal = find_binary("temporal")
+        address = ["--address", self.server.address]
+        listed = subprocess.run(
+            [temporal, "workflow", "list", *address, "--output", "jsonl", "--query",
+             f'TaskQueue = "{self.task_queue}" AND ExecutionStatus = "Running"'],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        for line in filter(None, (line.strip() for line in listed.stdout.splitlines())):
+            workflow_id = json.loads(line)["execution"]["workflowId"]
+            subprocess.run(
+                [temporal, "workflow", "terminate", *address, "--workflow-id", workflow_id,
+                 "--reason", "test finished"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
