@@ -26,6 +26,9 @@ from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 ROOT = Path(__file__).resolve().parents[2]
 
 
+FUZZ_NAMESPACE = "fuzz"
+
+
 def git(*args: str, cwd: Path | None = None) -> str:
     """Run git as a test's own user would, with a fixed identity; its stdout, stripped."""
     env = {
@@ -138,6 +141,8 @@ class DevServer:
         ]
         for name, kind in SEARCH_ATTRIBUTES.items():
             command += ["--search-attribute", f"{name}={kind}"]
+        # A namespace of its own for a test that must see only its own runs.
+        command += ["--namespace", FUZZ_NAMESPACE]
         process = start("temporal", command, os.environ, workdir / "logs")
         wait_for_port(port)
         return cls(port, ui_port, process)
@@ -153,6 +158,7 @@ class Stack:
     extra_env: dict[str, str] = field(default_factory=dict)
     # A queue of its own, so a run left over from another test never lands here.
     task_queue: str = field(default_factory=lambda: f"loopworks-{uuid.uuid4().hex[:8]}")
+    namespace: str = "default"
     processes: list[Process] = field(default_factory=list)
 
     def env(self, **overrides: str) -> dict[str, str]:
@@ -161,7 +167,7 @@ class Stack:
             "HOME": os.environ.get("HOME", str(self.data_dir)),
             "PYTHONUNBUFFERED": "1",
             "TEMPORAL_ADDRESS": self.server.address,
-            "TEMPORAL_NAMESPACE": "default",
+            "TEMPORAL_NAMESPACE": self.namespace,
             "LOOPS_TASK_QUEUE": self.task_queue,
             "LOOPS_DATA_DIR": str(self.data_dir),
             "LOOPS_LLM": "offline",
@@ -198,7 +204,7 @@ class Stack:
         """Runs this stack started and left open would outlive its worker on the shared
         dev server, and show up (forever running) in other tests' run lists."""
         temporal = find_binary("temporal")
-        address = ["--address", self.server.address]
+        address = ["--address", self.server.address, "--namespace", self.namespace]
         listed = subprocess.run(
             [temporal, "workflow", "list", *address, "--output", "jsonl", "--query",
              f'TaskQueue = "{self.task_queue}" AND ExecutionStatus = "Running"'],
