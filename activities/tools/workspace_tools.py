@@ -233,18 +233,27 @@ def _edit_file(guard: ToolGuard, args: EditFileArgs) -> ToolResult:
     return ToolResult(ok=True, content=f"replaced 1 occurrence in {args.path}")
 
 
-def _walk(top: Path) -> Iterator[Path]:
-    """Files (and symlinks) under `top`, sorted, skipping .git and not following symlinks."""
+def _walk(top: Path) -> Iterator[Path | None]:
+    """Files (and symlinks) under `top`, sorted, skipping .git and not following symlinks.
+
+    After WALK_CAP_FILES entries it yields None, meaning "there is more", and stops.
+    """
     if not top.is_dir():
         yield top
         return
+    seen = 0
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d.lower() != ".git")
         here = Path(dirpath)
         links = [d for d in dirnames if (here / d).is_symlink()]
         for name in sorted([*filenames, *links]):
-            if name.lower() != ".git":
-                yield here / name
+            if name.lower() == ".git":
+                continue
+            seen += 1
+            if seen > WALK_CAP_FILES:
+                yield None
+                return
+            yield here / name
 
 
 def _matches(rel: str, pattern: str) -> bool:
@@ -257,11 +266,9 @@ def _list_files(guard: ToolGuard, args: ListFilesArgs) -> ToolResult:
     if not top.exists():
         return _fail(f"{args.path} not found")
     found: list[str] = []
-    seen = 0
     more = False
     for entry in _walk(top):
-        seen += 1
-        if seen > WALK_CAP_FILES:
+        if entry is None:
             more = True
             break
         rel = guard.relative(entry)
@@ -289,11 +296,9 @@ def _search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
         return _fail(f"{args.path} not found")
     hits: list[str] = []
     size = 0
-    seen = 0
     more = False
     for entry in _walk(top):
-        seen += 1
-        if seen > WALK_CAP_FILES:
+        if entry is None:
             more = True
             break
         rel = guard.relative(entry)
