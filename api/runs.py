@@ -74,8 +74,10 @@ async def read_state(
         raise _unanswered(handle, description, "status", err) from err
 
 
-async def read_events(handle: LoopHandle, after: int) -> list[Event]:
-    description = await describe(handle)  # a 404 when it is no run of ours
+async def read_events(
+    handle: LoopHandle, after: int, description: WorkflowExecutionDescription | None = None
+) -> list[Event]:
+    description = description or await describe(handle)  # a 404 when it is no run of ours
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # A finished run's result carries its whole history.jsonl: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from fastapi.sse import format_sse_event
-from temporalio.client import RPCTimeoutOrCancelledError
+from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
 from temporalio.service import RPCError
 
 from api import runs
@@ -60,14 +60,18 @@ class RunEvents:
 
     def __init__(self, handle: LoopHandle) -> None:
         self._handle = handle
+        # The callers ask closed() and then events(): one describe serves both.
+        self._description: WorkflowExecutionDescription | None = None
 
     async def events(self, after: int) -> list[Event]:
-        return await runs.read_events(self._handle, after)
+        description, self._description = self._description, None
+        return await runs.read_events(self._handle, after, description)
 
     async def closed(self) -> bool:
         # Temporal's execution status, not the run's own: a run terminated from outside
         # never writes a terminal status, but it does close.
-        return runs.is_closed(await runs.describe(self._handle))
+        self._description = await runs.describe(self._handle)
+        return runs.is_closed(self._description)
 
 
 def encode(event: Event) -> bytes:
