@@ -1,0 +1,26 @@
+"""The facts the code relies on that a model must be told: prompts read them from here.
+
+Agent definitions write `{{artifact_path}}`, `{{answer_tool}}`, `{{write_file}}` and so on;
+the catalog fills them in when it loads the agents, so a renamed tool or file changes the
+prompts with it and no prompt states a name the code does not use.
+"""
+
+from __future__ import annotations
+
+from activities.tools import TOOLS
+from schemas.steps import ARTIFACT_PATH
+
+# The tool whose input is a structured role's whole answer (forced on every such call).
+ANSWER_TOOL = "answer"
+
+
+def prompt_facts() -> dict[str, str]:
+    """Every placeholder an agent definition may use, with its value."""
+    facts = {
+        "artifact_path": ARTIFACT_PATH,
+        "answer_tool": ANSWER_TOOL,
+        # The workspace tools, as a list a prompt can quote: `read_file`, `write_file`, …
+        "workspace_tools": ", ".join(f"`{name}`" for name in TOOLS),
+    }
+    facts.update({name: name for name in TOOLS})
+    return facts
