@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule
+from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 
 
 class Role(StrEnum):
@@ -42,22 +43,68 @@ class QAVerdict(StrEnum):
 class Hydration(BaseModel):
     """Prompt hydrator (seed 000): template, plan, acceptance criteria, draft rules."""
 
-    template: str = Field(min_length=1)
-    intent: str = Field(min_length=1)
-    plan: list[str] = Field(min_length=1)
-    acceptance_criteria: list[str] = Field(min_length=1)
-    rules: list[Rule] = Field(default_factory=list)
+    template: str = Field(
+        min_length=1,
+        description="The id of the workflow template the work follows, one of the available "
+        "templates. An unknown id is replaced by the suggested template, and a template the "
+        "user chose is kept whatever this says.",
+    )
+    intent: str = Field(
+        min_length=1,
+        description="One or two sentences: what must exist or be true when the work is done. "
+        "The planner, producer, custodiet and QA verifier work from it.",
+    )
+    plan: list[str] = Field(
+        min_length=1,
+        description="The template's steps made specific to this task: short imperative "
+        "steps, in order. The critic reviews them.",
+    )
+    acceptance_criteria: list[str] = Field(
+        min_length=1,
+        description="Observable criteria someone who did not do the work can check. The "
+        "planner and producer aim at them and the QA verifier checks every one.",
+    )
+    rules: list[Rule] = Field(
+        default_factory=list,
+        description="The evaluation rules the work is scored by, ids unique. When the user "
+        "supplied rules they replace these; otherwise at least one is needed, or the step "
+        "fails.",
+    )
 
 
 class CriticReview(BaseModel):
-    verdict: CriticVerdict
-    issues: list[str] = Field(default_factory=list)
-    feedback: str = ""
+    """The critic's review of a hydration (seed 000), before any work starts."""
+
+    verdict: CriticVerdict = Field(
+        description="`PROCEED`: the work starts on this plan. `REVISE`: the hydrator redoes "
+        "the hydration with `issues` and `feedback` (a bounded number of times; past that, "
+        "`REVISE` halts the run). `HALT`: the run ends as halted and nothing is done."
+    )
+    issues: list[str] = Field(
+        default_factory=list,
+        description="Each problem found, in one precise sentence. On `REVISE` the hydrator "
+        "gets them; every verdict records them in the run's events.",
+    )
+    feedback: str = Field(
+        default="",
+        description="On `REVISE`: what the hydrator must change. On `HALT`: why, which "
+        "becomes the run's stop message. On `PROCEED`: minor notes, if any, kept in the "
+        "run's guidance.",
+    )
 
 
 class IterationPlan(BaseModel):
-    focus: str = Field(min_length=1)
-    steps: list[str] = Field(min_length=1)
+    """The plan of one iteration (seed 001 PLAN)."""
+
+    focus: str = Field(
+        min_length=1,
+        description="One sentence naming what this iteration must achieve; the run shows it "
+        "as the iteration's plan and the custodiet audits against it.",
+    )
+    steps: list[str] = Field(
+        min_length=1,
+        description="Short, concrete, imperative steps, in order; the producer carries them out.",
+    )
 
 
 class FileWrite(BaseModel):
@@ -74,52 +121,182 @@ class Draft(BaseModel):
 
 
 class PreparedCheckAnswer(BaseModel):
-    rule_id: str
-    check: CommandCheck | PatternCheck | JudgeCheck = Field(discriminator="kind")
+    rule_id: str = Field(
+        description="The id of the rule this check decides, exactly as given in the rules."
+    )
+    check: CommandCheck | PatternCheck | JudgeCheck = Field(
+        discriminator="kind",
+        description="The concrete check; its `kind` (`command`, `pattern` or `llm`) says "
+        "which fields it has. EVALUATE runs it against the artifact.",
+    )
+
+    _normalise_rule_id = field_validator("rule_id", mode="before")(rule_id_before)
 
 
 class Preparation(BaseModel):
-    checks: list[PreparedCheckAnswer]
+    """PREPARE's answer (seed 001): one concrete check per rule it was given."""
+
+    checks: list[PreparedCheckAnswer] = Field(
+        description="Exactly one check per rule given: a rule left without a check, or a "
+        "check for a rule that was not given, fails the step."
+    )
 
 
 class Judgement(BaseModel):
-    passed: bool
-    reason: str = ""
+    """One yes/no answer of the evaluator (a single question; see Judgements)."""
+
+    passed: bool = Field(description="true when the artifact satisfies the question.")
+    reason: str = Field(default="", description="The evidence, in one or two sentences.")
+
+
+class RuleJudgement(BaseModel):
+    """The evaluator's answer to one question of its group."""
+
+    rule_id: str = Field(description="the id of the rule the question belongs to, exactly as given")
+    passed: bool = Field(
+        description="true only when the artifact clearly and fully satisfies the question; "
+        "the rule passes or fails with it."
+    )
+    reason: str = Field(
+        description="The evidence in one or two sentences: the exact part of the artifact, "
+        "or what is missing. It becomes the rule's result detail, which the critic reads."
+    )
+
+
+class Judgements(BaseModel):
+    """The evaluator's answer: every yes/no question of an evaluation group, in one call."""
+
+    judgements: list[RuleJudgement] = Field(
+        min_length=1,
+        description="One entry per question given, each with the rule id of its question.",
+    )
 
 
 class Issue(BaseModel):
-    rule_id: str
-    problem: str = Field(min_length=1)
-    fix: str = Field(min_length=1)
+    """A precise problem with a concrete fix: what the refiner applies."""
+
+    rule_id: str = Field(
+        description="The id of the rule the issue concerns, exactly as given; the QA "
+        "verifier writes `qa` for a problem that no rule covers."
+    )
+    problem: str = Field(
+        min_length=1,
+        description="What is wrong, located precisely: file, section, line or quoted text.",
+    )
+    fix: str = Field(
+        min_length=1,
+        description="One concrete instruction that removes the problem: an edit, not "
+        "advice. The refiner applies it.",
+    )
     # Text that, added to the artifact, fixes the issue: optional, concrete.
-    suggested_text: str | None = None
+    suggested_text: str | None = Field(
+        default=None,
+        description="When adding text fixes the issue, the exact text to add; otherwise "
+        "null. The refiner uses it unless it is wrong.",
+    )
+
+    _normalise_rule_id = field_validator("rule_id", mode="before")(rule_id_before)
 
 
 class Critique(BaseModel):
-    issues: list[Issue] = Field(min_length=1)
+    """CRITIQUE's answer (seed 001), after a failed evaluation."""
+
+    issues: list[Issue] = Field(
+        min_length=1,
+        description="The issues behind the failed rules, `fail` rules first, then `warn`; "
+        "at least one. The refiner gets them all.",
+    )
 
 
 class Audit(BaseModel):
-    verdict: AuditVerdict
-    reason: str = ""
-    violations: list[str] = Field(default_factory=list)
+    """The custodiet's audit (seed 000)."""
+
+    verdict: AuditVerdict = Field(
+        description="`OK`: the run goes on. `BLOCK`: the run stops, status blocked, until a "
+        "person clears the block."
+    )
+    reason: str = Field(
+        default="",
+        description="One or two sentences: on `BLOCK` the block's reason, shown to the "
+        "person who must clear it; on `OK` why the work is in order.",
+    )
+    violations: list[str] = Field(
+        default_factory=list,
+        description="On `BLOCK`, each violation in one sentence naming its evidence; empty "
+        "on `OK`.",
+    )
 
 
 class QAReport(BaseModel):
-    verdict: QAVerdict
-    issues: list[Issue] = Field(default_factory=list)
-    summary: str = ""
+    """The QA verifier's report (seed 000), before the run may complete."""
+
+    verdict: QAVerdict = Field(
+        description="`VERIFIED`: the run completes. `ISSUES`: the refiner gets `issues` for "
+        "another round while iterations remain; otherwise the run ends rejected by QA."
+    )
+    issues: list[Issue] = Field(
+        default_factory=list,
+        description="On `ISSUES`, each problem with its fix; empty on `VERIFIED`.",
+    )
+    summary: str = Field(
+        default="",
+        description="One or two sentences on the state of the work; the run's stop message "
+        "when QA rejects it.",
+    )
 
 
 class ReflectionAnswer(BaseModel):
     """The reflector's answer: the Framework Reflection's judgement fields."""
 
-    outcome: str = Field(pattern="^(success|partial|failure)$")
-    followed: str = Field(min_length=1)
-    accomplishment: str = ""
-    root_cause: str | None = None
-    proposed_change: str = "none needed"
-    summary: str = Field(min_length=1)
-    accomplishments: list[str] = Field(default_factory=list)
-    friction_points: list[str] = Field(default_factory=list)
-    proposed_changes: list[str] = Field(default_factory=list)
+    outcome: Literal["success", "partial", "failure"] = Field(
+        description="`success`: the task was done and verified. `partial`: some of it was "
+        "done. `failure`: nothing usable came of it. Judged on the evidence, not on what "
+        "the run hoped; it is the reflection's and the insights' outcome."
+    )
+    followed: str = Field(
+        min_length=1,
+        description="Yes, No or Partial, then what of the hydrated plan and the guidance "
+        "was followed or skipped.",
+    )
+    accomplishment: str = Field(default="", description="What was accomplished, if anything.")
+    root_cause: str | None = Field(
+        default=None,
+        description="When the outcome is not `success`: which component failed (a role, "
+        "or the run's settings such as thresholds or the iteration limit) and how. Null on "
+        "`success`.",
+    )
+    proposed_change: str = Field(
+        default="none needed",
+        description='One specific improvement to the framework, or "none needed".',
+    )
+    summary: str = Field(
+        min_length=1, description="One sentence describing the run, for the session insights."
+    )
+    accomplishments: list[str] = Field(
+        default_factory=list, description="What was accomplished: short items, one fact each."
+    )
+    friction_points: list[str] = Field(
+        default_factory=list,
+        description="What slowed or derailed the run: short items, one fact each.",
+    )
+    proposed_changes: list[str] = Field(
+        default_factory=list,
+        description="Improvements to the framework: short items, one each.",
+    )
+
+
+# What each role answers with: the input schema of its forced answer tool. PRODUCER and
+# REFINER have none: they work in the workspace with tools and end with a plain-text reply.
+ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
+    Role.HYDRATOR: Hydration,
+    Role.CRITIC: CriticReview,
+    Role.PLANNER: IterationPlan,
+    Role.PRODUCER: None,
+    Role.PREPARER: Preparation,
+    Role.EVALUATOR: Judgements,
+    Role.ARTIFACT_CRITIC: Critique,
+    Role.REFINER: None,
+    Role.CUSTODIET: Audit,
+    Role.QA_VERIFIER: QAReport,
+    Role.REFLECTOR: ReflectionAnswer,
+}

@@ -24,24 +24,91 @@ class Phase(StrEnum):
 DEFAULT_WEIGHT: dict[Severity, float] = {Severity.FAIL: 2.0, Severity.WARN: 1.0, Severity.INFO: 0.0}
 
 
+# What a rule id may hold; any other id is slugified by `normalise_rule_id`.
+RULE_ID_PATTERN = r"^[A-Za-z0-9_.\-]+$"
+_RULE_ID = re.compile(RULE_ID_PATTERN)
+_NOT_ID = re.compile(r"[^a-z0-9_.\-]+")
+
+
+def normalise_rule_id(value: str) -> str:
+    """A rule id as the code keeps it: an id of letters, digits, `_`, `.` and `-` unchanged,
+    anything else slugified ("Rule 1" -> "rule-1"): lowercased, each run of other characters
+    turned into one `-`, leading and trailing `-` stripped.
+
+    Models invent ids; a near miss is normalised rather than failing the step. Raises
+    ValueError when nothing usable is left.
+    """
+    if _RULE_ID.match(value):
+        return value
+    slug = _NOT_ID.sub("-", value.lower()).strip("-")
+    if not slug:
+        raise ValueError(f"{value!r} is not a rule id: it has no letter, digit, '_' or '.'")
+    return slug
+
+
+def rule_id_before(value: object) -> object:
+    """The "before" validator of every rule id field: strings normalised, anything else
+    left to the field's own type error."""
+    return normalise_rule_id(value) if isinstance(value, str) else value
+
+
 class CommandCheck(BaseModel):
     """A shell command run in the workspace; passes when it exits with `expect_exit`."""
 
-    kind: Literal["command"] = "command"
-    command: str = Field(min_length=1)
-    timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
-    expect_exit: int = 0
+    kind: Literal["command"] = Field(
+        default="command",
+        description="`command`: a shell command run in the workspace decides the check.",
+    )
+    command: str = Field(
+        min_length=1,
+        description=(
+            "A bash command run from the workspace root with no input and a scrubbed "
+            "environment (no credentials); the check passes when it exits with "
+            "`expect_exit`. It must be non-interactive, deterministic, quick and need no "
+            "network."
+        ),
+    )
+    timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Seconds after which the command and everything it started are killed "
+        "and the check fails.",
+    )
+    expect_exit: int = Field(
+        default=0, description="The exit code that makes the check pass (usually 0)."
+    )
 
 
 class PatternCheck(BaseModel):
     """A regular expression that must (or must not) match a file of the workspace."""
 
-    kind: Literal["pattern"] = "pattern"
-    pattern: str = Field(min_length=1)
-    must_match: bool = True
-    path: str = "artifact.md"
+    kind: Literal["pattern"] = Field(
+        default="pattern",
+        description="`pattern`: a regular expression searched in a file of the workspace "
+        "decides the check.",
+    )
+    pattern: str = Field(
+        min_length=1,
+        description="A Python regular expression, searched anywhere in the file's whole text "
+        "with `^` and `$` matching at every line (re.MULTILINE).",
+    )
+    must_match: bool = Field(
+        default=True,
+        description="true: the check passes when the pattern is found; false: it passes "
+        "when the pattern is not found.",
+    )
+    path: str = Field(
+        default="artifact.md",
+        description="The file searched, relative to the workspace root; a missing file "
+        "fails the check.",
+    )
     # A line that satisfies the pattern: lets a critic suggest a concrete fix.
-    example: str | None = None
+    example: str | None = Field(
+        default=None,
+        description="A line that would match the pattern; when the check fails, its result "
+        "quotes it so the critic and the refiner can make a concrete fix.",
+    )
 
     @field_validator("pattern")
     @classmethod
@@ -56,8 +123,14 @@ class PatternCheck(BaseModel):
 class JudgeCheck(BaseModel):
     """A yes/no question an evaluator model answers about the artifact."""
 
-    kind: Literal["llm"] = "llm"
-    question: str = Field(min_length=1)
+    kind: Literal["llm"] = Field(
+        default="llm",
+        description="`llm`: the evaluator model answers a yes/no question about the artifact.",
+    )
+    question: str = Field(
+        min_length=1,
+        description="One yes/no question about the artifact, where yes means the rule passes.",
+    )
 
 
 Check = Annotated[CommandCheck | PatternCheck | JudgeCheck, Field(discriminator="kind")]
@@ -70,12 +143,39 @@ class Rule(BaseModel):
     turns sentences into concrete checks.
     """
 
-    id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    description: str = Field(min_length=1)
-    severity: Severity = Severity.FAIL
-    weight: float | None = Field(default=None, ge=0)
-    phase: Phase = Phase.A
-    check: Check | str
+    id: str = Field(
+        min_length=1,
+        max_length=64,
+        pattern=RULE_ID_PATTERN,
+        description="The rule's unique id: letters, digits, `_`, `.` and `-` (any other "
+        "character becomes `-`). Checks, evaluation results and issues name the rule by it.",
+    )
+    description: str = Field(min_length=1, description="What the rule requires, in one sentence.")
+    severity: Severity = Field(
+        default=Severity.FAIL,
+        description="`fail`: a must-have; an evaluation in which a `fail` rule failed does "
+        "not pass, whatever its score. `warn`: a should-have. `info`: a nice-to-have, "
+        "weighing nothing by default.",
+    )
+    weight: float | None = Field(
+        default=None,
+        ge=0,
+        description="The rule's share of the score (score = weight of the passed active "
+        "rules / weight of all active rules). Null derives it from severity: `fail` 2, "
+        "`warn` 1, `info` 0.",
+    )
+    phase: Phase = Field(
+        default=Phase.A,
+        description="`A`: an essential, evaluated from the first iteration. `B`: polish, "
+        "evaluated only once the artifact passes phase `A`.",
+    )
+    check: Check | str = Field(
+        description="How the rule is checked: a concrete check (its `kind` is `command`, "
+        "`pattern` or `llm`), or one sentence describing a check, which PREPARE turns into "
+        "a concrete one."
+    )
+
+    _normalise_id = field_validator("id", mode="before")(rule_id_before)
 
     @model_validator(mode="after")
     def _derive_weight(self) -> Rule:
@@ -101,8 +201,10 @@ def normalise_rules(rules: list[Rule]) -> list[Rule]:
 class PreparedCheck(BaseModel):
     """A rule made concrete by PREPARE."""
 
-    rule_id: str
-    check: Check
+    rule_id: str = Field(description="The id of the rule this check decides.")
+    check: Check = Field(description="The concrete check.")
+
+    _normalise_rule_id = field_validator("rule_id", mode="before")(rule_id_before)
 
 
 class CheckGroup(StrEnum):

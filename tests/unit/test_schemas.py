@@ -1,4 +1,4 @@
-"""The run request, rule normalisation, statuses and token usage."""
+"""The run request, rule normalisation, role answers, statuses and token usage."""
 
 from __future__ import annotations
 
@@ -7,13 +7,24 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from schemas.roles import (
+    ANSWER_MODELS,
+    Issue,
+    Judgements,
+    PreparedCheckAnswer,
+    ReflectionAnswer,
+    Role,
+    RuleJudgement,
+)
 from schemas.rules import (
     CommandCheck,
     JudgeCheck,
     PatternCheck,
     Phase,
+    PreparedCheck,
     Rule,
     Severity,
+    normalise_rule_id,
     normalise_rules,
 )
 from schemas.run import (
@@ -185,11 +196,101 @@ def test_normalised_rules_round_trip_in_full_form() -> None:
     assert Rule.model_validate(dumped) == request.rules[0]
 
 
-@pytest.mark.parametrize("rule_id", ["has space", "bang!", "", "x" * 65])
+@pytest.mark.parametrize("rule_id", ["", "!!!", " - ", "x" * 65, "Rule " + "x" * 64])
 def test_bad_rule_id_rejected(rule_id: str) -> None:
     with pytest.raises(ValidationError) as excinfo:
         Rule.model_validate(rule_data(rule_id))
     assert invalid_fields(excinfo) == {"id"}
+
+
+@pytest.mark.parametrize("rule_id", ["r1", "has-title", "A.b_C-9", "--x--", "x" * 64])
+def test_valid_rule_id_kept_unchanged(rule_id: str) -> None:
+    assert normalise_rule_id(rule_id) == rule_id
+    assert Rule.model_validate(rule_data(rule_id)).id == rule_id
+
+
+@pytest.mark.parametrize(
+    ("invented", "normalised"),
+    [
+        ("Rule 1", "rule-1"),
+        ("has space", "has-space"),
+        ("bang!", "bang"),
+        ("  Tests pass?  ", "tests-pass"),
+        ("Title: present / non-empty", "title-present-non-empty"),
+        ("Größe", "gr-e"),
+    ],
+)
+def test_invented_rule_id_slugified(invented: str, normalised: str) -> None:
+    assert normalise_rule_id(invented) == normalised
+    assert Rule.model_validate(rule_data(invented)).id == normalised
+    # Every id that refers to a rule is normalised the same way, so references still match.
+    judge = {"kind": "llm", "question": "q?"}
+    assert PreparedCheck(rule_id=invented, check=judge).rule_id == normalised
+    assert PreparedCheckAnswer(rule_id=invented, check=judge).rule_id == normalised
+    assert Issue(rule_id=invented, problem="p", fix="f").rule_id == normalised
+    # Normalising is idempotent.
+    assert normalise_rule_id(normalised) == normalised
+
+
+@pytest.mark.parametrize("rule_id", ["", "?!", "  "])
+def test_rule_id_with_nothing_left_rejected(rule_id: str) -> None:
+    with pytest.raises(ValueError, match="not a rule id"):
+        normalise_rule_id(rule_id)
+    with pytest.raises(ValidationError) as excinfo:
+        Issue(rule_id=rule_id, problem="p", fix="f")
+    assert invalid_fields(excinfo) == {"rule_id"}
+
+
+def test_rule_id_of_another_type_is_a_type_error() -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        Issue.model_validate({"rule_id": 7, "problem": "p", "fix": "f"})
+    assert invalid_fields(excinfo) == {"rule_id"}
+    assert excinfo.value.errors()[0]["type"] == "string_type"
+
+
+def test_duplicate_rule_ids_after_normalising_rejected() -> None:
+    with pytest.raises(ValidationError, match="duplicate rule id 'rule-1'"):
+        RunRequest(task="t", rules=[rule_data("Rule 1"), rule_data("rule-1")])
+
+
+# --- role answers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", ["success", "partial", "failure"])
+def test_reflection_outcome_is_one_of_three_words(outcome: str) -> None:
+    answer = ReflectionAnswer(outcome=outcome, followed="Yes", summary="s")  # type: ignore[arg-type]
+    assert answer.outcome == outcome
+
+
+@pytest.mark.parametrize("outcome", ["Success", "done", ""])
+def test_reflection_outcome_outside_the_three_rejected(outcome: str) -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        ReflectionAnswer.model_validate({"outcome": outcome, "followed": "Yes", "summary": "s"})
+    assert invalid_fields(excinfo) == {"outcome"}
+    enum = ReflectionAnswer.model_json_schema()["properties"]["outcome"]["enum"]
+    assert enum == ["success", "partial", "failure"]
+
+
+def test_every_role_has_an_answer_model_or_works_with_tools() -> None:
+    assert set(ANSWER_MODELS) == set(Role)
+    assert {role for role, model in ANSWER_MODELS.items() if model is None} == {
+        Role.PRODUCER,
+        Role.REFINER,
+    }
+    assert ANSWER_MODELS[Role.EVALUATOR] is Judgements
+
+
+def test_judgements_need_one_entry_with_all_fields() -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        Judgements(judgements=[])
+    assert invalid_fields(excinfo) == {"judgements"}
+    with pytest.raises(ValidationError) as excinfo:
+        Judgements.model_validate({"judgements": [{"rule_id": "r1", "passed": True}]})
+    assert invalid_fields(excinfo) == {"judgements.0.reason"}
+    parsed = Judgements.model_validate(
+        {"judgements": [{"rule_id": "r1", "passed": False, "reason": "no title"}]}
+    )
+    assert parsed.judgements == [RuleJudgement(rule_id="r1", passed=False, reason="no title")]
 
 
 def test_string_check_stays_a_sentence() -> None:
