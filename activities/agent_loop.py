@@ -1,10 +1,11 @@
 """The agent loop of PRODUCE and REFINE: a model working in the run's workspace with tools.
 
-The model answers a turn; every tool call it makes runs through `activities.tools` (whose
-guard turns a denied call into an error result the model reads, never an exception); the
-results go back as the next user message; until the model ends its turn without calling a
-tool, or the turn limit is reached. Every message and tool call is a `TrajectoryRecord`
-(seed 003's trajectory export: JSON lines tagged with the step and the iteration).
+A pydantic-ai agent with the workspace tools (`activities.tools`) runs until the model
+answers without a tool call, or the turn limit. A call the guard refuses comes back to the
+model as a failed tool result it can adapt to, never as an exception. An answer given
+before `artifact.md` exists is sent back once with a reminder (the nudge); ending without
+it again is invalid output. The conversation becomes the step's trajectory (seed 003's
+trajectory export: JSON lines tagged with the step and the iteration).
 """
 
 from __future__ import annotations
@@ -17,19 +18,41 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, capture_run_messages
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.usage import UsageLimits
 
 from activities.deps import heartbeating
-from activities.llm.base import Conversation, LanguageModel, ToolUse
-from activities.tools import ToolResult, execute
+from activities.llm.base import InvalidOutput, ModelCall, ModelSource, user_prompt
+from activities.llm.errors import model_errors
+from activities.tools import TOOLS, ToolResult, ToolSpec, execute
 from schemas.run import TokenUsage
+from schemas.steps import ARTIFACT_PATH
 
 AgentStep = Literal["produce", "refine"]
-RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "limit"]
+RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]
 
 # Texts in the trajectory are cut here: it records what happened, not every byte written.
 RECORD_TEXT_CAP = 4000
 # Tools whose successful call writes the file named by their `path` argument.
 _WRITING_TOOLS = frozenset({"write_file", "edit_file"})
+# An answer without the deliverable is sent back this many times before it is invalid.
+NUDGES = 1
+NUDGE = (
+    f"You ended your turn without writing `{ARTIFACT_PATH}`. The step's deliverable must "
+    f"be in `{ARTIFACT_PATH}` at the workspace root: write it with `write_file`, then "
+    "end your turn with a short summary and no tool call."
+)
 
 
 class TrajectoryRecord(BaseModel):
@@ -61,6 +84,8 @@ class AgentOutcome:
     records: list[TrajectoryRecord]
     files_written: list[str] = field(default_factory=list)
     limit_reached: bool = False
+    # What the model was sent back to fix (the nudge when it forgot the deliverable).
+    repairs: list[str] = field(default_factory=list)
 
 
 def to_jsonl(records: list[TrajectoryRecord]) -> str:
@@ -71,112 +96,208 @@ def from_jsonl(text: str) -> list[TrajectoryRecord]:
     return [TrajectoryRecord.model_validate_json(line) for line in text.splitlines() if line]
 
 
+@dataclass
+class _ToolLog:
+    """What the tools did, by call: whether each succeeded, and the files written."""
+
+    ok: dict[str, bool] = field(default_factory=dict)
+    written: dict[str, None] = field(default_factory=dict)  # an ordered set
+
+
 async def run_agent(
-    model: LanguageModel,
-    conversation: Conversation,
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
     workspace: Path,
     max_turns: int,
     step_label: AgentStep,
 ) -> AgentOutcome:
-    """Converse until the model ends a turn without tool calls, or `max_turns` turns.
+    """Run the role's agent over `workspace` until it answers, or for `max_turns` turns.
 
-    Model errors (InvalidOutput, a provider's ApplicationError) propagate: the activity's
+    Model errors (a provider's ApplicationError, InvalidOutput) propagate: the activity's
     retry starts the whole loop again from the same commit.
     """
-    records: list[TrajectoryRecord] = []
+    log = _ToolLog()
+    agent: Agent[None, str] = Agent(
+        source.model(call),
+        instructions=instructions,
+        tools=[_tool(spec, workspace, log) for spec in TOOLS.values()],
+        output_type=str,
+        # Bad tool arguments go back to the model; the turn limit bounds how often.
+        retries={"tools": max_turns, "output": NUDGES},
+    )
 
-    def record(turn: int, kind: RecordKind, **fields: Any) -> None:
+    @agent.output_validator
+    def _deliverable_written(text: str) -> str:
+        if not (workspace / ARTIFACT_PATH).is_file():
+            raise ModelRetry(NUDGE)
+        return text
+
+    limit_reached = False
+    final_text = ""
+    with capture_run_messages() as messages:
+        try:
+            async with heartbeating():
+                with model_errors(call.role):
+                    result = await agent.run(
+                        user_prompt(call.context),
+                        usage_limits=UsageLimits(request_limit=max_turns),
+                    )
+            final_text = result.output
+        except UsageLimitExceeded:
+            limit_reached = True
+        except InvalidOutput as exc:
+            if not (workspace / ARTIFACT_PATH).is_file():
+                raise InvalidOutput(
+                    call.role, f"it ended without writing {ARTIFACT_PATH}, even when reminded"
+                ) from exc
+            raise
+    records = trajectory(messages, call, instructions, step_label)
+    turns = sum(isinstance(m, ModelResponse) for m in messages)
+    if limit_reached:
+        final_text = _last_text(messages)
         records.append(
-            TrajectoryRecord(
-                run_id=conversation.run_id,
-                step=step_label,
-                iteration=conversation.iteration,
-                turn=turn,
-                kind=kind,
-                **fields,
+            _record(
+                call,
+                step_label,
+                turns,
+                "limit",
+                output=f"stopped at the turn limit ({max_turns} turns) with work unfinished",
             )
         )
-
-    record(0, "system", input=_cap(conversation.system))
-    for message in conversation.messages:
-        kind: RecordKind = "assistant" if message.get("role") == "assistant" else "user"
-        record(0, kind, input=_cap(_message_text(message)))
-
-    messages = list(conversation.messages)
-    usage = TokenUsage()
-    written: dict[str, None] = {}  # ordered set
-    final_text = ""
-    async with heartbeating():
-        for turn in range(1, max_turns + 1):
-            # A snapshot: the conversation a model was sent stays as it was sent.
-            sent = conversation.model_copy(update={"messages": list(messages)})
-            reply = await model.converse(sent)
-            usage = usage + reply.usage
-            final_text = reply.text
-            record(turn, "assistant", output=_cap(reply.text), stop_reason=reply.stop_reason)
-            messages.append(reply.as_message())
-            calls = reply.tool_uses
-            if not calls:
-                return AgentOutcome(final_text, turn, usage, records, list(written))
-            results = []
-            for call in calls:
-                record(
-                    turn,
-                    "tool_call",
-                    tool=call.name,
-                    tool_use_id=call.id,
-                    input=_capped(call.input),
-                )
-                result = await _run_tool(workspace, call)
-                record(
-                    turn,
-                    "tool_result",
-                    tool=call.name,
-                    tool_use_id=call.id,
-                    output=_cap(result.content),
-                    ok=result.ok,
-                )
-                if (
-                    result.ok
-                    and call.name in _WRITING_TOOLS
-                    and isinstance(call.input.get("path"), str)
-                ):
-                    written[call.input["path"]] = None
-                block: dict[str, Any] = {
-                    "type": "tool_result",
-                    "tool_use_id": call.id,
-                    "content": result.content,
-                }
-                if not result.ok:
-                    block["is_error"] = True
-                results.append(block)
-            messages.append({"role": "user", "content": results})
-    record(
-        max_turns,
-        "limit",
-        output=f"stopped at the turn limit ({max_turns} turns) with tool results unanswered",
+    return AgentOutcome(
+        final_text=final_text,
+        turns=turns,
+        usage=_usage(messages),
+        records=records,
+        files_written=list(log.written),
+        limit_reached=limit_reached,
+        repairs=[r.output or "" for r in records if r.kind == "retry"],
     )
-    return AgentOutcome(final_text, max_turns, usage, records, list(written), limit_reached=True)
 
 
-async def _run_tool(workspace: Path, call: ToolUse) -> ToolResult:
-    """One tool call, off the event loop (commands block) so heartbeats keep going."""
+def _tool(spec: ToolSpec[Any], workspace: Path, log: _ToolLog) -> Tool[None]:
+    """A workspace tool for pydantic-ai: the guarded `execute`, off the event loop (commands
+    block) so heartbeats keep going; a refused or failed call is a failed tool result."""
+
+    async def run(ctx: RunContext[None], **arguments: Any) -> str:
+        result = await _execute(workspace, spec.name, arguments)
+        log.ok[ctx.tool_call_id or ""] = result.ok
+        if not result.ok:
+            raise ToolFailed(result.content)
+        if spec.name in _WRITING_TOOLS and isinstance(arguments.get("path"), str):
+            log.written[arguments["path"]] = None
+        return result.content
+
+    # One call at a time: two edits of one file must not race.
+    return Tool.from_schema(
+        run,
+        name=spec.name,
+        description=spec.description,
+        json_schema=spec.input_schema,
+        takes_ctx=True,
+        sequential=True,
+    )
+
+
+async def _execute(workspace: Path, name: str, arguments: dict[str, Any]) -> ToolResult:
     try:
-        return await asyncio.to_thread(execute, workspace, call.name, call.input)
+        return await asyncio.to_thread(execute, workspace, name, arguments)
     except Exception as exc:  # `execute` never raises by contract; a model must not crash us
-        return ToolResult(ok=False, content=f"{call.name} failed: {type(exc).__name__}: {exc}")
+        return ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")
 
 
-def _message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else json.dumps(b)
-            for b in content
-        )
-    return json.dumps(content, default=str)
+def trajectory(
+    messages: list[ModelMessage], call: ModelCall, instructions: str, step: AgentStep
+) -> list[TrajectoryRecord]:
+    """The conversation as trajectory records: turn n is the model's n-th answer, and the
+    tool results and reminders sent back after it."""
+    records = [_record(call, step, 0, "system", input=_cap(instructions))]
+    turn = 0
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            turn += 1
+            text = "\n".join(p.content for p in message.parts if isinstance(p, TextPart))
+            records.append(
+                _record(
+                    call,
+                    step,
+                    turn,
+                    "assistant",
+                    output=_cap(text.strip()),
+                    stop_reason=message.finish_reason,
+                )
+            )
+            for part in message.parts:
+                if isinstance(part, ToolCallPart):
+                    records.append(
+                        _record(
+                            call,
+                            step,
+                            turn,
+                            "tool_call",
+                            tool=part.tool_name,
+                            tool_use_id=part.tool_call_id,
+                            input=_capped(part.args_as_dict()),
+                        )
+                    )
+        elif isinstance(message, ModelRequest):
+            for request_part in message.parts:
+                if isinstance(request_part, UserPromptPart):
+                    content = request_part.content
+                    text = content if isinstance(content, str) else json.dumps(content, default=str)
+                    records.append(_record(call, step, turn, "user", input=_cap(text)))
+                elif isinstance(request_part, ToolReturnPart):
+                    records.append(
+                        _record(
+                            call,
+                            step,
+                            turn,
+                            "tool_result",
+                            tool=request_part.tool_name,
+                            tool_use_id=request_part.tool_call_id,
+                            output=_cap(request_part.model_response_str()),
+                            ok=request_part.outcome == "success",
+                        )
+                    )
+                elif isinstance(request_part, RetryFeedbackPart):
+                    records.append(
+                        _record(call, step, turn, "retry", output=request_part.model_response())
+                    )
+    return records
+
+
+def _record(
+    call: ModelCall, step: AgentStep, turn: int, kind: RecordKind, **fields: Any
+) -> TrajectoryRecord:
+    return TrajectoryRecord(
+        run_id=call.run_id, step=step, iteration=call.iteration, turn=turn, kind=kind, **fields
+    )
+
+
+def _last_text(messages: list[ModelMessage]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            text = "\n".join(p.content for p in message.parts if isinstance(p, TextPart))
+            if text.strip():
+                return text.strip()
+    return ""
+
+
+def _usage(messages: list[ModelMessage]) -> TokenUsage:
+    """Tokens of every answer in the conversation, whether the run ended well or not."""
+    usage = TokenUsage()
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            used = message.usage
+            usage = usage + TokenUsage(
+                input_tokens=used.input_tokens,
+                output_tokens=used.output_tokens,
+                cache_read_input_tokens=used.cache_read_tokens,
+                cache_creation_input_tokens=used.cache_write_tokens,
+                calls=1,
+            )
+    return usage
 
 
 def _cap(text: str | None, cap: int = RECORD_TEXT_CAP) -> str | None:

@@ -21,5 +21,5 @@ class AuditActivities:
             "plan_focus": step.plan_focus,
             "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
         }
-        audit, usage = await self.deps.consult(Role.CUSTODIET, step, context, Audit)
-        return AuditOutput(audit=audit, usage=usage)
+        answered = await self.deps.consult(Role.CUSTODIET, step, context, Audit)
+        return AuditOutput(audit=answered.answer, usage=answered.usage, repairs=answered.repairs)

@@ -22,5 +22,7 @@ class CritiqueActivities:
             "evaluation": step.evaluation.model_dump(mode="json"),
             "rules": [r.model_dump(mode="json") for r in step.rules],
         }
-        critique, usage = await self.deps.consult(Role.ARTIFACT_CRITIC, step, context, Critique)
-        return CritiqueOutput(critique=critique, usage=usage)
+        answered = await self.deps.consult(Role.ARTIFACT_CRITIC, step, context, Critique)
+        return CritiqueOutput(
+            critique=answered.answer, usage=answered.usage, repairs=answered.repairs
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -15,7 +15,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.catalog import AgentDefinition, WorkflowTemplate
-from activities.llm.base import InvalidOutput, LanguageModel, ModelCall, ask, render_context
+from activities.llm.base import InvalidOutput, ModelCall, ModelSource
+from activities.llm.structured import Answered, ask
 from activities.workspace import GitWorkspaces
 from schemas.roles import Role
 from schemas.run import TokenUsage
@@ -33,7 +34,7 @@ DEFAULT_TRACER = trace.get_tracer("loopworks")
 @dataclass(frozen=True)
 class StepDeps:
     settings: Settings
-    model: LanguageModel
+    models: ModelSource
     agents: dict[str, AgentDefinition]
     templates: dict[str, WorkflowTemplate]
     workspaces: GitWorkspaces
@@ -41,12 +42,19 @@ class StepDeps:
     tracer: trace.Tracer | None = None
 
     async def consult(
-        self, role: Role, step: ModelStep, context: dict[str, Any], answer_type: type[Answer]
-    ) -> tuple[Answer, TokenUsage]:
+        self,
+        role: Role,
+        step: ModelStep,
+        context: dict[str, Any],
+        answer_type: type[Answer],
+        check: Callable[[Answer], None] | None = None,
+    ) -> Answered[Answer]:
         """Ask the role's model, heartbeating meanwhile so a stop cancels it promptly.
 
-        Invalid output is not retried by Temporal: the workflow owns seed 001's
-        "retry the phase once, then phase_error".
+        An answer that does not fit `answer_type`, or that `check` refuses (ValueError),
+        goes back to the model once with the errors; if the repair fails too, the step
+        answers InvalidOutput, which Temporal does not retry: the workflow owns seed 001's
+        "retry once, then phase_error", and the repair was that retry.
         """
         agent, model, context = self.for_role(role, step, context)
         call = ModelCall(
@@ -55,16 +63,13 @@ class StepDeps:
             call_index=step.call_index,
             iteration=step.iteration,
             model=model,
-            system=agent.prompt,
-            prompt=render_context(context),
             context=context,
-            output_schema=answer_type.model_json_schema(),
         )
         with self.model_span("llm", role, step, model) as span:
             async with heartbeating():
-                answer, usage = await ask(self.model, call, answer_type)
-            self.price(model, usage, span)
-        return answer, usage
+                answered = await ask(self.models, call, agent.prompt, answer_type, check)
+            self.price(model, answered.usage, span)
+        return answered
 
     def for_role(
         self, role: Role, step: ModelStep, context: dict[str, Any]

@@ -1,21 +1,21 @@
 """Step 6: EVALUATE, one activity per independent check group, run in parallel.
 
 Evaluators are strict and non-creative (seed 001): commands and patterns are run, not
-judged; only `llm` checks ask a model, and only a yes/no question.
+judged; only `llm` checks ask a model, yes/no questions, all of a group's in one call.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from temporalio import activity
 
 from activities.checks import CheckOutcome, run_command_check, run_pattern_check
 from activities.deps import StepDeps, heartbeating, now
 from schemas.evaluation import CheckResult
-from schemas.roles import Judgement, Role
+from schemas.roles import Judgements, Role
 from schemas.rules import CommandCheck, JudgeCheck, PatternCheck
-from schemas.run import TokenUsage
 from schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
 
 
@@ -34,35 +34,62 @@ class EvaluationActivities:
             # Groups run in parallel: each reads its own clone.
             f"eval-{step.group.value}",
         )
-        usage = TokenUsage()
-        results: list[CheckResult] = []
+        output = EvaluateGroupOutput(group=step.group, results=[])
+        questions = {
+            prepared.rule_id: prepared.check.question
+            for prepared in step.checks
+            if isinstance(prepared.check, JudgeCheck)
+        }
+        judged: dict[str, CheckOutcome] = {}
+        if questions:
+            judged = await self._judge(step, workdir, questions, output)
         async with heartbeating():
             for prepared in step.checks:
                 check = prepared.check
                 if isinstance(check, JudgeCheck):
-                    artifact = workdir / ARTIFACT_PATH
-                    context = {
-                        "task": step.task,
-                        "question": check.question,
-                        "artifact": artifact.read_text() if artifact.exists() else "",
-                    }
-                    judgement, used = await self.deps.consult(
-                        Role.EVALUATOR, step, context, Judgement
-                    )
-                    usage = usage + used
-                    outcome = CheckOutcome(passed=judgement.passed, detail=judgement.reason)
+                    outcome = judged[prepared.rule_id]
                 elif isinstance(check, CommandCheck):
                     outcome = await asyncio.to_thread(run_command_check, check, workdir)
                 elif isinstance(check, PatternCheck):
                     outcome = await asyncio.to_thread(run_pattern_check, check, workdir)
-                results.append(
+                output.results.append(
                     CheckResult(
                         rule_id=prepared.rule_id, passed=outcome.passed, detail=outcome.detail
                     )
                 )
-        return EvaluateGroupOutput(
-            group=step.group,
-            results=results,
-            usage=usage,
-            timing=Timing(started_at=started, finished_at=now()),
-        )
+        output.timing = Timing(started_at=started, finished_at=now())
+        return output
+
+    async def _judge(
+        self,
+        step: EvaluateGroupInput,
+        workdir: Path,
+        questions: dict[str, str],
+        output: EvaluateGroupOutput,
+    ) -> dict[str, CheckOutcome]:
+        """Every yes/no question of the group in one model call: the artifact is sent once,
+        and each answer names the rule it belongs to."""
+        artifact = workdir / ARTIFACT_PATH
+        context = {
+            "task": step.task,
+            "questions": [
+                {"rule_id": rule_id, "question": question}
+                for rule_id, question in questions.items()
+            ],
+            "artifact": artifact.read_text() if artifact.exists() else "",
+        }
+
+        def check(answer: Judgements) -> None:
+            given = [j.rule_id for j in answer.judgements]
+            if sorted(given) != sorted(questions):
+                raise ValueError(
+                    "`judgements` must answer each question once, by its rule id: expected "
+                    f"{sorted(questions)}, got {given}"
+                )
+
+        answered = await self.deps.consult(Role.EVALUATOR, step, context, Judgements, check)
+        output.usage, output.repairs = answered.usage, answered.repairs
+        return {
+            j.rule_id: CheckOutcome(passed=j.passed, detail=j.reason)
+            for j in answered.answer.judgements
+        }

@@ -6,7 +6,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.catalog import choose_template
-from activities.deps import INVALID_OUTPUT, StepDeps
+from activities.deps import StepDeps
 from schemas.roles import CriticReview, Hydration, Role
 from schemas.rules import normalise_rules
 from schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
@@ -33,7 +33,17 @@ class HydrationActivities:
             "user_rules": [r.model_dump(mode="json") for r in step.user_rules],
             "feedback": step.feedback,
         }
-        hydration, usage = await self.deps.consult(Role.HYDRATOR, step, context, Hydration)
+
+        def check(hydration: Hydration) -> None:
+            if step.user_rules:
+                return  # the user's rules replace the drafted ones
+            if not hydration.rules:
+                # With no rule every artifact scores 1.0: a plan without criteria is no plan.
+                raise ValueError("`rules` is empty: draft at least one rule")
+            normalise_rules(hydration.rules)  # duplicate ids
+
+        answered = await self.deps.consult(Role.HYDRATOR, step, context, Hydration, check)
+        hydration = answered.answer
         if hydration.template not in templates:
             hydration.template = suggested
         if step.template:
@@ -42,21 +52,13 @@ class HydrationActivities:
         if step.user_rules:
             # User rules are the criteria; the hydrator only drafts rules when none are given.
             hydration.rules = step.user_rules
-        try:
-            hydration.rules = normalise_rules(hydration.rules)
-        except ValueError as exc:
-            raise ApplicationError(
-                f"hydrator: {exc}", type=INVALID_OUTPUT, non_retryable=True
-            ) from exc
-        if not hydration.rules:
-            # With no rule every artifact scores 1.0: a plan without criteria is no plan.
-            raise ApplicationError(
-                "hydrator drafted no rules", type=INVALID_OUTPUT, non_retryable=True
-            )
-        return HydrateOutput(hydration=hydration, usage=usage)
+        hydration.rules = normalise_rules(hydration.rules)
+        return HydrateOutput(
+            hydration=hydration, usage=answered.usage, repairs=answered.repairs
+        )
 
     @activity.defn(name="review_plan")
     async def review_plan(self, step: ReviewInput) -> ReviewOutput:
         context = {"task": step.task, "hydration": step.hydration.model_dump(mode="json")}
-        review, usage = await self.deps.consult(Role.CRITIC, step, context, CriticReview)
-        return ReviewOutput(review=review, usage=usage)
+        answered = await self.deps.consult(Role.CRITIC, step, context, CriticReview)
+        return ReviewOutput(review=answered.answer, usage=answered.usage, repairs=answered.repairs)

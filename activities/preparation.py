@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
-from activities.deps import INVALID_OUTPUT, StepDeps, now
+from activities.deps import StepDeps, now
 from schemas.roles import Preparation, Role
 from schemas.rules import PreparedCheck
 from schemas.steps import PrepareInput, PrepareOutput, Timing
@@ -25,27 +24,26 @@ class PreparationActivities:
             if not isinstance(r.check, str)
         ]
         described = [r for r in step.rules if isinstance(r.check, str)]
-        usage = None
-        prepared: list[PreparedCheck] = []
+        output = PrepareOutput(checks=concrete)
         if described:
             context = {
                 "task": step.task,
                 "rules": [r.model_dump(mode="json") for r in described],
             }
-            answer, usage = await self.deps.consult(Role.PREPARER, step, context, Preparation)
-            prepared = [PreparedCheck(rule_id=c.rule_id, check=c.check) for c in answer.checks]
-            missing = {r.id for r in described} - {c.rule_id for c in prepared}
-            unknown = {c.rule_id for c in prepared} - {r.id for r in described}
-            if missing or unknown:
-                raise ApplicationError(
-                    f"preparer: checks missing for {sorted(missing)}, "
-                    f"unknown rules {sorted(unknown)}",
-                    type=INVALID_OUTPUT,
-                    non_retryable=True,
-                )
-        output = PrepareOutput(
-            checks=concrete + prepared, timing=Timing(started_at=started, finished_at=now())
-        )
-        if usage is not None:
-            output.usage = usage
+            expected = {r.id for r in described}
+
+            def check(answer: Preparation) -> None:
+                given = {c.rule_id for c in answer.checks}
+                if given != expected:
+                    raise ValueError(
+                        f"`checks` must have one entry per rule: missing "
+                        f"{sorted(expected - given)}, unknown rule ids {sorted(given - expected)}"
+                    )
+
+            answered = await self.deps.consult(Role.PREPARER, step, context, Preparation, check)
+            output.checks += [
+                PreparedCheck(rule_id=c.rule_id, check=c.check) for c in answered.answer.checks
+            ]
+            output.usage, output.repairs = answered.usage, answered.repairs
+        output.timing = Timing(started_at=started, finished_at=now())
         return output

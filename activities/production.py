@@ -19,8 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_loop import AgentOutcome, AgentStep, run_agent, to_jsonl
 from activities.deps import INVALID_OUTPUT, StepDeps, now
-from activities.llm.base import Conversation, render_context, with_context
-from activities.tools import tool_definitions
+from activities.llm.base import ModelCall
 from schemas.roles import IterationPlan, Role
 from schemas.steps import (
     ARTIFACT_PATH,
@@ -56,8 +55,8 @@ class ProductionActivities:
                 step.last_evaluation.model_dump(mode="json") if step.last_evaluation else None
             ),
         }
-        plan, usage = await self.deps.consult(Role.PLANNER, step, context, IterationPlan)
-        return PlanOutput(plan=plan, usage=usage)
+        answered = await self.deps.consult(Role.PLANNER, step, context, IterationPlan)
+        return PlanOutput(plan=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
     @activity.defn(name="produce_artifact")
     async def produce_artifact(self, step: ProduceInput) -> ArtifactOutput:
@@ -131,6 +130,7 @@ class ProductionActivities:
             turns=outcome.turns,
             turn_limit_reached=outcome.limit_reached,
             trajectory_path=trajectory,
+            repairs=outcome.repairs,
         )
 
     async def _run_agent(
@@ -140,20 +140,17 @@ class ProductionActivities:
         as the first message, the workspace tools; usage priced as `consult` prices it."""
         deps = self.deps
         agent, model, context = deps.for_role(role, step, context)
-        conversation = Conversation(
+        call = ModelCall(
             role=role,
             run_id=step.run_id,
             call_index=step.call_index,
             iteration=step.iteration,
             model=model,
-            system=agent.prompt,
-            messages=[{"role": "user", "content": with_context(render_context(context), context)}],
-            tools=tool_definitions(),
             context=context,
         )
         with deps.model_span("agent", role, step, model) as span:
             outcome = await run_agent(
-                deps.model, conversation, workdir, deps.settings.agent_max_turns, verb
+                deps.models, call, agent.prompt, workdir, deps.settings.agent_max_turns, verb
             )
             deps.price(model, outcome.usage, span)
             if outcome.limit_reached:

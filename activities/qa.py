@@ -23,5 +23,5 @@ class QAActivities:
             "artifact": artifact,
             "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
         }
-        report, usage = await self.deps.consult(Role.QA_VERIFIER, step, context, QAReport)
-        return QAOutput(report=report, usage=usage)
+        answered = await self.deps.consult(Role.QA_VERIFIER, step, context, QAReport)
+        return QAOutput(report=answered.answer, usage=answered.usage, repairs=answered.repairs)

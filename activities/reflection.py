@@ -36,7 +36,8 @@ class ReflectionActivities:
             "guidance": step.guidance,
             "acceptance_criteria": state.acceptance_criteria,
         }
-        answer, usage = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
+        answered = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
+        answer, usage = answered.answer, answered.usage
         reflection = FrameworkReflection(
             request=state.task[:300],
             guidance_received="; ".join(step.guidance) or "N/A - direct execution",
@@ -67,7 +68,13 @@ class ReflectionActivities:
             token_usage=total_usage.model_dump(),
         )
         commit = await asyncio.to_thread(self._record, step, reflection, insights)
-        return ReflectOutput(reflection=reflection, insights=insights, commit=commit, usage=usage)
+        return ReflectOutput(
+            reflection=reflection,
+            insights=insights,
+            commit=commit,
+            usage=usage,
+            repairs=answered.repairs,
+        )
 
     def _record(
         self, step: ReflectInput, reflection: FrameworkReflection, insights: SessionInsights

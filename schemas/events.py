@@ -38,6 +38,9 @@ class EventName(StrEnum):
     RESUMED = "resumed"
     # A fresh Temporal history for a long run (the run and its events go on).
     CONTINUED_AS_NEW = "continued_as_new"
+    # A model's answer was invalid and it repaired it when shown the errors (seed 001's
+    # "retry once" that succeeded); payload `repairs` holds the feedback it was sent.
+    OUTPUT_REPAIRED = "output_repaired"
     COMPLETED = "completed"
 
 

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # Any Anthropic-compatible server (a proxy, LiteLLM, Ollama); None means the SDK's default.
     anthropic_base_url: str | None = Field(default=None, alias="ANTHROPIC_BASE_URL")
     anthropic_max_tokens: int = Field(default=4096, gt=0, alias="LOOPS_ANTHROPIC_MAX_TOKENS")
+    # Ask for strict (schema-constrained) tool input; a server that rejects it is asked
+    # without it for the rest of the worker's life, so this only turns the first try off.
+    anthropic_strict_output: bool = Field(default=True, alias="LOOPS_ANTHROPIC_STRICT")
     # One HTTP request; Temporal's retry policy decides whether to try again.
     anthropic_timeout_seconds: float = Field(default=300, gt=0, alias="LOOPS_ANTHROPIC_TIMEOUT_S")
     # PRODUCE and REFINE end after this many model turns even if the agent wants more.

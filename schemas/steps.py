@@ -57,6 +57,14 @@ class ModelStep(BaseModel):
     operator_note: str | None = None
 
 
+class ModelOutput(BaseModel):
+    """Fields every model-backed step answers with: what it cost, and the feedback each
+    repaired answer was sent back with (empty when the first answer was valid)."""
+
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    repairs: list[str] = Field(default_factory=list)
+
+
 class GitLocation(BaseModel):
     origin: str
     commit: str
@@ -102,9 +110,8 @@ class HydrateInput(ModelStep):
     feedback: list[str] = Field(default_factory=list)
 
 
-class HydrateOutput(BaseModel):
+class HydrateOutput(ModelOutput):
     hydration: Hydration
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 class ReviewInput(ModelStep):
@@ -112,9 +119,8 @@ class ReviewInput(ModelStep):
     hydration: Hydration
 
 
-class ReviewOutput(BaseModel):
+class ReviewOutput(ModelOutput):
     review: CriticReview
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 # --- iteration -------------------------------------------------------------------------
@@ -127,9 +133,8 @@ class PlanInput(ModelStep):
     last_evaluation: Evaluation | None = None
 
 
-class PlanOutput(BaseModel):
+class PlanOutput(ModelOutput):
     plan: IterationPlan
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 class ProduceInput(ModelStep):
@@ -149,13 +154,12 @@ class RefineInput(ModelStep):
     committed_at: datetime
 
 
-class ArtifactOutput(BaseModel):
+class ArtifactOutput(ModelOutput):
     commit: str
     artifact_hash: str
     previous_artifact_hash: str | None = None
     changed: list[str] = Field(default_factory=list)
     summary: str = ""
-    usage: TokenUsage = Field(default_factory=TokenUsage)
     timing: Timing = Field(default_factory=Timing)
     # The agent's side of the step; its whole trajectory is in the commit, at this path.
     turns: int = 0
@@ -168,9 +172,8 @@ class PrepareInput(ModelStep):
     rules: list[Rule]
 
 
-class PrepareOutput(BaseModel):
+class PrepareOutput(ModelOutput):
     checks: list[PreparedCheck]
-    usage: TokenUsage = Field(default_factory=TokenUsage)
     timing: Timing = Field(default_factory=Timing)
 
 
@@ -181,10 +184,9 @@ class EvaluateGroupInput(ModelStep):
     workspace: GitLocation
 
 
-class EvaluateGroupOutput(BaseModel):
+class EvaluateGroupOutput(ModelOutput):
     group: CheckGroup
     results: list[CheckResult]
-    usage: TokenUsage = Field(default_factory=TokenUsage)
     timing: Timing = Field(default_factory=Timing)
 
 
@@ -195,9 +197,8 @@ class AuditInput(ModelStep):
     evaluation: Evaluation | None = None
 
 
-class AuditOutput(BaseModel):
+class AuditOutput(ModelOutput):
     audit: Audit
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 class CritiqueInput(ModelStep):
@@ -207,9 +208,8 @@ class CritiqueInput(ModelStep):
     workspace: GitLocation
 
 
-class CritiqueOutput(BaseModel):
+class CritiqueOutput(ModelOutput):
     critique: Critique
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 class QAInput(ModelStep):
@@ -220,9 +220,8 @@ class QAInput(ModelStep):
     workspace: GitLocation
 
 
-class QAOutput(BaseModel):
+class QAOutput(ModelOutput):
     report: QAReport
-    usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
 # --- reflection ------------------------------------------------------------------------
@@ -237,8 +236,7 @@ class ReflectInput(ModelStep):
     committed_at: datetime
 
 
-class ReflectOutput(BaseModel):
+class ReflectOutput(ModelOutput):
     reflection: FrameworkReflection
     insights: SessionInsights
     commit: str
-    usage: TokenUsage = Field(default_factory=TokenUsage)

@@ -15,9 +15,9 @@ from activities.critique import CritiqueActivities
 from activities.deps import StepDeps
 from activities.evaluation import EvaluationActivities
 from activities.hydration import HydrationActivities
-from activities.llm.anthropic import AnthropicModel, build_anthropic_client
-from activities.llm.base import LanguageModel
-from activities.llm.offline import OfflineModel, OfflineScript
+from activities.llm.anthropic import AnthropicModels
+from activities.llm.base import ModelSource
+from activities.llm.offline import OfflineModels, OfflineScript
 from activities.preparation import PreparationActivities
 from activities.production import ProductionActivities
 from activities.qa import QAActivities
@@ -28,20 +28,20 @@ from schemas.settings import LLMProvider, Settings
 from workflows.loop import LoopWorkflow
 
 
-def build_model(settings: Settings) -> LanguageModel:
+def build_models(settings: Settings) -> ModelSource:
+    """The worker's model source: one per worker, so what it learns of its server (that
+    strict tool input is refused) holds for the worker's lifetime."""
     if settings.llm == LLMProvider.ANTHROPIC:
-        return AnthropicModel(
-            build_anthropic_client(settings), max_tokens=settings.anthropic_max_tokens
-        )
+        return AnthropicModels.from_settings(settings)
     script = OfflineScript.load(settings.offline_script) if settings.offline_script else None
-    return OfflineModel(latency_ms=settings.offline_latency_ms, script=script)
+    return OfflineModels(latency_ms=settings.offline_latency_ms, script=script)
 
 
-def build_deps(settings: Settings, model: LanguageModel | None = None) -> StepDeps:
+def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDeps:
     """Load catalogs at start so a malformed definition stops the worker, not a run."""
     return StepDeps(
         settings=settings,
-        model=model or build_model(settings),
+        models=models or build_models(settings),
         agents=load_agents(overrides=settings.agents_dir),
         templates=load_templates(),
         workspaces=GitWorkspaces(
@@ -75,11 +75,11 @@ def activities_of(deps: StepDeps) -> list[Any]:
 def build_worker(
     client: Client,
     settings: Settings,
-    model: LanguageModel | None = None,
+    models: ModelSource | None = None,
     task_queue: str | None = None,
     deps: StepDeps | None = None,
 ) -> Worker:
-    deps = deps or build_deps(settings, model)
+    deps = deps or build_deps(settings, models)
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

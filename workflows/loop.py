@@ -307,7 +307,7 @@ class LoopWorkflow:
                 Step.HYDRATE, functools.partial(self._hydrate_once, feedback)
             )
             hydration = hydrated.hydration
-            self._record.add_usage(hydrated.usage)
+            self._record.add_output(hydrated)
             self._state.template = hydration.template
             self._state.rules = hydration.rules
             self._state.acceptance_criteria = hydration.acceptance_criteria
@@ -328,7 +328,7 @@ class LoopWorkflow:
                 Step.CRITIC, functools.partial(self._review_once, hydration)
             )
             review = reviewed.review
-            self._record.add_usage(reviewed.usage)
+            self._record.add_output(reviewed)
             self._critic_verdict = review.verdict.value
             self._guidance.append(f"critic: {review.verdict.value} {review.feedback}".strip())
             self._record.emit(
@@ -468,7 +468,7 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · plan",
             ),
         )
-        self._record.add_usage(planned.usage)
+        self._record.add_output(planned)
         self._last_plan = planned.plan
         self._record.emit(EventName.PLAN_CREATED, planned.plan.model_dump(mode="json"))
         return planned.plan.focus
@@ -516,7 +516,7 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · prepare · {len(rules)} rules",
             ),
         )
-        self._record.add_usage(prepared.usage)
+        self._record.add_output(prepared)
         self._record.emit(
             EventName.CHECKS_PREPARED,
             {
@@ -556,7 +556,7 @@ class LoopWorkflow:
         outputs = await _gather_all(*(run_group(g, m) for g, m in sorted(groups.items())))
         results: list[CheckResult] = []
         for output in outputs:
-            self._record.add_usage(output.usage)
+            self._record.add_output(output)
             results.extend(output.results)
         evaluation = decisions.score_results(
             self._state.rules, results, self._state.phase, self._state.thresholds
@@ -607,7 +607,7 @@ class LoopWorkflow:
             ),
         )
         audit = audited.audit
-        self._record.add_usage(audited.usage)
+        self._record.add_output(audited)
         self._guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
         self._record.emit(
             EventName.AUDIT_VERDICT,
@@ -661,7 +661,7 @@ class LoopWorkflow:
             ),
         )
         report = verified.report
-        self._record.add_usage(verified.usage)
+        self._record.add_output(verified)
         self._record.emit(
             EventName.QA_VERDICT,
             {
@@ -696,7 +696,7 @@ class LoopWorkflow:
                 f"iteration {self._state.iteration} · critique",
             ),
         )
-        self._record.add_usage(critiqued.usage)
+        self._record.add_output(critiqued)
         self._record.emit(
             EventName.CRITIQUE_DONE,
             {"issues": [i.model_dump(mode="json") for i in critiqued.critique.issues]},
@@ -753,7 +753,7 @@ class LoopWorkflow:
                 EventName.FAILED, {"step": "REFLECT", "error": str(err)}, status="error"
             )
             return
-        self._record.add_usage(reflected.usage)
+        self._record.add_output(reflected)
         self._commit = reflected.commit
         self._record.emit(
             EventName.REFLECTION_DONE,
@@ -822,17 +822,18 @@ class LoopWorkflow:
             self._inflight.discard(handle)
 
     async def _phase(self, step: Step, attempt: Callable[[], Awaitable[T]]) -> T:
-        """Seed 001's error recovery: invalid output is logged, retried once, then fatal."""
-        for number in (1, 2):
-            try:
-                return await attempt()
-            except _InvalidOutput as err:
-                self._record.emit(
-                    EventName.PHASE_ERROR,
-                    {"step": step.value, "attempt": number, "error": str(err)},
-                    status="error",
-                )
-        raise _Finished(StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice")
+        """Seed 001's error recovery: invalid output is retried once, then fatal. The retry
+        happens inside the step, as a repair (the model is shown its answer's errors), so
+        invalid output reaching the workflow has already failed twice."""
+        try:
+            return await attempt()
+        except _InvalidOutput as err:
+            self._record.emit(
+                EventName.PHASE_ERROR, {"step": step.value, "error": str(err)}, status="error"
+            )
+            raise _Finished(
+                StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice"
+            ) from err
 
     async def _gate(self) -> None:
         """Nothing runs while blocked or paused, or once over budget; a stop request wins

@@ -24,9 +24,12 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         TokenUsage,
     )
-    from schemas.steps import ARTIFACT_PATH, ArtifactOutput
+    from schemas.steps import ARTIFACT_PATH, ArtifactOutput, ModelOutput
     from workflows import decisions
     from workflows.summary import IterationSummary, render_summary
+
+# A repair's feedback (validation errors) is kept in events up to this many characters.
+REPAIR_TEXT_CAP = 500
 
 LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
 LOOP_PHASE = SearchAttributeKey.for_keyword("LoopPhase")
@@ -74,9 +77,18 @@ class RunRecord:
     def add_usage(self, usage: TokenUsage) -> None:
         self.state.usage = self.state.usage + usage
 
+    def add_output(self, output: ModelOutput) -> None:
+        """A model step's answer: count its usage, and show any repair it needed."""
+        self.add_usage(output.usage)
+        if output.repairs:
+            self.emit(
+                EventName.OUTPUT_REPAIRED,
+                {"repairs": [repair[:REPAIR_TEXT_CAP] for repair in output.repairs]},
+            )
+
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
         """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads)."""
-        self.add_usage(output.usage)
+        self.add_output(output)
         self.state.artifact_commit = output.commit
         payload: dict[str, Any] = {
             "commit": output.commit,

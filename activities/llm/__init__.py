@@ -1,5 +1,7 @@
-"""The model layer: one small interface, the offline model, and answer validation."""
+"""The model layer, on pydantic-ai: model sources (Anthropic, offline), structured answers
+with one repair, and the errors a failed model run becomes."""
 
-from activities.llm.base import InvalidOutput, LanguageModel, ModelAnswer, ModelCall, ask
+from activities.llm.base import InvalidOutput, ModelCall, ModelSource
+from activities.llm.structured import Answered, ask
 
-__all__ = ["InvalidOutput", "LanguageModel", "ModelAnswer", "ModelCall", "ask"]
+__all__ = ["Answered", "InvalidOutput", "ModelCall", "ModelSource", "ask"]

@@ -9,14 +9,19 @@ MODEL_CALL policy's backoff, or after the server's `retry-after` when it sends o
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 
 import anthropic
+from pydantic_ai.exceptions import ModelAPIError, OutputTokenLimitExceeded, UnexpectedModelBehavior
 from temporalio.exceptions import ApplicationError
+
+from activities.llm.base import InvalidOutput
+from schemas.roles import Role
 
 # Error types, for a workflow or an operator reading the run's history.
 MODEL_REQUEST_REJECTED = "ModelRequestRejected"
@@ -46,6 +51,35 @@ _UNAVAILABLE: dict[int, str] = {
     429: "rate limited by the model server",
     529: "the model server is overloaded",
 }
+
+
+@contextlib.contextmanager
+def model_errors(role: Role) -> Iterator[None]:
+    """Turn what pydantic-ai raises for a failed model run into what the workflow reads:
+    provider failures into (non-)retryable ApplicationErrors, answers that stayed invalid
+    after their repair, or were cut off, into `InvalidOutput`."""
+    try:
+        yield
+    except ModelAPIError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, anthropic.APIError):
+            raise classify(cause) from exc
+        raise ApplicationError(
+            f"the model request failed: {exc.message}", type=MODEL_UNAVAILABLE
+        ) from exc
+    except OutputTokenLimitExceeded as exc:
+        raise InvalidOutput(
+            role,
+            "the answer was cut off at the output token limit; raise "
+            "LOOPS_ANTHROPIC_MAX_TOKENS if answers are this long",
+        ) from exc
+    except UnexpectedModelBehavior as exc:
+        detail = exc.message
+        if exc.__cause__ is not None:
+            detail = f"{detail}: {str(exc.__cause__)[:1000]}"
+        raise InvalidOutput(role, detail) from exc
+    except anthropic.APIError as exc:
+        raise classify(exc) from exc
 
 
 def classify(exc: anthropic.APIError) -> ApplicationError:

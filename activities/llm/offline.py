@@ -1,14 +1,16 @@
 """The offline model: deterministic, no network, a schema-valid answer for every role.
 
-It lets the whole service run anywhere and is what the tests use. Its default answers
-follow the inputs (a first draft, then refinements that apply the critique), and a
-script file can override any role's answer for any call: see `OfflineScript`.
+It lets the whole service run anywhere and is what the tests use. It is a pydantic-ai
+`FunctionModel`, so a step runs the same agent on it as on a real model. Its default
+answers follow the step's inputs (a first draft, then refinements that apply the
+critique), and a script file can override any role's answer for any call: see
+`OfflineScript`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,18 +18,17 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field, RootModel, model_validator
-
-from activities.llm.base import (
-    Conversation,
-    ModelAnswer,
-    ModelCall,
-    TextBlock,
-    ToolUse,
-    Turn,
-    has_tool_results,
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
 )
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from activities.llm.base import ModelCall
 from schemas.roles import Role
-from schemas.run import TokenUsage
 from schemas.steps import ARTIFACT_PATH
 
 
@@ -50,27 +51,34 @@ class ScriptEntry(BaseModel):
         return value
 
 
-class OfflineScript(RootModel[dict[Role, dict[str, ScriptEntry]]]):
+class OfflineScript(RootModel[dict[Role, dict[str, list[ScriptEntry]]]]):
     """Scripted answers by role and call: `{"critic": {"1": {...}, "*": {...}}}`.
 
     The key is the role's call number in the run (the workflow counts calls, so an
-    activity retry gets the same entry and a phase retry the next one); `*` matches any
-    call without its own entry.
+    activity retry gets the same entry and a new step the next one); `*` matches any call
+    without its own entry. An entry may be a list, one answer per request of the call:
+    `[invalid, valid]` answers invalidly, then repairs; the last answer is repeated.
     """
 
     @model_validator(mode="before")
     @classmethod
-    def _string_keys(cls, value: Any) -> Any:
-        # YAML reads `1:` as an int; call numbers are looked up as strings.
+    def _normalise(cls, value: Any) -> Any:
+        # YAML reads `1:` as an int; call numbers are looked up as strings. A single entry
+        # is a list of one.
         if isinstance(value, dict):
             return {
-                role: {str(k): v for k, v in (calls or {}).items()} for role, calls in value.items()
+                role: {str(k): v if isinstance(v, list) else [v] for k, v in (calls or {}).items()}
+                for role, calls in value.items()
             }
         return value
 
-    def entry(self, role: Role, call_index: int) -> ScriptEntry | None:
+    def entry(self, role: Role, call_index: int, attempt: int = 0) -> ScriptEntry | None:
+        """The answer to the `attempt`-th request (from 0) of the role's call."""
         entries = self.root.get(role, {})
-        return entries.get(str(call_index)) or entries.get("*")
+        answers = entries.get(str(call_index)) or entries.get("*")
+        if not answers:
+            return None
+        return answers[min(attempt, len(answers) - 1)]
 
     @classmethod
     def load(cls, path: Path) -> OfflineScript:
@@ -82,66 +90,46 @@ class OfflineScript(RootModel[dict[Role, dict[str, ScriptEntry]]]):
 WRITE_FILE_TOOL = "write_file"
 
 
-class OfflineModel:
+class OfflineModels:
+    """A ModelSource whose model answers every role from the step's context."""
+
+    # Strict tool input means nothing to a function that builds valid answers itself.
+    strict_output = False
+
     def __init__(self, latency_ms: int = 0, script: OfflineScript | None = None) -> None:
         self.latency_ms = latency_ms
         self.script = script or OfflineScript({})
 
-    async def answer(self, call: ModelCall) -> ModelAnswer:
-        entry = self.script.entry(call.role, call.call_index)
-        await self._wait(entry)
-        if entry is not None and entry.raw is not None:
-            text = entry.raw
-        elif entry is not None and entry.answer is not None:
-            text = json.dumps(entry.answer)
-        else:
-            text = json.dumps(_DEFAULTS[call.role](call.context))
-        usage = TokenUsage(
-            input_tokens=_tokens(call.system) + _tokens(call.prompt),
-            output_tokens=_tokens(text),
-            calls=1,
-        )
-        return ModelAnswer(text=text, usage=usage)
+    def strict_rejected(self) -> None:
+        pass
 
-    async def converse(self, conversation: Conversation) -> Turn:
-        """An agent that writes its role's answer through tools, deterministically.
+    def model(self, call: ModelCall) -> FunctionModel:
+        return FunctionModel(functools.partial(self.respond, call), model_name="offline")
 
-        Turn 1 calls `write_file` once per file of the draft (the script's answer for this
-        call, else the default answer for the context); once tool results are in, it ends
-        with a line on what changed. A scripted `raw` text is a reply without tool calls.
-        """
-        entry = self.script.entry(conversation.role, conversation.call_index)
+    async def respond(
+        self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo
+    ) -> ModelResponse:
+        """The next response of `call`: the forced answer tool's input for a structured
+        role, `write_file` calls then a closing line for an agent (PRODUCE, REFINE)."""
+        attempt = sum(isinstance(m, ModelResponse) for m in messages)
+        entry = self.script.entry(call.role, call.call_index, attempt)
         answer = (
             entry.answer
             if entry is not None and entry.answer is not None
-            else _DEFAULTS[conversation.role](conversation.context)
+            else default_answer(call.role, call.context)
         )
-        blocks: list[TextBlock | ToolUse]
-        if has_tool_results(conversation.messages):
-            blocks = [TextBlock(text=_closing_line(answer))]
-        else:
+        if attempt == 0 or info.output_tools:
             await self._wait(entry)
-            if entry is not None and entry.raw is not None:
-                blocks = [TextBlock(text=entry.raw)]
-            else:
-                blocks = [
-                    ToolUse(
-                        id=f"toolu_offline_{conversation.call_index}_{number}",
-                        name=WRITE_FILE_TOOL,
-                        input={"path": file["path"], "content": file["content"]},
-                    )
-                    for number, file in enumerate(_files(answer), start=1)
-                ] or [TextBlock(text="Nothing to write.")]
-        calls_tools = any(isinstance(b, ToolUse) for b in blocks)
-        reply = json.dumps([b.model_dump() for b in blocks])
-        usage = TokenUsage(
-            input_tokens=_tokens(conversation.system) + _tokens(json.dumps(conversation.messages)),
-            output_tokens=_tokens(reply),
-            calls=1,
-        )
-        return Turn(
-            content=blocks, stop_reason="tool_use" if calls_tools else "end_turn", usage=usage
-        )
+        parts: list[ModelResponsePart]
+        if info.output_tools:
+            tool = info.output_tools[0].name
+            raw = entry.raw if entry is not None and entry.raw is not None else None
+            parts = [ToolCallPart(tool, raw if raw is not None else answer)]
+        elif entry is not None and entry.raw is not None:
+            parts = [TextPart(entry.raw)]
+        else:
+            parts = _agent_turn(call, answer, _written(messages))
+        return ModelResponse(parts=parts, model_name="offline")
 
     async def _wait(self, entry: ScriptEntry | None) -> None:
         delay = (entry.delay_ms if entry and entry.delay_ms else self.latency_ms) / 1000
@@ -149,7 +137,37 @@ class OfflineModel:
             await asyncio.sleep(delay)
 
 
-def _files(answer: dict[str, Any]) -> list[dict[str, str]]:
+def _agent_turn(
+    call: ModelCall, answer: dict[str, Any], written: set[str]
+) -> list[ModelResponsePart]:
+    """`write_file` for each file of the draft not written yet, else the closing line."""
+    files = [f for f in draft_files(answer) if f["path"] not in written]
+    if not files:
+        return [TextPart(closing_line(answer))]
+    return [
+        ToolCallPart(
+            WRITE_FILE_TOOL,
+            {"path": file["path"], "content": file["content"]},
+            tool_call_id=f"toolu_offline_{call.call_index}_{number}",
+        )
+        for number, file in enumerate(files, start=1)
+    ]
+
+
+def _written(messages: list[ModelMessage]) -> set[str]:
+    """Paths the conversation's earlier turns wrote with `write_file`."""
+    paths = set()
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_name == WRITE_FILE_TOOL:
+                    path = part.args_as_dict().get("path")
+                    if isinstance(path, str):
+                        paths.add(path)
+    return paths
+
+
+def draft_files(answer: dict[str, Any]) -> list[dict[str, str]]:
     """The well-formed `{path, content}` entries of a draft; a script may give others."""
     files = answer.get("files")
     return [
@@ -161,7 +179,7 @@ def _files(answer: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def _closing_line(answer: dict[str, Any]) -> str:
+def closing_line(answer: dict[str, Any]) -> str:
     summary = str(answer.get("summary") or "").strip()
     changed = [str(c) for c in answer.get("changed") or []]
     if changed:
@@ -169,9 +187,10 @@ def _closing_line(answer: dict[str, Any]) -> str:
     return summary or "No changes were needed."
 
 
-def _tokens(text: str) -> int:
-    # Roughly four characters a token: enough to make usage figures meaningful offline.
-    return max(1, len(text) // 4)
+def default_answer(role: Role, context: dict[str, Any]) -> dict[str, Any]:
+    """What the offline model answers `role` for a step's `context` when nothing is
+    scripted: a structured role's answer, or for an agent the draft it writes."""
+    return _DEFAULTS[role](context)
 
 
 # --- default answers, one per role ------------------------------------------------------
@@ -323,9 +342,14 @@ def _prepare(ctx: dict[str, Any]) -> dict[str, Any]:
 
 def _judge(ctx: dict[str, Any]) -> dict[str, Any]:
     artifact = (ctx.get("artifact") or "").strip()
-    if artifact:
-        return {"passed": True, "reason": "the artifact is present and on topic"}
-    return {"passed": False, "reason": "the artifact is empty"}
+    passed = bool(artifact)
+    reason = "the artifact is present and on topic" if passed else "the artifact is empty"
+    return {
+        "judgements": [
+            {"rule_id": question["rule_id"], "passed": passed, "reason": reason}
+            for question in ctx.get("questions", [])
+        ]
+    }
 
 
 def _critique(ctx: dict[str, Any]) -> dict[str, Any]:

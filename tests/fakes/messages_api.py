@@ -18,7 +18,6 @@ context from the first user message's `context` block.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import threading
@@ -31,9 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from activities.catalog import AgentDefinition, load_agents
-from activities.llm.anthropic import CONTEXT_FENCE
-from activities.llm.base import Conversation, ModelCall
-from activities.llm.offline import OfflineModel, OfflineScript, ScriptEntry
+from activities.llm.base import CONTEXT_FENCE
+from activities.llm.offline import WRITE_FILE_TOOL, closing_line, default_answer, draft_files
 from schemas.roles import Role
 
 ERROR_TYPES = {
@@ -94,9 +92,13 @@ class RecordedRequest:
 
     @property
     def tool(self) -> dict[str, Any]:
-        """The forced tool: the one `tool_choice` names."""
-        name = (self.body.get("tool_choice") or {}).get("name")
-        for tool in self.body.get("tools") or []:
+        """The forced tool: the one `tool_choice` names, or the only one with `any`."""
+        choice = self.body.get("tool_choice") or {}
+        tools = self.body.get("tools") or []
+        name = choice.get("name")
+        if choice.get("type") == "any" and len(tools) == 1:
+            return dict(tools[0])
+        for tool in tools:
             if tool.get("name") == name:
                 return dict(tool)
         raise LookupError(f"no forced tool in the request (tool_choice {name!r})")
@@ -312,42 +314,36 @@ class FakeMessagesAPI:
         """What the offline model answers for this request's role and context."""
         if request.role is None:
             raise LookupError("the system prompt matches no agent definition")
-        call = ModelCall(
-            role=request.role,
-            run_id="fake",
-            model=request.body["model"],
-            system=request.system_text,
-            prompt=request.user_text,
-            context=request.context,
-            output_schema=request.tool["input_schema"],
-        )
-        # Each request is served on its own thread, so a private event loop is safe here.
-        reply = asyncio.run(OfflineModel().answer(call))
-        parsed: dict[str, Any] = json.loads(reply.text)
-        return parsed
+        return default_answer(request.role, request.context)
 
     def agent_turn(
         self, request: RecordedRequest, draft: dict[str, Any] | None = None
     ) -> tuple[list[dict[str, Any]], str]:
-        """(content, stop_reason) of the offline model's next turn in this conversation."""
+        """(content, stop_reason) of the offline model's next turn in this conversation:
+        `write_file` for each file of the draft not written yet, else a closing line."""
         if request.role is None:
             raise LookupError("the system prompt matches no agent definition")
-        conversation = Conversation(
-            role=request.role,
-            run_id="fake",
-            model=request.body["model"],
-            system=request.system_text,
-            messages=request.body["messages"],
-            tools=request.body.get("tools") or [],
-            context=request.context,
-        )
-        script = (
-            OfflineScript({request.role: {"*": ScriptEntry(answer=draft)}})
-            if draft is not None
-            else None
-        )
-        turn = asyncio.run(OfflineModel(script=script).converse(conversation))
-        return [block.model_dump() for block in turn.content], turn.stop_reason or "end_turn"
+        answer = draft if draft is not None else default_answer(request.role, request.context)
+        written = {
+            block["input"].get("path")
+            for message in request.body["messages"]
+            if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if block.get("type") == "tool_use" and block.get("name") == WRITE_FILE_TOOL
+        }
+        files = [f for f in draft_files(answer) if f["path"] not in written]
+        if not files:
+            return [{"type": "text", "text": closing_line(answer)}], "end_turn"
+        blocks = [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                "name": WRITE_FILE_TOOL,
+                "input": {"path": f["path"], "content": f["content"]},
+            }
+            for f in files
+        ]
+        return blocks, "tool_use"
 
     def message(
         self,

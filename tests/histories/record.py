@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.offline import OfflineModel, OfflineScript
+from activities.llm.offline import OfflineModels, OfflineScript
 from deploy.binaries import find_binary
 from deploy.search_attributes import register_search_attributes
 from schemas.loop import LoopInput
@@ -70,8 +70,8 @@ async def _wait_status(handle: WorkflowHandle, status: RunStatus) -> None:
 
 
 async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistory:
-    model = OfflineModel(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
-    async with build_worker(client, settings, model=model):
+    model = OfflineModels(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
+    async with build_worker(client, settings, models=model):
         full = await _start(
             client,
             settings.task_queue,
@@ -86,10 +86,10 @@ async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistor
 
 
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
-    slow = OfflineModel(
+    slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
     )
-    async with build_worker(client, settings, model=slow):
+    async with build_worker(client, settings, models=slow):
         stopped = await _start(client, settings.task_queue, "recorded-stopped-run", task="Draft")
         while (await stopped.query(LoopWorkflow.status)).current_step != Step.PRODUCE_PREPARE:
             await asyncio.sleep(0.1)
@@ -102,7 +102,7 @@ async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHis
 async def _record_steered_run(client: Client, settings: Settings) -> WorkflowHistory:
     """Interactive approval, a pause and a resume, then continue-as-new: the first
     execution of the chain, ending in its ContinuedAsNew event."""
-    async with build_worker(client, settings, model=OfflineModel(latency_ms=100)):
+    async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
         steered = await _start(
             client,
             settings.task_queue,

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.offline import OfflineModel
+from activities.llm.offline import OfflineModels
 from api.main import create_app
 from schemas.loop import LoopResult
 from schemas.run import TERMINAL_STATUSES
@@ -97,7 +97,7 @@ async def test_api_span_is_the_root_of_workflow_activity_and_model_spans(
     settings = Settings(
         LOOPS_DATA_DIR=tmp_path / "data", LOOPS_TASK_QUEUE=f"q-{uuid.uuid4().hex[:8]}"
     )
-    deps = dataclasses.replace(build_deps(settings, OfflineModel()), tracer=tracer(provider))
+    deps = dataclasses.replace(build_deps(settings, OfflineModels()), tracer=tracer(provider))
     app = create_app(settings, client=client, tracer_provider=provider)
     transport = httpx.ASGITransport(app=app)
 

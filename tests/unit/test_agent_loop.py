@@ -16,7 +16,7 @@ from activities.agent_loop import (
     to_jsonl,
 )
 from activities.llm.base import Conversation, TextBlock, ToolUse, Turn
-from activities.llm.offline import OfflineModel, OfflineScript
+from activities.llm.offline import OfflineModels, OfflineScript
 from activities.tools import tool_definitions
 from schemas.roles import Role
 from schemas.run import TokenUsage
@@ -229,7 +229,7 @@ PRODUCE_CONTEXT: dict[str, Any] = {
 
 
 async def test_the_offline_model_writes_its_draft_through_tools(tmp_path: Path) -> None:
-    model = OfflineModel()
+    model = OfflineModels()
     outcome = await run(model, tmp_path, context=PRODUCE_CONTEXT)
 
     artifact = (tmp_path / ARTIFACT_PATH).read_text()
@@ -252,12 +252,12 @@ async def test_the_offline_model_follows_its_script(tmp_path: Path) -> None:
             }
         }
     )
-    first = await run(OfflineModel(script=script), tmp_path, context=PRODUCE_CONTEXT)
+    first = await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT)
     assert first.files_written == ["a.md", "b.md"]
     assert first.final_text == "No changes were needed."
 
     second = await run(
-        OfflineModel(script=script), tmp_path / "none", context=PRODUCE_CONTEXT, call_index=2
+        OfflineModels(script=script), tmp_path / "none", context=PRODUCE_CONTEXT, call_index=2
     )
     assert second.turns == 1 and second.files_written == []
     assert second.final_text == "I will not use tools."

@@ -30,7 +30,7 @@ from tests.fakes.messages_api import (
     text_only,
     truncated,
 )
-from worker.build import build_model
+from worker.build import build_models
 
 pytestmark = pytest.mark.unit
 
@@ -361,7 +361,7 @@ async def test_consult_turns_a_truncated_answer_into_non_retryable_invalid_outpu
 
 async def test_build_model_wires_the_anthropic_provider(api: FakeMessagesAPI) -> None:
     settings = settings_for(api, LOOPS_ANTHROPIC_MAX_TOKENS=2048, LOOPS_ANTHROPIC_TIMEOUT_S=42)
-    built = build_model(settings)
+    built = build_models(settings)
     assert isinstance(built, AnthropicModel)
     try:
         assert built.max_tokens == 2048
@@ -396,4 +396,4 @@ def test_anthropic_without_any_key_fails_at_worker_start(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ValueError, match="LOOPS_LLM=anthropic needs a key: set ANTHROPIC_API_KEY"):
-        build_model(Settings(LOOPS_LLM="anthropic"))
+        build_models(Settings(LOOPS_LLM="anthropic"))

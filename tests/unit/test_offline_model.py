@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from activities.catalog import choose_template, load_templates
 from activities.checks import run_command_check, run_pattern_check
 from activities.llm.base import InvalidOutput, ModelCall, ask, render_context
-from activities.llm.offline import ARTIFACT_PATH, OfflineModel, OfflineScript, ScriptEntry
+from activities.llm.offline import ARTIFACT_PATH, OfflineModels, OfflineScript, ScriptEntry
 from schemas.evaluation import CheckResult, Evaluation
 from schemas.roles import (
     Audit,
@@ -302,7 +302,7 @@ def test_every_role_has_a_case_and_an_answer_type() -> None:
 
 @pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 async def test_default_answer_validates_for_every_role(role: Role, context: dict[str, Any]) -> None:
-    answer, usage = await ask(OfflineModel(), model_call(role, context), ANSWER_TYPES[role])
+    answer, usage = await ask(OfflineModels(), model_call(role, context), ANSWER_TYPES[role])
     assert isinstance(answer, ANSWER_TYPES[role])
     assert usage.calls == 1
     assert usage.input_tokens > 0
@@ -313,9 +313,9 @@ async def test_default_answer_validates_for_every_role(role: Role, context: dict
 
 
 async def ask_offline(
-    role: Role, context: dict[str, Any], model: OfflineModel | None = None
+    role: Role, context: dict[str, Any], model: OfflineModels | None = None
 ) -> Any:
-    answer, _ = await ask(model or OfflineModel(), model_call(role, context), ANSWER_TYPES[role])
+    answer, _ = await ask(model or OfflineModels(), model_call(role, context), ANSWER_TYPES[role])
     return answer
 
 
@@ -413,10 +413,10 @@ async def test_reflection_outcome(reason: StopReason, score: float, outcome: str
 @pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 async def test_same_call_gives_the_same_text(role: Role, context: dict[str, Any]) -> None:
     call = model_call(role, context)
-    model = OfflineModel()
+    model = OfflineModels()
     first = await model.answer(call)
     second = await model.answer(call)
-    other = await OfflineModel().answer(call)
+    other = await OfflineModels().answer(call)
     assert first.text == second.text == other.text
     assert first.usage == second.usage
 
@@ -436,7 +436,7 @@ async def test_script_entries_by_call_index_and_star() -> None:
             }
         }
     )
-    model = OfflineModel(script=script)
+    model = OfflineModels(script=script)
 
     async def review(index: int) -> CriticReview:
         answer, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, index), CriticReview)
@@ -451,7 +451,7 @@ async def test_script_entries_by_call_index_and_star() -> None:
 
 async def test_unscripted_calls_and_roles_get_the_default() -> None:
     script = OfflineScript.model_validate({"critic": {"2": {"verdict": "HALT"}}})
-    model = OfflineModel(script=script)
+    model = OfflineModels(script=script)
     first, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
     second, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 2), CriticReview)
     assert first.verdict == CriticVerdict.PROCEED
@@ -476,7 +476,7 @@ def test_bare_object_is_shorthand_for_an_answer() -> None:
 
 async def test_bare_object_answer_is_returned_as_json() -> None:
     script = OfflineScript.model_validate({"custodiet": {"*": {"verdict": "BLOCK", "reason": "x"}}})
-    reply = await OfflineModel(script=script).answer(model_call(Role.CUSTODIET, audit_context()))
+    reply = await OfflineModels(script=script).answer(model_call(Role.CUSTODIET, audit_context()))
     assert json.loads(reply.text) == {"verdict": "BLOCK", "reason": "x"}
 
 
@@ -494,7 +494,7 @@ async def test_raw_invalid_text_raises_invalid_output(raw: str) -> None:
     script = OfflineScript.model_validate({"critic": {"1": {"raw": raw}}})
     with pytest.raises(InvalidOutput) as excinfo:
         await ask(
-            OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+            OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
         )
     assert excinfo.value.role == Role.CRITIC
     assert excinfo.value.detail
@@ -505,7 +505,7 @@ async def test_raw_string_shorthand_raises_invalid_output() -> None:
     script = OfflineScript.model_validate({"planner": {"*": "no plan today"}})
     with pytest.raises(InvalidOutput):
         await ask(
-            OfflineModel(script=script), model_call(Role.PLANNER, plan_context(None)), IterationPlan
+            OfflineModels(script=script), model_call(Role.PLANNER, plan_context(None)), IterationPlan
         )
 
 
@@ -560,7 +560,7 @@ def test_script_rejects_unknown_roles(tmp_path: Path) -> None:
 async def test_yaml_script_drives_the_model(tmp_path: Path) -> None:
     path = tmp_path / "script.yaml"
     path.write_text("critic:\n  1: {verdict: HALT, feedback: out of scope}\n")
-    model = OfflineModel(script=OfflineScript.load(path))
+    model = OfflineModels(script=OfflineScript.load(path))
     review, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
     assert (review.verdict, review.feedback) == (CriticVerdict.HALT, "out of scope")
 
@@ -572,7 +572,7 @@ _EARLY = 0.001
 
 
 async def test_latency_delays_every_answer() -> None:
-    model = OfflineModel(latency_ms=200)
+    model = OfflineModels(latency_ms=200)
     started = time.monotonic()
     await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
     assert time.monotonic() - started >= 0.2 - _EARLY
@@ -582,7 +582,7 @@ async def test_script_delay_overrides_latency() -> None:
     script = OfflineScript.model_validate(
         {"critic": {"1": {"verdict": "PROCEED", "delay_ms": 150}}}
     )
-    model = OfflineModel(latency_ms=0, script=script)
+    model = OfflineModels(latency_ms=0, script=script)
     started = time.monotonic()
     await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
     assert time.monotonic() - started >= 0.15 - _EARLY
@@ -608,7 +608,7 @@ VALID_REVIEW = '{"verdict": "REVISE", "issues": ["a"], "feedback": "b"}'
 async def test_fenced_json_is_accepted(raw: str) -> None:
     script = OfflineScript.model_validate({"critic": {"*": {"raw": raw}}})
     review, _ = await ask(
-        OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+        OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
     )
     assert review == CriticReview(verdict=CriticVerdict.REVISE, issues=["a"], feedback="b")
 
@@ -617,7 +617,7 @@ async def test_fence_around_invalid_json_is_still_invalid() -> None:
     script = OfflineScript.model_validate({"critic": {"*": {"raw": "```json\nnope\n```"}}})
     with pytest.raises(InvalidOutput):
         await ask(
-            OfflineModel(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
+            OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
         )
 
 
@@ -638,7 +638,7 @@ def run_concrete(rule: Rule, workdir: Path) -> bool:
 
 
 async def evaluate(
-    model: OfflineModel, rules: list[Rule], phase: Phase, workdir: Path
+    model: OfflineModels, rules: list[Rule], phase: Phase, workdir: Path
 ) -> Evaluation:
     """EVALUATE as the workflow runs it: prepare sentences, run every check, score."""
     active = active_rules(rules, phase)
@@ -664,7 +664,7 @@ async def evaluate(
     return score_results(rules, results, phase, THRESHOLDS)
 
 
-async def first_draft(model: OfflineModel, workdir: Path) -> tuple[list[Rule], str]:
+async def first_draft(model: OfflineModels, workdir: Path) -> tuple[list[Rule], str]:
     """Hydrate, plan and produce as the activities do; the draft lands in `workdir`."""
     hydration: Hydration = await ask_offline(Role.HYDRATOR, hydrate_context(TASK, [], []), model)
     rules = normalise_rules(hydration.rules)
@@ -696,7 +696,7 @@ async def first_draft(model: OfflineModel, workdir: Path) -> tuple[list[Rule], s
 
 
 async def test_first_draft_passes_phase_a_rules_and_fails_has_verification(tmp_path: Path) -> None:
-    model = OfflineModel()
+    model = OfflineModels()
     rules, _ = await first_draft(model, tmp_path)
     by_id = {r.id: r for r in rules}
     phase_a = [r for r in rules if r.phase == Phase.A]
@@ -711,7 +711,7 @@ async def test_first_draft_passes_phase_a_rules_and_fails_has_verification(tmp_p
 
 
 async def test_offline_demo_switches_phase_then_refines_to_success(tmp_path: Path) -> None:
-    model = OfflineModel()
+    model = OfflineModels()
     rules, artifact = await first_draft(model, tmp_path)
 
     phase_a = await evaluate(model, rules, Phase.A, tmp_path)

@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.offline import OfflineModel, OfflineScript
+from activities.llm.offline import OfflineModels, OfflineScript
 from schemas.events import Event
 from schemas.loop import LoopInput, LoopResult
 from schemas.run import RunRequest, RunState
@@ -38,10 +38,10 @@ class LoopHarness:
         self, script: dict[str, Any] | None = None, latency_ms: int = 0
     ) -> AsyncIterator[None]:
         settings = Settings(LOOPS_DATA_DIR=self.data_dir, LOOPS_TASK_QUEUE=self.task_queue)
-        model = OfflineModel(
+        model = OfflineModels(
             latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})
         )
-        async with build_worker(self.env.client, settings, model=model):
+        async with build_worker(self.env.client, settings, models=model):
             yield
 
     async def start(

@@ -1,6 +1,6 @@
 """Whole runs with LOOPS_LLM=anthropic: the real SDK, over a socket, to the local stand-in.
 
-The worker is built from settings the way the entry point builds it (`build_model`), so
+The worker is built from settings the way the entry point builds it (`build_models`), so
 these runs cover the client, the forced-tool answers, the error classification and the
 workflow's handling of each, with Temporal doing every retry.
 """
@@ -19,7 +19,7 @@ from temporalio.client import WorkflowHandle
 
 from activities.agent_loop import from_jsonl
 from activities.catalog import load_agents
-from activities.llm.anthropic import AnthropicModel
+from activities.llm.anthropic import AnthropicModels
 from activities.tools import TOOLS
 from schemas.roles import Role
 from schemas.run import RunStatus, StopReason
@@ -27,7 +27,7 @@ from schemas.settings import Settings
 from tests.fakes.messages_api import FakeMessagesAPI, answer, error, truncated
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file
-from worker.build import build_model, build_worker
+from worker.build import build_models, build_worker
 from workflows.loop import LoopWorkflow
 from workflows.policies import MODEL_CALL
 
@@ -63,13 +63,13 @@ async def anthropic_worker(
     harness: LoopHarness, api: FakeMessagesAPI, **overrides: Any
 ) -> AsyncIterator[Settings]:
     settings = anthropic_settings(harness, api, **overrides)
-    model = build_model(settings)
-    assert isinstance(model, AnthropicModel)
+    model = build_models(settings)
+    assert isinstance(model, AnthropicModels)
     try:
-        async with build_worker(harness.env.client, settings, model=model):
+        async with build_worker(harness.env.client, settings, models=model):
             yield settings
     finally:
-        await model.client.close()
+        await model.provider.client.close()
 
 
 async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict[str, Any]]:
@@ -119,7 +119,8 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
             assert "tool_choice" not in request.body
             assert {t["name"] for t in request.body["tools"]} == set(TOOLS)
         else:
-            assert request.body["tool_choice"] == {"type": "tool", "name": "answer"}
+            assert request.body["tool_choice"] == {"type": "any"}
+            assert [t["name"] for t in request.body["tools"]] == ["answer"]
     assert {r.body["model"] for r in api.requests} == {
         settings.model_haiku,
         settings.model_sonnet,

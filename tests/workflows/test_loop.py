@@ -227,7 +227,8 @@ async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness
 
 
 async def test_invalid_output_twice_fails_with_phase_error(harness: LoopHarness) -> None:
-    script = {"planner": {"1": "not json at all", "2": {"focus": ""}}}
+    # One entry is every answer of the call: the first answer and its repair are invalid.
+    script = {"planner": {"1": "not json at all"}}
     async with harness.worker(script):
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
@@ -236,18 +237,26 @@ async def test_invalid_output_twice_fails_with_phase_error(harness: LoopHarness)
     assert state.status == RunStatus.FAILED
     assert state.stop_reason == StopReason.PHASE_ERROR
     errors = [e for e in events if e.event.value == "phase_error"]
-    assert [e.payload["attempt"] for e in errors] == [1, 2]
-    assert all(e.payload["step"] == "PLAN" for e in errors)
+    assert len(errors) == 1
+    assert errors[0].payload["step"] == "PLAN"
+    assert "invalid" in errors[0].payload["error"]
     assert "failed" in names(events)
 
 
-async def test_invalid_output_once_is_retried_and_recovers(harness: LoopHarness) -> None:
-    script = {"planner": {"1": "not json at all"}}
+async def test_invalid_output_once_is_repaired(harness: LoopHarness) -> None:
+    repaired = {"focus": "a first draft", "steps": ["Draft it"]}
+    script = {"planner": {"1": ["not json at all", repaired]}}
     async with harness.worker(script):
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
-    assert [e.payload["attempt"] for e in events if e.event.value == "phase_error"] == [1]
+    assert "phase_error" not in names(events)
+    repairs = [e for e in events if e.event.value == "output_repaired"]
+    assert len(repairs) == 1 and repairs[0].step == "PLAN"
+    # The feedback the planner was sent names what was wrong with its first answer.
+    assert "json" in repairs[0].payload["repairs"][0].lower()
+    plans = [e for e in events if e.event.value == "plan_created"]
+    assert plans[0].payload["focus"] == "a first draft"
     assert state.status == RunStatus.COMPLETED
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from activities.agent_loop import from_jsonl
-from activities.llm.offline import OfflineModel, OfflineScript
+from activities.llm.offline import OfflineModels, OfflineScript
 from schemas.run import RunStatus, StopReason
 from schemas.settings import Settings
 from tests.workflows.conftest import LoopHarness, names
@@ -107,8 +107,8 @@ async def test_the_turn_limit_ends_the_agent_and_its_work_is_kept(harness: LoopH
         LOOPS_TASK_QUEUE=harness.task_queue,
         LOOPS_AGENT_MAX_TURNS=1,
     )
-    model = OfflineModel(script=OfflineScript({}))
-    async with build_worker(harness.env.client, settings, model=model):
+    model = OfflineModels(script=OfflineScript({}))
+    async with build_worker(harness.env.client, settings, models=model):
         handle = await harness.start(task="Write a testing guide")
         state = (await handle.result()).state
 

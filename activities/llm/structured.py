@@ -1,0 +1,134 @@
+"""A structured role's answer: one pydantic-ai agent run whose output is the answer model.
+
+The model answers by calling one forced tool (`ANSWER_TOOL`) whose input schema is the
+answer model's; pydantic-ai validates the input and, when it does not fit, sends the model
+its answer's validation errors once so it can repair it (seed 001's "retry once"). A
+second invalid answer is `InvalidOutput`, which the workflow turns into `phase_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry, ToolOutput
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelMessage, ModelRequest, RetryFeedbackPart, ToolReturnPart
+
+from activities.llm.base import ModelCall, ModelSource, usage_of, user_prompt
+from activities.llm.errors import model_errors
+from activities.llm.facts import ANSWER_TOOL
+from schemas.run import TokenUsage
+
+logger = logging.getLogger(__name__)
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+# Seed 001: an invalid answer is retried once. Here the retry is a repair: the model sees
+# its answer's errors.
+REPAIR_ATTEMPTS = 1
+
+
+@dataclass
+class Answered(Generic[Answer]):
+    """A validated answer, what it cost, and the validation errors it was repaired from."""
+
+    answer: Answer
+    usage: TokenUsage
+    repairs: list[str] = field(default_factory=list)
+
+
+async def ask(
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
+    answer_type: type[Answer],
+    check: Callable[[Answer], None] | None = None,
+) -> Answered[Answer]:
+    """Ask the role's model for an `answer_type`, repairing one invalid answer.
+
+    `check` refuses an answer that fits the schema but not the step (a ValueError, whose
+    message the model gets as the repair's feedback). Strict tool input is asked for while
+    the source says its server takes it; a server that rejects the option gets the same
+    request again without it, once per source.
+    """
+    strict = source.strict_output
+    with model_errors(call.role):
+        try:
+            return await _run(source, call, instructions, answer_type, check, strict)
+        except ModelHTTPError as exc:
+            if not (strict and is_strict_rejection(exc)):
+                raise
+            logger.warning(
+                "the model server rejected strict tool input (%s); asking without it from now on",
+                exc.message,
+            )
+            source.strict_rejected()
+        return await _run(source, call, instructions, answer_type, check, strict=False)
+
+
+async def _run(
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
+    answer_type: type[Answer],
+    check: Callable[[Answer], None] | None,
+    strict: bool,
+) -> Answered[Answer]:
+    agent: Agent[None, Answer] = Agent(
+        source.model(call),
+        instructions=instructions,
+        output_type=ToolOutput(
+            answer_type,
+            name=ANSWER_TOOL,
+            description=(
+                f"Give your whole answer as the {call.role.value}: the input of this tool is "
+                "the answer, and must match its schema."
+            ),
+            strict=strict,
+        ),
+        retries={"output": REPAIR_ATTEMPTS},
+    )
+    if check is not None:
+        agent.output_validator(_as_retry(check))
+    result = await agent.run(user_prompt(call.context))
+    return Answered(
+        answer=result.output,
+        usage=usage_of(result.usage),
+        repairs=repairs_in(result.all_messages()),
+    )
+
+
+def _as_retry(check: Callable[[Answer], None]) -> Callable[[Answer], Answer]:
+    def validate(answer: Answer) -> Answer:
+        try:
+            check(answer)
+        except ValueError as exc:
+            raise ModelRetry(str(exc)) from exc
+        return answer
+
+    return validate
+
+
+def repairs_in(messages: list[ModelMessage]) -> list[str]:
+    """What the model was asked to fix during a run: the feedback of each retried answer
+    (validation errors of an output tool's input, an output validator's message)."""
+    repairs = []
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart) and part.outcome == "retried":
+                repairs.append(part.model_response_str())
+            elif isinstance(part, RetryFeedbackPart):
+                repairs.append(part.model_response())
+    return repairs
+
+
+def is_strict_rejection(exc: ModelHTTPError) -> bool:
+    """A 400 that names the `strict` option: the server does not know constrained tool
+    input (compatible servers, older API versions)."""
+    return exc.status_code == 400 and "strict" in str(exc.body or exc.message).lower()
