@@ -3,6 +3,11 @@
 Templates are markdown files with YAML front matter; agents are markdown files in
 seed 003's `# Title` / `## Description` / `## Prompt` / `## Tools` / `## Model`
 format. Nothing here reads a file at import time.
+
+Agent definitions quote the names the code relies on as `{{name}}` placeholders (the keys
+of `activities.llm.facts.prompt_facts()`); loading an agent fills them in, and a name the
+code does not know is an error, so no prompt can state a tool, file or field that is not
+there.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ _HEADING = re.compile(r"^(#{1,2})\s+(.*?)\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _BULLET = re.compile(r"^\s*[-*+]\s+(.*?)\s*$")
 _AGENT_SECTIONS = ("description", "prompt", "tools", "model")
+_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
 
 
 class CatalogError(ValueError):
@@ -236,20 +242,30 @@ def _preference(template_id: str) -> tuple[int, str]:
 
 
 def load_agents(
-    directory: Path | None = None, overrides: Path | None = None
+    directory: Path | None = None,
+    overrides: Path | None = None,
+    facts: Mapping[str, str] | None = None,
 ) -> dict[str, AgentDefinition]:
     """Agent definitions keyed by file stem: the packaged ones, then `overrides` by name.
 
-    An override file may also add an agent that is not packaged.
+    An override file may also add an agent that is not packaged. Every `{{name}}` in a
+    description or prompt is replaced by `facts[name]` (default: the code's prompt facts);
+    an unknown name is a CatalogError naming the file and the placeholder.
     """
+    if facts is None:
+        # Imported here: the facts come from the model layer and the tools, which must be
+        # free to import this module.
+        from activities.llm.facts import prompt_facts
+
+        facts = prompt_facts()
     root = AGENTS_DIR if directory is None else directory
-    agents = {path.stem: _parse_agent(path) for path in _markdown_files(root)}
+    agents = {path.stem: _parse_agent(path, facts) for path in _markdown_files(root)}
     if overrides is not None:
-        agents.update({path.stem: _parse_agent(path) for path in _markdown_files(overrides)})
+        agents.update({path.stem: _parse_agent(path, facts) for path in _markdown_files(overrides)})
     return agents
 
 
-def _parse_agent(path: Path) -> AgentDefinition:
+def _parse_agent(path: Path, facts: Mapping[str, str]) -> AgentDefinition:
     title: str | None = None
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
@@ -298,11 +314,27 @@ def _parse_agent(path: Path) -> AgentDefinition:
     return AgentDefinition(
         name=path.stem,
         title=title,
-        description=_block(sections["description"]),
-        prompt=_block(sections["prompt"]),
+        description=_fill(path, "Description", _block(sections["description"]), facts),
+        prompt=_fill(path, "Prompt", _block(sections["prompt"]), facts),
         tools=_tools(path, sections.get("tools", [])),
         model=_model(path, sections.get("model")),
     )
+
+
+def _fill(path: Path, section: str, text: str, facts: Mapping[str, str]) -> str:
+    """`text` with every `{{name}}` replaced by its fact; an unknown name names the file."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1).strip()
+        if name not in facts:
+            raise CatalogError(
+                path,
+                f"unknown placeholder {match.group(0)} in '## {section}' "
+                f"(known: {', '.join(sorted(facts))})",
+            )
+        return facts[name]
+
+    return _PLACEHOLDER.sub(value, text)
 
 
 def _block(lines: list[str]) -> str:

@@ -16,7 +16,8 @@ from activities.catalog import (
     load_templates,
     template_ids,
 )
-from schemas.roles import Role
+from activities.llm.facts import ANSWER_TOOL, prompt_facts
+from schemas.roles import ANSWER_MODELS, Role
 
 pytestmark = pytest.mark.unit
 
@@ -170,7 +171,11 @@ def test_every_role_has_an_agent_with_the_right_tier() -> None:
         assert agent.model == EXPECTED_TIERS[role], role
         assert agent.tier == EXPECTED_TIERS[role]
         assert agent.title and agent.description
-        assert "Answer ONLY with a JSON object" in agent.prompt
+        # Structured roles answer through the forced answer tool; the producer and the
+        # refiner work with the workspace tools and answer in text.
+        answers_by_tool = ANSWER_MODELS[role] is not None
+        assert (f"`{ANSWER_TOOL}` tool" in agent.prompt) is answers_by_tool, role
+        assert "JSON object" not in agent.prompt, role
         # Seed 003's naive parser joins lines; ours must not.
         assert "\n" in agent.prompt
 
@@ -237,6 +242,58 @@ def test_malformed_agent_names_the_file(tmp_path: Path, text: str, fragment: str
         load_agents(overrides=overrides)
     assert "broken-agent.md" in str(caught.value)
     assert fragment in str(caught.value)
+
+
+PLACEHOLDER_AGENT = """# Writer
+
+## Description
+Writes {{artifact_path}}.
+
+## Prompt
+Write `{{artifact_path}}` with {{ write_file }}, then call `{{answer_tool}}`.
+Tools: {{workspace_tools}}. Braces that are no placeholder stay: {"a": {"b": 1}} and {{ open.
+
+## Model
+sonnet
+"""
+
+
+def test_placeholders_filled_from_the_prompt_facts(tmp_path: Path) -> None:
+    overrides = tmp_path / "overrides"
+    _write(overrides, "writer.md", PLACEHOLDER_AGENT)
+    agent = load_agents(overrides=overrides)["writer"]
+    facts = prompt_facts()
+    assert agent.description == f"Writes {facts['artifact_path']}."
+    assert agent.prompt.splitlines() == [
+        f"Write `{facts['artifact_path']}` with {facts['write_file']}, then call "
+        f"`{facts['answer_tool']}`.",
+        f"Tools: {facts['workspace_tools']}. Braces that are no placeholder stay: "
+        '{"a": {"b": 1}} and {{ open.',
+    ]
+
+
+def test_placeholders_filled_from_given_facts(tmp_path: Path) -> None:
+    directory = tmp_path / "agents"
+    _write(directory, "plain.md", "# Plain\n## Description\nD {{x}}\n## Prompt\nP {{x}}{{y}}\n")
+    agent = load_agents(directory, facts={"x": "1", "y": "\\2"})["plain"]
+    assert (agent.description, agent.prompt) == ("D 1", "P 1\\2")
+
+
+@pytest.mark.parametrize(
+    ("line", "placeholder"),
+    [("Use {{artefact_path}}.", "{{artefact_path}}"), ("{{ }}", "{{ }}"), ("{{a b}}", "{{a b}}")],
+)
+def test_unknown_placeholder_names_the_file_and_the_placeholder(
+    tmp_path: Path, line: str, placeholder: str
+) -> None:
+    overrides = tmp_path / "overrides"
+    _write(overrides, "typo.md", f"# Typo\n## Description\nD\n## Prompt\nP\n{line}\n")
+    with pytest.raises(CatalogError) as caught:
+        load_agents(overrides=overrides)
+    assert caught.value.path.name == "typo.md"
+    assert placeholder in caught.value.problem
+    assert "'## Prompt'" in caught.value.problem
+    assert "artifact_path" in caught.value.problem  # the known names, to fix a typo
 
 
 def test_catalog_error_survives_pickling(tmp_path: Path) -> None:
