@@ -1,0 +1,306 @@
+"""Prompts are part of the contract (DESIGN.md): every agent definition states the facts the
+code relies on (tool names, file names, verdicts, fields), and asks for nothing the code
+does not read.
+
+Structured roles answer through one forced tool whose input schema is their answer model's
+JSON schema, so the prompt and the schema together must tell the model everything: the
+tool, every field and what every closed value means. The producer and the refiner work in
+the workspace with tools and end with a plain-text reply; their deliverable is a file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from activities.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
+from activities.llm.facts import ANSWER_TOOL, prompt_facts
+from activities.tools import TOOLS
+from schemas.roles import ANSWER_MODELS, Critique, Role
+from schemas.steps import ARTIFACT_PATH
+
+pytestmark = pytest.mark.unit
+
+STRUCTURED = [role for role, model in ANSWER_MODELS.items() if model is not None]
+WORKING = [role for role, model in ANSWER_MODELS.items() if model is None]
+
+# Models a role is given as an input, whose field names its prompt may quote.
+INPUT_MODELS: dict[Role, type[BaseModel]] = {
+    # The refiner applies the critique's issues: it is told their fields.
+    Role.REFINER: Critique,
+}
+
+# Backticked words a prompt may use although they are no name of its schemas, no tool and
+# no fact, each with the reason it is a name the code uses.
+ALLOWED_WORDS: dict[str, str] = {
+    # The rule id the QA verifier gives an issue no rule covers; the workflow uses the
+    # same id when QA reports ISSUES without any (workflows/loop.py).
+    "qa": "rule id of QA issues outside every rule",
+}
+
+_BACKTICKED = re.compile(r"`([^`\n]+)`")
+# A name: starts like an identifier and holds a letter (`_` or `-` alone is punctuation).
+_IDENTIFIER = re.compile(r"(?=[^A-Za-z]*[A-Za-z])[A-Za-z_][A-Za-z0-9_.\-]*")
+
+
+@pytest.fixture(scope="module")
+def agents() -> dict[str, AgentDefinition]:
+    return load_agents()
+
+
+# --- reading a JSON schema -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Property:
+    path: str
+    name: str
+    description: str
+    required: bool
+    depth: int
+
+
+@dataclass
+class SchemaFacts:
+    """What a model reads in a JSON schema: properties, closed values, descriptions."""
+
+    properties: list[Property] = field(default_factory=list)
+    enum_values: set[str] = field(default_factory=set)
+    descriptions: list[str] = field(default_factory=list)
+
+    @property
+    def names(self) -> set[str]:
+        return {p.name for p in self.properties}
+
+
+def schema_facts(model: type[BaseModel]) -> SchemaFacts:
+    root = model.model_json_schema()
+    facts = SchemaFacts()
+    _walk(root, root.get("$defs", {}), model.__name__, 0, facts, set())
+    return facts
+
+
+def _walk(
+    node: Any, defs: dict[str, Any], path: str, depth: int, facts: SchemaFacts, seen: set[str]
+) -> None:
+    if not isinstance(node, dict):
+        return
+    if isinstance(node.get("description"), str):
+        facts.descriptions.append(node["description"])
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.removeprefix("#/$defs/")
+        if name not in seen:  # a recursive model is walked once
+            _walk(defs[name], defs, path, depth, facts, seen | {name})
+    for value in node.get("enum", []):
+        facts.enum_values.add(str(value))
+    if "const" in node:
+        facts.enum_values.add(str(node["const"]))
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for sub in node.get(key, []):
+            _walk(sub, defs, path, depth, facts, seen)
+    for key in ("items", "additionalProperties"):
+        _walk(node.get(key), defs, path, depth, facts, seen)
+    for sub in node.get("discriminator", {}).get("mapping", {}).values():
+        _walk({"$ref": sub}, defs, path, depth, facts, seen)
+    required = set(node.get("required", []))
+    for name, prop in node.get("properties", {}).items():
+        facts.properties.append(
+            Property(
+                path=f"{path}.{name}",
+                name=name,
+                description=_description(prop),
+                required=name in required,
+                depth=depth,
+            )
+        )
+        _walk(prop, defs, f"{path}.{name}", depth + 1, facts, seen)
+
+
+def _description(prop: dict[str, Any]) -> str:
+    """A property's own description; pydantic may wrap a described `$ref` in `allOf`."""
+    if isinstance(prop.get("description"), str):
+        return prop["description"]
+    for sub in prop.get("allOf", []):
+        if isinstance(sub, dict) and isinstance(sub.get("description"), str):
+            return sub["description"]
+    return ""
+
+
+def backticked(text: str) -> list[str]:
+    return _BACKTICKED.findall(text)
+
+
+def quoted(word: str, texts: list[str]) -> bool:
+    """`word` appears in backticks in one of `texts`."""
+    return any(f"`{word}`" in text for text in texts)
+
+
+def answer_facts(role: Role) -> SchemaFacts:
+    model = ANSWER_MODELS[role]
+    assert model is not None
+    return schema_facts(model)
+
+
+def unexpected_names(role: Role, prompt: str) -> set[str]:
+    """Backticked identifier-like words of `prompt` that are no name the role's step uses."""
+    allowed = set(TOOLS) | {ANSWER_TOOL} | set(prompt_facts().values()) | set(ALLOWED_WORDS)
+    for model in (ANSWER_MODELS[role], INPUT_MODELS.get(role)):
+        if model is not None:
+            facts = schema_facts(model)
+            allowed |= facts.names | facts.enum_values
+    words = {w for w in backticked(prompt) if _IDENTIFIER.fullmatch(w)}
+    return words - allowed
+
+
+# --- the schema walker itself ----------------------------------------------------------------
+
+
+def test_schema_walker_reaches_nested_models_enums_and_literals() -> None:
+    hydration = answer_facts(Role.HYDRATOR)
+    paths = {p.path for p in hydration.properties}
+    # Through the list of rules, and the union of a rule's check kinds.
+    assert {"Hydration.rules.id", "Hydration.rules.check.question"} <= paths
+    assert {"fail", "warn", "info", "A", "B", "command", "pattern", "llm"} <= (
+        hydration.enum_values
+    )
+    reflection = answer_facts(Role.REFLECTOR)
+    assert {"success", "partial", "failure"} <= reflection.enum_values
+
+
+def test_shape_check_finds_a_field_the_code_does_not_read() -> None:
+    # Today's mistake, as it was: the producer asked for a `files` list nobody reads.
+    prompt = (
+        "In `files`, give each file's `path` and content; write `artifact.md` with `edit_file`."
+    )
+    assert unexpected_names(Role.PRODUCER, prompt) == {"files", "path"}
+
+
+# --- structured roles ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", STRUCTURED, ids=str)
+def test_structured_prompt_names_the_answer_tool(
+    agents: dict[str, AgentDefinition], role: Role
+) -> None:
+    prompt = agents[role.value].prompt
+    assert f"`{ANSWER_TOOL}` tool exactly once" in prompt
+    # The answer is the tool's input, not text: no leftover instructions about the format.
+    for wording in ("JSON object", "markdown fence", "ONLY with"):
+        assert wording not in prompt, wording
+
+
+@pytest.mark.parametrize("role", STRUCTURED, ids=str)
+def test_every_closed_value_is_explained(agents: dict[str, AgentDefinition], role: Role) -> None:
+    """A verdict or a kind the model may pick is named where it reads: in the prompt or in
+    the schema's descriptions."""
+    facts = answer_facts(role)
+    texts = [agents[role.value].prompt, *facts.descriptions]
+    unexplained = sorted(v for v in facts.enum_values if not quoted(v, texts))
+    assert not unexplained, f"{role}: {unexplained} are in the schema but explained nowhere"
+
+
+@pytest.mark.parametrize("role", STRUCTURED, ids=str)
+def test_every_property_is_described(role: Role) -> None:
+    facts = answer_facts(role)
+    assert facts.properties
+    bare = [p.path for p in facts.properties if not p.description.strip()]
+    assert not bare, f"{role}: properties without a description: {bare}"
+
+
+@pytest.mark.parametrize("role", STRUCTURED, ids=str)
+def test_answer_fields_are_named(agents: dict[str, AgentDefinition], role: Role) -> None:
+    """Every field of the answer itself is named in the prompt; every required field at any
+    depth is named in the prompt or in a description of the schema."""
+    prompt = agents[role.value].prompt
+    facts = answer_facts(role)
+    top = [p.name for p in facts.properties if p.depth == 0 and not quoted(p.name, [prompt])]
+    assert not top, f"{role}: the prompt does not name {top}"
+    texts = [prompt, *facts.descriptions]
+    required = [p.path for p in facts.properties if p.required and not quoted(p.name, texts)]
+    assert not required, f"{role}: required fields named nowhere: {required}"
+
+
+def test_evaluator_answers_every_question_by_its_rule_id(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    prompt = agents[Role.EVALUATOR.value].prompt
+    assert "one entry in `judgements` per question" in prompt
+    assert "`rule_id`" in prompt and "exactly as given" in prompt
+
+
+# --- roles that work with tools ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", WORKING, ids=str)
+def test_working_prompt_names_the_deliverable_the_tools_and_the_end(
+    agents: dict[str, AgentDefinition], role: Role
+) -> None:
+    prompt = agents[role.value].prompt
+    assert f"`{ARTIFACT_PATH}` at the workspace root" in prompt
+    missing = [name for name in TOOLS if f"`{name}`" not in prompt]
+    assert not missing, f"{role}: tools not named: {missing}"
+    # The step ends on the first reply without a tool call.
+    assert "plain-text summary" in prompt
+    assert "with no tool call" in prompt
+    # No answer tool is offered to them.
+    assert f"`{ANSWER_TOOL}`" not in prompt
+
+
+def test_refiner_is_told_the_fields_of_the_critique(agents: dict[str, AgentDefinition]) -> None:
+    prompt = agents[Role.REFINER.value].prompt
+    for name in schema_facts(Critique).names - {"issues"}:
+        assert f"`{name}`" in prompt, name
+
+
+# --- every prompt ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", list(Role), ids=str)
+def test_prompt_asks_for_no_shape_the_code_does_not_read(
+    agents: dict[str, AgentDefinition], role: Role
+) -> None:
+    unexpected = unexpected_names(role, agents[role.value].prompt)
+    assert not unexpected, (
+        f"{role}: the prompt quotes {sorted(unexpected)}, which are no field of its answer, "
+        "tool or fact"
+    )
+
+
+@pytest.mark.parametrize("role", list(Role), ids=str)
+def test_packaged_prompts_quote_code_facts_through_placeholders(
+    agents: dict[str, AgentDefinition], role: Role
+) -> None:
+    raw = (AGENTS_DIR / f"{role.value}.md").read_text(encoding="utf-8")
+    assert "{{" in raw, f"{role}: states no fact of the code through a placeholder"
+    # A name written out by hand would not follow a rename in the code.
+    written_out = [value for value in prompt_facts().values() if f"`{value}`" in raw]
+    assert not written_out, f"{role}: write {written_out} as placeholders"
+    agent = agents[role.value]
+    for text in (agent.description, agent.prompt):
+        assert "{{" not in text and "}}" not in text
+
+
+def test_unknown_placeholder_in_an_agents_dir_is_an_error(tmp_path: Path) -> None:
+    directory = tmp_path / "agents"
+    shutil.copytree(AGENTS_DIR, directory)
+    target = directory / "critic.md"
+    target.write_text(
+        target.read_text(encoding="utf-8").replace("{{answer_tool}}", "{{answer_tools}}"),
+        encoding="utf-8",
+    )
+    with pytest.raises(CatalogError) as caught:
+        load_agents(directory)
+    assert caught.value.path == target
+    assert "{{answer_tools}}" in str(caught.value)
+
+
+def test_every_role_is_structured_or_working() -> None:
+    assert set(STRUCTURED) | set(WORKING) == set(Role)
+    assert WORKING == [Role.PRODUCER, Role.REFINER]
