@@ -243,7 +243,9 @@ def test_working_prompt_names_the_deliverable_the_tools_and_the_end(
     agents: dict[str, AgentDefinition], role: Role
 ) -> None:
     prompt = agents[role.value].prompt
-    assert f"`{ARTIFACT_PATH}` at the workspace root" in prompt
+    # The step fails when the agent ends without the deliverable in place.
+    leave = rf"\bLeave [^.]*\bin (the file )?`{re.escape(ARTIFACT_PATH)}` at the workspace root"
+    assert re.search(leave, prompt), f"{role}: does not say to leave the deliverable"
     missing = [name for name in TOOLS if f"`{name}`" not in prompt]
     assert not missing, f"{role}: tools not named: {missing}"
     # The step ends on the first reply without a tool call.
