@@ -65,10 +65,9 @@ class Hydration(BaseModel):
         "planner and producer aim at them and the QA verifier checks every one.",
     )
     rules: list[Rule] = Field(
-        default_factory=list,
-        description="The evaluation rules the work is scored by, ids unique. When the user "
-        "supplied rules they replace these; otherwise at least one is needed, or the step "
-        "fails.",
+        min_length=1,
+        description="The evaluation rules the work is scored by, at least one, ids unique. "
+        "When the user supplied rules they replace these.",
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Severity(StrEnum):
@@ -28,6 +28,7 @@ DEFAULT_WEIGHT: dict[Severity, float] = {Severity.FAIL: 2.0, Severity.WARN: 1.0,
 RULE_ID_PATTERN = r"^[A-Za-z0-9_.\-]+$"
 _RULE_ID = re.compile(RULE_ID_PATTERN)
 _NOT_ID = re.compile(r"[^a-z0-9_.\-]+")
+RULE_ID_MAX = 64
 
 
 def normalise_rule_id(value: str) -> str:
@@ -35,15 +36,29 @@ def normalise_rule_id(value: str) -> str:
     anything else slugified ("Rule 1" -> "rule-1"): lowercased, each run of other characters
     turned into one `-`, leading and trailing `-` stripped.
 
-    Models invent ids; a near miss is normalised rather than failing the step. Raises
-    ValueError when nothing usable is left.
+    Models invent ids; a near miss is normalised rather than failing the step. A slug
+    longer than `RULE_ID_MAX` is cut there (a model that wrote a sentence for an id meant
+    a label; a clash after the cut is still caught as a duplicate). Raises ValueError when
+    nothing usable is left.
     """
     if _RULE_ID.match(value):
         return value
-    slug = _NOT_ID.sub("-", value.lower()).strip("-")
+    slug = _NOT_ID.sub("-", value.lower()).strip("-")[:RULE_ID_MAX].strip("-")
     if not slug:
         raise ValueError(f"{value!r} is not a rule id: it has no letter, digit, '_' or '.'")
     return slug
+
+
+def _kind_required(schema: dict[str, Any]) -> None:
+    """`kind` is what tells the checks apart: a model must always give it, so the schema a
+    model reads lists it as required, though Python callers may leave it to its default."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.insert(0, "kind")
+
+
+# Every concrete check's model config: see `_kind_required`.
+CHECK_CONFIG = ConfigDict(json_schema_extra=_kind_required)
 
 
 def rule_id_before(value: object) -> object:
@@ -54,6 +69,8 @@ def rule_id_before(value: object) -> object:
 
 class CommandCheck(BaseModel):
     """A shell command run in the workspace; passes when it exits with `expect_exit`."""
+
+    model_config = CHECK_CONFIG
 
     kind: Literal["command"] = Field(
         default="command",
@@ -82,6 +99,8 @@ class CommandCheck(BaseModel):
 
 class PatternCheck(BaseModel):
     """A regular expression that must (or must not) match a file of the workspace."""
+
+    model_config = CHECK_CONFIG
 
     kind: Literal["pattern"] = Field(
         default="pattern",
@@ -122,6 +141,8 @@ class PatternCheck(BaseModel):
 
 class JudgeCheck(BaseModel):
     """A yes/no question an evaluator model answers about the artifact."""
+
+    model_config = CHECK_CONFIG
 
     kind: Literal["llm"] = Field(
         default="llm",

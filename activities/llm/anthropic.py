@@ -88,7 +88,12 @@ class AnthropicModels:
                     # name's: compatible servers serve models pydantic-ai does not know.
                     profile={"supports_json_schema_output": self._strict},
                     settings=AnthropicModelSettings(
+                        # Above about 21k tokens the SDK refuses a non-streamed request,
+                        # and pydantic-ai would then stream; settings keep it far below.
                         max_tokens=self.max_tokens,
+                        # The agent definition is the whole system prompt: no framework
+                        # text about `<system>` tags (the loop sends none mid-conversation).
+                        framing_announcement="never",
                         # The agent's prompt and tools are the same on every call of a
                         # role, and each turn of an agent repeats the turns before it.
                         anthropic_cache_instructions=True,

@@ -86,7 +86,7 @@ async def _run(
             name=ANSWER_TOOL,
             description=(
                 f"Give your whole answer as the {call.role.value}: the input of this tool is "
-                "the answer, and must match its schema."
+                "the answer, and must match its schema"
             ),
             strict=strict,
         ),

@@ -1,0 +1,154 @@
+"""Whole runs on a model that knows nothing of loopworks (`LiteralMessagesAPI`).
+
+The stand-in answers only from what each request says: the agent definition, the step's
+inputs and the tool schemas. A run that gets through proves the prompts and schemas, not
+only the wiring; its knobs misbehave on purpose to show the repairs, the nudge and the
+strict-output fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from activities.llm.anthropic import AnthropicModels
+from schemas.run import RunStatus
+from schemas.settings import Settings
+from tests.fakes.literal_messages_api import LiteralMessagesAPI
+from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_loop import remote_file
+from worker.build import build_models, build_worker
+
+pytestmark = pytest.mark.workflow
+
+TASK = "Write a one-page guide to rate limiting an HTTP API"
+JUDGE_CHECKS = [
+    {"kind": "llm", "question": question}
+    for question in ("Does it explain token buckets?", "Does it mention 429?", "Is it brief?")
+]
+JUDGED_RULES = [
+    {"id": f"asks-{n}", "description": f"Question {n}", "severity": "info", "check": check}
+    for n, check in enumerate(JUDGE_CHECKS, start=1)
+]
+
+
+@pytest.fixture
+def api() -> Iterator[LiteralMessagesAPI]:
+    with LiteralMessagesAPI() as fake:
+        yield fake
+
+
+@asynccontextmanager
+async def literal_worker(harness: LoopHarness, api: LiteralMessagesAPI) -> AsyncIterator[None]:
+    settings = Settings(
+        LOOPS_DATA_DIR=harness.data_dir,
+        LOOPS_TASK_QUEUE=harness.task_queue,
+        LOOPS_LLM="anthropic",
+        ANTHROPIC_API_KEY="any",
+        ANTHROPIC_BASE_URL=api.base_url,
+    )
+    models = build_models(settings)
+    assert isinstance(models, AnthropicModels)
+    try:
+        async with build_worker(harness.env.client, settings, models=models):
+            yield
+    finally:
+        await models.provider.client.close()
+
+
+async def test_a_literal_model_runs_the_whole_loop(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=2, audit_probability=1.0)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events), [e.payload for e in events]
+    assert names(events)[-1] == "pushed"
+    assert state.status in (RunStatus.COMPLETED, RunStatus.STOPPED)
+    # The producer followed its prompt: the deliverable is where the loop looks for it.
+    assert TASK in remote_file(harness.origin, f"loops/{state.run_id}", "artifact.md")
+    # Every model call of the run was a request to the stand-in.
+    assert state.usage.calls == len(api.requests)
+
+
+async def test_an_invalid_answer_is_repaired_from_its_errors(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    api.corrupt_answers = 1  # the hydrator's first answer misses a required field
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=1)
+        await handle.result()
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events)
+    [repaired] = [e for e in events if e.event.value == "output_repaired"]
+    assert repaired.step == "HYDRATE"
+    first, second = api.forced_requests()[:2]
+    assert not first.tool_error
+    # The repair request carried the first answer and what was wrong with it.
+    assert second.tool_error and "Field required" in str(second.messages[-1])
+
+
+async def test_two_invalid_answers_are_a_phase_error(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    api.corrupt_answers = 2
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=1)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.stop_reason is not None and state.stop_reason.value == "phase_error"
+    assert [e.payload["step"] for e in events if e.event.value == "phase_error"] == ["HYDRATE"]
+    assert len(api.forced_requests()) == 2
+
+
+async def test_an_agent_that_forgets_the_artifact_is_reminded_once(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    api.lazy_agent_turns = 1  # PRODUCE ends its first turn without writing anything
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=1)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events)
+    [nudged] = [e for e in events if e.event.value == "output_repaired"]
+    assert "artifact.md" in nudged.payload["repairs"][0]
+    assert TASK in remote_file(harness.origin, f"loops/{state.run_id}", "artifact.md")
+
+
+async def test_a_server_without_strict_tools_is_asked_once_per_worker(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    api.reject_strict = True
+    async with literal_worker(harness, api):
+        first = await harness.start(task=TASK, max_iterations=1)
+        await first.result()
+        second = await harness.start(task=TASK, max_iterations=1)
+        state = (await second.result()).state
+
+    assert names(await harness.events(second))[-1] == "pushed"
+    assert state.stop_reason is not None and state.stop_reason.value != "phase_error"
+    assert api.strict_rejections == 1
+    strict = [r for r in api.requests if any(t.get("strict") for t in r.tools)]
+    assert len(strict) == 1  # the rejected one; every later request went without
+
+
+async def test_the_judged_checks_of_a_group_are_one_model_call(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=1, rules=JUDGED_RULES)
+        await handle.result()
+        events = await harness.events(handle)
+
+    judged = [r for r in api.forced_requests() if "judgements" in str(r.forced_tool)]
+    assert len(judged) == 1  # three questions, one request
+    assert all(rule["question"] in str(judged[0].messages) for rule in JUDGE_CHECKS)
+    [evaluation] = [e for e in events if e.event.value == "evaluation_done"][:1]
+    assert {r["rule_id"] for r in evaluation.payload["results"]} == {"asks-1", "asks-2", "asks-3"}
