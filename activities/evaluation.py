@@ -14,7 +14,7 @@ from temporalio import activity
 from activities.checks import CheckOutcome, run_command_check, run_pattern_check
 from activities.deps import StepDeps, heartbeating, now
 from schemas.evaluation import CheckResult
-from schemas.roles import Judgements, Role
+from schemas.roles import Role, judgements_model, judgements_of
 from schemas.rules import CommandCheck, JudgeCheck, PatternCheck
 from schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
 
@@ -79,17 +79,10 @@ class EvaluationActivities:
             "artifact": artifact.read_text() if artifact.exists() else "",
         }
 
-        def check(answer: Judgements) -> None:
-            given = [j.rule_id for j in answer.judgements]
-            if sorted(given) != sorted(questions):
-                raise ValueError(
-                    "`judgements` must answer each question once, by its rule id: expected "
-                    f"{sorted(questions)}, got {given}"
-                )
-
-        answered = await self.deps.consult(Role.EVALUATOR, step, context, Judgements, check)
+        answer_type = judgements_model(questions)
+        answered = await self.deps.consult(Role.EVALUATOR, step, context, answer_type)
         output.usage, output.repairs = answered.usage, answered.repairs
         return {
-            j.rule_id: CheckOutcome(passed=j.passed, detail=j.reason)
-            for j in answered.answer.judgements
+            rule_id: CheckOutcome(passed=judgement.passed, detail=judgement.reason)
+            for rule_id, judgement in judgements_of(answered.answer).items()
         }

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 
@@ -151,7 +152,6 @@ class Judgement(BaseModel):
 class RuleJudgement(BaseModel):
     """The evaluator's answer to one question of its group."""
 
-    rule_id: str = Field(description="the id of the rule the question belongs to, exactly as given")
     passed: bool = Field(
         description="true only when the artifact clearly and fully satisfies the question; "
         "the rule passes or fails with it."
@@ -162,13 +162,39 @@ class RuleJudgement(BaseModel):
     )
 
 
-class Judgements(BaseModel):
-    """The evaluator's answer: every yes/no question of an evaluation group, in one call."""
+def judgements_model(questions: Mapping[str, str]) -> type[BaseModel]:
+    """The evaluator's answer for one evaluation group: one required property per
+    question, named by the question's rule id, each a `RuleJudgement`.
 
-    judgements: list[RuleJudgement] = Field(
-        min_length=1,
-        description="One entry per question given, each with the rule id of its question.",
+    The rule ids are a closed set known only per call, so they become the schema's
+    property names: a model cannot leave a question out, answer it twice or misname its
+    rule without the answer failing validation (and being repaired).
+    """
+    fields: dict[str, Any] = {
+        f"q{number}": (
+            RuleJudgement,
+            Field(alias=rule_id, description=f"Rule `{rule_id}`: {question}"),
+        )
+        for number, (rule_id, question) in enumerate(questions.items())
+    }
+    return create_model(
+        "Judgements",
+        __doc__="The evaluator's answer: every question of the group, by its rule id.",
+        __config__=ConfigDict(extra="forbid"),
+        **fields,
     )
+
+
+def judgements_of(answer: BaseModel) -> dict[str, RuleJudgement]:
+    """A `judgements_model` answer as {rule id: judgement}."""
+    return {
+        field.alias or name: getattr(answer, name)
+        for name, field in type(answer).model_fields.items()
+    }
+
+
+# What the evaluator's schema looks like, for contract tests (see `judgements_model`).
+SAMPLE_JUDGEMENTS = judgements_model({"has-title": "Does the artifact start with a title?"})
 
 
 class Issue(BaseModel):
@@ -292,7 +318,7 @@ ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
     Role.PLANNER: IterationPlan,
     Role.PRODUCER: None,
     Role.PREPARER: Preparation,
-    Role.EVALUATOR: Judgements,
+    Role.EVALUATOR: SAMPLE_JUDGEMENTS,
     Role.ARTIFACT_CRITIC: Critique,
     Role.REFINER: None,
     Role.CUSTODIET: Audit,

@@ -345,10 +345,8 @@ def _judge(ctx: dict[str, Any]) -> dict[str, Any]:
     passed = bool(artifact)
     reason = "the artifact is present and on topic" if passed else "the artifact is empty"
     return {
-        "judgements": [
-            {"rule_id": question["rule_id"], "passed": passed, "reason": reason}
-            for question in ctx.get("questions", [])
-        ]
+        question["rule_id"]: {"passed": passed, "reason": reason}
+        for question in ctx.get("questions", [])
     }
 
 

@@ -10,11 +10,12 @@ from pydantic import ValidationError
 from schemas.roles import (
     ANSWER_MODELS,
     Issue,
-    Judgements,
     PreparedCheckAnswer,
     ReflectionAnswer,
     Role,
     RuleJudgement,
+    judgements_model,
+    judgements_of,
 )
 from schemas.rules import (
     CommandCheck,
@@ -196,7 +197,12 @@ def test_normalised_rules_round_trip_in_full_form() -> None:
     assert Rule.model_validate(dumped) == request.rules[0]
 
 
-@pytest.mark.parametrize("rule_id", ["", "!!!", " - ", "x" * 65, "Rule " + "x" * 64])
+def test_an_invented_rule_id_that_is_a_sentence_is_cut_to_a_label() -> None:
+    parsed = Rule.model_validate(rule_data("Rule " + "x" * 70))
+    assert parsed.id == "rule-" + "x" * 59
+
+
+@pytest.mark.parametrize("rule_id", ["", "!!!", " - ", "x" * 65])
 def test_bad_rule_id_rejected(rule_id: str) -> None:
     with pytest.raises(ValidationError) as excinfo:
         Rule.model_validate(rule_data(rule_id))
@@ -277,20 +283,39 @@ def test_every_role_has_an_answer_model_or_works_with_tools() -> None:
         Role.PRODUCER,
         Role.REFINER,
     }
-    assert ANSWER_MODELS[Role.EVALUATOR] is Judgements
+    assert ANSWER_MODELS[Role.EVALUATOR] is not None
 
 
-def test_judgements_need_one_entry_with_all_fields() -> None:
+QUESTIONS = {"has-title": "Does it start with a title?", "Rule 2": "Does it mention 429?"}
+
+
+def test_judgements_are_one_required_property_per_rule_id() -> None:
+    judgements = judgements_model(QUESTIONS)
+    schema = judgements.model_json_schema()
+    assert schema["required"] == ["has-title", "Rule 2"]
+    assert "Does it mention 429?" in schema["properties"]["Rule 2"]["description"]
     with pytest.raises(ValidationError) as excinfo:
-        Judgements(judgements=[])
-    assert invalid_fields(excinfo) == {"judgements"}
-    with pytest.raises(ValidationError) as excinfo:
-        Judgements.model_validate({"judgements": [{"rule_id": "r1", "passed": True}]})
-    assert invalid_fields(excinfo) == {"judgements.0.reason"}
-    parsed = Judgements.model_validate(
-        {"judgements": [{"rule_id": "r1", "passed": False, "reason": "no title"}]}
+        judgements.model_validate({"has-title": {"passed": True, "reason": "yes"}})
+    assert invalid_fields(excinfo) == {"Rule 2"}
+    with pytest.raises(ValidationError) as excinfo:  # a question that was not asked
+        judgements.model_validate(
+            {
+                "has-title": {"passed": True, "reason": "yes"},
+                "Rule 2": {"passed": False, "reason": "no"},
+                "other": {"passed": True, "reason": "?"},
+            }
+        )
+    assert invalid_fields(excinfo) == {"other"}
+    parsed = judgements.model_validate(
+        {
+            "has-title": {"passed": True, "reason": "yes"},
+            "Rule 2": {"passed": False, "reason": "no"},
+        }
     )
-    assert parsed.judgements == [RuleJudgement(rule_id="r1", passed=False, reason="no title")]
+    assert judgements_of(parsed) == {
+        "has-title": RuleJudgement(passed=True, reason="yes"),
+        "Rule 2": RuleJudgement(passed=False, reason="no"),
+    }
 
 
 def test_string_check_stays_a_sentence() -> None:
