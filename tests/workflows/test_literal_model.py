@@ -73,6 +73,8 @@ async def test_a_literal_model_runs_the_whole_loop(
     assert TASK in remote_file(harness.origin, f"loops/{state.run_id}", "artifact.md")
     # Every model call of the run was a request to the stand-in.
     assert state.usage.calls == len(api.requests)
+    # A server that takes strict tool input gets it on every answer tool.
+    assert all(tool.get("strict") for r in api.forced_requests() for tool in r.tools)
 
 
 async def test_an_invalid_answer_is_repaired_from_its_errors(
