@@ -5,32 +5,94 @@
 Runs on the Temporal dev server (real time: the time-skipping server would skip past
 activity timeouts under load) with a real worker, real git and the offline model, and
 prints figures (no pass/fail: targets belong here, not in timed tests).
+
+Model figures: calls and tokens come from each finished run's status `usage`. The
+offline model's token counts are pydantic-ai's estimates (words of the messages, plus 50
+a request) and leave out what a real model also reads on every request: the agent's
+prompt and the tool schemas. The bench counts those apart, at about 4 characters a
+token, and counts each role's requests in this process.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import resource
 import statistics
 import tempfile
 import time
 import uuid
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.llm.base import ModelCall
+from activities.llm.offline import OfflineModels
 from deploy.binaries import find_binary
 from deploy.search_attributes import register_search_attributes
+from schemas.events import EventName
 from schemas.loop import LoopInput
+from schemas.roles import Role
 from schemas.run import RunRequest, RunStatus
 from schemas.settings import Settings
 from worker.build import build_worker
 from workflows.loop import LoopWorkflow
 
+# For the input the offline estimate leaves out: about 4 characters a token.
+CHARS_PER_TOKEN = 4
 
-async def one_run(env: WorkflowEnvironment, queue: str) -> tuple[float, int, int]:
+
+class CountingModels(OfflineModels):
+    """The offline model, counting by role the step attempts that ask for a model
+    (`model`) and the requests made to it (`respond`: a repair or an agent's next turn is
+    one more), and the characters of prompt and tool schemas each request carries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attempts: Counter[Role] = Counter()
+        self.requests: Counter[Role] = Counter()
+        self.prompt_chars = 0
+
+    def reset(self) -> None:
+        self.attempts.clear()
+        self.requests.clear()
+        self.prompt_chars = 0
+
+    def model(self, call: ModelCall) -> FunctionModel:
+        self.attempts[call.role] += 1
+        return super().model(call)
+
+    async def respond(
+        self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo
+    ) -> ModelResponse:
+        self.requests[call.role] += 1
+        tools = [*info.function_tools, *info.output_tools]
+        self.prompt_chars += len(info.instructions or "") + sum(
+            len(tool.description or "") + len(json.dumps(tool.parameters_json_schema))
+            for tool in tools
+        )
+        return await super().respond(call, messages, info)
+
+
+@dataclass
+class RunFigures:
+    latency: float
+    history_events: int
+    loop_events: int
+    iterations: int
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    repairs: int
+
+
+async def one_run(env: WorkflowEnvironment, queue: str) -> RunFigures:
     run_id = f"bench-{uuid.uuid4().hex[:10]}"
     started = time.perf_counter()
     handle = await env.client.start_workflow(
@@ -46,12 +108,23 @@ async def one_run(env: WorkflowEnvironment, queue: str) -> tuple[float, int, int
     )
     result = await handle.result()
     elapsed = time.perf_counter() - started
-    assert result.state.status == RunStatus.COMPLETED, result.state.stop
+    state = result.state  # the run's final status, as `GET /runs/{id}` shows it
+    assert state.status == RunStatus.COMPLETED, state.stop
     history = await handle.fetch_history()
-    return elapsed, len(history.events), result.events
+    return RunFigures(
+        latency=elapsed,
+        history_events=len(history.events),
+        loop_events=result.events,
+        iterations=state.iteration,
+        calls=state.usage.calls,
+        input_tokens=state.usage.input_tokens,
+        output_tokens=state.usage.output_tokens,
+        repairs=sum(e.event == EventName.OUTPUT_REPAIRED for e in result.log),
+    )
 
 
 async def main(runs: int, concurrency: int) -> None:
+    models = CountingModels()
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=find_binary("temporal"),
@@ -61,11 +134,12 @@ async def main(runs: int, concurrency: int) -> None:
         with tempfile.TemporaryDirectory() as data:
             queue = f"bench-{uuid.uuid4().hex[:6]}"
             settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)
-            async with build_worker(env.client, settings):
+            async with build_worker(env.client, settings, models=models):
                 await one_run(env, queue)  # warm-up: imports, first clone
+                models.reset()
                 limit = asyncio.Semaphore(concurrency)
 
-                async def bounded() -> tuple[float, int, int]:
+                async def bounded() -> RunFigures:
                     async with limit:
                         return await one_run(env, queue)
 
@@ -75,16 +149,38 @@ async def main(runs: int, concurrency: int) -> None:
     finally:
         await env.shutdown()
 
-    latencies = sorted(r[0] for r in results)
+    def per_run(amount: float) -> float:
+        return amount / runs
+
+    latencies = sorted(r.latency for r in results)
+    iterations = sum(r.iterations for r in results)
+    calls = sum(r.calls for r in results)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    unseen_tokens = models.prompt_chars / CHARS_PER_TOKEN
     print(f"runs                 {runs} (concurrency {concurrency})")
     print(f"wall time            {total:.2f} s")
     print(f"throughput           {runs / total:.2f} runs/s")
     print(f"run latency median   {statistics.median(latencies):.2f} s")
     print(f"run latency max      {latencies[-1]:.2f} s")
-    print(f"history events/run   {statistics.mean(r[1] for r in results):.0f}")
-    print(f"loop events/run      {statistics.mean(r[2] for r in results):.0f}")
+    print(f"history events/run   {statistics.mean(r.history_events for r in results):.0f}")
+    print(f"loop events/run      {statistics.mean(r.loop_events for r in results):.0f}")
     print(f"peak RSS (process)   {peak_mib:.0f} MiB")
+    print()
+    print(f"iterations/run       {per_run(iterations):.1f}")
+    print(f"model calls/run      {per_run(calls):.1f}")
+    print(f"model calls/iter     {calls / max(iterations, 1):.1f}")
+    print(f"repairs/run          {per_run(sum(r.repairs for r in results)):.1f}")
+    print(f"input tokens/run     {per_run(sum(r.input_tokens for r in results)):.0f} (estimate)")
+    print(f"output tokens/run    {per_run(sum(r.output_tokens for r in results)):.0f} (estimate)")
+    print(f"prompts+tools/run    {per_run(unseen_tokens):.0f} tokens more input (not in usage)")
+    print()
+    print("per role, per run    requests  step attempts")
+    for role in Role:
+        if models.requests[role] or models.attempts[role]:
+            requests, attempts = per_run(models.requests[role]), per_run(models.attempts[role])
+            print(f"  {role.value:<18} {requests:>8.1f}  {attempts:>13.1f}")
+    requests, attempts = per_run(models.requests.total()), per_run(models.attempts.total())
+    print(f"  {'all':<18} {requests:>8.1f}  {attempts:>13.1f}")
 
 
 if __name__ == "__main__":
