@@ -58,6 +58,8 @@ class RecordedRequest:
     body: dict[str, Any]
     received_at: float
     role: Role | None = None
+    # The `usage` of the message the fake answered with (None for an error reply).
+    reply_usage: dict[str, Any] | None = None
 
     @property
     def api_key(self) -> str | None:
@@ -119,6 +121,11 @@ class RecordedRequest:
             for block in message["content"]
             if isinstance(block, dict) and block.get("type") == "tool_result"
         ]
+
+
+def result_text(block: dict[str, Any]) -> str:
+    """The text of a tool_result block, whether its content is a string or text blocks."""
+    return _text_of(block)
 
 
 def _text_of(message: dict[str, Any]) -> str:
@@ -353,6 +360,8 @@ class FakeMessagesAPI:
         usage: Mapping[str, int | None] | None,
         delay_s: float,
     ) -> Reply:
+        reply_usage = dict(usage) if usage is not None else self._usage(request, content)
+        request.reply_usage = reply_usage
         body = {
             "id": f"msg_fake_{uuid.uuid4().hex[:16]}",
             "type": "message",
@@ -361,7 +370,7 @@ class FakeMessagesAPI:
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": dict(usage) if usage is not None else self._usage(request, content),
+            "usage": reply_usage,
         }
         return Reply(200, body, {"request-id": f"req_fake_{uuid.uuid4().hex[:12]}"}, delay_s)
 

@@ -2,88 +2,134 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
 
 from activities.agent_loop import (
+    NUDGE,
     RECORD_TEXT_CAP,
     AgentOutcome,
     from_jsonl,
     run_agent,
     to_jsonl,
 )
-from activities.llm.base import Conversation, TextBlock, ToolUse, Turn
-from activities.llm.offline import OfflineModels, OfflineScript
-from activities.tools import tool_definitions
+from activities.llm.base import InvalidOutput, ModelCall, user_prompt
+from activities.llm.offline import OfflineModels, OfflineScript, closing_line, default_answer
+from activities.tools import TOOLS
 from schemas.roles import Role
 from schemas.run import TokenUsage
 from schemas.steps import ARTIFACT_PATH
 
 pytestmark = pytest.mark.unit
 
+INSTRUCTIONS = "You are the producer."
+CONTEXT: dict[str, Any] = {"task": "Write the artifact."}
 
-class ScriptedModel:
-    """Answers each turn with the next of `turns`; keeps every conversation it was sent."""
 
-    def __init__(self, *turns: Turn) -> None:
+class ScriptedModels:
+    """A ModelSource answering each request with the next of `turns`; keeps what every
+    request was sent (the whole conversation so far) and what the agent offered."""
+
+    strict_output = False
+
+    def __init__(self, *turns: ModelResponse) -> None:
         self.turns = list(turns)
-        self.seen: list[Conversation] = []
+        self.seen: list[list[ModelMessage]] = []
+        self.infos: list[AgentInfo] = []
 
-    async def answer(self, call: Any) -> Any:
-        raise AssertionError("the agent loop only converses")
+    def strict_rejected(self) -> None:
+        pass
 
-    async def converse(self, conversation: Conversation) -> Turn:
-        self.seen.append(conversation)
+    def model(self, call: ModelCall) -> FunctionModel:
+        return FunctionModel(self.respond, model_name="scripted")
+
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.seen.append(copy.deepcopy(messages))
+        self.infos.append(info)
         return self.turns.pop(0)
 
 
-def calls(*uses: tuple[str, dict[str, Any]]) -> Turn:
-    blocks: list[TextBlock | ToolUse] = [
-        ToolUse(id=f"toolu_{n}", name=name, input=args) for n, (name, args) in enumerate(uses)
+def calls(*uses: tuple[str, dict[str, Any]]) -> ModelResponse:
+    parts: list[ModelResponsePart] = [
+        ToolCallPart(name, args, tool_call_id=f"toolu_{n}") for n, (name, args) in enumerate(uses)
     ]
-    return Turn(content=blocks, stop_reason="tool_use", usage=TokenUsage(input_tokens=10, calls=1))
+    return ModelResponse(parts=parts, usage=RequestUsage(input_tokens=10))
 
 
-def says(text: str) -> Turn:
-    return Turn(
-        content=[TextBlock(text=text)],
-        stop_reason="end_turn",
-        usage=TokenUsage(output_tokens=5, calls=1),
-    )
+def says(text: str) -> ModelResponse:
+    return ModelResponse(parts=[TextPart(text)], usage=RequestUsage(output_tokens=5))
 
 
-def conversation(**overrides: Any) -> Conversation:
+def model_call(**overrides: Any) -> ModelCall:
     values: dict[str, Any] = {
         "role": Role.PRODUCER,
         "run_id": "run-1",
         "iteration": 2,
         "model": "claude-test",
-        "system": "You are the producer.",
-        "messages": [{"role": "user", "content": "Write the artifact."}],
-        "tools": tool_definitions(),
+        "context": CONTEXT,
     }
-    return Conversation(**{**values, **overrides})
+    return ModelCall(**{**values, **overrides})
 
 
 async def run(
-    model: Any, workspace: Path, max_turns: int = 12, step: Any = "produce", **overrides: Any
+    source: Any, workspace: Path, max_turns: int = 12, step: Any = "produce", **overrides: Any
 ) -> AgentOutcome:
-    return await run_agent(model, conversation(**overrides), workspace, max_turns, step)
+    return await run_agent(
+        source, model_call(**overrides), INSTRUCTIONS, workspace, max_turns, step
+    )
 
 
-def tool_results(conversation: Conversation) -> list[dict[str, Any]]:
-    content = conversation.messages[-1]["content"]
-    assert conversation.messages[-1]["role"] == "user" and isinstance(content, list)
-    return content
+def tool_results(conversation: list[ModelMessage]) -> list[ToolReturnPart]:
+    """The tool results sent back in the last request of a conversation."""
+    last = conversation[-1]
+    assert isinstance(last, ModelRequest)
+    return [p for p in last.parts if isinstance(p, ToolReturnPart)]
 
 
-async def test_a_denied_call_is_an_error_result_and_the_loop_goes_on(tmp_path: Path) -> None:
+async def test_the_agent_is_offered_the_workspace_tools_and_answers_in_text(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModels(
+        calls(("write_file", {"path": ARTIFACT_PATH, "content": "#"})), says("ok")
+    )
+    await run(model, tmp_path)
+
+    info = model.infos[0]
+    assert [t.name for t in info.function_tools] == list(TOOLS)
+    for tool in info.function_tools:
+        spec = TOOLS[tool.name]
+        assert tool.description == spec.description
+        assert set(tool.parameters_json_schema["properties"]) == set(
+            spec.input_schema["properties"]
+        )
+    assert info.output_tools == [] and info.allow_text_output
+    assert info.instructions == INSTRUCTIONS
+    # The first request is the step's inputs as the user prompt.
+    [first] = model.seen[0]
+    assert isinstance(first, ModelRequest)
+    assert [p.content for p in first.parts] == [user_prompt(CONTEXT)]  # type: ignore[union-attr]
+
+
+async def test_a_denied_call_is_a_failed_result_and_the_loop_goes_on(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    model = ScriptedModel(
+    model = ScriptedModels(
         calls(("write_file", {"path": "../escape", "content": "out"})),
         calls(("write_file", {"path": ARTIFACT_PATH, "content": "# Title\n"})),
         says("Wrote the artifact."),
@@ -92,27 +138,23 @@ async def test_a_denied_call_is_an_error_result_and_the_loop_goes_on(tmp_path: P
 
     assert not (tmp_path / "escape").exists()
     [denied] = tool_results(model.seen[1])
-    assert denied["tool_use_id"] == "toolu_0"
-    assert denied["is_error"] is True
-    assert "refusing" in denied["content"] and ".." in denied["content"]
+    assert denied.tool_call_id == "toolu_0" and denied.tool_name == "write_file"
+    assert denied.outcome == "failed"
+    assert isinstance(denied.content, str)
+    assert "refusing" in denied.content and ".." in denied.content
     # The model saw its own turn before the results, as the Messages API requires.
-    assert model.seen[1].messages[-2] == {
-        "role": "assistant",
-        "content": [
-            {
-                "type": "tool_use",
-                "id": "toolu_0",
-                "name": "write_file",
-                "input": {"path": "../escape", "content": "out"},
-            }
-        ],
-    }
+    own_turn = model.seen[1][-2]
+    assert isinstance(own_turn, ModelResponse)
+    assert [(p.tool_name, p.args) for p in own_turn.parts if isinstance(p, ToolCallPart)] == [
+        ("write_file", {"path": "../escape", "content": "out"})
+    ]
     [written] = tool_results(model.seen[2])
-    assert "is_error" not in written
+    assert written.outcome == "success"
     assert (workspace / ARTIFACT_PATH).read_text() == "# Title\n"
     assert outcome.final_text == "Wrote the artifact."
     assert outcome.turns == 3 and not outcome.limit_reached
     assert outcome.files_written == [ARTIFACT_PATH]
+    assert outcome.repairs == []
     assert outcome.usage == TokenUsage(input_tokens=20, output_tokens=5, calls=3)
     results = [(r.tool, r.ok) for r in outcome.records if r.kind == "tool_result"]
     assert results == [("write_file", False), ("write_file", True)]
@@ -120,7 +162,7 @@ async def test_a_denied_call_is_an_error_result_and_the_loop_goes_on(tmp_path: P
 
 async def test_edit_file_then_end_turn(tmp_path: Path) -> None:
     (tmp_path / ARTIFACT_PATH).write_text("# Guide\n\nTBD\n")
-    model = ScriptedModel(
+    model = ScriptedModels(
         calls(("edit_file", {"path": ARTIFACT_PATH, "old": "TBD", "new": "## Summary\n\nDone."})),
         says("Replaced the placeholder."),
     )
@@ -128,7 +170,7 @@ async def test_edit_file_then_end_turn(tmp_path: Path) -> None:
 
     assert (tmp_path / ARTIFACT_PATH).read_text() == "# Guide\n\n## Summary\n\nDone.\n"
     [result] = tool_results(model.seen[1])
-    assert "is_error" not in result and "replaced 1 occurrence" in result["content"]
+    assert result.outcome == "success" and "replaced 1 occurrence" in str(result.content)
     assert outcome.files_written == [ARTIFACT_PATH]
     assert outcome.turns == 2
     kinds = [(r.turn, r.kind) for r in outcome.records]
@@ -142,38 +184,51 @@ async def test_edit_file_then_end_turn(tmp_path: Path) -> None:
     ]
 
 
-async def test_a_failed_edit_is_not_counted_as_written(tmp_path: Path) -> None:
+async def test_failed_bad_and_unknown_calls_are_not_counted_as_written(tmp_path: Path) -> None:
     (tmp_path / ARTIFACT_PATH).write_text("a a\n")
-    model = ScriptedModel(
+    model = ScriptedModels(
         calls(("edit_file", {"path": ARTIFACT_PATH, "old": "a", "new": "b"})),
-        calls(("no_such_tool", {})),
+        calls(("no_such_tool", {}), ("write_file", {"path": "x.md"})),
         says("Gave up."),
     )
     outcome = await run(model, tmp_path)
 
     [ambiguous] = tool_results(model.seen[1])
-    assert ambiguous["is_error"] is True and "2 times" in ambiguous["content"]
-    [unknown] = tool_results(model.seen[2])
-    assert unknown["is_error"] is True and "unknown tool" in unknown["content"]
+    assert ambiguous.outcome == "failed" and "2 times" in str(ambiguous.content)
+    unknown, bad = tool_results(model.seen[2])
+    assert unknown.outcome != "success" and "no_such_tool" in str(unknown.content)
+    assert bad.outcome != "success" and "content" in str(bad.content)
     assert outcome.files_written == []
+    assert not (tmp_path / "x.md").exists()
     assert (tmp_path / ARTIFACT_PATH).read_text() == "a a\n"
+    assert [r.ok for r in outcome.records if r.kind == "tool_result"] == [False, False, False]
 
 
 async def test_the_turn_limit_stops_the_loop_and_is_recorded(tmp_path: Path) -> None:
-    model = ScriptedModel(*[calls(("list_files", {})) for _ in range(5)])
+    model = ScriptedModels(*[calls(("list_files", {})) for _ in range(5)])
     outcome = await run(model, tmp_path, max_turns=3)
 
     assert len(model.seen) == 3
     assert outcome.limit_reached and outcome.turns == 3
+    assert outcome.usage.calls == 3
     last = outcome.records[-1]
     assert (last.kind, last.turn) == ("limit", 3)
     assert last.output is not None and "turn limit (3 turns)" in last.output
 
 
+async def test_the_turn_limit_keeps_the_last_text(tmp_path: Path) -> None:
+    said = ModelResponse(
+        parts=[TextPart("Listing first."), ToolCallPart("list_files", {}, tool_call_id="t1")]
+    )
+    model = ScriptedModels(said, calls(("list_files", {})))
+    outcome = await run(model, tmp_path, max_turns=2)
+    assert outcome.limit_reached and outcome.final_text == "Listing first."
+
+
 async def test_several_calls_in_one_turn_all_get_results_in_order(tmp_path: Path) -> None:
-    model = ScriptedModel(
+    model = ScriptedModels(
         calls(
-            ("write_file", {"path": "a.md", "content": "a"}),
+            ("write_file", {"path": ARTIFACT_PATH, "content": "a"}),
             ("run_command", {"command": "env"}),
             ("write_file", {"path": "b.md", "content": "b"}),
         ),
@@ -182,14 +237,14 @@ async def test_several_calls_in_one_turn_all_get_results_in_order(tmp_path: Path
     outcome = await run(model, tmp_path)
 
     results = tool_results(model.seen[1])
-    assert [r["tool_use_id"] for r in results] == ["toolu_0", "toolu_1", "toolu_2"]
-    assert [r.get("is_error", False) for r in results] == [False, True, False]
-    assert outcome.files_written == ["a.md", "b.md"]
+    assert [r.tool_call_id for r in results] == ["toolu_0", "toolu_1", "toolu_2"]
+    assert [r.outcome for r in results] == ["success", "failed", "success"]
+    assert outcome.files_written == [ARTIFACT_PATH, "b.md"]
 
 
 async def test_trajectory_records_are_tagged_and_round_trip_as_json_lines(tmp_path: Path) -> None:
     big = "x" * (RECORD_TEXT_CAP * 3)
-    model = ScriptedModel(
+    model = ScriptedModels(
         calls(("write_file", {"path": ARTIFACT_PATH, "content": big})),
         says("Wrote a long one."),
     )
@@ -197,14 +252,18 @@ async def test_trajectory_records_are_tagged_and_round_trip_as_json_lines(tmp_pa
 
     records = outcome.records
     assert {(r.run_id, r.step, r.iteration) for r in records} == {("run-7", "refine", 3)}
-    assert records[0].kind == "system" and records[0].input == "You are the producer."
-    assert records[1].kind == "user" and records[1].input == "Write the artifact."
+    assert records[0].kind == "system" and records[0].input == INSTRUCTIONS
+    assert records[1].kind == "user" and records[1].input == user_prompt(CONTEXT)
     # The file is whole; its record is capped.
     assert (tmp_path / ARTIFACT_PATH).read_text() == big
     call = next(r for r in records if r.kind == "tool_call")
     assert call.tool == "write_file" and call.input["path"] == ARTIFACT_PATH
+    assert call.tool_use_id == "toolu_0"
     assert len(call.input["content"]) < RECORD_TEXT_CAP + 100
     assert call.input["content"].endswith(f"[{len(big) - RECORD_TEXT_CAP} more characters]")
+    result = next(r for r in records if r.kind == "tool_result")
+    assert (result.tool, result.tool_use_id, result.ok) == ("write_file", "toolu_0", True)
+    assert records[-1].kind == "assistant" and records[-1].output == "Wrote a long one."
 
     text = to_jsonl(records)
     lines = text.splitlines()
@@ -216,7 +275,45 @@ async def test_trajectory_records_are_tagged_and_round_trip_as_json_lines(tmp_pa
     assert from_jsonl(text) == records
 
 
-# --- the offline model as an agent --------------------------------------------------------------
+# --- the nudge: the deliverable is artifact.md ------------------------------------------
+
+
+async def test_an_answer_without_the_artifact_is_sent_back_once(tmp_path: Path) -> None:
+    model = ScriptedModels(
+        says("All done!"),
+        calls(("write_file", {"path": ARTIFACT_PATH, "content": "# Title\n"})),
+        says("Wrote it."),
+    )
+    outcome = await run(model, tmp_path)
+
+    reminder = model.seen[1][-1]
+    assert isinstance(reminder, ModelRequest)
+    # The model reads the reminder as a user message.
+    [feedback] = reminder.parts
+    assert isinstance(feedback, UserPromptPart) and NUDGE in str(feedback.content)
+    assert outcome.final_text == "Wrote it." and outcome.turns == 3
+    assert [NUDGE in repair for repair in outcome.repairs] == [True]
+    [retry] = [r for r in outcome.records if r.kind == "retry"]
+    assert retry.turn == 1 and retry.output is not None and NUDGE in retry.output
+
+
+async def test_an_agent_that_never_writes_the_artifact_is_invalid_output(tmp_path: Path) -> None:
+    model = ScriptedModels(says("All done!"), says("Really, all done."))
+    with pytest.raises(InvalidOutput) as raised:
+        await run(model, tmp_path)
+    assert raised.value.role == Role.PRODUCER
+    assert raised.value.detail == "it ended without writing artifact.md, even when reminded"
+    assert len(model.seen) == 2
+
+
+async def test_an_existing_artifact_needs_no_nudge(tmp_path: Path) -> None:
+    (tmp_path / ARTIFACT_PATH).write_text("# Kept\n")
+    model = ScriptedModels(says("Nothing to change."))
+    outcome = await run(model, tmp_path, step="refine")
+    assert outcome.turns == 1 and outcome.repairs == [] and outcome.files_written == []
+
+
+# --- the offline model as an agent --------------------------------------------------------
 
 PRODUCE_CONTEXT: dict[str, Any] = {
     "task": "Write a testing guide",
@@ -229,35 +326,55 @@ PRODUCE_CONTEXT: dict[str, Any] = {
 
 
 async def test_the_offline_model_writes_its_draft_through_tools(tmp_path: Path) -> None:
-    model = OfflineModels()
-    outcome = await run(model, tmp_path, context=PRODUCE_CONTEXT)
+    outcome = await run(OfflineModels(), tmp_path, context=PRODUCE_CONTEXT)
 
+    draft = default_answer(Role.PRODUCER, PRODUCE_CONTEXT)
     artifact = (tmp_path / ARTIFACT_PATH).read_text()
+    assert artifact == draft["files"][0]["content"]
     assert artifact.startswith("# Write a testing guide\n")
     assert outcome.turns == 2 and outcome.files_written == [ARTIFACT_PATH]
-    assert outcome.final_text == "first draft: initial generation"
-    calls_made = [r.tool for r in outcome.records if r.kind == "tool_call"]
-    assert calls_made == ["write_file"]
+    assert outcome.final_text == closing_line(draft) == "first draft: initial generation"
+    assert [r.tool for r in outcome.records if r.kind == "tool_call"] == ["write_file"]
     assert outcome.usage.calls == 2 and outcome.usage.input_tokens > 0
 
 
 async def test_the_offline_model_follows_its_script(tmp_path: Path) -> None:
-    script = OfflineScript.model_validate(
-        {
-            "producer": {
-                "1": {
-                    "files": [{"path": "a.md", "content": "A"}, {"path": "b.md", "content": "B"}]
-                },
-                "2": "I will not use tools.",
-            }
-        }
-    )
-    first = await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT)
-    assert first.files_written == ["a.md", "b.md"]
-    assert first.final_text == "No changes were needed."
+    files = [{"path": ARTIFACT_PATH, "content": "A"}, {"path": "b.md", "content": "B"}]
+    script = OfflineScript.model_validate({"producer": {"1": {"files": files}}})
+    outcome = await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT)
+    assert outcome.files_written == [ARTIFACT_PATH, "b.md"]
+    assert (tmp_path / ARTIFACT_PATH).read_text() == "A"
+    # Both writes in one turn, then the closing line of a draft without a summary.
+    assert outcome.turns == 2
+    assert outcome.final_text == "No changes were needed."
 
-    second = await run(
-        OfflineModels(script=script), tmp_path / "none", context=PRODUCE_CONTEXT, call_index=2
+
+async def test_the_offline_model_nudged_after_raw_text_writes_its_draft(tmp_path: Path) -> None:
+    # One answer per request of the call: prose first, then (an entry without an answer)
+    # the default draft.
+    script = OfflineScript.model_validate(
+        {"producer": {"1": ["I will not use tools.", {"delay_ms": 0}]}}
     )
-    assert second.turns == 1 and second.files_written == []
-    assert second.final_text == "I will not use tools."
+    outcome = await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT)
+
+    assert (tmp_path / ARTIFACT_PATH).read_text().startswith("# Write a testing guide")
+    assert outcome.turns == 3 and outcome.files_written == [ARTIFACT_PATH]
+    assert [NUDGE in repair for repair in outcome.repairs] == [True]
+    kinds = [r.kind for r in outcome.records]
+    assert kinds == [
+        "system",
+        "user",
+        "assistant",
+        "retry",
+        "assistant",
+        "tool_call",
+        "tool_result",
+        "assistant",
+    ]
+
+
+async def test_the_offline_model_that_only_talks_is_invalid_output(tmp_path: Path) -> None:
+    script = OfflineScript.model_validate({"producer": {"2": "I will not use tools."}})
+    with pytest.raises(InvalidOutput, match=r"artifact\.md"):
+        await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT, call_index=2)
+    assert not (tmp_path / ARTIFACT_PATH).exists()

@@ -14,17 +14,25 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    OutputTokenLimitExceeded,
+    UnexpectedModelBehavior,
+)
 from temporalio.api.failure.v1 import Failure
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
+from activities.llm.base import InvalidOutput
 from activities.llm.errors import (
     MAX_RETRY_AFTER,
     MODEL_REQUEST_REJECTED,
     MODEL_UNAVAILABLE,
     classify,
+    model_errors,
     retry_after,
 )
+from schemas.roles import Role
 
 pytestmark = pytest.mark.unit
 
@@ -204,3 +212,67 @@ def test_temporal_carries_the_delay_and_the_verdict_to_the_server() -> None:
     converter.failure_converter.to_failure(rejected, converter.payload_converter, failure)
     assert failure.application_failure_info.non_retryable
     assert failure.message.startswith("authentication failed: check ANTHROPIC_API_KEY")
+
+
+# --- what a failed pydantic-ai run becomes ----------------------------------------------
+
+
+def wrapped(cause: BaseException | None) -> ModelAPIError:
+    """pydantic-ai's error for a failed request, the SDK's exception as its cause."""
+    error = ModelAPIError("claude-test", "the request failed")
+    error.__cause__ = cause
+    return error
+
+
+def raised_by(exc: BaseException) -> BaseException:
+    with pytest.raises(Exception) as caught, model_errors(Role.PLANNER):
+        raise exc
+    return caught.value
+
+
+def test_a_failed_request_is_classified_by_the_sdks_error() -> None:
+    cause = status_error(anthropic.RateLimitError, 429, headers={"retry-after": "7"})
+    err = raised_by(wrapped(cause))
+    assert isinstance(err, ApplicationError)
+    assert err.type == MODEL_UNAVAILABLE and not err.non_retryable
+    assert err.next_retry_delay == timedelta(seconds=7)
+    assert err.__cause__ is not None and err.__cause__.__cause__ is cause
+
+    rejected = raised_by(wrapped(status_error(anthropic.AuthenticationError, 401)))
+    assert isinstance(rejected, ApplicationError)
+    assert rejected.type == MODEL_REQUEST_REJECTED and rejected.non_retryable
+
+
+def test_a_failed_request_without_the_sdks_error_is_retried() -> None:
+    err = raised_by(wrapped(None))
+    assert isinstance(err, ApplicationError)
+    assert err.type == MODEL_UNAVAILABLE and not err.non_retryable
+    assert err.message == "the model request failed: the request failed"
+
+
+def test_the_sdks_own_error_is_classified_too() -> None:
+    err = raised_by(status_error(anthropic.NotFoundError, 404))
+    assert isinstance(err, ApplicationError) and err.non_retryable
+    assert err.message.startswith("model not found")
+
+
+def test_an_answer_cut_off_at_the_token_limit_is_invalid_output() -> None:
+    err = raised_by(OutputTokenLimitExceeded("Model token limit (16) exceeded"))
+    assert isinstance(err, InvalidOutput) and err.role == Role.PLANNER
+    assert "LOOPS_ANTHROPIC_MAX_TOKENS" in err.detail
+
+
+def test_an_answer_still_invalid_after_its_repair_is_invalid_output() -> None:
+    behaviour = UnexpectedModelBehavior("Exceeded maximum output retries (1)")
+    behaviour.__cause__ = ValueError("steps: Field required")
+    err = raised_by(behaviour)
+    assert isinstance(err, InvalidOutput)
+    assert err.detail == "Exceeded maximum output retries (1): steps: Field required"
+    assert str(err).startswith("planner answered with invalid output: Exceeded")
+
+
+def test_other_errors_pass_through_unchanged() -> None:
+    failure = ApplicationError("already classified", non_retryable=True)
+    assert raised_by(failure) is failure
+    bug = KeyError("a bug")
+    assert raised_by(bug) is bug

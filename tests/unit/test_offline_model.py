@@ -1,12 +1,13 @@
 """The offline model: schema-valid defaults for every role, scripts, latency, and the demo path.
 
 Contexts are built the way the activities in `activities/*.py` build them, so a default
-answer that stops fitting what an activity sends fails here first.
+answer that stops fitting what an activity sends fails here first. The defaults are checked
+as `default_answer` gives them and as `OfflineModels` answers them through `ask` (the path
+every structured step takes) or, for the agents, through `run_agent`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,23 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from activities.agent_loop import AgentStep, run_agent
 from activities.catalog import choose_template, load_templates
 from activities.checks import run_command_check, run_pattern_check
-from activities.llm.base import InvalidOutput, ModelCall, ask, render_context
-from activities.llm.offline import ARTIFACT_PATH, OfflineModels, OfflineScript, ScriptEntry
+from activities.llm.base import InvalidOutput, ModelCall
+from activities.llm.offline import (
+    ARTIFACT_PATH,
+    OfflineModels,
+    OfflineScript,
+    ScriptEntry,
+    closing_line,
+    default_answer,
+    draft_files,
+)
+from activities.llm.structured import ask
 from schemas.evaluation import CheckResult, Evaluation
 from schemas.roles import (
+    ANSWER_MODELS,
     Audit,
     AuditVerdict,
     CriticReview,
@@ -29,12 +41,13 @@ from schemas.roles import (
     Hydration,
     Issue,
     IterationPlan,
-    Judgement,
     Preparation,
     QAReport,
     QAVerdict,
     ReflectionAnswer,
     Role,
+    judgements_model,
+    judgements_of,
 )
 from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Phase, Rule, normalise_rules
 from schemas.run import RunStatus, StopReason, Thresholds
@@ -42,20 +55,34 @@ from workflows.decisions import Next, active_rules, decide, score_results
 
 pytestmark = pytest.mark.unit
 
-# The answer type each activity validates its role's answer as.
+# The answer type each activity validates its role's answer as; for the agents (PRODUCE,
+# REFINE) the draft the offline model writes through the workspace tools.
 ANSWER_TYPES: dict[Role, type[BaseModel]] = {
     Role.HYDRATOR: Hydration,  # hydration.hydrate
     Role.CRITIC: CriticReview,  # hydration.review_plan
     Role.PLANNER: IterationPlan,  # production.plan_iteration
-    Role.PRODUCER: Draft,  # production.produce_artifact
-    Role.REFINER: Draft,  # production.refine_artifact
+    Role.PRODUCER: Draft,  # production.produce_artifact (an agent)
+    Role.REFINER: Draft,  # production.refine_artifact (an agent)
     Role.PREPARER: Preparation,  # preparation.prepare_checks
-    Role.EVALUATOR: Judgement,  # evaluation.evaluate_group (llm checks)
+    # evaluation.evaluate_group (llm checks, one call a group): the schema is built per
+    # call from the group's questions (see `answer_type`); this one is a sample.
+    Role.EVALUATOR: ANSWER_MODELS[Role.EVALUATOR],  # type: ignore[dict-item]
     Role.ARTIFACT_CRITIC: Critique,  # critique.critique_artifact
     Role.CUSTODIET: Audit,  # audit.audit_run
     Role.QA_VERIFIER: QAReport,  # qa.verify_result
     Role.REFLECTOR: ReflectionAnswer,  # reflection.reflect_on_run
 }
+AGENT_ROLES = {role for role, model in ANSWER_MODELS.items() if model is None}
+
+
+def answer_type(role: Role, context: dict[str, Any]) -> type[BaseModel]:
+    """What the role's step validates the answer for `context` as."""
+    if role == Role.EVALUATOR:
+        return judgements_model({q["rule_id"]: q["question"] for q in context["questions"]})
+    return ANSWER_TYPES[role]
+
+
+INSTRUCTIONS = "You are the role's agent."
 
 TASK = "Write a migration guide for upgrading the billing service to Postgres 16"
 THRESHOLDS = Thresholds()
@@ -69,10 +96,7 @@ def model_call(role: Role, context: dict[str, Any], call_index: int = 1) -> Mode
         call_index=call_index,
         iteration=1,
         model="offline",
-        system=f"You are the {role.value}.",
-        prompt=render_context(context),
         context=context,
-        output_schema=ANSWER_TYPES[role].model_json_schema(),
     )
 
 
@@ -206,9 +230,15 @@ def prepare_context() -> dict[str, Any]:
     return {"task": TASK, "rules": dump([r for r in USER_RULES if isinstance(r.check, str)])}
 
 
+JUDGE_QUESTIONS = [
+    {"rule_id": "clear", "question": "Is the guide clear?"},
+    {"rule_id": "covers-rollback", "question": "Does it say how to roll back?"},
+]
+
+
 def judge_context(artifact: str) -> dict[str, Any]:
-    # activities/evaluation.py: evaluate_group, for a JudgeCheck
-    return {"task": TASK, "question": "Is the guide clear?", "artifact": artifact}
+    # activities/evaluation.py: evaluate_group, every JudgeCheck of the group in one call
+    return {"task": TASK, "questions": JUDGE_QUESTIONS, "artifact": artifact}
 
 
 def critique_context(evaluation: Evaluation) -> dict[str, Any]:
@@ -295,18 +325,55 @@ CASES: list[tuple[str, Role, dict[str, Any]]] = [
 ]
 
 
+STRUCTURED_CASES = [c for c in CASES if c[1] not in AGENT_ROLES]
+AGENT_CASES = [c for c in CASES if c[1] in AGENT_ROLES]
+
+
 def test_every_role_has_a_case_and_an_answer_type() -> None:
     assert {role for _, role, _ in CASES} == set(Role)
-    assert set(ANSWER_TYPES) == set(Role)
+    assert set(ANSWER_TYPES) == set(ANSWER_MODELS) == set(Role)
+    assert {Role.PRODUCER, Role.REFINER} == AGENT_ROLES
+    for role, model in ANSWER_MODELS.items():
+        assert model is None or ANSWER_TYPES[role] is model
 
 
 @pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-async def test_default_answer_validates_for_every_role(role: Role, context: dict[str, Any]) -> None:
-    answer, usage = await ask(OfflineModels(), model_call(role, context), ANSWER_TYPES[role])
-    assert isinstance(answer, ANSWER_TYPES[role])
+def test_default_answer_validates_for_every_role(role: Role, context: dict[str, Any]) -> None:
+    answer_type(role, context).model_validate(default_answer(role, context))
+
+
+@pytest.mark.parametrize(
+    ("role", "context"), [c[1:] for c in STRUCTURED_CASES], ids=[c[0] for c in STRUCTURED_CASES]
+)
+async def test_offline_models_answer_every_structured_role_through_ask(
+    role: Role, context: dict[str, Any]
+) -> None:
+    expected = answer_type(role, context)
+    answered = await ask(OfflineModels(), model_call(role, context), INSTRUCTIONS, expected)
+    assert answered.answer == expected.model_validate(default_answer(role, context))
+    assert answered.repairs == []
+    usage = answered.usage
     assert usage.calls == 1
     assert usage.input_tokens > 0
     assert usage.output_tokens > 0
+
+
+@pytest.mark.parametrize(
+    ("role", "context"), [c[1:] for c in AGENT_CASES], ids=[c[0] for c in AGENT_CASES]
+)
+async def test_offline_models_write_every_agents_draft_through_tools(
+    role: Role, context: dict[str, Any], tmp_path: Path
+) -> None:
+    draft = default_answer(role, context)
+    step: AgentStep = "produce" if role == Role.PRODUCER else "refine"
+    outcome = await run_agent(
+        OfflineModels(), model_call(role, context), INSTRUCTIONS, tmp_path, 5, step
+    )
+    for file in draft_files(draft):
+        assert (tmp_path / file["path"]).read_text() == file["content"]
+    assert outcome.files_written == [f["path"] for f in draft_files(draft)]
+    assert outcome.final_text == closing_line(draft)
+    assert outcome.repairs == [] and not outcome.limit_reached
 
 
 # --- what the defaults say ------------------------------------------------------------------
@@ -315,8 +382,15 @@ async def test_default_answer_validates_for_every_role(role: Role, context: dict
 async def ask_offline(
     role: Role, context: dict[str, Any], model: OfflineModels | None = None
 ) -> Any:
-    answer, _ = await ask(model or OfflineModels(), model_call(role, context), ANSWER_TYPES[role])
-    return answer
+    """The offline model's answer: through `ask` for a structured role, the draft the
+    agent writes for PRODUCE and REFINE."""
+    expected = answer_type(role, context)
+    if role in AGENT_ROLES:
+        return expected.model_validate(default_answer(role, context))
+    answered = await ask(
+        model or OfflineModels(), model_call(role, context), INSTRUCTIONS, expected
+    )
+    return answered.answer
 
 
 async def test_hydrator_drafts_unique_rules_across_both_phases() -> None:
@@ -357,9 +431,18 @@ async def test_preparer_turns_sentences_into_judge_checks() -> None:
     assert check.question == "Is the guide clear to an on-call engineer?"
 
 
-async def test_judge_fails_an_empty_artifact() -> None:
-    assert (await ask_offline(Role.EVALUATOR, judge_context(ARTIFACT))).passed
-    assert not (await ask_offline(Role.EVALUATOR, judge_context("  \n"))).passed
+async def test_judge_answers_every_question_and_fails_an_empty_artifact() -> None:
+    present = judgements_of(await ask_offline(Role.EVALUATOR, judge_context(ARTIFACT)))
+    assert {rule: j.passed for rule, j in present.items()} == {
+        "clear": True,
+        "covers-rollback": True,
+    }
+    empty = judgements_of(await ask_offline(Role.EVALUATOR, judge_context("  \n")))
+    assert {rule: j.passed for rule, j in empty.items()} == {
+        "clear": False,
+        "covers-rollback": False,
+    }
+    assert all(j.reason for j in empty.values())
 
 
 async def test_critic_names_every_failed_rule() -> None:
@@ -410,20 +493,32 @@ async def test_reflection_outcome(reason: StopReason, score: float, outcome: str
 # --- determinism ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-async def test_same_call_gives_the_same_text(role: Role, context: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("role", "context"), [c[1:] for c in STRUCTURED_CASES], ids=[c[0] for c in STRUCTURED_CASES]
+)
+async def test_same_call_gives_the_same_answer(role: Role, context: dict[str, Any]) -> None:
     call = model_call(role, context)
     model = OfflineModels()
-    first = await model.answer(call)
-    second = await model.answer(call)
-    other = await OfflineModels().answer(call)
-    assert first.text == second.text == other.text
-    assert first.usage == second.usage
+    expected = answer_type(role, context)
+    first = await ask(model, call, INSTRUCTIONS, expected)
+    second = await ask(model, call, INSTRUCTIONS, expected)
+    other = await ask(OfflineModels(), call, INSTRUCTIONS, expected)
+    assert first.answer == second.answer == other.answer
+    assert first.usage == second.usage == other.usage
 
 
 # --- scripts --------------------------------------------------------------------------------
 
 REVIEW_CONTEXT = {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}
+
+
+async def ask_offline_call(
+    model: OfflineModels, role: Role, context: dict[str, Any], call_index: int = 1
+) -> Any:
+    answered = await ask(
+        model, model_call(role, context, call_index), INSTRUCTIONS, ANSWER_TYPES[role]
+    )
+    return answered.answer
 
 
 async def test_script_entries_by_call_index_and_star() -> None:
@@ -439,8 +534,7 @@ async def test_script_entries_by_call_index_and_star() -> None:
     model = OfflineModels(script=script)
 
     async def review(index: int) -> CriticReview:
-        answer, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, index), CriticReview)
-        return answer
+        return await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT, index)
 
     assert (await review(1)).verdict == CriticVerdict.REVISE
     assert (await review(1)).issues == ["too vague"]  # a retry of call 1 gets the same entry
@@ -452,12 +546,12 @@ async def test_script_entries_by_call_index_and_star() -> None:
 async def test_unscripted_calls_and_roles_get_the_default() -> None:
     script = OfflineScript.model_validate({"critic": {"2": {"verdict": "HALT"}}})
     model = OfflineModels(script=script)
-    first, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
-    second, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 2), CriticReview)
+    first = await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT, 1)
+    second = await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT, 2)
     assert first.verdict == CriticVerdict.PROCEED
     assert first.feedback == "The plan covers the task."
     assert second.verdict == CriticVerdict.HALT
-    audit, _ = await ask(model, model_call(Role.CUSTODIET, audit_context(), 2), Audit)
+    audit = await ask_offline_call(model, Role.CUSTODIET, audit_context(), 2)
     assert audit.verdict == AuditVerdict.OK
 
 
@@ -474,10 +568,10 @@ def test_bare_object_is_shorthand_for_an_answer() -> None:
     assert text.answer is None
 
 
-async def test_bare_object_answer_is_returned_as_json() -> None:
+async def test_a_bare_object_is_the_answer_tools_input() -> None:
     script = OfflineScript.model_validate({"custodiet": {"*": {"verdict": "BLOCK", "reason": "x"}}})
-    reply = await OfflineModels(script=script).answer(model_call(Role.CUSTODIET, audit_context()))
-    assert json.loads(reply.text) == {"verdict": "BLOCK", "reason": "x"}
+    audit = await ask_offline_call(OfflineModels(script=script), Role.CUSTODIET, audit_context())
+    assert audit == Audit(verdict=AuditVerdict.BLOCK, reason="x")
 
 
 @pytest.mark.parametrize(
@@ -490,12 +584,11 @@ async def test_bare_object_answer_is_returned_as_json() -> None:
         "[1, 2, 3]",
     ],
 )
-async def test_raw_invalid_text_raises_invalid_output(raw: str) -> None:
+async def test_raw_invalid_text_every_time_raises_invalid_output(raw: str) -> None:
+    # A single entry answers every request of the call: the repair is invalid too.
     script = OfflineScript.model_validate({"critic": {"1": {"raw": raw}}})
     with pytest.raises(InvalidOutput) as excinfo:
-        await ask(
-            OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
-        )
+        await ask_offline_call(OfflineModels(script=script), Role.CRITIC, REVIEW_CONTEXT)
     assert excinfo.value.role == Role.CRITIC
     assert excinfo.value.detail
     assert str(excinfo.value).startswith("critic answered with invalid output")
@@ -504,9 +597,39 @@ async def test_raw_invalid_text_raises_invalid_output(raw: str) -> None:
 async def test_raw_string_shorthand_raises_invalid_output() -> None:
     script = OfflineScript.model_validate({"planner": {"*": "no plan today"}})
     with pytest.raises(InvalidOutput):
-        await ask(
-            OfflineModels(script=script), model_call(Role.PLANNER, plan_context(None)), IterationPlan
-        )
+        await ask_offline_call(OfflineModels(script=script), Role.PLANNER, plan_context(None))
+
+
+async def test_a_list_entry_answers_each_request_of_the_call_in_turn() -> None:
+    repaired = {"verdict": "HALT", "feedback": "out of scope"}
+    script = OfflineScript.model_validate({"critic": {"1": ["not json", repaired]}})
+    answered = await ask(
+        OfflineModels(script=script),
+        model_call(Role.CRITIC, REVIEW_CONTEXT),
+        INSTRUCTIONS,
+        CriticReview,
+    )
+    assert answered.answer == CriticReview(verdict=CriticVerdict.HALT, feedback="out of scope")
+    [repair] = answered.repairs
+    assert "Invalid JSON" in repair
+    assert answered.usage.calls == 2
+
+
+async def test_a_list_entry_of_two_invalid_answers_is_invalid_output() -> None:
+    script = OfflineScript.model_validate({"critic": {"1": ["not json", {"verdict": "MAYBE"}]}})
+    with pytest.raises(InvalidOutput, match="verdict"):
+        await ask_offline_call(OfflineModels(script=script), Role.CRITIC, REVIEW_CONTEXT)
+
+
+def test_the_last_answer_of_a_list_repeats() -> None:
+    script = OfflineScript.model_validate(
+        {"critic": {"1": ["first", {"verdict": "PROCEED"}], "*": {"verdict": "HALT"}}}
+    )
+    answers = [script.entry(Role.CRITIC, 1, attempt) for attempt in range(4)]
+    assert [a.raw if a else None for a in answers] == ["first", None, None, None]
+    assert [a.answer if a else None for a in answers[1:]] == [{"verdict": "PROCEED"}] * 3
+    star = script.entry(Role.CRITIC, 2, 5)
+    assert star is not None and star.answer == {"verdict": "HALT"}
 
 
 def test_yaml_script_with_integer_keys_loads(tmp_path: Path) -> None:
@@ -561,8 +684,29 @@ async def test_yaml_script_drives_the_model(tmp_path: Path) -> None:
     path = tmp_path / "script.yaml"
     path.write_text("critic:\n  1: {verdict: HALT, feedback: out of scope}\n")
     model = OfflineModels(script=OfflineScript.load(path))
-    review, _ = await ask(model, model_call(Role.CRITIC, REVIEW_CONTEXT, 1), CriticReview)
+    review = await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT, 1)
     assert (review.verdict, review.feedback) == (CriticVerdict.HALT, "out of scope")
+
+
+def test_yaml_script_with_a_list_loads(tmp_path: Path) -> None:
+    path = tmp_path / "script.yaml"
+    path.write_text(
+        """\
+planner:
+  1:
+    - not json
+    - {focus: a first draft, steps: [Draft it]}
+producer:
+  "*": [{raw: "No."}, {delay_ms: 5}]
+"""
+    )
+    script = OfflineScript.load(path)
+    first, second = (script.entry(Role.PLANNER, 1, attempt) for attempt in (0, 1))
+    assert first is not None and first.raw == "not json"
+    assert second is not None and second.answer == {"focus": "a first draft", "steps": ["Draft it"]}
+    nudged = script.entry(Role.PRODUCER, 3, 1)
+    # An entry without an answer or raw text: the default answer, after its delay.
+    assert nudged is not None and (nudged.answer, nudged.raw, nudged.delay_ms) == (None, None, 5)
 
 
 # --- latency --------------------------------------------------------------------------------
@@ -574,7 +718,15 @@ _EARLY = 0.001
 async def test_latency_delays_every_answer() -> None:
     model = OfflineModels(latency_ms=200)
     started = time.monotonic()
-    await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
+    await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT)
+    assert time.monotonic() - started >= 0.2 - _EARLY
+
+
+async def test_latency_delays_each_request_of_a_repaired_answer() -> None:
+    script = OfflineScript.model_validate({"critic": {"1": ["nope", {"verdict": "PROCEED"}]}})
+    model = OfflineModels(latency_ms=100, script=script)
+    started = time.monotonic()
+    await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT)
     assert time.monotonic() - started >= 0.2 - _EARLY
 
 
@@ -584,7 +736,7 @@ async def test_script_delay_overrides_latency() -> None:
     )
     model = OfflineModels(latency_ms=0, script=script)
     started = time.monotonic()
-    await model.answer(model_call(Role.CRITIC, REVIEW_CONTEXT))
+    await ask_offline_call(model, Role.CRITIC, REVIEW_CONTEXT)
     assert time.monotonic() - started >= 0.15 - _EARLY
 
 
@@ -607,18 +759,14 @@ VALID_REVIEW = '{"verdict": "REVISE", "issues": ["a"], "feedback": "b"}'
 )
 async def test_fenced_json_is_accepted(raw: str) -> None:
     script = OfflineScript.model_validate({"critic": {"*": {"raw": raw}}})
-    review, _ = await ask(
-        OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
-    )
+    review = await ask_offline_call(OfflineModels(script=script), Role.CRITIC, REVIEW_CONTEXT)
     assert review == CriticReview(verdict=CriticVerdict.REVISE, issues=["a"], feedback="b")
 
 
 async def test_fence_around_invalid_json_is_still_invalid() -> None:
     script = OfflineScript.model_validate({"critic": {"*": {"raw": "```json\nnope\n```"}}})
     with pytest.raises(InvalidOutput):
-        await ask(
-            OfflineModels(script=script), model_call(Role.CRITIC, REVIEW_CONTEXT), CriticReview
-        )
+        await ask_offline_call(OfflineModels(script=script), Role.CRITIC, REVIEW_CONTEXT)
 
 
 # --- the demo path: phase switch, then refine -----------------------------------------------
@@ -653,14 +801,19 @@ async def evaluate(
             Role.PREPARER, {"task": TASK, "rules": dump(described)}, model
         )
         artifact = (workdir / ARTIFACT_PATH).read_text()
+        questions = []
         for prepared in preparation.checks:
             assert isinstance(prepared.check, JudgeCheck)
-            judgement: Judgement = await ask_offline(
-                Role.EVALUATOR,
-                {"task": TASK, "question": prepared.check.question, "artifact": artifact},
-                model,
-            )
-            results.append(CheckResult(rule_id=prepared.rule_id, passed=judgement.passed))
+            questions.append({"rule_id": prepared.rule_id, "question": prepared.check.question})
+        answer = await ask_offline(
+            Role.EVALUATOR,
+            {"task": TASK, "questions": questions, "artifact": artifact},
+            model,
+        )
+        results += [
+            CheckResult(rule_id=rule_id, passed=judgement.passed)
+            for rule_id, judgement in judgements_of(answer).items()
+        ]
     return score_results(rules, results, phase, THRESHOLDS)
 
 

@@ -1,8 +1,10 @@
-"""Whole runs with LOOPS_LLM=anthropic: the real SDK, over a socket, to the local stand-in.
+"""Whole runs with LOOPS_LLM=anthropic: pydantic-ai and the real SDK, over a socket, to the
+local stand-in.
 
 The worker is built from settings the way the entry point builds it (`build_models`), so
-these runs cover the client, the forced-tool answers, the error classification and the
-workflow's handling of each, with Temporal doing every retry.
+these runs cover the client, the forced-tool answers and their repair, the agent's turns,
+the error classification and the workflow's handling of each, with Temporal doing every
+retry of a failed request.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from activities.tools import TOOLS
 from schemas.roles import Role
 from schemas.run import RunStatus, StopReason
 from schemas.settings import Settings
-from tests.fakes.messages_api import FakeMessagesAPI, answer, error, truncated
+from tests.fakes.messages_api import (
+    FakeMessagesAPI,
+    RecordedRequest,
+    answer,
+    error,
+    result_text,
+    truncated,
+)
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file
 from worker.build import build_models, build_worker
@@ -72,6 +81,16 @@ async def anthropic_worker(
         await model.provider.client.close()
 
 
+def cached(block: dict[str, Any]) -> bool:
+    control = block.get("cache_control")
+    return isinstance(control, dict) and control.get("type") == "ephemeral"
+
+
+def reported(requests: list[RecordedRequest], field: str) -> int:
+    """What the fake's replies to `requests` reported for a usage field."""
+    return sum((r.reply_usage or {}).get(field) or 0 for r in requests)
+
+
 async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict[str, Any]]:
     """Per scheduled `activity`: the attempt that ran last and how long (in the server's
     time) it waited from scheduling to that attempt's start. (The time-skipping server
@@ -112,33 +131,44 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
     for request in api.requests:
         assert request.role is not None
         agent = AGENTS[request.role.value]
-        assert request.body["model"] == settings.model_for(agent.model)
+        body = request.body
+        assert body["model"] == settings.model_for(agent.model)
         assert request.system_text == agent.prompt
         if request.role in AGENT_ROLES:
             # An agent's turn: the workspace tools offered, none forced.
-            assert "tool_choice" not in request.body
-            assert {t["name"] for t in request.body["tools"]} == set(TOOLS)
+            assert body["tool_choice"] == {"type": "auto"}
+            assert {t["name"] for t in body["tools"]} == set(TOOLS)
         else:
-            assert request.body["tool_choice"] == {"type": "any"}
-            assert [t["name"] for t in request.body["tools"]] == ["answer"]
+            # The one answer tool, forced.
+            assert body["tool_choice"] == {"type": "any"}
+            assert [t["name"] for t in body["tools"]] == ["answer"]
+        # Prompt-cache breakpoints: the system prompt, the tools, the last message.
+        assert cached(body["system"][-1]) and cached(body["tools"][-1])
+        assert cached(body["messages"][-1]["content"][-1])
     assert {r.body["model"] for r in api.requests} == {
         settings.model_haiku,
         settings.model_sonnet,
         settings.model_opus,
     }
-    # Usage is summed in the status: one call per request, cache writes then reads.
+    # Usage is summed in the status: one call per request, cache writes then reads, as
+    # the server reported them.
     usage = state.usage
     assert usage.calls == len(api.requests)
-    assert usage.input_tokens > 0 and usage.output_tokens > 0
-    assert usage.cache_creation_input_tokens > 0
-    assert usage.cache_read_input_tokens > 0
+    assert usage.input_tokens > 0
+    assert usage.output_tokens == reported(api.requests, "output_tokens")
+    assert usage.cache_creation_input_tokens == reported(
+        api.requests, "cache_creation_input_tokens"
+    )
+    assert usage.cache_read_input_tokens == reported(api.requests, "cache_read_input_tokens")
+    assert usage.cache_creation_input_tokens > 0 and usage.cache_read_input_tokens > 0
+    assert usage.cost_usd > 0
 
     # The producer wrote the artifact through tools: its second turn carried the results
     # of its write_file calls, and the branch holds the trajectory of that turn.
     produced = api.requests_for(Role.PRODUCER)[:2]  # iteration 1's two turns
     assert [len(r.tool_results) for r in produced] == [0, 1]
     [result] = produced[1].tool_results
-    assert "is_error" not in result and "artifact.md" in result["content"]
+    assert result["is_error"] is False and "artifact.md" in result_text(result)
     records = from_jsonl(
         remote_file(harness.origin, state.branch, ".loops/trajectory/01-produce.jsonl")
     )
@@ -149,7 +179,7 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
     assert [(r.tool, r.ok, r.tool_use_id) for r in results] == [
         ("write_file", True, calls[0].tool_use_id)
     ]
-    assert records[-1].kind == "assistant" and records[-1].stop_reason == "end_turn"
+    assert records[-1].kind == "assistant" and records[-1].stop_reason == "stop"
 
 
 async def test_rate_limit_is_retried_by_temporal_after_retry_after(
@@ -219,14 +249,24 @@ async def test_a_truncated_answer_twice_is_a_phase_error(
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
+        planning = await attempts(handle, "plan_iteration")
 
     assert state.status == RunStatus.FAILED
     assert state.stop_reason == StopReason.PHASE_ERROR
-    errors = [e.payload for e in events if e.event.value == "phase_error"]
-    assert [e["attempt"] for e in errors] == [1, 2]
-    assert all("cut off at max_tokens=4096" in e["error"] for e in errors)
-    # Invalid output is the workflow's to retry, not Temporal's: one request per phase try.
-    assert len(api.requests_for(Role.PLANNER)) == 2
+    [error_event] = [e for e in events if e.event.value == "phase_error"]
+    assert error_event.payload["step"] == "PLAN"
+    assert "attempt" not in error_event.payload
+    assert "planner answered with invalid output" in error_event.payload["error"]
+    assert "steps" in error_event.payload["error"]  # what the cut-off answer lacked
+    assert "output_repaired" not in names(events)
+    # The repair was the one retry: one activity attempt, two requests (the second carried
+    # the first answer's errors); Temporal does not retry invalid output.
+    assert [p["attempt"] for p in planning] == [1]
+    first, second = api.requests_for(Role.PLANNER)
+    assert first.tool_results == []
+    [result] = second.tool_results
+    assert result["is_error"] is True and "steps" in result_text(result)
+    assert names(events)[-1] == "pushed"
 
 
 async def test_a_truncated_answer_once_recovers(harness: LoopHarness, api: FakeMessagesAPI) -> None:
@@ -237,7 +277,13 @@ async def test_a_truncated_answer_once_recovers(harness: LoopHarness, api: FakeM
         events = await harness.events(handle)
 
     assert state.status == RunStatus.COMPLETED
-    assert [e.payload["attempt"] for e in events if e.event.value == "phase_error"] == [1]
+    assert "phase_error" not in names(events)
+    [repaired] = [e for e in events if e.event.value == "output_repaired"]
+    assert repaired.step == "PLAN"
+    [feedback] = repaired.payload["repairs"]
+    assert "steps" in feedback and "Field required" in feedback
+    # Both requests of the repaired call are counted.
+    assert state.usage.calls == len(api.requests)
 
 
 async def test_stop_during_a_long_model_call_ends_the_run_within_seconds(

@@ -69,35 +69,69 @@ async def test_each_step_commits_its_trajectory_and_changed_names_only_the_work(
     assert artifacts[2]["hash"] == artifacts[1]["hash"]
 
 
-async def test_a_producer_that_writes_no_artifact_is_invalid_output_retried_once(
+async def test_a_producer_that_forgets_the_artifact_is_reminded_and_succeeds(
     harness: LoopHarness,
 ) -> None:
-    script = {"producer": {"1": "I would rather not use the tools."}}
+    # One answer per request of the call: prose first; then, reminded, the default draft
+    # (an entry with neither an answer nor raw text).
+    script = {"producer": {"1": ["I would rather not use the tools.", {"delay_ms": 0}]}}
     async with harness.worker(script):
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
 
     assert state.status == RunStatus.COMPLETED
-    [error] = [e.payload for e in events if e.event.value == "phase_error"]
-    assert error["attempt"] == 1
-    assert "ended without writing artifact.md" in error["error"]
+    assert "phase_error" not in names(events)
+    # The reminder is the step's repair, shown as one event before the artifact.
+    flow = names(events)
+    assert flow.index("output_repaired") < flow.index("artifact_created")
+    [repaired] = [e for e in events if e.event.value == "output_repaired"]
+    [reminder] = repaired.payload["repairs"]
+    assert "artifact.md" in reminder
+    records = from_jsonl(
+        remote_file(harness.origin, state.branch, f"{TRAJECTORY}/01-produce.jsonl")
+    )
+    assert [r.kind for r in records] == [
+        "system",
+        "user",
+        "assistant",
+        "retry",
+        "assistant",
+        "tool_call",
+        "tool_result",
+        "assistant",
+    ]
 
 
+@pytest.mark.parametrize(
+    "answer",
+    ["No.", {"files": [{"path": "notes.md", "content": "notes"}]}],
+    ids=["prose", "another-file"],
+)
 async def test_a_producer_that_never_writes_the_artifact_is_a_phase_error(
-    harness: LoopHarness,
+    harness: LoopHarness, answer: Any
 ) -> None:
-    other_file: dict[str, Any] = {"files": [{"path": "notes.md", "content": "notes"}]}
-    script = {"producer": {"1": "No.", "2": other_file}}
-    async with harness.worker(script):
+    async with harness.worker({"producer": {"1": answer}}):
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
+        producing = [
+            name
+            for name in await harness.scheduled_activities(handle)
+            if name == "produce_artifact"
+        ]
 
     assert state.status == RunStatus.FAILED
     assert state.stop_reason == StopReason.PHASE_ERROR
-    errors = [e.payload for e in events if e.event.value == "phase_error"]
-    assert [e["attempt"] for e in errors] == [1, 2]
+    [error] = [e for e in events if e.event.value == "phase_error"]
+    assert error.payload["step"] == "PRODUCE_PREPARE"  # produce and prepare run together
+    assert "attempt" not in error.payload
+    assert error.payload["error"].endswith(
+        "producer answered with invalid output: it ended without writing artifact.md, "
+        "even when reminded"
+    )
+    # The reminder was the one retry: the step ran once.
+    assert producing == ["produce_artifact"]
     assert "artifact_created" not in names(events)
 
 
