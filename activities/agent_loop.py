@@ -33,7 +33,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import UsageLimits
 
 from activities.deps import heartbeating
-from activities.llm.base import InvalidOutput, ModelCall, ModelSource, user_prompt
+from activities.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from activities.llm.errors import model_errors
 from activities.tools import TOOLS, ToolResult, ToolSpec, execute
 from schemas.run import TokenUsage
@@ -147,7 +147,9 @@ async def run_agent(
         except UsageLimitExceeded:
             limit_reached = True
         except InvalidOutput as exc:
-            if not (workspace / ARTIFACT_PATH).is_file():
+            # Only the nudge's retries running out means the deliverable was never written;
+            # a refusal or a cut-off turn keeps its own message.
+            if NUDGE in exc.detail and not (workspace / ARTIFACT_PATH).is_file():
                 raise InvalidOutput(
                     call.role, f"it ended without writing {ARTIFACT_PATH}, even when reminded"
                 ) from exc
@@ -289,14 +291,7 @@ def _usage(messages: list[ModelMessage]) -> TokenUsage:
     usage = TokenUsage()
     for message in messages:
         if isinstance(message, ModelResponse):
-            used = message.usage
-            usage = usage + TokenUsage(
-                input_tokens=used.input_tokens,
-                output_tokens=used.output_tokens,
-                cache_read_input_tokens=used.cache_read_tokens,
-                cache_creation_input_tokens=used.cache_write_tokens,
-                calls=1,
-            )
+            usage = usage + usage_of(message.usage)
     return usage
 
 

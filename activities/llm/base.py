@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 from pydantic_ai.models import Model
-from pydantic_ai.usage import RunUsage
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from schemas.roles import Role
 from schemas.run import TokenUsage
@@ -58,14 +58,20 @@ class InvalidOutput(Exception):
         self.detail = detail
 
 
-def usage_of(usage: RunUsage) -> TokenUsage:
-    """pydantic-ai's usage of a run as the run's `TokenUsage` (priced later by settings)."""
+def usage_of(usage: RunUsage | RequestUsage) -> TokenUsage:
+    """pydantic-ai's usage of a run or of one request as the run's `TokenUsage` (priced
+    later by settings).
+
+    pydantic-ai counts cache reads and writes inside `input_tokens`; the Messages API, and
+    `TokenUsage`, count them apart, each at its own price: they are taken out here.
+    """
+    cached = usage.cache_read_tokens + usage.cache_write_tokens
     return TokenUsage(
-        input_tokens=usage.input_tokens,
+        input_tokens=max(0, usage.input_tokens - cached),
         output_tokens=usage.output_tokens,
         cache_read_input_tokens=usage.cache_read_tokens,
         cache_creation_input_tokens=usage.cache_write_tokens,
-        calls=usage.requests,
+        calls=usage.requests if isinstance(usage, RunUsage) else 1,
     )
 
 

@@ -23,6 +23,11 @@ from temporalio.exceptions import ApplicationError
 from activities.llm.base import InvalidOutput
 from schemas.roles import Role
 
+CUT_OFF = (
+    "the answer was cut off at the output token limit; raise LOOPS_ANTHROPIC_MAX_TOKENS "
+    "if answers are this long"
+)
+
 # Error types, for a workflow or an operator reading the run's history.
 MODEL_REQUEST_REJECTED = "ModelRequestRejected"
 MODEL_UNAVAILABLE = "ModelUnavailable"
@@ -68,11 +73,7 @@ def model_errors(role: Role) -> Iterator[None]:
             f"the model request failed: {exc.message}", type=MODEL_UNAVAILABLE
         ) from exc
     except OutputTokenLimitExceeded as exc:
-        raise InvalidOutput(
-            role,
-            "the answer was cut off at the output token limit; raise "
-            "LOOPS_ANTHROPIC_MAX_TOKENS if answers are this long",
-        ) from exc
+        raise InvalidOutput(role, CUT_OFF) from exc
     except UnexpectedModelBehavior as exc:
         detail = exc.message
         if exc.__cause__ is not None:

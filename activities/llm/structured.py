@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, ToolOutput
-from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import ModelMessage, ModelRequest, RetryFeedbackPart, ToolReturnPart
+from pydantic_ai import Agent, ModelRetry, ToolOutput, capture_run_messages
+from pydantic_ai.exceptions import ModelHTTPError, UnexpectedModelBehavior
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    ToolReturnPart,
+)
 
-from activities.llm.base import ModelCall, ModelSource, usage_of, user_prompt
-from activities.llm.errors import model_errors
+from activities.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from activities.llm.errors import CUT_OFF, model_errors
 from activities.llm.facts import ANSWER_TOOL
 from schemas.run import TokenUsage
 
@@ -94,7 +100,17 @@ async def _run(
     )
     if check is not None:
         agent.output_validator(_as_retry(check))
-    result = await agent.run(user_prompt(call.context))
+    with capture_run_messages() as messages:
+        try:
+            result = await agent.run(user_prompt(call.context))
+        except UnexpectedModelBehavior as exc:
+            if any(
+                isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages
+            ):
+                # A cut-off answer fails validation like any other; say what would help.
+                cause = f": {str(exc.__cause__)[:1000]}" if exc.__cause__ else ""
+                raise InvalidOutput(call.role, f"{CUT_OFF}; {exc.message}{cause}") from exc
+            raise
     return Answered(
         answer=result.output,
         usage=usage_of(result.usage),

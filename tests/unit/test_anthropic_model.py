@@ -279,13 +279,6 @@ async def test_a_truncated_answer_twice_is_invalid_output(
     assert len(api.requests) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an answer cut off at max_tokens twice ends as plain validation errors; "
-    "the hint to raise LOOPS_ANTHROPIC_MAX_TOKENS (errors.model_errors) is only given when "
-    "pydantic-ai raises OutputTokenLimitExceeded, which it does not for a cut-off tool call "
-    "whose input parsed",
-)
 async def test_an_answer_cut_off_twice_says_to_raise_max_tokens(
     api: FakeMessagesAPI, models: AnthropicModels
 ) -> None:
@@ -363,13 +356,6 @@ async def test_usage_includes_cache_reads_and_writes(
     assert second == TokenUsage(input_tokens=5, output_tokens=2, calls=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: usage_of (activities/llm/base.py) and agent_loop._usage take pydantic-ai's "
-    "input_tokens, which include the cache reads and writes, and also report those "
-    "separately; Settings.cost_usd then prices cached tokens twice (at the input price "
-    "and at the cache price). The Messages API's input_tokens (uncached) was kept before.",
-)
 async def test_input_tokens_are_the_uncached_input_as_the_api_reports_it(
     api: FakeMessagesAPI, models: AnthropicModels
 ) -> None:
@@ -635,12 +621,6 @@ async def test_an_agent_that_never_writes_the_artifact_is_invalid_output(
     assert len(api.requests) == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: run_agent turns every InvalidOutput of a run that left no artifact.md into "
-    "'it ended without writing artifact.md, even when reminded', hiding the real cause "
-    "(here a refusal on the first turn, which was never reminded)",
-)
 async def test_a_refused_agent_turn_says_it_was_refused(
     api: FakeMessagesAPI, models: AnthropicModels, tmp_path: Path
 ) -> None:
