@@ -46,11 +46,12 @@ RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", 
 RECORD_TEXT_CAP = 4000
 # Tools whose successful call writes the file named by their `path` argument.
 _WRITING_TOOLS = frozenset({"write_file", "edit_file"})
+WRITE_FILE = TOOLS["write_file"].name
 # An answer without the deliverable is sent back this many times before it is invalid.
 NUDGES = 1
 NUDGE = (
     f"You ended your turn without writing `{ARTIFACT_PATH}`. The step's deliverable must "
-    f"be in `{ARTIFACT_PATH}` at the workspace root: write it with `write_file`, then "
+    f"be in `{ARTIFACT_PATH}` at the workspace root: write it with `{WRITE_FILE}`, then "
     "end your turn with a short summary and no tool call."
 )
 
