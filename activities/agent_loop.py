@@ -220,7 +220,7 @@ def trajectory(
     for message in messages:
         if isinstance(message, ModelResponse):
             turn += 1
-            text = "\n".join(p.content for p in message.parts if isinstance(p, TextPart))
+            text = _text_of(message)
             records.append(
                 _record(
                     call,
@@ -278,10 +278,14 @@ def _record(
     )
 
 
+def _text_of(response: ModelResponse) -> str:
+    return "\n".join(p.content for p in response.parts if isinstance(p, TextPart))
+
+
 def _last_text(messages: list[ModelMessage]) -> str:
     for message in reversed(messages):
         if isinstance(message, ModelResponse):
-            text = "\n".join(p.content for p in message.parts if isinstance(p, TextPart))
+            text = _text_of(message)
             if text.strip():
                 return text.strip()
     return ""

@@ -56,30 +56,31 @@ class StepDeps:
         answers InvalidOutput, which Temporal does not retry: the workflow owns seed 001's
         "retry once, then phase_error", and the repair was that retry.
         """
-        agent, model, context = self.for_role(role, step, context)
+        agent, call = self.for_role(role, step, context)
+        with self.model_span("llm", role, step, call.model) as span:
+            async with heartbeating():
+                answered = await ask(self.models, call, agent.prompt, answer_type, check)
+            self.price(call.model, answered.usage, span)
+        return answered
+
+    def for_role(
+        self, role: Role, step: ModelStep, context: dict[str, Any]
+    ) -> tuple[AgentDefinition, ModelCall]:
+        """The role's agent definition and the call to its model: the model id of its tier,
+        and the context it is given (with the operator's note from a cleared block or an
+        approval, when there is one)."""
+        agent = self.agents[role.value]
+        if step.operator_note:
+            context = {**context, "operator_note": step.operator_note}
         call = ModelCall(
             role=role,
             run_id=step.run_id,
             call_index=step.call_index,
             iteration=step.iteration,
-            model=model,
+            model=self.settings.model_for(agent.model),
             context=context,
         )
-        with self.model_span("llm", role, step, model) as span:
-            async with heartbeating():
-                answered = await ask(self.models, call, agent.prompt, answer_type, check)
-            self.price(model, answered.usage, span)
-        return answered
-
-    def for_role(
-        self, role: Role, step: ModelStep, context: dict[str, Any]
-    ) -> tuple[AgentDefinition, str, dict[str, Any]]:
-        """The role's agent definition, its model id, and the context it is given (with the
-        operator's note from a cleared block or an approval, when there is one)."""
-        agent = self.agents[role.value]
-        if step.operator_note:
-            context = {**context, "operator_note": step.operator_note}
-        return agent, self.settings.model_for(agent.model), context
+        return agent, call
 
     @contextlib.contextmanager
     def model_span(

@@ -19,7 +19,6 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_loop import AgentOutcome, AgentStep, run_agent, to_jsonl
 from activities.deps import INVALID_OUTPUT, StepDeps, now
-from activities.llm.base import ModelCall
 from schemas.roles import IterationPlan, Role
 from schemas.steps import (
     ARTIFACT_PATH,
@@ -139,20 +138,12 @@ class ProductionActivities:
         """The role's agent over the workspace: its prompt as the system, the step's inputs
         as the first message, the workspace tools; usage priced as `consult` prices it."""
         deps = self.deps
-        agent, model, context = deps.for_role(role, step, context)
-        call = ModelCall(
-            role=role,
-            run_id=step.run_id,
-            call_index=step.call_index,
-            iteration=step.iteration,
-            model=model,
-            context=context,
-        )
-        with deps.model_span("agent", role, step, model) as span:
+        agent, call = deps.for_role(role, step, context)
+        with deps.model_span("agent", role, step, call.model) as span:
             outcome = await run_agent(
                 deps.models, call, agent.prompt, workdir, deps.settings.agent_max_turns, verb
             )
-            deps.price(model, outcome.usage, span)
+            deps.price(call.model, outcome.usage, span)
             if outcome.limit_reached:
                 activity.logger.warning(
                     "%s stopped at the turn limit (%d turns)", role.value, outcome.turns

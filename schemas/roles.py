@@ -113,7 +113,8 @@ class FileWrite(BaseModel):
 
 
 class Draft(BaseModel):
-    """A producer's or refiner's answer: files to write and a note on what changed."""
+    """The offline agent's draft for PRODUCE and REFINE: the files it writes with its tools
+    and a note on what changed (a real model writes through the tools itself)."""
 
     files: list[FileWrite] = Field(min_length=1)
     changed: list[str] = Field(default_factory=list)
@@ -140,13 +141,6 @@ class Preparation(BaseModel):
         description="Exactly one check per rule given: a rule left without a check, or a "
         "check for a rule that was not given, fails the step."
     )
-
-
-class Judgement(BaseModel):
-    """One yes/no answer of the evaluator (a single question; see Judgements)."""
-
-    passed: bool = Field(description="true when the artifact satisfies the question.")
-    reason: str = Field(default="", description="The evidence, in one or two sentences.")
 
 
 class RuleJudgement(BaseModel):

@@ -75,12 +75,17 @@ def model_errors(role: Role) -> Iterator[None]:
     except OutputTokenLimitExceeded as exc:
         raise InvalidOutput(role, CUT_OFF) from exc
     except UnexpectedModelBehavior as exc:
-        detail = exc.message
-        if exc.__cause__ is not None:
-            detail = f"{detail}: {str(exc.__cause__)[:1000]}"
-        raise InvalidOutput(role, detail) from exc
+        raise InvalidOutput(role, invalid_detail(exc)) from exc
     except anthropic.APIError as exc:
         raise classify(exc) from exc
+
+
+def invalid_detail(exc: UnexpectedModelBehavior) -> str:
+    """What was wrong with a model's last answer: pydantic-ai's message, then the
+    validation errors or validator message it was raised from."""
+    if exc.__cause__ is None:
+        return exc.message
+    return f"{exc.message}: {str(exc.__cause__)[:1000]}"
 
 
 def classify(exc: anthropic.APIError) -> ApplicationError:

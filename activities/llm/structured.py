@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
 )
 
 from activities.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from activities.llm.errors import CUT_OFF, model_errors
+from activities.llm.errors import CUT_OFF, invalid_detail, model_errors
 from activities.llm.facts import ANSWER_TOOL
 from schemas.run import TokenUsage
 
@@ -108,8 +108,7 @@ async def _run(
                 isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages
             ):
                 # A cut-off answer fails validation like any other; say what would help.
-                cause = f": {str(exc.__cause__)[:1000]}" if exc.__cause__ else ""
-                raise InvalidOutput(call.role, f"{CUT_OFF}; {exc.message}{cause}") from exc
+                raise InvalidOutput(call.role, f"{CUT_OFF}; {invalid_detail(exc)}") from exc
             raise
     return Answered(
         answer=result.output,
