@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.roles import Audit, Role
+from loopworks.schemas.steps import AuditInput, AuditOutput
 from temporalio import activity
-
-from activities.deps import StepDeps
-from schemas.roles import Audit, Role
-from schemas.steps import AuditInput, AuditOutput
 
 
 class AuditActivities:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.roles import Critique, Role
+from loopworks.schemas.steps import CritiqueInput, CritiqueOutput
 from temporalio import activity
-
-from activities.deps import StepDeps
-from schemas.roles import Critique, Role
-from schemas.steps import CritiqueInput, CritiqueOutput
 
 
 class CritiqueActivities:

@@ -9,25 +9,24 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
+from loopworks.llm.structured import Answered, ask
+from loopworks.prompts.catalog import AgentDefinition, WorkflowTemplate
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, GitLocation, ModelStep
+from loopworks.workspace.git import GitWorkspaces
 from opentelemetry import trace
 from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.catalog import AgentDefinition, WorkflowTemplate
-from activities.llm.base import InvalidOutput, ModelCall, ModelSource
-from activities.llm.structured import Answered, ask
-from activities.workspace import GitWorkspaces
-from schemas.roles import Role
-from schemas.run import TokenUsage
-from schemas.settings import Settings
-from schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, GitLocation, ModelStep
-
 Answer = TypeVar("Answer", bound=BaseModel)
 
 HEARTBEAT_EVERY_SECONDS = 1.0
 
-# Follows the process-wide provider (`worker.telemetry.configure_tracing`); a no-op without one.
+# Follows the process-wide provider (`worker.telemetry.configure_tracing`); no-op without one.
 DEFAULT_TRACER = trace.get_tracer("loopworks")
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from loopworks.activities.deps import StepDeps
+from loopworks.prompts.catalog import choose_template
+from loopworks.schemas.roles import CriticReview, Hydration, Role
+from loopworks.schemas.rules import normalise_rules
+from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
-
-from activities.catalog import choose_template
-from activities.deps import StepDeps
-from schemas.roles import CriticReview, Hydration, Role
-from schemas.rules import normalise_rules
-from schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
 
 
 class HydrationActivities:

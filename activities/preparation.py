@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from loopworks.activities.deps import StepDeps, now
+from loopworks.schemas.roles import Preparation, Role
+from loopworks.schemas.rules import PreparedCheck
+from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
 from temporalio import activity
-
-from activities.deps import StepDeps, now
-from schemas.roles import Preparation, Role
-from schemas.rules import PreparedCheck
-from schemas.steps import PrepareInput, PrepareOutput, Timing
 
 
 class PreparationActivities:

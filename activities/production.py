@@ -1,7 +1,7 @@
 """Steps 4, 5 and 8: plan the iteration, produce the artifact, refine it from a critique.
 
 Producing and refining are an agent working in the run's workspace with tools
-(`activities.agent_loop`). Each starts from the commit the workflow hands it and ends with
+(`loopworks.agent.loop`). Each starts from the commit the workflow hands it and ends with
 exactly one commit holding the agent's changes and its trajectory: a retry on any worker
 starts again from the same tree and rewrites the same trajectory file, and the workflow
 keeps the commit of the attempt that completed.
@@ -14,13 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
-
-from activities.agent_loop import AgentOutcome, AgentStep, run_agent, to_jsonl
-from activities.deps import INVALID_OUTPUT, StepDeps, now
-from schemas.roles import IterationPlan, Role
-from schemas.steps import (
+from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, now
+from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
+from loopworks.schemas.roles import IterationPlan, Role
+from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     TRAJECTORY_DIR,
     ArtifactOutput,
@@ -33,6 +30,8 @@ from schemas.steps import (
     Timing,
     trajectory_path,
 )
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
 SUBJECT_CHARS = 72

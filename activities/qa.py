@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.roles import QAReport, Role
+from loopworks.schemas.steps import QAInput, QAOutput
 from temporalio import activity
-
-from activities.deps import StepDeps
-from schemas.roles import QAReport, Role
-from schemas.steps import QAInput, QAOutput
 
 
 class QAActivities:

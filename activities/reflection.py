@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.insights import FrameworkReflection, SessionInsights
+from loopworks.schemas.roles import ReflectionAnswer, Role
+from loopworks.schemas.steps import ReflectInput, ReflectOutput
 from temporalio import activity
-
-from activities.deps import StepDeps
-from schemas.insights import FrameworkReflection, SessionInsights
-from schemas.roles import ReflectionAnswer, Role
-from schemas.steps import ReflectInput, ReflectOutput
 
 RECORD_DIR = ".loops"
 

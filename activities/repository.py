@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
 from temporalio import activity
-
-from activities.deps import StepDeps
-from schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
 
 
 def run_branch(run_id: str) -> str:

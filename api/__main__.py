@@ -1,15 +1,14 @@
-"""`python -m api`: serve the HTTP API with uvicorn."""
+"""`python -m loopworks.api`: serve the HTTP API with uvicorn."""
 
 from __future__ import annotations
 
 import logging
 
 import uvicorn
-
-from api.main import create_app
-from api.security import exposed_without_tokens
-from schemas.settings import Settings
-from worker.telemetry import configure_tracing
+from loopworks.api.main import create_app
+from loopworks.api.security import exposed_without_tokens
+from loopworks.schemas.settings import Settings
+from loopworks.worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.api")
 

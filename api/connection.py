@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from loopworks.api.errors import TemporalUnavailable
+from loopworks.schemas.settings import Settings
+from loopworks.worker.connect import connect
 from temporalio.client import Client
-
-from api.errors import TemporalUnavailable
-from schemas.settings import Settings
-from worker.connect import connect
 
 log = logging.getLogger("loopworks.api")
 

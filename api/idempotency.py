@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import hashlib
 
+from loopworks.api.errors import NotApplicable, invalid
+from loopworks.api.runs import WORKFLOW_TYPE
+from loopworks.schemas.run import RunRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-
-from api.errors import NotApplicable, invalid
-from api.runs import WORKFLOW_TYPE
-from schemas.run import RunRequest
 
 KEY_HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255

@@ -7,19 +7,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from loopworks.api import idempotency
+from loopworks.api.errors import invalid
+from loopworks.prompts.catalog import template_ids
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.run import RunRequest
+from loopworks.schemas.settings import Settings
+from loopworks.workflows.decisions import alias_for
+from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.git import is_url
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-
-from activities.catalog import template_ids
-from activities.workspace import is_url
-from api import idempotency
-from api.errors import invalid
-from schemas.loop import LoopInput
-from schemas.run import RunRequest
-from schemas.settings import Settings
-from workflows.decisions import alias_for
-from workflows.loop import LoopWorkflow
 
 SUMMARY_CHARS = 200
 
@@ -78,7 +77,7 @@ class Started:
 async def start_run(
     client: Client, settings: Settings, request: RunRequest, idempotency_key: str | None = None
 ) -> Started:
-    """Start a run; with a key, start it at most once (see `api.idempotency`)."""
+    """Start a run; with a key, start it at most once (see `loopworks.api.idempotency`)."""
     now = datetime.now(UTC)
     alias = alias_for(request.task)
     if idempotency_key is None:

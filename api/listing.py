@@ -5,14 +5,11 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, TypeVar
 
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
-from temporalio.common import SearchAttributeKey
-
-from api.models import RunSummary
-from api.runs import WORKFLOW_TYPE
-from schemas.rules import Phase
-from schemas.run import TERMINAL_STATUSES, RunStatus
-from workflows.record import (
+from loopworks.api.models import RunSummary
+from loopworks.api.runs import WORKFLOW_TYPE
+from loopworks.schemas.rules import Phase
+from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
+from loopworks.workflows.record import (
     LOOP_ALIAS,
     LOOP_BLOCKED,
     LOOP_ITERATION,
@@ -20,6 +17,8 @@ from workflows.record import (
     LOOP_SCORE,
     LOOP_STATUS,
 )
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
 
 E = TypeVar("E", bound=Enum)
 

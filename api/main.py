@@ -7,14 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from loopworks.api import errors
+from loopworks.api.connection import TemporalConnection
+from loopworks.api.errors import TemporalUnavailable
+from loopworks.api.routes import health, runs
+from loopworks.schemas.settings import Settings
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
-
-from api import errors
-from api.connection import TemporalConnection
-from api.errors import TemporalUnavailable
-from api.routes import health, runs
-from schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
 
@@ -40,7 +39,7 @@ def create_app(
     `tracer_provider` to trace without the process-wide provider.
 
     FastAPI's own OpenTelemetry support makes a SERVER span `{method} {route}` per request
-    once a provider is installed (`worker.telemetry.configure_tracing`) or passed here;
+    once a provider is installed (`loopworks.worker.telemetry.configure_tracing`) or passed here;
     routes run in its context, so their Temporal calls join the request's trace.
     """
     settings = settings or Settings()

@@ -9,10 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from loopworks.schemas.rules import Phase
+from loopworks.schemas.run import RunStatus
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from schemas.rules import Phase
-from schemas.run import RunStatus
 
 
 class RunCreated(BaseModel):

@@ -10,6 +10,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from loopworks.api.deps import LoopHandle
+from loopworks.api.errors import (
+    ApiError,
+    NotApplicable,
+    RunNotFound,
+    StateUnavailable,
+    TemporalUnavailable,
+)
+from loopworks.schemas.events import Event
+from loopworks.schemas.run import Approval, RunState
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.client import (
     RPCTimeoutOrCancelledError,
     WorkflowExecutionDescription,
@@ -18,18 +29,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
-
-from api.deps import LoopHandle
-from api.errors import (
-    ApiError,
-    NotApplicable,
-    RunNotFound,
-    StateUnavailable,
-    TemporalUnavailable,
-)
-from schemas.events import Event
-from schemas.run import Approval, RunState
-from workflows.loop import LoopWorkflow
 
 WORKFLOW_TYPE = "LoopWorkflow"
 # A query waits for a worker to answer; past this the caller learns no worker did.

@@ -13,9 +13,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
-from api.errors import Unauthorized
-from schemas.settings import Settings
+from loopworks.api.errors import Unauthorized
+from loopworks.schemas.settings import Settings
 
 # auto_error=False: we answer 401 ourselves (FastAPI's own error omits the RFC 6750
 # detail), and when no tokens are configured a missing header is fine.

@@ -25,13 +25,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from fastapi.sse import format_sse_event
+from loopworks.api import runs
+from loopworks.api.deps import LoopHandle
+from loopworks.api.errors import RunNotFound, StateUnavailable, TemporalUnavailable
+from loopworks.schemas.events import Event
 from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
 from temporalio.service import RPCError
-
-from api import runs
-from api.deps import LoopHandle
-from api.errors import RunNotFound, StateUnavailable, TemporalUnavailable
-from schemas.events import Event
 
 log = logging.getLogger("loopworks.api")
 

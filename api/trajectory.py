@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from activities.workspace import GitWorkspaces
-from schemas.steps import TRAJECTORY_DIR
+from loopworks.schemas.steps import TRAJECTORY_DIR
+from loopworks.workspace.git import GitWorkspaces
 
 
 def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> str:

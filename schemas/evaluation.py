@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from loopworks.schemas.rules import Phase, Severity
 from pydantic import BaseModel, Field
-
-from schemas.rules import Phase, Severity
 
 
 class CheckResult(BaseModel):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
+from loopworks.schemas.rules import Phase
 from pydantic import BaseModel, Field
-
-from schemas.rules import Phase
 
 
 class EventName(StrEnum):

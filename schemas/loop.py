@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.events import Event
+from loopworks.schemas.roles import IterationPlan, Role
+from loopworks.schemas.run import RunRequest, RunState
+from loopworks.schemas.steps import ArtifactOutput
 from pydantic import BaseModel, Field
-
-from schemas.evaluation import Evaluation
-from schemas.events import Event
-from schemas.roles import IterationPlan, Role
-from schemas.run import RunRequest, RunState
-from schemas.steps import ArtifactOutput
 
 
 class LoopCarry(BaseModel):

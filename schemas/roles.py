@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
+from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
-
-from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 
 
 class Role(StrEnum):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from loopworks.schemas.evaluation import DistanceToSuccess
+from loopworks.schemas.rules import Phase, Rule, normalise_rules
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from schemas.evaluation import DistanceToSuccess
-from schemas.rules import Phase, Rule, normalise_rules
 
 
 class Mode(StrEnum):

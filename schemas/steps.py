@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
-
-from schemas.evaluation import CheckResult, Evaluation
-from schemas.insights import FrameworkReflection, SessionInsights
-from schemas.roles import (
+from loopworks.schemas.evaluation import CheckResult, Evaluation
+from loopworks.schemas.insights import FrameworkReflection, SessionInsights
+from loopworks.schemas.roles import (
     Audit,
     CriticReview,
     Critique,
@@ -17,8 +15,9 @@ from schemas.roles import (
     IterationPlan,
     QAReport,
 )
-from schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
-from schemas.run import RunState, TokenUsage
+from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
+from loopworks.schemas.run import RunState, TokenUsage
+from pydantic import BaseModel, Field
 
 # Where a run's artifact lives in its workspace (seed 001's artifact.md).
 ARTIFACT_PATH = "artifact.md"

@@ -27,22 +27,21 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.search_attributes import register_search_attributes
+from loopworks.llm.base import ModelCall
+from loopworks.llm.offline import OfflineModels
+from loopworks.schemas.events import EventName
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import RunRequest, RunStatus
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_worker
+from loopworks.workflows.loop import LoopWorkflow
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-
-from activities.llm.base import ModelCall
-from activities.llm.offline import OfflineModels
-from deploy.binaries import find_binary
-from deploy.search_attributes import register_search_attributes
-from schemas.events import EventName
-from schemas.loop import LoopInput
-from schemas.roles import Role
-from schemas.run import RunRequest, RunStatus
-from schemas.settings import Settings
-from worker.build import build_worker
-from workflows.loop import LoopWorkflow
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4

@@ -9,5 +9,5 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 bash scripts/install-deploy-tools.sh
 .venv/bin/python -m ruff check .
-.venv/bin/python -m mypy schemas workflows activities worker api deploy
+bash scripts/typecheck.sh
 .venv/bin/python -m pytest "$@"

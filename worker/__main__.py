@@ -1,4 +1,4 @@
-"""`python -m worker`: run one worker until interrupted."""
+"""`python -m loopworks.worker`: run one worker until interrupted."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import logging
 import signal
 import sys
 
-from schemas.settings import Settings
-from worker.build import build_deps, build_worker
-from worker.connect import connect
-from worker.telemetry import configure_tracing
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_deps, build_worker
+from loopworks.worker.connect import connect
+from loopworks.worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.worker")
 

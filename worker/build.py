@@ -6,26 +6,25 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from loopworks.activities.audit import AuditActivities
+from loopworks.activities.critique import CritiqueActivities
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.evaluation import EvaluationActivities
+from loopworks.activities.hydration import HydrationActivities
+from loopworks.activities.preparation import PreparationActivities
+from loopworks.activities.production import ProductionActivities
+from loopworks.activities.qa import QAActivities
+from loopworks.activities.reflection import ReflectionActivities
+from loopworks.activities.repository import RepositoryActivities
+from loopworks.llm.anthropic import AnthropicModels
+from loopworks.llm.base import ModelSource
+from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.prompts.catalog import load_agents, load_templates
+from loopworks.schemas.settings import LLMProvider, Settings
+from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.git import GitWorkspaces
 from temporalio.client import Client
 from temporalio.worker import Worker
-
-from activities.audit import AuditActivities
-from activities.catalog import load_agents, load_templates
-from activities.critique import CritiqueActivities
-from activities.deps import StepDeps
-from activities.evaluation import EvaluationActivities
-from activities.hydration import HydrationActivities
-from activities.llm.anthropic import AnthropicModels
-from activities.llm.base import ModelSource
-from activities.llm.offline import OfflineModels, OfflineScript
-from activities.preparation import PreparationActivities
-from activities.production import ProductionActivities
-from activities.qa import QAActivities
-from activities.reflection import ReflectionActivities
-from activities.repository import RepositoryActivities
-from activities.workspace import GitWorkspaces
-from schemas.settings import LLMProvider, Settings
-from workflows.loop import LoopWorkflow
 
 
 def build_models(settings: Settings) -> ModelSource:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
-from schemas.rules import Phase, Rule, Severity
-from schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
+from loopworks.schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
+from loopworks.schemas.rules import Phase, Rule, Severity
+from loopworks.schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
 
 # Seed 001: "if delta < 0.02 ... increment stagnation_count; if stagnation_count >= 2, stop".
 STAGNATION_DELTA = 0.02

@@ -1,7 +1,7 @@
 """LoopWorkflow: one run of the reflex loop, from a task to a pushed branch.
 
 The workflow only orchestrates: every step is an activity, every decision is a plain
-function in `workflows.decisions`, and the artifact lives in git (the workflow carries
+function in `loopworks.workflows.decisions`, and the artifact lives in git (the workflow carries
 commit SHAs, never file contents).
 """
 
@@ -18,19 +18,19 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from activities.audit import AuditActivities
-    from activities.critique import CritiqueActivities
-    from activities.evaluation import EvaluationActivities
-    from activities.hydration import HydrationActivities
-    from activities.preparation import PreparationActivities
-    from activities.production import ProductionActivities
-    from activities.qa import QAActivities
-    from activities.reflection import ReflectionActivities
-    from activities.repository import RepositoryActivities
-    from schemas.evaluation import CheckResult, Evaluation
-    from schemas.events import Event, EventName
-    from schemas.loop import LoopCarry, LoopInput, LoopResult
-    from schemas.roles import (
+    from loopworks.activities.audit import AuditActivities
+    from loopworks.activities.critique import CritiqueActivities
+    from loopworks.activities.evaluation import EvaluationActivities
+    from loopworks.activities.hydration import HydrationActivities
+    from loopworks.activities.preparation import PreparationActivities
+    from loopworks.activities.production import ProductionActivities
+    from loopworks.activities.qa import QAActivities
+    from loopworks.activities.reflection import ReflectionActivities
+    from loopworks.activities.repository import RepositoryActivities
+    from loopworks.schemas.evaluation import CheckResult, Evaluation
+    from loopworks.schemas.events import Event, EventName
+    from loopworks.schemas.loop import LoopCarry, LoopInput, LoopResult
+    from loopworks.schemas.roles import (
         AuditVerdict,
         CriticVerdict,
         Critique,
@@ -40,8 +40,8 @@ with workflow.unsafe.imports_passed_through():
         QAVerdict,
         Role,
     )
-    from schemas.rules import CheckGroup, Phase, PreparedCheck, group_of
-    from schemas.run import (
+    from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, group_of
+    from loopworks.schemas.run import (
         Approval,
         BlockInfo,
         Mode,
@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         budget_exceeded,
     )
-    from schemas.steps import (
+    from loopworks.schemas.steps import (
         INVALID_OUTPUT,
         ArtifactOutput,
         AuditInput,
@@ -71,15 +71,15 @@ with workflow.unsafe.imports_passed_through():
         ReviewOutput,
         WorkspaceRequest,
     )
-    from workflows import decisions
-    from workflows.policies import (
+    from loopworks.workflows import decisions
+    from loopworks.workflows.policies import (
         AGENT_STEP,
         CHECK_GROUP,
         GIT,
         MODEL_CALL,
         StepPolicy,
     )
-    from workflows.record import RunRecord
+    from loopworks.workflows.record import RunRecord
 
 T = TypeVar("T")
 

@@ -12,10 +12,10 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from schemas.evaluation import Evaluation
-    from schemas.events import Event, EventName
-    from schemas.roles import Critique, IterationPlan
-    from schemas.run import (
+    from loopworks.schemas.evaluation import Evaluation
+    from loopworks.schemas.events import Event, EventName
+    from loopworks.schemas.roles import Critique, IterationPlan
+    from loopworks.schemas.run import (
         STATUS_FOR_REASON,
         RunState,
         RunStatus,
@@ -24,9 +24,9 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         TokenUsage,
     )
-    from schemas.steps import ARTIFACT_PATH, ArtifactOutput, ModelOutput
-    from workflows import decisions
-    from workflows.summary import IterationSummary, render_summary
+    from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, ModelOutput
+    from loopworks.workflows import decisions
+    from loopworks.workflows.summary import IterationSummary, render_summary
 
 # A repair's feedback (validation errors) is kept in events up to this many characters.
 REPAIR_TEXT_CAP = 500

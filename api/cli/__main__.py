@@ -1,4 +1,4 @@
-"""`loops` / `python -m api.cli`: the command line, wired with argparse.
+"""`loops` / `python -m loopworks.api.cli`: the command line, wired with argparse.
 
 Exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage, 130 interrupted.
 """
@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from api.cli import commands
-from api.cli.client import ApiClient, CliError
-from api.cli.config import DEFAULT_API_URL, CliConfig
+from loopworks.api.cli import commands
+from loopworks.api.cli.client import ApiClient, CliError
+from loopworks.api.cli.config import DEFAULT_API_URL, CliConfig
 
 Command = Callable[[commands.Context, argparse.Namespace], int]
 

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import TextIO
 
-from api.cli.client import CliError
+from loopworks.api.cli.client import CliError
 
 # The alphabet the workspace accepts for run ids: anything else cannot name a clone of
 # ours, and must never be joined onto a path we delete.

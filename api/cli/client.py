@@ -12,8 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
-
-from api.cli.config import CliConfig
+from loopworks.api.cli.config import CliConfig
 
 # Updates (pause, approve, clear-block) wait on the workflow; the API gives them 30 s.
 REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=10.0)

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-
-from api.cli import clean as cleaning
-from api.cli.client import ApiClient, CliError, run_path
-from api.cli.config import CliConfig, workspaces_dir
-from api.cli.follow import Follower, Progress
-from api.cli.render import (
+from loopworks.api.cli import clean as cleaning
+from loopworks.api.cli.client import ApiClient, CliError, run_path
+from loopworks.api.cli.config import CliConfig, workspaces_dir
+from loopworks.api.cli.follow import Follower, Progress
+from loopworks.api.cli.render import (
     history_line,
     is_terminal,
     list_table,

@@ -38,6 +38,6 @@ def workspaces_dir() -> Path:
     Only `clean` needs it, so the service's Settings are read there and nowhere else
     in the CLI: an unrelated bad variable must not break `loops status`.
     """
-    from schemas.settings import Settings
+    from loopworks.schemas.settings import Settings
 
     return Settings().workspaces_dir

@@ -21,16 +21,15 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import httpx
-
-from api.cli.client import ApiClient, CliError, run_path
-from api.cli.render import (
+from loopworks.api.cli.client import ApiClient, CliError, run_path
+from loopworks.api.cli.render import (
     IterationTracker,
     artifact_location,
     final_summary,
     is_terminal,
     notice,
 )
-from workflows.summary import render_summary
+from loopworks.workflows.summary import render_summary
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 MAX_STREAM_FAILURES = 8

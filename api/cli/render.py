@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.run import TERMINAL_STATUSES
-from workflows.summary import IterationSummary, render_summary
+from loopworks.schemas.run import TERMINAL_STATUSES
+from loopworks.workflows.summary import IterationSummary, render_summary
 
 Json = Mapping[str, Any]
 

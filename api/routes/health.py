@@ -6,10 +6,9 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from loopworks.api.deps import ConnectionDep, SettingsDep
+from loopworks.api.errors import TemporalUnavailable
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-
-from api.deps import ConnectionDep, SettingsDep
-from api.errors import TemporalUnavailable
 
 router = APIRouter(tags=["health"])
 

@@ -8,17 +8,16 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
-
-from activities.workspace import GitError
-from api import idempotency, launch, listing, runs, stream
-from api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
-from api.errors import ArtifactMissing, UpstreamError
-from api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
-from api.security import require_token
-from api.trajectory import read_trajectory
-from schemas.events import Event
-from schemas.run import Approval, RunRequest, RunState, RunStatus
-from schemas.steps import ARTIFACT_PATH
+from loopworks.api import idempotency, launch, listing, runs, stream
+from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
+from loopworks.api.errors import ArtifactMissing, UpstreamError
+from loopworks.api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
+from loopworks.api.security import require_token
+from loopworks.api.trajectory import read_trajectory
+from loopworks.schemas.events import Event
+from loopworks.schemas.run import Approval, RunRequest, RunState, RunStatus
+from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.workspace.git import GitError
 
 Responses = dict[int | str, dict[str, Any]]
 NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "Unknown run"}}

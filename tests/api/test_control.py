@@ -8,13 +8,13 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from loopworks.api import idempotency
+from loopworks.api.main import create_app
+from loopworks.schemas.run import RunRequest
+from loopworks.schemas.settings import Settings
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from api import idempotency
-from api.main import create_app
-from schemas.run import RunRequest
-from schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient, FakeHandle
 
 pytestmark = pytest.mark.unit

@@ -7,9 +7,8 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-
-from api.main import create_app
-from schemas.settings import Settings
+from loopworks.api.main import create_app
+from loopworks.schemas.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,11 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from loopworks.api.launch import new_run_id
+from loopworks.api.main import create_app
+from loopworks.prompts.catalog import template_ids
+from loopworks.schemas.settings import Settings
 from temporalio.client import Client
-
-from activities.catalog import template_ids
-from api.launch import new_run_id
-from api.main import create_app
-from schemas.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-from api.cli.render import (
+from loopworks.api.cli.render import (
     IterationTracker,
     artifact_location,
     final_summary,
@@ -17,6 +16,7 @@ from api.cli.render import (
     status_line,
     status_notes,
 )
+
 from tests.cli.sample import EVENTS, LIMIT_STATE, RUN_ID, RUNS, STATE
 
 pytestmark = pytest.mark.unit

@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from deploy.binaries import find_binary
+from loopworks.deploy.binaries import find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run scripts/install-deploy-tools.sh (as root for the apt packages)"

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
-
-from deploy.processes import (
+from loopworks.deploy.processes import (
     API_COMMAND,
     API_ENV,
     SEARCH_ATTRIBUTES,
     WORKER_COMMAND,
     WORKER_ENV,
 )
+
 from tests.deploy._support import (
     ENV_FILE_NAMES,
     REPO,

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from activities.catalog import AgentDefinition, load_agents
-from activities.llm.base import CONTEXT_FENCE
-from activities.llm.offline import WRITE_FILE_TOOL, closing_line, default_answer, draft_files
-from schemas.roles import Role
+from loopworks.llm.base import CONTEXT_FENCE
+from loopworks.llm.offline import WRITE_FILE_TOOL, closing_line, default_answer, draft_files
+from loopworks.prompts.catalog import AgentDefinition, load_agents
+from loopworks.schemas.roles import Role
 
 ERROR_TYPES = {
     400: "invalid_request_error",

@@ -18,18 +18,17 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.search_attributes import register_search_attributes
+from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_worker
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-
-from activities.llm.offline import OfflineModels, OfflineScript
-from deploy.binaries import find_binary
-from deploy.search_attributes import register_search_attributes
-from schemas.loop import LoopInput
-from schemas.run import Approval, RunRequest, RunStatus, Step
-from schemas.settings import Settings
-from worker.build import build_worker
-from workflows.loop import LoopWorkflow
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)

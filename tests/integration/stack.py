@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.binaries import find_binary
-from deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 
 ROOT = Path(__file__).resolve().parents[2]
 

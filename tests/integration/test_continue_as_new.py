@@ -7,13 +7,13 @@ import uuid
 
 import httpx
 import pytest
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.run import RunRequest
+from loopworks.schemas.settings import Settings
+from loopworks.worker.connect import connect
+from loopworks.workflows.loop import LoopWorkflow
 
-from schemas.loop import LoopInput
-from schemas.run import RunRequest
-from schemas.settings import Settings
 from tests.integration.stack import Stack
-from worker.connect import connect
-from workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.integration
 

@@ -10,14 +10,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.run import RunRequest, RunStatus, Step
+from loopworks.schemas.settings import Settings
+from loopworks.worker.connect import connect
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.enums.v1 import EventType
 
-from schemas.loop import LoopInput
-from schemas.run import RunRequest, RunStatus, Step
-from schemas.settings import Settings
 from tests.integration.stack import Stack
-from worker.connect import connect
-from workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.integration
 

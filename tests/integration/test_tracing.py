@@ -19,6 +19,21 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from loopworks.api.main import create_app
+from loopworks.llm.offline import OfflineModels
+from loopworks.schemas.loop import LoopResult
+from loopworks.schemas.run import TERMINAL_STATUSES
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_deps, build_worker
+from loopworks.worker.connect import connect
+from loopworks.worker.telemetry import (
+    TracingConfigError,
+    build_tracer_provider,
+    client_interceptors,
+    configure_tracing,
+    tracer,
+    tracing_interceptor,
+)
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -27,22 +42,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.llm.offline import OfflineModels
-from api.main import create_app
-from schemas.loop import LoopResult
-from schemas.run import TERMINAL_STATUSES
-from schemas.settings import Settings
 from tests.integration.stack import Stack
-from worker.build import build_deps, build_worker
-from worker.connect import connect
-from worker.telemetry import (
-    TracingConfigError,
-    build_tracer_provider,
-    client_interceptors,
-    configure_tracing,
-    tracer,
-    tracing_interceptor,
-)
 
 TERMINAL = {status.value for status in TERMINAL_STATUSES}
 TRACING_VARIABLES = (
@@ -177,8 +177,8 @@ def console_spans(output: str) -> dict[str, set[str]]:
 
 @pytest.mark.integration
 def test_entry_points_trace_one_run_across_processes(stack: Stack) -> None:
-    """`python -m api` and `python -m worker` with LOOPS_TRACING=console: the API's request
-    span and the worker's activity and model spans print with one trace id."""
+    """`python -m loopworks.api` and `python -m loopworks.worker` with LOOPS_TRACING=console:
+    the API's request span and the worker's activity and model spans print with one trace id."""
     tracing = {"LOOPS_TRACING": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"}
     worker = stack.start_worker(**tracing)
     api, base_url = stack.start_api(**tracing)

@@ -8,6 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loopworks.agent.loop import (
+    NUDGE,
+    RECORD_TEXT_CAP,
+    AgentOutcome,
+    from_jsonl,
+    run_agent,
+    to_jsonl,
+)
+from loopworks.agent.tools import TOOLS
+from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
+from loopworks.llm.offline import OfflineModels, OfflineScript, closing_line, default_answer
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.steps import ARTIFACT_PATH
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -20,21 +34,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
-
-from activities.agent_loop import (
-    NUDGE,
-    RECORD_TEXT_CAP,
-    AgentOutcome,
-    from_jsonl,
-    run_agent,
-    to_jsonl,
-)
-from activities.llm.base import InvalidOutput, ModelCall, user_prompt
-from activities.llm.offline import OfflineModels, OfflineScript, closing_line, default_answer
-from activities.tools import TOOLS
-from schemas.roles import Role
-from schemas.run import TokenUsage
-from schemas.steps import ARTIFACT_PATH
 
 pytestmark = pytest.mark.unit
 

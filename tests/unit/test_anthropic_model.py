@@ -12,25 +12,26 @@ from typing import Any
 
 import anthropic
 import pytest
+from loopworks.activities.deps import StepDeps
+from loopworks.agent.loop import NUDGE, run_agent
+from loopworks.agent.tools import TOOLS
+from loopworks.llm.anthropic import AnthropicModels, build_anthropic_client
+from loopworks.llm.base import InvalidOutput, ModelCall, render_context, user_prompt
+from loopworks.llm.errors import MODEL_REQUEST_REJECTED, MODEL_UNAVAILABLE
+from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.llm.structured import ask
+from loopworks.prompts.catalog import load_agents, load_templates
+from loopworks.schemas.roles import IterationPlan, Role
+from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.settings import LLMProvider, Settings
+from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, ModelStep
+from loopworks.worker.build import build_models
+from loopworks.workspace.git import GitWorkspaces
 from pydantic_ai.exceptions import ModelAPIError
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.exceptions import ApplicationError
 
-from activities.agent_loop import NUDGE, run_agent
-from activities.catalog import load_agents, load_templates
-from activities.deps import StepDeps
-from activities.llm.anthropic import AnthropicModels, build_anthropic_client
-from activities.llm.base import InvalidOutput, ModelCall, render_context, user_prompt
-from activities.llm.errors import MODEL_REQUEST_REJECTED, MODEL_UNAVAILABLE
-from activities.llm.facts import ANSWER_TOOL
-from activities.llm.structured import ask
-from activities.tools import TOOLS
-from activities.workspace import GitWorkspaces
-from schemas.roles import IterationPlan, Role
-from schemas.run import TokenUsage
-from schemas.settings import LLMProvider, Settings
-from schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, ModelStep
 from tests.fakes.messages_api import (
     FakeMessagesAPI,
     RecordedRequest,
@@ -41,7 +42,6 @@ from tests.fakes.messages_api import (
     text_only,
     truncated,
 )
-from worker.build import build_models
 
 pytestmark = pytest.mark.unit
 

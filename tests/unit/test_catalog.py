@@ -5,8 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from activities.catalog import (
+from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
+from loopworks.prompts.catalog import (
     AGENTS_DIR,
     TEMPLATES_DIR,
     CatalogError,
@@ -16,8 +16,7 @@ from activities.catalog import (
     load_templates,
     template_ids,
 )
-from activities.llm.facts import ANSWER_TOOL, prompt_facts
-from schemas.roles import ANSWER_MODELS, Role
+from loopworks.schemas.roles import ANSWER_MODELS, Role
 
 pytestmark = pytest.mark.unit
 

@@ -5,9 +5,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from activities.checks import run_command_check, run_pattern_check
-from schemas.rules import CommandCheck, PatternCheck
+from loopworks.checks.runner import run_command_check, run_pattern_check
+from loopworks.schemas.rules import CommandCheck, PatternCheck
 
 pytestmark = pytest.mark.unit
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from schemas.evaluation import CheckResult, Evaluation, RuleResult
-from schemas.rules import Phase, Rule, Severity
-from schemas.run import StopReason, Thresholds
-from workflows.decisions import (
+from loopworks.schemas.evaluation import CheckResult, Evaluation, RuleResult
+from loopworks.schemas.rules import Phase, Rule, Severity
+from loopworks.schemas.run import StopReason, Thresholds
+from loopworks.workflows.decisions import (
     STAGNATION_DELTA,
     STAGNATION_LIMIT,
     Next,

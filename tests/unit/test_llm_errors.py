@@ -14,6 +14,16 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from loopworks.llm.base import InvalidOutput
+from loopworks.llm.errors import (
+    MAX_RETRY_AFTER,
+    MODEL_REQUEST_REJECTED,
+    MODEL_UNAVAILABLE,
+    classify,
+    model_errors,
+    retry_after,
+)
+from loopworks.schemas.roles import Role
 from pydantic_ai.exceptions import (
     ModelAPIError,
     OutputTokenLimitExceeded,
@@ -22,17 +32,6 @@ from pydantic_ai.exceptions import (
 from temporalio.api.failure.v1 import Failure
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
-
-from activities.llm.base import InvalidOutput
-from activities.llm.errors import (
-    MAX_RETRY_AFTER,
-    MODEL_REQUEST_REJECTED,
-    MODEL_UNAVAILABLE,
-    classify,
-    model_errors,
-    retry_after,
-)
-from schemas.roles import Role
 
 pytestmark = pytest.mark.unit
 

@@ -13,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
-
-from activities.agent_loop import AgentStep, run_agent
-from activities.catalog import choose_template, load_templates
-from activities.checks import run_command_check, run_pattern_check
-from activities.llm.base import InvalidOutput, ModelCall
-from activities.llm.offline import (
+from loopworks.agent.loop import AgentStep, run_agent
+from loopworks.checks.runner import run_command_check, run_pattern_check
+from loopworks.llm.base import InvalidOutput, ModelCall
+from loopworks.llm.offline import (
     ARTIFACT_PATH,
     OfflineModels,
     OfflineScript,
@@ -28,9 +25,10 @@ from activities.llm.offline import (
     default_answer,
     draft_files,
 )
-from activities.llm.structured import ask
-from schemas.evaluation import CheckResult, Evaluation
-from schemas.roles import (
+from loopworks.llm.structured import ask
+from loopworks.prompts.catalog import choose_template, load_templates
+from loopworks.schemas.evaluation import CheckResult, Evaluation
+from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Audit,
     AuditVerdict,
@@ -49,9 +47,17 @@ from schemas.roles import (
     judgements_model,
     judgements_of,
 )
-from schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Phase, Rule, normalise_rules
-from schemas.run import RunStatus, StopReason, Thresholds
-from workflows.decisions import Next, active_rules, decide, score_results
+from loopworks.schemas.rules import (
+    CommandCheck,
+    JudgeCheck,
+    PatternCheck,
+    Phase,
+    Rule,
+    normalise_rules,
+)
+from loopworks.schemas.run import RunStatus, StopReason, Thresholds
+from loopworks.workflows.decisions import Next, active_rules, decide, score_results
+from pydantic import BaseModel
 
 pytestmark = pytest.mark.unit
 

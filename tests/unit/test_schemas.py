@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
-
-from schemas.roles import (
+from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Issue,
     PreparedCheckAnswer,
@@ -17,7 +15,7 @@ from schemas.roles import (
     judgements_model,
     judgements_of,
 )
-from schemas.rules import (
+from loopworks.schemas.rules import (
     CommandCheck,
     JudgeCheck,
     PatternCheck,
@@ -28,7 +26,7 @@ from schemas.rules import (
     normalise_rule_id,
     normalise_rules,
 )
-from schemas.run import (
+from loopworks.schemas.run import (
     STATUS_FOR_REASON,
     TERMINAL_STATUSES,
     Mode,
@@ -38,6 +36,7 @@ from schemas.run import (
     Thresholds,
     TokenUsage,
 )
+from pydantic import ValidationError
 
 pytestmark = pytest.mark.unit
 

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
 import pytest
-
-from workflows.summary import IterationSummary, render_summary
+from loopworks.workflows.summary import IterationSummary, render_summary
 
 pytestmark = pytest.mark.unit
 

@@ -11,12 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import loopworks.agent.tools.workspace_tools as workspace_tools
 import pytest
-
-import activities.tools.workspace_tools as workspace_tools
-from activities.checks import CheckOutcome
-from activities.tools import ToolDenied, ToolGuard, execute, tool_env
-from schemas.rules import CommandCheck
+from loopworks.agent.tools import ToolDenied, ToolGuard, execute, tool_env
+from loopworks.checks.runner import CheckOutcome
+from loopworks.schemas.rules import CommandCheck
 
 pytestmark = pytest.mark.unit
 

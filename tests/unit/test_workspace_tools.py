@@ -8,10 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loopworks.agent.tools.workspace_tools as workspace_tools
 import pytest
-
-import activities.tools.workspace_tools as workspace_tools
-from activities.tools import (
+from loopworks.agent.tools import (
     TOOLS,
     ToolResult,
     ToolSpec,

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from loopworks.prompts.catalog import load_agents
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_deps
 
-from activities.catalog import load_agents
-from schemas.settings import Settings
 from tests.integration.stack import ROOT
-from worker.build import build_deps
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ def test_malformed_override_stops_the_worker_naming_the_file(tmp_path: Path) -> 
         "TEMPORAL_ADDRESS": "127.0.0.1:9",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "worker"],
+        [sys.executable, "-m", "loopworks.worker"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -62,7 +62,7 @@ def test_bad_configuration_stops_the_worker_with_a_message(
 ) -> None:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "worker"],
+        [sys.executable, "-m", "loopworks.worker"],
         cwd=ROOT,
         env={**base, "LOOPS_DATA_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:9", **env},
         capture_output=True,

@@ -10,17 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.schemas.events import Event
+from loopworks.schemas.loop import LoopInput, LoopResult
+from loopworks.schemas.run import RunRequest, RunState
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_worker
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
-
-from activities.llm.offline import OfflineModels, OfflineScript
-from schemas.events import Event
-from schemas.loop import LoopInput, LoopResult
-from schemas.run import RunRequest, RunState
-from schemas.settings import Settings
-from worker.build import build_worker
-from workflows.loop import LoopWorkflow
 
 
 @dataclass

@@ -16,16 +16,19 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from loopworks.agent.loop import from_jsonl
+from loopworks.agent.tools import TOOLS
+from loopworks.llm.anthropic import AnthropicModels
+from loopworks.prompts.catalog import load_agents
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import RunStatus, StopReason
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_models, build_worker
+from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.policies import MODEL_CALL
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from activities.agent_loop import from_jsonl
-from activities.catalog import load_agents
-from activities.llm.anthropic import AnthropicModels
-from activities.tools import TOOLS
-from schemas.roles import Role
-from schemas.run import RunStatus, StopReason
-from schemas.settings import Settings
 from tests.fakes.messages_api import (
     FakeMessagesAPI,
     RecordedRequest,
@@ -36,9 +39,6 @@ from tests.fakes.messages_api import (
 )
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file
-from worker.build import build_models, build_worker
-from workflows.loop import LoopWorkflow
-from workflows.policies import MODEL_CALL
 
 pytestmark = pytest.mark.workflow
 

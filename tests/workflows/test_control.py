@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from loopworks.schemas.run import Approval, RunStatus, StopReason
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowUpdateFailedError
 
-from schemas.run import Approval, RunStatus, StopReason
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import IMPOSSIBLE_RULE, TITLE_RULE, wait_for
-from workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.workflow
 

@@ -7,12 +7,12 @@ import subprocess
 from typing import Any
 
 import pytest
+from loopworks.schemas.run import RunStatus, StopReason
+from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
-from schemas.run import RunStatus, StopReason
 from tests.workflows.conftest import LoopHarness, names
-from workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.workflow
 

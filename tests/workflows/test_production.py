@@ -6,14 +6,14 @@ import subprocess
 from typing import Any
 
 import pytest
+from loopworks.agent.loop import from_jsonl
+from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.schemas.run import RunStatus, StopReason
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_worker
 
-from activities.agent_loop import from_jsonl
-from activities.llm.offline import OfflineModels, OfflineScript
-from schemas.run import RunStatus, StopReason
-from schemas.settings import Settings
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import TESTS_RULE, TITLE_RULE, remote_file
-from worker.build import build_worker
 
 pytestmark = pytest.mark.workflow
 

@@ -7,8 +7,8 @@ prompts with it and no prompt states a name the code does not use.
 
 from __future__ import annotations
 
-from activities.tools import TOOLS
-from schemas.steps import ARTIFACT_PATH
+from loopworks.agent.tools import TOOLS
+from loopworks.schemas.steps import ARTIFACT_PATH
 
 # The tool whose input is a structured role's whole answer (forced on every such call).
 ANSWER_TOOL = "answer"

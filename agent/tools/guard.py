@@ -19,10 +19,10 @@ import logging
 import os
 from pathlib import Path, PurePosixPath
 
-from activities.tools.command_policy import CommandPolicy
-from activities.tools.denied import ToolDenied
-from activities.tools.environment import secret_name, tool_env
-from activities.tools.workspace_paths import has_git_component
+from loopworks.agent.tools.command_policy import CommandPolicy
+from loopworks.agent.tools.denied import ToolDenied
+from loopworks.agent.tools.environment import secret_name, tool_env
+from loopworks.agent.tools.workspace_paths import has_git_component
 
 __all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard", "secret_name", "tool_env"]
 

@@ -3,8 +3,8 @@
 The model layer is pydantic-ai: a step builds an `Agent` for its role (the agent
 definition's prompt as instructions, the answer model as a forced output tool, or the
 workspace tools for PRODUCE and REFINE) and runs it on the `Model` a `ModelSource` gives
-for the call. Sources are the Anthropic Messages API (`activities.llm.anthropic`) and the
-offline model (`activities.llm.offline`, a pydantic-ai `FunctionModel`).
+for the call. Sources are the Anthropic Messages API (`loopworks.llm.anthropic`) and the
+offline model (`loopworks.llm.offline`, a pydantic-ai `FunctionModel`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TokenUsage
 from pydantic import BaseModel, Field
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, RunUsage
-
-from schemas.roles import Role
-from schemas.run import TokenUsage
 
 
 class ModelCall(BaseModel):

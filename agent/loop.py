@@ -1,6 +1,6 @@
 """The agent loop of PRODUCE and REFINE: a model working in the run's workspace with tools.
 
-A pydantic-ai agent with the workspace tools (`activities.tools`) runs until the model
+A pydantic-ai agent with the workspace tools (`loopworks.agent.tools`) runs until the model
 answers without a tool call, or the turn limit. A call the guard refuses comes back to the
 model as a failed tool result it can adapt to, never as an exception. An answer given
 before `artifact.md` exists is sent back once with a reminder (the nudge); ending without
@@ -17,6 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from loopworks.activities.deps import heartbeating
+from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
+from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from loopworks.llm.errors import model_errors
+from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.steps import ARTIFACT_PATH
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, capture_run_messages
 from pydantic_ai.exceptions import UsageLimitExceeded
@@ -31,13 +37,6 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.usage import UsageLimits
-
-from activities.deps import heartbeating
-from activities.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from activities.llm.errors import model_errors
-from activities.tools import TOOLS, ToolResult, ToolSpec, execute
-from schemas.run import TokenUsage
-from schemas.steps import ARTIFACT_PATH
 
 AgentStep = Literal["produce", "refine"]
 RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]

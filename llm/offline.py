@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from loopworks.llm.base import ModelCall
+from loopworks.schemas.roles import Role
+from loopworks.schemas.steps import ARTIFACT_PATH
 from pydantic import BaseModel, Field, RootModel, model_validator
 from pydantic_ai.messages import (
     ModelMessage,
@@ -26,10 +29,6 @@ from pydantic_ai.messages import (
     ToolCallPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-from activities.llm.base import ModelCall
-from schemas.roles import Role
-from schemas.steps import ARTIFACT_PATH
 
 
 class ScriptEntry(BaseModel):

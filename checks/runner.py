@@ -15,9 +15,8 @@ import threading
 from pathlib import Path
 from typing import IO
 
+from loopworks.schemas.rules import CommandCheck, PatternCheck
 from pydantic import BaseModel
-
-from schemas.rules import CommandCheck, PatternCheck
 
 logger = logging.getLogger(__name__)
 

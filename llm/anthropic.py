@@ -13,11 +13,10 @@ import logging
 import threading
 
 import anthropic
+from loopworks.llm.base import ModelCall
+from loopworks.schemas.settings import Settings
 from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
 from pydantic_ai.providers.anthropic import AnthropicProvider
-
-from activities.llm.base import ModelCall
-from schemas.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ An allowlist of subcommands, so a git subcommand nobody thought of is refused, n
 
 from __future__ import annotations
 
-from activities.tools.arguments import names, operands
-from activities.tools.denied import ToolDenied
-from activities.tools.workspace_paths import into_git, outside
+from loopworks.agent.tools.arguments import names, operands
+from loopworks.agent.tools.denied import ToolDenied
+from loopworks.agent.tools.workspace_paths import into_git, outside
 
 _GIT_READ_AND_WORKTREE = names(
     "status diff log show blame annotate grep ls-files ls-tree rev-parse rev-list describe "

@@ -15,19 +15,19 @@ import re
 import shlex
 from pathlib import Path
 
-from activities.tools.arguments import names, operands, skip_options
-from activities.tools.denied import ToolDenied
-from activities.tools.file_rules import REMOVERS, FileRules
-from activities.tools.git_policy import check_git
-from activities.tools.shell_words import (
+from loopworks.agent.tools.arguments import names, operands, skip_options
+from loopworks.agent.tools.denied import ToolDenied
+from loopworks.agent.tools.file_rules import REMOVERS, FileRules
+from loopworks.agent.tools.git_policy import check_git
+from loopworks.agent.tools.shell_words import (
     Segment,
     ShellSyntaxError,
     brace_alternatives,
     parse,
     unquote,
 )
-from activities.tools.text_rules import SECRET_FILE, check_text, proc_environ_glob
-from activities.tools.workspace_paths import computed, outside
+from loopworks.agent.tools.text_rules import SECRET_FILE, check_text, proc_environ_glob
+from loopworks.agent.tools.workspace_paths import computed, outside
 
 # bash -c "...", eval, $(...) inside $(...): deeper than this is refused rather than analysed.
 _MAX_DEPTH = 8

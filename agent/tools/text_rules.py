@@ -10,8 +10,8 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from activities.tools.denied import ToolDenied
-from activities.tools.environment import SECRET_PREFIXES, SECRET_WORDS, secret_name
+from loopworks.agent.tools.denied import ToolDenied
+from loopworks.agent.tools.environment import SECRET_PREFIXES, SECRET_WORDS, secret_name
 
 _SECRET_VAR = re.compile(r"\$\{?[!#]?([A-Za-z_][A-Za-z0-9_]*)")
 # The same words `secret_name` looks for, spelled after a way of reading the environment.

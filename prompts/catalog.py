@@ -5,7 +5,7 @@ seed 003's `# Title` / `## Description` / `## Prompt` / `## Tools` / `## Model`
 format. Nothing here reads a file at import time.
 
 Agent definitions quote the names the code relies on as `{{name}}` placeholders (the keys
-of `activities.llm.facts.prompt_facts()`); loading an agent fills them in, and a name the
+of `loopworks.llm.facts.prompt_facts()`); loading an agent fills them in, and a name the
 code does not know is an error, so no prompt can state a tool, file or field that is not
 there.
 """
@@ -255,7 +255,7 @@ def load_agents(
     if facts is None:
         # Imported here: the facts come from the model layer and the tools, which must be
         # free to import this module.
-        from activities.llm.facts import prompt_facts
+        from loopworks.llm.facts import prompt_facts
 
         facts = prompt_facts()
     root = AGENTS_DIR if directory is None else directory

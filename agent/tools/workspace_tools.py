@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
+from loopworks.agent.tools.guard import ToolDenied, ToolGuard, tool_env
+from loopworks.checks.runner import run_command_check
+from loopworks.schemas.rules import CommandCheck
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from activities.checks import run_command_check
-from activities.tools.guard import ToolDenied, ToolGuard, tool_env
-from schemas.rules import CommandCheck
 
 logger = logging.getLogger(__name__)
 

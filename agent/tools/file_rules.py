@@ -13,10 +13,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from activities.tools.arguments import names, operands, option_values
-from activities.tools.denied import ToolDenied
-from activities.tools.shell_words import brace_alternatives
-from activities.tools.workspace_paths import computed, into_git, outside
+from loopworks.agent.tools.arguments import names, operands, option_values
+from loopworks.agent.tools.denied import ToolDenied
+from loopworks.agent.tools.shell_words import brace_alternatives
+from loopworks.agent.tools.workspace_paths import computed, into_git, outside
 
 REMOVERS = names("rm rmdir unlink shred")
 

@@ -1,7 +1,7 @@
 """The producer's workspace tools and the policy (seed 003's PreToolUse guard) they all pass."""
 
-from activities.tools.guard import ToolDenied, ToolGuard, secret_name, tool_env
-from activities.tools.workspace_tools import (
+from loopworks.agent.tools.guard import ToolDenied, ToolGuard, secret_name, tool_env
+from loopworks.agent.tools.workspace_tools import (
     TOOLS,
     ToolResult,
     ToolSpec,
