@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from temporalio import activity
+
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.roles import Audit, Role
 from loopworks.schemas.steps import AuditInput, AuditOutput
-from temporalio import activity
 
 
 class AuditActivities:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from temporalio import activity
+
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.roles import Critique, Role
 from loopworks.schemas.steps import CritiqueInput, CritiqueOutput
-from temporalio import activity
 
 
 class CritiqueActivities:

@@ -9,6 +9,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from opentelemetry import trace
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition, WorkflowTemplate
@@ -17,10 +22,6 @@ from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, GitLocation, ModelStep
 from loopworks.workspace.git import GitWorkspaces
-from opentelemetry import trace
-from pydantic import BaseModel
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 Answer = TypeVar("Answer", bound=BaseModel)
 

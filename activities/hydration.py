@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from loopworks.activities.deps import StepDeps
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 
 class HydrationActivities:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from temporalio import activity
+
 from loopworks.activities.deps import StepDeps, now
 from loopworks.schemas.roles import Preparation, Role
 from loopworks.schemas.rules import PreparedCheck
 from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
-from temporalio import activity
 
 
 class PreparationActivities:

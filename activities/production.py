@@ -14,6 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
 from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, now
 from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
 from loopworks.schemas.roles import IterationPlan, Role
@@ -30,8 +33,6 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
 SUBJECT_CHARS = 72

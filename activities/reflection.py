@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import json
 
+from temporalio import activity
+
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
-from temporalio import activity
 
 RECORD_DIR = ".loops"
 

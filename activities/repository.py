@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from temporalio import activity
+
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
-from temporalio import activity
 
 
 def run_branch(run_id: str) -> str:

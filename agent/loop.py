@@ -17,12 +17,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from loopworks.activities.deps import heartbeating
-from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
-from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from loopworks.llm.errors import model_errors
-from loopworks.schemas.run import TokenUsage
-from loopworks.schemas.steps import ARTIFACT_PATH
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, capture_run_messages
 from pydantic_ai.exceptions import UsageLimitExceeded
@@ -37,6 +31,13 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.usage import UsageLimits
+
+from loopworks.activities.deps import heartbeating
+from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
+from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from loopworks.llm.errors import model_errors
+from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.steps import ARTIFACT_PATH
 
 AgentStep = Literal["produce", "refine"]
 RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import uvicorn
+
 from loopworks.api.main import create_app
 from loopworks.api.security import exposed_without_tokens
 from loopworks.schemas.settings import Settings

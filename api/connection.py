@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from temporalio.client import Client
+
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.schemas.settings import Settings
 from loopworks.worker.connect import connect
-from temporalio.client import Client
 
 log = logging.getLogger("loopworks.api")
 

@@ -6,13 +6,14 @@ import re
 from typing import Annotated
 
 from fastapi import Depends, Request
+from temporalio.client import Client, WorkflowHandle
+
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import RunNotFound
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
-from temporalio.client import Client, WorkflowHandle
 
 # The workspace refuses any other run id (it names a directory and a git ref), so an id
 # outside this alphabet cannot belong to a run: answer 404 without asking Temporal.

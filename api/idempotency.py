@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import hashlib
 
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
 from loopworks.api.errors import NotApplicable, invalid
 from loopworks.api.runs import WORKFLOW_TYPE
 from loopworks.schemas.run import RunRequest
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 KEY_HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255

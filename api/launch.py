@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
 from loopworks.api import idempotency
 from loopworks.api.errors import invalid
 from loopworks.prompts.catalog import template_ids
@@ -16,9 +20,6 @@ from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import is_url
-from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 SUMMARY_CHARS = 200
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, TypeVar
 
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey
+
 from loopworks.api.models import RunSummary
 from loopworks.api.runs import WORKFLOW_TYPE
 from loopworks.schemas.rules import Phase
@@ -17,8 +20,6 @@ from loopworks.workflows.record import (
     LOOP_SCORE,
     LOOP_STATUS,
 )
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
-from temporalio.common import SearchAttributeKey
 
 E = TypeVar("E", bound=Enum)
 

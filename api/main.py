@@ -7,13 +7,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from opentelemetry.trace import TracerProvider
+from temporalio.client import Client
+
 from loopworks.api import errors
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.routes import health, runs
 from loopworks.schemas.settings import Settings
-from opentelemetry.trace import TracerProvider
-from temporalio.client import Client
 
 log = logging.getLogger("loopworks.api")
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunStatus
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class RunCreated(BaseModel):

@@ -10,6 +10,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
+from temporalio.client import (
+    RPCTimeoutOrCancelledError,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import (
     ApiError,
@@ -21,14 +30,6 @@ from loopworks.api.errors import (
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunState
 from loopworks.workflows.loop import LoopWorkflow
-from temporalio.client import (
-    RPCTimeoutOrCancelledError,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowQueryFailedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
 
 WORKFLOW_TYPE = "LoopWorkflow"
 # A query waits for a worker to answer; past this the caller learns no worker did.

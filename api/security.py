@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
 from loopworks.api.errors import Unauthorized
 from loopworks.schemas.settings import Settings
 

@@ -25,12 +25,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from fastapi.sse import format_sse_event
+from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
+from temporalio.service import RPCError
+
 from loopworks.api import runs
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import RunNotFound, StateUnavailable, TemporalUnavailable
 from loopworks.schemas.events import Event
-from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
-from temporalio.service import RPCError
 
 log = logging.getLogger("loopworks.api")
 

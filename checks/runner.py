@@ -15,8 +15,9 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from loopworks.schemas.rules import CommandCheck, PatternCheck
 from pydantic import BaseModel
+
+from loopworks.schemas.rules import CommandCheck, PatternCheck
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ docker-compose.yml agrees.
 
 from __future__ import annotations
 
-API_MODULE = "api"
-WORKER_MODULE = "worker"
+API_MODULE = "loopworks.api"
+WORKER_MODULE = "loopworks.worker"
 
 # `python -m <module>`: the container images run the same.
 API_COMMAND: tuple[str, ...] = ("python", "-m", API_MODULE)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from loopworks.deploy.processes import SEARCH_ATTRIBUTES
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -10,6 +9,8 @@ from temporalio.api.operatorservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+
+from loopworks.deploy.processes import SEARCH_ATTRIBUTES
 
 _INDEXED_TYPE = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,

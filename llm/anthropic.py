@@ -13,10 +13,11 @@ import logging
 import threading
 
 import anthropic
-from loopworks.llm.base import ModelCall
-from loopworks.schemas.settings import Settings
 from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
 from pydantic_ai.providers.anthropic import AnthropicProvider
+
+from loopworks.llm.base import ModelCall
+from loopworks.schemas.settings import Settings
 
 logger = logging.getLogger(__name__)
 

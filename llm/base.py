@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from loopworks.schemas.roles import Role
-from loopworks.schemas.run import TokenUsage
 from pydantic import BaseModel, Field
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, RunUsage
+
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TokenUsage
 
 
 class ModelCall(BaseModel):

@@ -17,10 +17,11 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 
 import anthropic
-from loopworks.llm.base import InvalidOutput
-from loopworks.schemas.roles import Role
 from pydantic_ai.exceptions import ModelAPIError, OutputTokenLimitExceeded, UnexpectedModelBehavior
 from temporalio.exceptions import ApplicationError
+
+from loopworks.llm.base import InvalidOutput
+from loopworks.schemas.roles import Role
 
 CUT_OFF = (
     "the answer was cut off at the output token limit; raise LOOPS_ANTHROPIC_MAX_TOKENS "

@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from loopworks.llm.base import ModelCall
-from loopworks.schemas.roles import Role
-from loopworks.schemas.steps import ARTIFACT_PATH
 from pydantic import BaseModel, Field, RootModel, model_validator
 from pydantic_ai.messages import (
     ModelMessage,
@@ -29,6 +26,10 @@ from pydantic_ai.messages import (
     ToolCallPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from loopworks.llm.base import ModelCall
+from loopworks.schemas.roles import Role
+from loopworks.schemas.steps import ARTIFACT_PATH
 
 
 class ScriptEntry(BaseModel):

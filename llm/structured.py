@@ -13,10 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from loopworks.llm.errors import CUT_OFF, invalid_detail, model_errors
-from loopworks.llm.facts import ANSWER_TOOL
-from loopworks.schemas.run import TokenUsage
 from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, ToolOutput, capture_run_messages
 from pydantic_ai.exceptions import ModelHTTPError, UnexpectedModelBehavior
@@ -27,6 +23,11 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     ToolReturnPart,
 )
+
+from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from loopworks.llm.errors import CUT_OFF, invalid_detail, model_errors
+from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.schemas.run import TokenUsage
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from loopworks.schemas.rules import Phase, Severity
 from pydantic import BaseModel, Field
+
+from loopworks.schemas.rules import Phase, Severity
 
 
 class CheckResult(BaseModel):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from loopworks.schemas.rules import Phase
 from pydantic import BaseModel, Field
+
+from loopworks.schemas.rules import Phase
 
 
 class EventName(StrEnum):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import ArtifactOutput
-from pydantic import BaseModel, Field
 
 
 class LoopCarry(BaseModel):

@@ -6,8 +6,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
-from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+
+from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 
 
 class Role(StrEnum):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Mode(StrEnum):

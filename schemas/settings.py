@@ -5,9 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from loopworks.schemas.run import TokenUsage
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from loopworks.schemas.run import TokenUsage
 
 
 class LLMProvider(StrEnum):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from pydantic import BaseModel, Field
+
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import (
@@ -17,7 +19,6 @@ from loopworks.schemas.roles import (
 )
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
 from loopworks.schemas.run import RunState, TokenUsage
-from pydantic import BaseModel, Field
 
 # Where a run's artifact lives in its workspace (seed 001's artifact.md).
 ARTIFACT_PATH = "artifact.md"

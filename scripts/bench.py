@@ -27,6 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
@@ -38,10 +43,6 @@ from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.search_attributes import register_search_attributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.search_attributes import register_search_attributes
 
 
 @pytest.fixture(scope="session")

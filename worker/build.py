@@ -6,6 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from temporalio.client import Client
+from temporalio.worker import Worker
+
 from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
 from loopworks.activities.deps import StepDeps
@@ -23,8 +26,6 @@ from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
-from temporalio.client import Client
-from temporalio.worker import Worker
 
 
 def build_models(settings: Settings) -> ModelSource:

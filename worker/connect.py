@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from loopworks.schemas.settings import Settings
-from loopworks.worker.telemetry import client_interceptors
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
+
+from loopworks.schemas.settings import Settings
+from loopworks.worker.telemetry import client_interceptors
 
 
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None = None) -> Client:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 
-from loopworks.schemas.settings import Settings
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from temporalio.client import Interceptor
 from temporalio.contrib.opentelemetry import TracingInterceptor
+
+from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.telemetry")
 

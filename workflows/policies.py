@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from loopworks.schemas.steps import INVALID_OUTPUT
 from temporalio.common import RetryPolicy
+
+from loopworks.schemas.steps import INVALID_OUTPUT
 
 
 @dataclass(frozen=True)

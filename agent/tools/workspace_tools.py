@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard, tool_env
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.rules import CommandCheck
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+
 from loopworks.api.cli.config import CliConfig
 
 # Updates (pause, approve, clear-block) wait on the workflow; the API gives them 30 s.

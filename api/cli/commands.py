@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+
 from loopworks.api.cli import clean as cleaning
 from loopworks.api.cli.client import ApiClient, CliError, run_path
 from loopworks.api.cli.config import CliConfig, workspaces_dir

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import httpx
+
 from loopworks.api.cli.client import ApiClient, CliError, run_path
 from loopworks.api.cli.render import (
     IterationTracker,

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
 from loopworks.api.deps import ConnectionDep, SettingsDep
 from loopworks.api.errors import TemporalUnavailable
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 router = APIRouter(tags=["health"])
 

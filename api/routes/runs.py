@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
+
 from loopworks.api import idempotency, launch, listing, runs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from loopworks.api.errors import ArtifactMissing, UpstreamError

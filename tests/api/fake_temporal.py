@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from temporalio.client import Client, WorkflowExecutionStatus
+
 from loopworks.schemas.events import Event, EventName
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunState, Thresholds
-from temporalio.client import Client, WorkflowExecutionStatus
 
 
 def run_state(run_id: str) -> RunState:

@@ -8,14 +8,14 @@ from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import httpx
-import loopworks.api.__main__ as api_main
 import pytest
+from temporalio.client import Client
+
+import loopworks.api.__main__ as api_main
 from loopworks.api import security
 from loopworks.api.main import create_app
 from loopworks.api.security import exposed_without_tokens, is_loopback, token_matches
 from loopworks.schemas.settings import Settings
-from temporalio.client import Client
-
 from tests.api.fake_temporal import FakeClient, event
 
 pytestmark = pytest.mark.unit

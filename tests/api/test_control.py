@@ -8,13 +8,13 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+
 from loopworks.api import idempotency
 from loopworks.api.main import create_app
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-
 from tests.api.fake_temporal import FakeClient, FakeHandle
 
 pytestmark = pytest.mark.unit

@@ -8,14 +8,14 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
 from loopworks.api import stream
 from loopworks.api.errors import RunNotFound, StateUnavailable
 from loopworks.api.main import create_app
 from loopworks.schemas.events import Event, EventName
 from loopworks.schemas.settings import Settings
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
-
 from tests.api.fake_temporal import FakeClient, event
 
 pytestmark = pytest.mark.unit

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+
 from loopworks.api.main import create_app
 from loopworks.schemas.settings import Settings
 

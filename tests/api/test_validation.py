@@ -9,11 +9,12 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from temporalio.client import Client
+
 from loopworks.api.launch import new_run_id
 from loopworks.api.main import create_app
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.settings import Settings
-from temporalio.client import Client
 
 pytestmark = pytest.mark.unit
 

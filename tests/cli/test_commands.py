@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+
 from loopworks.api.cli import commands
 from loopworks.api.cli.__main__ import build_parser, main
 from loopworks.api.cli.client import ApiClient, ApiError, CliError
 from loopworks.api.cli.config import CliConfig
-
 from tests.cli.sample import RUN_ID, RUNS, STATE
 
 pytestmark = pytest.mark.unit

@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 import pytest
+
 from loopworks.api.cli.client import ApiClient
 from loopworks.api.cli.config import CliConfig
 from loopworks.api.cli.follow import Follower, Progress, SseMessage, event_from_message, parse_sse
 from loopworks.api.cli.render import final_summary
-
 from tests.cli.sample import EVENTS, RUN_ID, STATE
 
 pytestmark = pytest.mark.unit

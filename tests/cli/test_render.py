@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from loopworks.api.cli.render import (
     IterationTracker,
     artifact_location,
@@ -16,7 +17,6 @@ from loopworks.api.cli.render import (
     status_line,
     status_notes,
 )
-
 from tests.cli.sample import EVENTS, LIMIT_STATE, RUN_ID, RUNS, STATE
 
 pytestmark = pytest.mark.unit

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from loopworks.deploy.binaries import find_binary
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from loopworks.deploy.processes import (
     API_COMMAND,
     API_ENV,
@@ -22,7 +23,6 @@ from loopworks.deploy.processes import (
     WORKER_COMMAND,
     WORKER_ENV,
 )
-
 from tests.deploy._support import (
     ENV_FILE_NAMES,
     REPO,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
-from loopworks.deploy.processes import API_COMMAND, API_ENV, WORKER_COMMAND, WORKER_ENV
 
+from loopworks.deploy.processes import API_COMMAND, API_ENV, WORKER_COMMAND, WORKER_ENV
 from tests.deploy._support import ENV_FILE_NAMES, REPO, require_tool, run
 
 pytestmark = pytest.mark.deploy

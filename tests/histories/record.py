@@ -18,6 +18,10 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -26,9 +30,6 @@ from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)

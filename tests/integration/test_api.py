@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
 from temporalio.client import Client
 
+from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
 from tests.integration.stack import DevServer, Stack, git
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from loopworks.deploy.binaries import find_binary
 
+from loopworks.deploy.binaries import find_binary
 from tests.integration.stack import FUZZ_NAMESPACE, Stack
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from loopworks.schemas.run import TERMINAL_STATUSES
 
+from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import ROOT, Stack
 
 pytestmark = pytest.mark.integration

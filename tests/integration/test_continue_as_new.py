@@ -7,12 +7,12 @@ import uuid
 
 import httpx
 import pytest
+
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.worker.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
-
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration

@@ -10,13 +10,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
-from temporalio.api.enums.v1 import EventType
-
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from loopworks.schemas.run import TERMINAL_STATUSES
 
+from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.integration.stack import Stack, git
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
+
 from loopworks.deploy.binaries import find_binary
 from loopworks.schemas.run import TERMINAL_STATUSES
-
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration

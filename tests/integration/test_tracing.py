@@ -19,6 +19,14 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
 from loopworks.api.main import create_app
 from loopworks.llm.offline import OfflineModels
 from loopworks.schemas.loop import LoopResult
@@ -34,14 +42,6 @@ from loopworks.worker.telemetry import (
     tracer,
     tracing_interceptor,
 )
-from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
-
 from tests.integration.stack import Stack
 
 TERMINAL = {status.value for status in TERMINAL_STATUSES}

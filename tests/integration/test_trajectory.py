@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
+
 from loopworks.agent.loop import from_jsonl
 from loopworks.schemas.run import TERMINAL_STATUSES
-
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration

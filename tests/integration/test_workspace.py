@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256, is_url
 
+from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256, is_url
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration

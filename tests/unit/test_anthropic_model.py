@@ -12,6 +12,11 @@ from typing import Any
 
 import anthropic
 import pytest
+from pydantic_ai.exceptions import ModelAPIError
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from temporalio.exceptions import ApplicationError
+
 from loopworks.activities.deps import StepDeps
 from loopworks.agent.loop import NUDGE, run_agent
 from loopworks.agent.tools import TOOLS
@@ -27,11 +32,6 @@ from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, ModelStep
 from loopworks.worker.build import build_models
 from loopworks.workspace.git import GitWorkspaces
-from pydantic_ai.exceptions import ModelAPIError
-from pydantic_ai.messages import ModelMessage, ModelResponse
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from temporalio.exceptions import ApplicationError
-
 from tests.fakes.messages_api import (
     FakeMessagesAPI,
     RecordedRequest,

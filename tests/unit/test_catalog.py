@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
 from loopworks.prompts.catalog import (
     AGENTS_DIR,

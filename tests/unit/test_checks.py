@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 

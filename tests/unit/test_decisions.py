@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from loopworks.schemas.evaluation import CheckResult, Evaluation, RuleResult
 from loopworks.schemas.rules import Phase, Rule, Severity
 from loopworks.schemas.run import StopReason, Thresholds

@@ -14,6 +14,15 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from pydantic_ai.exceptions import (
+    ModelAPIError,
+    OutputTokenLimitExceeded,
+    UnexpectedModelBehavior,
+)
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import DataConverter
+from temporalio.exceptions import ApplicationError
+
 from loopworks.llm.base import InvalidOutput
 from loopworks.llm.errors import (
     MAX_RETRY_AFTER,
@@ -24,14 +33,6 @@ from loopworks.llm.errors import (
     retry_after,
 )
 from loopworks.schemas.roles import Role
-from pydantic_ai.exceptions import (
-    ModelAPIError,
-    OutputTokenLimitExceeded,
-    UnexpectedModelBehavior,
-)
-from temporalio.api.failure.v1 import Failure
-from temporalio.converter import DataConverter
-from temporalio.exceptions import ApplicationError
 
 pytestmark = pytest.mark.unit
 

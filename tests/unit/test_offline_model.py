@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+
 from loopworks.agent.loop import AgentStep, run_agent
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.llm.base import InvalidOutput, ModelCall
@@ -57,7 +59,6 @@ from loopworks.schemas.rules import (
 )
 from loopworks.schemas.run import RunStatus, StopReason, Thresholds
 from loopworks.workflows.decisions import Next, active_rules, decide, score_results
-from pydantic import BaseModel
 
 pytestmark = pytest.mark.unit
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
+
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
-from pydantic import BaseModel
 
 pytestmark = pytest.mark.unit
 

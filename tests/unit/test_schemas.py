@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
+
 from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Issue,
@@ -36,7 +38,6 @@ from loopworks.schemas.run import (
     Thresholds,
     TokenUsage,
 )
-from pydantic import ValidationError
 
 pytestmark = pytest.mark.unit
 

@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-import loopworks.agent.tools.workspace_tools as workspace_tools
 import pytest
+
+import loopworks.agent.tools.workspace_tools as workspace_tools
 from loopworks.agent.tools import ToolDenied, ToolGuard, execute, tool_env
 from loopworks.checks.runner import CheckOutcome
 from loopworks.schemas.rules import CommandCheck

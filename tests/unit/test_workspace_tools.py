@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import loopworks.agent.tools.workspace_tools as workspace_tools
 import pytest
+
+import loopworks.agent.tools.workspace_tools as workspace_tools
 from loopworks.agent.tools import (
     TOOLS,
     ToolResult,

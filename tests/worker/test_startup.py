@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
-
 from tests.integration.stack import ROOT
 
 pytestmark = pytest.mark.unit

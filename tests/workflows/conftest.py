@@ -10,6 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput, LoopResult
@@ -17,9 +21,6 @@ from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
-from temporalio.testing import WorkflowEnvironment
 
 
 @dataclass

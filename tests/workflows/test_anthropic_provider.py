@@ -16,6 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
+
 from loopworks.agent.loop import from_jsonl
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.anthropic import AnthropicModels
@@ -26,9 +29,6 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_models, build_worker
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.policies import MODEL_CALL
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
-
 from tests.fakes.messages_api import (
     FakeMessagesAPI,
     RecordedRequest,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from loopworks.schemas.run import Approval, RunStatus, StopReason
-from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowUpdateFailedError
 
+from loopworks.schemas.run import Approval, RunStatus, StopReason
+from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import IMPOSSIBLE_RULE, TITLE_RULE, wait_for
 

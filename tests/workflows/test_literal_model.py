@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
+
 from loopworks.llm.anthropic import AnthropicModels
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_models, build_worker
-
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file

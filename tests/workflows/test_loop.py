@@ -7,11 +7,11 @@ import subprocess
 from typing import Any
 
 import pytest
-from loopworks.schemas.run import RunStatus, StopReason
-from loopworks.workflows.loop import LoopWorkflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
+from loopworks.schemas.run import RunStatus, StopReason
+from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names
 
 pytestmark = pytest.mark.workflow

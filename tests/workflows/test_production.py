@@ -6,12 +6,12 @@ import subprocess
 from typing import Any
 
 import pytest
+
 from loopworks.agent.loop import from_jsonl
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
-
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import TESTS_RULE, TITLE_RULE, remote_file
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from loopworks.workflows.loop import LoopWorkflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+
+from loopworks.workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.workflow
 
