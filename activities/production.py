@@ -10,7 +10,6 @@ keeps the commit of the attempt that completed.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     TRAJECTORY_DIR,
     ArtifactOutput,
-    GitLocation,
     ModelStep,
     PlanInput,
     PlanOutput,
@@ -33,6 +31,7 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
+from loopworks.workspace.run_log import write_run_log
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
 SUBJECT_CHARS = 72
@@ -66,27 +65,21 @@ class ProductionActivities:
             "rules": [r.model_dump(mode="json") for r in step.rules],
             "plan": step.plan.model_dump(mode="json"),
         }
-        return await self._write(
-            Role.PRODUCER, step, step.workspace, context, "produce", step.committed_at
-        )
+        return await self._write(Role.PRODUCER, step, context, "produce")
 
     @activity.defn(name="refine_artifact")
     async def refine_artifact(self, step: RefineInput) -> ArtifactOutput:
         context = {"task": step.task, "critique": step.critique.model_dump(mode="json")}
-        return await self._write(
-            Role.REFINER, step, step.workspace, context, "refine", step.committed_at
-        )
+        return await self._write(Role.REFINER, step, context, "refine")
 
     async def _write(
         self,
         role: Role,
-        step: ModelStep,
-        workspace: GitLocation,
+        step: ProduceInput | RefineInput,
         context: dict[str, Any],
         verb: AgentStep,
-        committed_at: datetime,
     ) -> ArtifactOutput:
-        started = now()
+        started, workspace = now(), step.workspace
         workspaces = self.deps.workspaces
         workdir = await asyncio.to_thread(
             workspaces.checkout, step.run_id, workspace.origin, workspace.commit
@@ -114,12 +107,14 @@ class ProductionActivities:
         target = _inside(workdir, trajectory)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(to_jsonl(outcome.records), encoding="utf-8")
+        saved_seq = write_run_log(workdir, step.log) if step.log else 0
         summary = _first_line(outcome.final_text)
         message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"
-        commit = await asyncio.to_thread(workspaces.commit, workdir, message, committed_at)
+        commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
         await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
         return ArtifactOutput(
             commit=commit,
+            saved_seq=saved_seq,
             artifact_hash=workspaces.file_sha256(workdir, ARTIFACT_PATH) or "",
             previous_artifact_hash=previous_hash,
             changed=changed,

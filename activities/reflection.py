@@ -15,6 +15,7 @@ from loopworks.activities.deps import StepDeps
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
+from loopworks.workspace.run_log import write_run_log
 
 RECORD_DIR = ".loops"
 
@@ -67,18 +68,19 @@ class ReflectionActivities:
             user_prompts=[state.task],
             token_usage=total_usage.model_dump(),
         )
-        commit = await asyncio.to_thread(self._record, step, reflection, insights)
+        commit, saved_seq = await asyncio.to_thread(self._record, step, reflection, insights)
         return ReflectOutput(
             reflection=reflection,
             insights=insights,
             commit=commit,
+            saved_seq=saved_seq,
             usage=usage,
             repairs=answered.repairs,
         )
 
     def _record(
         self, step: ReflectInput, reflection: FrameworkReflection, insights: SessionInsights
-    ) -> str:
+    ) -> tuple[str, int]:
         workspaces = self.deps.workspaces
         insights_json = json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
         archive = self.deps.settings.insights_dir
@@ -90,8 +92,9 @@ class ReflectionActivities:
         records.mkdir(exist_ok=True)
         (records / "reflection.md").write_text(reflection.to_markdown())
         (records / "insights.json").write_text(insights_json)
+        saved_seq = write_run_log(workdir, step.log) if step.log else 0
         commit = workspaces.commit(
             workdir, f"iteration {step.iteration} · reflect: {insights.outcome}", step.committed_at
         )
         workspaces.publish(workdir, step.run_id, commit)
-        return commit
+        return commit, saved_seq

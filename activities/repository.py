@@ -8,6 +8,7 @@ from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
+from loopworks.workspace.run_log import write_run_log
 
 
 def run_branch(run_id: str) -> str:
@@ -37,17 +38,23 @@ class RepositoryActivities:
 
     @activity.defn(name="close_run")
     async def close_run(self, request: CloseInput) -> CloseOutput:
-        """Seed 000's session close: push the run branch and verify the remote has it."""
+        """Seed 000's session close: commit the run's last events and final state, push
+        the run branch and verify the remote has it."""
         workspaces = self.deps.workspaces
         workdir = await asyncio.to_thread(
             workspaces.checkout, request.run_id, request.origin, request.commit
         )
-        remote = await asyncio.to_thread(
-            workspaces.push_branch, workdir, request.branch, request.commit
-        )
+        commit, saved_seq = request.commit, 0
+        if request.log is not None and request.committed_at is not None:
+            saved_seq = write_run_log(workdir, request.log)
+            commit = await asyncio.to_thread(
+                workspaces.commit, workdir, "close: the run's record", request.committed_at
+            )
+        remote = await asyncio.to_thread(workspaces.push_branch, workdir, request.branch, commit)
         return CloseOutput(
             branch=request.branch,
-            commit=request.commit,
+            commit=commit,
             remote_commit=remote,
-            verified=remote == request.commit,
+            verified=remote == commit,
+            saved_seq=saved_seq,
         )

@@ -1,12 +1,20 @@
-"""The run's history.jsonl line (seed 001 Step 6) and its event names."""
+"""The run's history.jsonl line (seed 001 Step 6): one model per event, keyed on its name.
+
+Every line has seed 001's envelope (`seq`, `ts`, `run_id`, `iteration`, `phase`, `step`,
+`event`, `status`) and a `payload` whose shape the event's name fixes. The workflow emits
+these models, git keeps them, the API serves them and the CLI parses them with the same
+`EVENT` adapter, so a payload field renamed on one side fails the other's tests.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from loopworks.schemas.evaluation import DistanceToSuccess
+from loopworks.schemas.roles import Issue
 from loopworks.schemas.rules import Phase
 
 
@@ -39,18 +47,330 @@ class EventName(StrEnum):
     # A fresh Temporal history for a long run (the run and its events go on).
     CONTINUED_AS_NEW = "continued_as_new"
     # A model's answer was invalid and it repaired it when shown the errors (seed 001's
-    # "retry once" that succeeded); payload `repairs` holds the feedback it was sent.
+    # "retry once" that succeeded).
     OUTPUT_REPAIRED = "output_repaired"
-    COMPLETED = "completed"
 
 
-class Event(BaseModel):
+# --- payloads ----------------------------------------------------------------------------
+
+
+class Payload(BaseModel):
+    # Lines written by an older loopworks may carry fields this one no longer knows.
+    model_config = ConfigDict(extra="ignore", validate_by_name=True, serialize_by_alias=True)
+
+
+class Timed(Payload):
+    """Wall-clock bounds of the step's activity, in seconds since the epoch."""
+
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+class RunStartedPayload(Payload):
+    task: str
+
+
+class HydrationPayload(Payload):
+    template: str
+    plan: list[str] = Field(default_factory=list)
+    acceptance_criteria: list[str] = Field(default_factory=list)
+    rules: list[str] = Field(default_factory=list, description="rule ids")
+    round: int = Field(default=1, ge=1, description="1, then one more per critic REVISE")
+
+
+class CriticVerdictPayload(Payload):
+    verdict: str
+    issues: list[str] = Field(default_factory=list)
+    round: int = 1
+
+
+class PlanPayload(Payload):
+    focus: str
+    steps: list[str] = Field(default_factory=list)
+
+
+class ArtifactPayload(Timed):
+    commit: str
+    hash: str
+    changed: list[str] = Field(default_factory=list)
+
+
+class RefinementPayload(ArtifactPayload):
+    previous_artifact_hash: str | None = None
+
+
+class ChecksPreparedPayload(Timed):
+    checks: int
+    rules: list[str] = Field(default_factory=list)
+
+
+class GroupTiming(Timed):
+    checks: int
+
+
+class EvaluationPayload(Payload):
+    score: float
+    passed: bool
+    threshold: float
+    failed: list[str] = Field(default_factory=list, description="failed blocker rule ids")
+    warnings: list[str] = Field(default_factory=list, description="failed warning rule ids")
+    groups: dict[str, GroupTiming] = Field(default_factory=dict)
+
+
+class AuditPayload(Payload):
+    verdict: str
+    reason: str = ""
+    violations: list[str] = Field(default_factory=list)
+
+
+class NotePayload(Payload):
+    note: str = ""
+
+
+class PhaseSwitchedPayload(Payload):
+    from_phase: str = Field(alias="from")
+    to_phase: str = Field(alias="to")
+
+
+class QAPayload(Payload):
+    verdict: str
+    issues: list[Issue] = Field(default_factory=list)
+    summary: str = ""
+
+
+class CritiquePayload(Payload):
+    issues: list[Issue] = Field(default_factory=list)
+
+
+class IterationPayload(Payload):
+    iteration: int
+
+
+class ReflectionPayload(Payload):
+    reflection: dict[str, Any] = Field(description="the Framework Reflection, as written")
+    outcome: str
+    commit: str
+
+
+class PushedPayload(Payload):
+    branch: str
+    commit: str
+    remote_commit: str
+    verified: bool
+
+
+class PhaseErrorPayload(Payload):
+    step: str
+    error: str
+
+
+class StoppedPayload(Payload):
+    reason: str
+    message: str = ""
+    distance_to_success: DistanceToSuccess | None = None
+
+
+class FailedPayload(Payload):
+    """A phase error's stop (`reason`, `message`), a failure outside the loop's stop
+    conditions (`error`), or a failed reflection (`step`, `error`)."""
+
+    reason: str | None = None
+    message: str = ""
+    error: str = ""
+    step: str | None = None
+    distance_to_success: DistanceToSuccess | None = None
+
+
+class ApprovedPayload(Payload):
+    edits: dict[str, Any] = Field(default_factory=dict)
+    note: str | None = None
+
+
+class Empty(Payload):
+    pass
+
+
+class ContinuedPayload(Payload):
+    generation: int
+
+
+class RepairedPayload(Payload):
+    repairs: list[str]
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+class EventBase(BaseModel):
     seq: int = Field(ge=1, description="1-based position in the run's history")
     ts: str
     run_id: str
     iteration: int
     phase: Phase
     step: str
-    event: EventName
     status: str = "ok"
-    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunStarted(EventBase):
+    event: Literal[EventName.RUN_STARTED] = EventName.RUN_STARTED
+    payload: RunStartedPayload
+
+
+class HydrationDone(EventBase):
+    event: Literal[EventName.HYDRATION_DONE] = EventName.HYDRATION_DONE
+    payload: HydrationPayload
+
+
+class CriticVerdictGiven(EventBase):
+    event: Literal[EventName.CRITIC_VERDICT] = EventName.CRITIC_VERDICT
+    payload: CriticVerdictPayload
+
+
+class PlanCreated(EventBase):
+    event: Literal[EventName.PLAN_CREATED] = EventName.PLAN_CREATED
+    payload: PlanPayload
+
+
+class ArtifactCreated(EventBase):
+    event: Literal[EventName.ARTIFACT_CREATED] = EventName.ARTIFACT_CREATED
+    payload: ArtifactPayload
+
+
+class RefinementDone(EventBase):
+    event: Literal[EventName.REFINEMENT_DONE] = EventName.REFINEMENT_DONE
+    payload: RefinementPayload
+
+
+class ChecksPrepared(EventBase):
+    event: Literal[EventName.CHECKS_PREPARED] = EventName.CHECKS_PREPARED
+    payload: ChecksPreparedPayload
+
+
+class EvaluationDone(EventBase):
+    event: Literal[EventName.EVALUATION_DONE] = EventName.EVALUATION_DONE
+    payload: EvaluationPayload
+
+
+class AuditVerdictGiven(EventBase):
+    event: Literal[EventName.AUDIT_VERDICT] = EventName.AUDIT_VERDICT
+    payload: AuditPayload
+
+
+class BlockCleared(EventBase):
+    event: Literal[EventName.BLOCK_CLEARED] = EventName.BLOCK_CLEARED
+    payload: NotePayload
+
+
+class PhaseSwitched(EventBase):
+    event: Literal[EventName.PHASE_SWITCHED] = EventName.PHASE_SWITCHED
+    payload: PhaseSwitchedPayload
+
+
+class QAVerdictGiven(EventBase):
+    event: Literal[EventName.QA_VERDICT] = EventName.QA_VERDICT
+    payload: QAPayload
+
+
+class CritiqueDone(EventBase):
+    event: Literal[EventName.CRITIQUE_DONE] = EventName.CRITIQUE_DONE
+    payload: CritiquePayload
+
+
+class IterationAdvanced(EventBase):
+    event: Literal[EventName.ITERATION_ADVANCED] = EventName.ITERATION_ADVANCED
+    payload: IterationPayload
+
+
+class ReflectionDone(EventBase):
+    event: Literal[EventName.REFLECTION_DONE] = EventName.REFLECTION_DONE
+    payload: ReflectionPayload
+
+
+class Pushed(EventBase):
+    event: Literal[EventName.PUSHED] = EventName.PUSHED
+    payload: PushedPayload
+
+
+class PhaseError(EventBase):
+    event: Literal[EventName.PHASE_ERROR] = EventName.PHASE_ERROR
+    payload: PhaseErrorPayload
+
+
+class Stopped(EventBase):
+    event: Literal[EventName.STOPPED] = EventName.STOPPED
+    payload: StoppedPayload
+
+
+class Failed(EventBase):
+    event: Literal[EventName.FAILED] = EventName.FAILED
+    payload: FailedPayload
+
+
+class Approved(EventBase):
+    event: Literal[EventName.APPROVED] = EventName.APPROVED
+    payload: ApprovedPayload
+
+
+class Paused(EventBase):
+    event: Literal[EventName.PAUSED] = EventName.PAUSED
+    payload: Empty = Field(default_factory=Empty)
+
+
+class Resumed(EventBase):
+    event: Literal[EventName.RESUMED] = EventName.RESUMED
+    payload: Empty = Field(default_factory=Empty)
+
+
+class ContinuedAsNew(EventBase):
+    event: Literal[EventName.CONTINUED_AS_NEW] = EventName.CONTINUED_AS_NEW
+    payload: ContinuedPayload
+
+
+class OutputRepaired(EventBase):
+    event: Literal[EventName.OUTPUT_REPAIRED] = EventName.OUTPUT_REPAIRED
+    payload: RepairedPayload
+
+
+Event = Annotated[
+    RunStarted
+    | HydrationDone
+    | CriticVerdictGiven
+    | PlanCreated
+    | ArtifactCreated
+    | RefinementDone
+    | ChecksPrepared
+    | EvaluationDone
+    | AuditVerdictGiven
+    | BlockCleared
+    | PhaseSwitched
+    | QAVerdictGiven
+    | CritiqueDone
+    | IterationAdvanced
+    | ReflectionDone
+    | Pushed
+    | PhaseError
+    | Stopped
+    | Failed
+    | Approved
+    | Paused
+    | Resumed
+    | ContinuedAsNew
+    | OutputRepaired,
+    Field(discriminator="event"),
+]
+
+# Parses one line or one API item, whichever event it is.
+EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+# The event model for each name, for code that builds an event from its name and payload.
+EVENT_TYPES: dict[EventName, type[EventBase]] = {
+    cls.model_fields["event"].default: cls  # type: ignore[misc]
+    for cls in EventBase.__subclasses__()
+}
+
+
+def payload_type(name: EventName) -> type[Payload]:
+    annotation = EVENT_TYPES[name].model_fields["payload"].annotation
+    assert isinstance(annotation, type) and issubclass(annotation, Payload)
+    return annotation

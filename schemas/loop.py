@@ -1,4 +1,4 @@
-"""The workflow's own input and result, and what a run carries across continue-as-new."""
+"""The workflow's own input and result, and the run's memory that continue-as-new carries."""
 
 from __future__ import annotations
 
@@ -10,25 +10,42 @@ from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import ArtifactOutput
 
+# Events the workflow keeps for queries and the stream once git holds them; older ones are
+# read from the run's `.loops/history.jsonl`. Events git does not hold yet are always kept.
+EVENT_TAIL = 64
 
-class LoopCarry(BaseModel):
-    """A run's whole memory at an iteration boundary, so a fresh history can go on."""
+
+class RunMemory(BaseModel):
+    """Everything a run knows that is not in git: owned by the workflow, mutated in place,
+    and carried as-is through continue-as-new. A field added here survives it unchanged."""
 
     state: RunState
-    events: list[Event]
-    calls: dict[Role, int]
-    commit: str
-    intent: str
+    tail: list[Event] = Field(
+        default_factory=list, description="the latest events, and all that git lacks"
+    )
+    last_seq: int = Field(default=0, ge=0, description="seq of the latest event emitted")
+    saved_seq: int = Field(
+        default=0, ge=0, description="every event up to this seq is in git's history.jsonl"
+    )
+    calls: dict[Role, int] = Field(default_factory=dict, description="model calls per role")
+    commit: str = Field(default="", description="the run's latest commit (its workspace)")
+    intent: str = ""
     critic_verdict: str | None = None
     guidance: list[str] = Field(default_factory=list)
     last_evaluation: Evaluation | None = None
-    previous_evaluation: Evaluation | None = None
+    previous_evaluation: Evaluation | None = Field(
+        default=None, description="the evaluation before the latest: stagnation compares them"
+    )
     last_plan: IterationPlan | None = None
     last_artifact: ArtifactOutput | None = None
-    next_iteration: int
+    next_iteration: int = Field(default=1, ge=1, description="where a continued run goes on")
+    approved: bool = False
     paused: bool = False
     operator_note: str | None = None
-    generation: int = Field(default=1, ge=1)
+    generation: int = Field(default=1, ge=1, description="executions so far, continue-as-new")
+
+    def unsaved(self) -> list[Event]:
+        return [event for event in self.tail if event.seq > self.saved_seq]
 
 
 class LoopInput(BaseModel):
@@ -36,14 +53,33 @@ class LoopInput(BaseModel):
     alias: str
     request: RunRequest
     created_at: str
-    carry: LoopCarry | None = None
+    # None for a new run; a continued run's memory otherwise.
+    memory: RunMemory | None = None
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
 
+    def first_memory(self) -> RunMemory:
+        """A new run's memory: its state as the request sets it up."""
+        request = self.request
+        state = RunState(
+            run_id=self.run_id,
+            alias=self.alias,
+            task=request.task,
+            template=request.template,
+            max_iterations=request.max_iterations,
+            thresholds=request.thresholds,
+            rules=request.rules,
+            branch=f"loops/{self.run_id}",
+            origin=request.repo or "",
+            created_at=self.created_at,
+            updated_at=self.created_at,
+        )
+        return RunMemory(state=state)
+
 
 class LoopResult(BaseModel):
     state: RunState
-    events: int
-    # The whole history.jsonl, so a finished run's events read without a worker.
+    events: int = Field(description="how many events the run emitted (the last seq)")
+    # The latest events; the run's branch holds the whole history.jsonl.
     log: list[Event] = Field(default_factory=list)

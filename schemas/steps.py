@@ -8,6 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from loopworks.schemas.evaluation import CheckResult, Evaluation
+from loopworks.schemas.events import Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import (
     Audit,
@@ -34,6 +35,21 @@ def trajectory_path(iteration: int, step: str) -> str:
     """`.loops/trajectory/01-produce.jsonl`: a retried step rewrites its own file, and the
     names sort in the order the steps ran."""
     return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}.jsonl"
+
+
+# Seed 001's persistence contract, on the run's branch: the append-only event log and the
+# run's state, written by the steps that commit.
+HISTORY_PATH = ".loops/history.jsonl"
+RUN_STATE_PATH = ".loops/run.json"
+
+
+class RunLog(BaseModel):
+    """What a committing step adds to the run's record in git: the events git lacks (it
+    appends only those with a higher seq than its file's last, so a retry adds nothing
+    twice) and the run's state for run.json."""
+
+    state: RunState
+    events: list[Event] = Field(default_factory=list)
 
 
 class Timing(BaseModel):
@@ -91,6 +107,8 @@ class CloseInput(BaseModel):
     origin: str
     branch: str
     commit: str
+    log: RunLog | None = None
+    committed_at: datetime | None = None
 
 
 class CloseOutput(BaseModel):
@@ -98,6 +116,7 @@ class CloseOutput(BaseModel):
     commit: str
     remote_commit: str
     verified: bool
+    saved_seq: int = 0
 
 
 # --- hydration and critic ------------------------------------------------------------
@@ -145,6 +164,7 @@ class ProduceInput(ModelStep):
     plan: IterationPlan
     workspace: GitLocation
     committed_at: datetime
+    log: RunLog | None = None
 
 
 class RefineInput(ModelStep):
@@ -152,10 +172,12 @@ class RefineInput(ModelStep):
     critique: Critique
     workspace: GitLocation
     committed_at: datetime
+    log: RunLog | None = None
 
 
 class ArtifactOutput(ModelOutput):
     commit: str
+    saved_seq: int = Field(default=0, description="the run log's last seq in this commit")
     artifact_hash: str
     previous_artifact_hash: str | None = None
     changed: list[str] = Field(default_factory=list)
@@ -234,9 +256,11 @@ class ReflectInput(ModelStep):
     guidance: list[str] = Field(default_factory=list)
     workspace: GitLocation
     committed_at: datetime
+    log: RunLog | None = None
 
 
 class ReflectOutput(ModelOutput):
     reflection: FrameworkReflection
     insights: SessionInsights
     commit: str
+    saved_seq: int = 0

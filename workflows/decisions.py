@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from loopworks.schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
-from loopworks.schemas.rules import Phase, Rule, Severity
+from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule, Severity, group_of
 from loopworks.schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
 
 # Seed 001: "if delta < 0.02 ... increment stagnation_count; if stagnation_count >= 2, stop".
@@ -25,6 +25,15 @@ def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
     if phase == Phase.A:
         return [rule for rule in rules if rule.phase == Phase.A]
     return list(rules)
+
+
+def group_checks(checks: list[PreparedCheck]) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
+    """Checks by the group that runs them (independent groups run in parallel), in a
+    fixed order so the workflow schedules them the same way on every replay."""
+    groups: dict[CheckGroup, list[PreparedCheck]] = {}
+    for check in checks:
+        groups.setdefault(group_of(check.check), []).append(check)
+    return sorted(groups.items())
 
 
 def score_results(

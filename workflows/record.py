@@ -1,5 +1,6 @@
 """The run's record as the workflow keeps it: its status (seed 001's run.json), its
-events (history.jsonl) and the search attributes that make the Temporal UI a dashboard.
+events (history.jsonl, of which the workflow keeps a bounded tail: git holds the rest) and
+the search attributes that make the Temporal UI a dashboard.
 
 Used from inside the workflow only: it reads `workflow.now()`, never the real clock.
 """
@@ -13,7 +14,18 @@ from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.evaluation import Evaluation
-    from loopworks.schemas.events import Event, EventName
+    from loopworks.schemas.events import (
+        EVENT_TYPES,
+        ArtifactPayload,
+        Event,
+        EventName,
+        FailedPayload,
+        Payload,
+        RefinementPayload,
+        RepairedPayload,
+        StoppedPayload,
+    )
+    from loopworks.schemas.loop import EVENT_TAIL, RunMemory
     from loopworks.schemas.roles import Critique, IterationPlan
     from loopworks.schemas.run import (
         STATUS_FOR_REASON,
@@ -40,27 +52,45 @@ LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
 
 
 class RunRecord:
-    def __init__(self, state: RunState, events: list[Event] | None = None) -> None:
-        self.state = state
-        self.events: list[Event] = events if events is not None else []
+    def __init__(self, memory: RunMemory) -> None:
+        self.memory = memory
         self._search_attributes: dict[str, Any] = {}
 
-    def emit(self, name: EventName, payload: dict[str, Any], status: str = "ok") -> None:
+    @property
+    def state(self) -> RunState:
+        return self.memory.state
+
+    def emit(self, name: EventName, payload: Payload, status: str = "ok") -> None:
         """Append one event; history.jsonl is append-only and numbered from 1."""
-        self.events.append(
-            Event(
-                seq=len(self.events) + 1,
-                ts=workflow.now().isoformat(),
-                run_id=self.state.run_id,
-                iteration=self.state.iteration,
-                phase=self.state.phase,
-                step=self.state.current_step.value,
-                event=name,
-                status=status,
-                payload=payload,
-            )
+        memory = self.memory
+        memory.last_seq += 1
+        event = EVENT_TYPES[name](
+            seq=memory.last_seq,
+            ts=workflow.now().isoformat(),
+            run_id=self.state.run_id,
+            iteration=self.state.iteration,
+            phase=self.state.phase,
+            step=self.state.current_step.value,
+            status=status,
+            payload=payload,
         )
+        memory.tail.append(event)  # type: ignore[arg-type]
+        self._trim()
         self.touch()
+
+    def saved(self, seq: int) -> None:
+        """Git's history.jsonl now holds every event up to `seq`."""
+        self.memory.saved_seq = max(self.memory.saved_seq, seq)
+        self._trim()
+
+    def events(self, after: int) -> list[Event]:
+        return [event for event in self.memory.tail if event.seq > after]
+
+    def _trim(self) -> None:
+        tail, saved = self.memory.tail, self.memory.saved_seq
+        keep_from = len(tail) - EVENT_TAIL
+        if keep_from > 0:
+            self.memory.tail = [e for i, e in enumerate(tail) if i >= keep_from or e.seq > saved]
 
     def touch(self) -> None:
         self.state.updated_at = workflow.now().isoformat()
@@ -81,16 +111,14 @@ class RunRecord:
         """A model step's answer: count its usage, and show any repair it needed."""
         self.add_usage(output.usage)
         if output.repairs:
-            self.emit(
-                EventName.OUTPUT_REPAIRED,
-                {"repairs": [repair[:REPAIR_TEXT_CAP] for repair in output.repairs]},
-            )
+            repairs = [repair[:REPAIR_TEXT_CAP] for repair in output.repairs]
+            self.emit(EventName.OUTPUT_REPAIRED, RepairedPayload(repairs=repairs))
 
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
         """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads)."""
         self.add_output(output)
         self.state.artifact_commit = output.commit
-        payload: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "commit": output.commit,
             "hash": output.artifact_hash,
             "changed": output.changed or ["none"],
@@ -98,8 +126,14 @@ class RunRecord:
             "finished_at": output.timing.finished_at,
         }
         if event == EventName.REFINEMENT_DONE:
-            payload["previous_artifact_hash"] = output.previous_artifact_hash
-        self.emit(event, payload)
+            self.emit(
+                event,
+                RefinementPayload(
+                    **fields, previous_artifact_hash=output.previous_artifact_hash
+                ),
+            )
+        else:
+            self.emit(event, ArtifactPayload(**fields))
 
     def conclude(
         self, reason: StopReason, message: str, last_evaluation: Evaluation | None
@@ -116,17 +150,21 @@ class RunRecord:
             message=message,
             distance_to_success=distance,
         )
-        name = EventName.FAILED if reason == StopReason.PHASE_ERROR else EventName.STOPPED
-        payload: dict[str, Any] = {"reason": reason.value, "message": message}
-        if distance:
-            payload["distance_to_success"] = distance.model_dump(mode="json")
-        self.emit(name, payload)
+        if reason == StopReason.PHASE_ERROR:
+            self.emit(EventName.FAILED, FailedPayload(reason=reason.value, message=message))
+        else:
+            self.emit(
+                EventName.STOPPED,
+                StoppedPayload(
+                    reason=reason.value, message=message, distance_to_success=distance
+                ),
+            )
 
     def fail(self, message: str) -> None:
         """A failure outside the loop's stop conditions (a rejected request, a git error)."""
         self.state.stop = StopInfo(passed=False, reason=self.state.stop_reason, message=message)
         self.state.status = RunStatus.FAILED
-        self.emit(EventName.FAILED, {"error": message}, status="error")
+        self.emit(EventName.FAILED, FailedPayload(error=message), status="error")
 
     def final_status(self) -> RunStatus:
         if self.state.status == RunStatus.FAILED or self.state.stop_reason is None:

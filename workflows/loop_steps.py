@@ -1,0 +1,391 @@
+"""The loop's steps, each one call: the inputs a step needs from the run's memory, the
+step adapter that runs it, and what its answer changes in the memory.
+
+`LoopWorkflow` owns the order (the state machine); this class owns what one step does.
+Used from inside the workflow only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.activities.audit import AuditActivities
+    from loopworks.activities.critique import CritiqueActivities
+    from loopworks.activities.evaluation import EvaluationActivities
+    from loopworks.activities.hydration import HydrationActivities
+    from loopworks.activities.preparation import PreparationActivities
+    from loopworks.activities.production import ProductionActivities
+    from loopworks.activities.qa import QAActivities
+    from loopworks.activities.reflection import ReflectionActivities
+    from loopworks.activities.repository import RepositoryActivities
+    from loopworks.schemas import events as ev
+    from loopworks.schemas.evaluation import Evaluation
+    from loopworks.schemas.events import EventName
+    from loopworks.schemas.loop import RunMemory
+    from loopworks.schemas.roles import (
+        AuditVerdict,
+        CriticReview,
+        Critique,
+        Hydration,
+        Issue,
+        IterationPlan,
+        QAVerdict,
+    )
+    from loopworks.schemas.roles import Role as R
+    from loopworks.schemas.rules import CheckGroup, PreparedCheck
+    from loopworks.schemas.run import RunRequest, RunState, Step, StopReason
+    from loopworks.schemas.steps import (
+        ArtifactOutput,
+        AuditInput,
+        CloseInput,
+        CritiqueInput,
+        EvaluateGroupInput,
+        EvaluateGroupOutput,
+        GitLocation,
+        HydrateInput,
+        PlanInput,
+        PrepareInput,
+        ProduceInput,
+        QAInput,
+        RefineInput,
+        ReflectInput,
+        ReviewInput,
+        RunLog,
+    )
+    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, GIT, MODEL_CALL
+    from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.steering import Finished, Steering
+    from loopworks.workflows.steps import StepRunner, describe, gather_all
+
+
+class LoopSteps:
+    def __init__(
+        self, record: RunRecord, steering: Steering, runner: StepRunner, request: RunRequest
+    ) -> None:
+        self.record = record
+        self.steering = steering
+        self.runner = runner
+        self.request = request
+
+    @property
+    def memory(self) -> RunMemory:
+        return self.record.memory
+
+    @property
+    def state(self) -> RunState:
+        return self.record.state
+
+    async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
+        """Step 1: the task becomes a plan, rules and acceptance criteria."""
+        request = self.request
+        hydration = (
+            await self.runner.model_step(
+                Step.HYDRATE,
+                R.HYDRATOR,
+                HydrationActivities.hydrate,
+                lambda f: HydrateInput(
+                    **f,
+                    task=request.task,
+                    template=request.template,
+                    user_rules=request.rules,
+                    feedback=feedback,
+                ),
+                MODEL_CALL,
+                "hydrate the task",
+                step_events.hydrated(round_),
+            )
+        ).hydration
+        self.state.template = hydration.template
+        self.state.rules = hydration.rules
+        self.state.acceptance_criteria = hydration.acceptance_criteria
+        self.memory.intent = hydration.intent
+        return hydration
+
+    async def review(self, hydration: Hydration, round_: int) -> CriticReview:
+        """Step 2: the critic reviews the plan."""
+        review = (
+            await self.runner.model_step(
+                Step.CRITIC,
+                R.CRITIC,
+                HydrationActivities.review_plan,
+                lambda f: ReviewInput(**f, task=self.request.task, hydration=hydration),
+                MODEL_CALL,
+                "critic reviews the plan",
+                step_events.reviewed(round_),
+            )
+        ).review
+        self.memory.critic_verdict = review.verdict.value
+        self.memory.guidance.append(f"critic: {review.verdict.value} {review.feedback}".strip())
+        return review
+
+    async def plan(self) -> IterationPlan:
+        memory, state = self.memory, self.state
+        planned = await self.runner.model_step(
+            Step.PLAN,
+            R.PLANNER,
+            ProductionActivities.plan_iteration,
+            lambda f: PlanInput(
+                **f,
+                task=self.request.task,
+                intent=memory.intent,
+                acceptance_criteria=state.acceptance_criteria,
+                last_evaluation=memory.last_evaluation,
+            ),
+            MODEL_CALL,
+            f"iteration {state.iteration} · plan",
+            step_events.planned,
+        )
+        memory.last_plan = planned.plan
+        return planned.plan
+
+    async def produce_prepare_evaluate(self) -> Evaluation:
+        """Step 5 runs PRODUCE and PREPARE side by side; both depend only on the plan."""
+        self.record.set_step(Step.PRODUCE_PREPARE)
+        state, memory = self.state, self.memory
+        assert memory.last_plan is not None, "PRODUCE runs after PLAN"
+        plan = memory.last_plan
+        produce = self.runner.model_step(
+            Step.PRODUCE_PREPARE,
+            R.PRODUCER,
+            ProductionActivities.produce_artifact,
+            lambda f: ProduceInput(
+                **f,
+                task=self.request.task,
+                intent=memory.intent,
+                acceptance_criteria=state.acceptance_criteria,
+                rules=decisions.active_rules(state.rules, state.phase),
+                plan=plan,
+                workspace=self.workspace(),
+                committed_at=workflow.now(),
+                log=self.log(),
+            ),
+            AGENT_STEP,
+            f"iteration {state.iteration} · produce",
+            set_step=False,
+        )
+        produced, prepared = await gather_all(produce, self.prepare(set_step=False))
+        self.accept_artifact(produced, EventName.ARTIFACT_CREATED)
+        return await self.evaluate(prepared)
+
+    async def prepare(self, set_step: bool = True) -> list[PreparedCheck]:
+        state = self.state
+        rules = decisions.active_rules(state.rules, state.phase)
+        prepared = await self.runner.model_step(
+            Step.PREPARE,
+            R.PREPARER,
+            PreparationActivities.prepare_checks,
+            lambda f: PrepareInput(**f, task=self.request.task, rules=rules),
+            MODEL_CALL,
+            f"iteration {state.iteration} · prepare · {len(rules)} rules",
+            step_events.prepared(rules),
+            set_step=set_step,
+        )
+        return prepared.checks
+
+    async def evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
+        """Step 6: one activity per independent check group, in parallel, then score."""
+        self.record.set_step(Step.EVALUATE)
+        state, memory = self.state, self.memory
+        runs = [
+            self._evaluate_group(group, members)
+            for group, members in decisions.group_checks(checks)
+        ]
+        outputs = await gather_all(*runs)
+        results = [result for output in outputs for result in output.results]
+        evaluation = decisions.score_results(state.rules, results, state.phase, state.thresholds)
+        memory.last_evaluation = evaluation
+        state.last_score = evaluation.score
+        self.record.sync_search_attributes()
+        self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact)
+        self.record.emit(EventName.EVALUATION_DONE, step_events.evaluated(evaluation, outputs))
+        return evaluation
+
+    def _evaluate_group(
+        self, group: CheckGroup, members: list[PreparedCheck]
+    ) -> Awaitable[EvaluateGroupOutput]:
+        return self.runner.model_step(
+            Step.EVALUATE,
+            R.EVALUATOR,
+            EvaluationActivities.evaluate_group,
+            lambda f: EvaluateGroupInput(
+                **f,
+                task=self.request.task,
+                group=group,
+                checks=members,
+                workspace=self.workspace(),
+            ),
+            CHECK_GROUP,
+            f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",
+            set_step=False,
+        )
+
+    async def maybe_audit(self, evaluation: Evaluation, plan_focus: str) -> None:
+        """Step 7: the custodiet audits by chance; BLOCK parks the run until cleared."""
+        if not decisions.should_audit(workflow.random().random(), self.request.audit_probability):
+            return
+        audit = (
+            await self.runner.model_step(
+                Step.AUDIT,
+                R.CUSTODIET,
+                AuditActivities.audit_run,
+                lambda f: AuditInput(
+                    **f,
+                    task=self.request.task,
+                    intent=self.memory.intent,
+                    plan_focus=plan_focus,
+                    evaluation=evaluation,
+                ),
+                MODEL_CALL,
+                f"iteration {self.state.iteration} · custodiet audit",
+                step_events.audited,
+            )
+        ).audit
+        self.memory.guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
+        if audit.verdict == AuditVerdict.BLOCK:
+            self.steering.block(audit.reason)
+            await self.steering.gate(self.request.budget)
+
+    async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
+        """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
+        state = self.state
+        report = (
+            await self.runner.model_step(
+                Step.QA,
+                R.QA_VERIFIER,
+                QAActivities.verify_result,
+                lambda f: QAInput(
+                    **f,
+                    task=self.request.task,
+                    intent=self.memory.intent,
+                    acceptance_criteria=state.acceptance_criteria,
+                    evaluation=evaluation,
+                    workspace=self.workspace(),
+                ),
+                MODEL_CALL,
+                f"iteration {state.iteration} · QA verification",
+                step_events.verified,
+            )
+        ).report
+        if report.verdict == QAVerdict.VERIFIED:
+            raise Finished(reason)
+        if state.iteration >= state.max_iterations:
+            raise Finished(StopReason.QA_REJECTED, report.summary)
+        issues = report.issues or [
+            Issue(rule_id="qa", problem=report.summary or "QA found issues", fix="address QA")
+        ]
+        return Critique(issues=issues)
+
+    async def critique(self, evaluation: Evaluation) -> Critique:
+        state, memory = self.state, self.memory
+        critique = (
+            await self.runner.model_step(
+                Step.CRITIQUE,
+                R.ARTIFACT_CRITIC,
+                CritiqueActivities.critique_artifact,
+                lambda f: CritiqueInput(
+                    **f,
+                    task=self.request.task,
+                    evaluation=evaluation,
+                    rules=decisions.active_rules(state.rules, state.phase),
+                    workspace=self.workspace(),
+                ),
+                MODEL_CALL,
+                f"iteration {state.iteration} · critique",
+                step_events.critiqued,
+            )
+        ).critique
+        self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact, critique)
+        return critique
+
+    async def refine(self, critique: Critique) -> None:
+        refined = await self.runner.model_step(
+            Step.REFINE,
+            R.REFINER,
+            ProductionActivities.refine_artifact,
+            lambda f: RefineInput(
+                **f,
+                task=self.request.task,
+                critique=critique,
+                workspace=self.workspace(),
+                committed_at=workflow.now(),
+                log=self.log(),
+            ),
+            AGENT_STEP,
+            f"iteration {self.state.iteration} · refine · {len(critique.issues)} issues",
+        )
+        self.accept_artifact(refined, EventName.REFINEMENT_DONE)
+
+    async def reflect(self) -> None:
+        """Step 10 runs for every run that got a workspace, stopped ones included."""
+        memory = self.memory
+        try:
+            reflected = await self.runner.model_step(
+                Step.REFLECT,
+                R.REFLECTOR,
+                ReflectionActivities.reflect_on_run,
+                lambda f: ReflectInput(
+                    **f,
+                    state=self.state,
+                    critic_verdict=memory.critic_verdict,
+                    subagents_invoked=[role.value for role in memory.calls],
+                    guidance=memory.guidance,
+                    workspace=self.workspace(),
+                    committed_at=workflow.now(),
+                    log=self.log(),
+                ),
+                MODEL_CALL,
+                "reflect and write insights",
+                step_events.reflected,
+                gated=False,
+            )
+        except (Finished, ActivityError) as err:
+            # A failed reflection must not cost the run its push.
+            payload = ev.FailedPayload(step=Step.REFLECT.value, error=str(err))
+            self.record.emit(EventName.FAILED, payload, status="error")
+            return
+        memory.commit = reflected.commit
+        self.record.saved(reflected.saved_seq)
+
+    async def close(self) -> None:
+        """Step 11: commit the run's record, push the run branch, verify the remote has it."""
+        self.record.set_step(Step.CLOSE)
+        state = self.state
+        final = state.model_copy(
+            update={"status": self.record.final_status(), "current_step": Step.DONE}
+        )
+        request = CloseInput(
+            run_id=state.run_id,
+            origin=state.origin,
+            branch=state.branch,
+            commit=self.memory.commit,
+            log=self.log(final),
+            committed_at=workflow.now(),
+        )
+        try:
+            closed = await self.runner.activity(
+                RepositoryActivities.close_run, request, GIT, f"push {state.branch}", gated=False
+            )
+        except ActivityError as err:
+            self.record.fail(f"push failed: {describe(err)}")
+            return
+        self.memory.commit = closed.commit
+        self.record.saved(closed.saved_seq)
+        self.record.emit(EventName.PUSHED, ev.PushedPayload(**closed.model_dump()))
+
+    def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
+        self.memory.commit = output.commit
+        self.memory.last_artifact = output
+        self.record.accept_artifact(output, event)
+        self.record.saved(output.saved_seq)
+
+    def workspace(self) -> GitLocation:
+        return GitLocation(origin=self.state.origin, commit=self.memory.commit)
+
+    def log(self, state: RunState | None = None) -> RunLog:
+        """The events git lacks, and the state for run.json, for a step that commits."""
+        return RunLog(state=state or self.state, events=self.memory.unsaved())

@@ -1,0 +1,165 @@
+"""What a person can do to a running loop, and the gate every step passes.
+
+Stop cancels in-flight work; pause and a custodiet BLOCK hold the run before its next step;
+approval releases an interactive run into its iterations. `LoopWorkflow` declares the
+handlers and delegates here, so the rules of steering read in one place. Used from inside
+the workflow only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.schemas.events import ApprovedPayload, Empty, EventName, NotePayload
+    from loopworks.schemas.loop import RunMemory
+    from loopworks.schemas.run import (
+        Approval,
+        BlockInfo,
+        Budget,
+        RunState,
+        RunStatus,
+        StopReason,
+        budget_exceeded,
+    )
+    from loopworks.workflows.record import RunRecord
+
+
+class Stopped(Exception):
+    """A user asked the run to stop; in-flight work has been cancelled."""
+
+
+class Finished(Exception):
+    """The loop reached a stop condition."""
+
+    def __init__(self, reason: StopReason, message: str = "") -> None:
+        super().__init__(message or reason.value)
+        self.reason = reason
+        self.message = message
+
+
+class Steering:
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+        self.stop_requested = False
+        self.stop_note = ""
+        # Reflecting and pushing are how a stop ends; once they start, stop is a no-op.
+        self.finalizing = False
+        self.inflight: set[workflow.ActivityHandle[Any]] = set()
+
+    @property
+    def memory(self) -> RunMemory:
+        return self.record.memory
+
+    @property
+    def state(self) -> RunState:
+        return self.record.state
+
+    # --- handlers ----------------------------------------------------------------------
+
+    def stop(self, reason: str | None) -> None:
+        if self.stop_requested or self.finalizing or self.state.status.is_terminal:
+            return
+        self.stop_requested = True
+        self.stop_note = reason or ""
+        for handle in list(self.inflight):
+            handle.cancel()
+
+    def clear_block(self, note: str) -> RunState:
+        self.state.blocked = False
+        self.state.block = self.state.block.model_copy(
+            update={"blocked": False, "cleared_note": note}
+        )
+        self.memory.operator_note = note
+        self.record.set_status(RunStatus.PAUSED if self.memory.paused else RunStatus.RUNNING)
+        self.record.emit(EventName.BLOCK_CLEARED, NotePayload(note=note))
+        return self.state
+
+    def check_clear_block(self) -> None:
+        if not self.state.blocked:
+            raise ValueError(f"run is not blocked (status {self.state.status.value})")
+
+    def pause(self) -> RunState:
+        """Seed 002's pause: the current step finishes, then the run waits."""
+        self.memory.paused = True
+        self.record.emit(EventName.PAUSED, Empty())
+        return self.state
+
+    def check_pause(self) -> None:
+        if self.memory.paused or self.stop_requested or self.state.status.is_terminal:
+            raise ValueError(f"run cannot be paused (status {self.state.status.value})")
+
+    def resume(self) -> RunState:
+        self.memory.paused = False
+        if self.state.status == RunStatus.PAUSED:
+            self.record.set_status(RunStatus.RUNNING)
+        self.record.emit(EventName.RESUMED, Empty())
+        return self.state
+
+    def check_resume(self) -> None:
+        if not self.memory.paused:
+            raise ValueError(f"run is not paused (status {self.state.status.value})")
+
+    def approve(self, approval: Approval) -> RunState:
+        """Interactive mode: confirm criteria and max iterations, possibly edited."""
+        edits: dict[str, Any] = {}
+        if approval.rules is not None:
+            self.state.rules = approval.rules
+            edits["rules"] = [rule.id for rule in approval.rules]
+        if approval.thresholds is not None:
+            self.state.thresholds = approval.thresholds
+            edits["thresholds"] = approval.thresholds.model_dump()
+        if approval.max_iterations is not None:
+            self.state.max_iterations = approval.max_iterations
+            edits["max_iterations"] = approval.max_iterations
+        if approval.note:
+            self.memory.operator_note = approval.note
+        self.memory.approved = True
+        self.record.emit(EventName.APPROVED, ApprovedPayload(edits=edits, note=approval.note))
+        return self.state
+
+    def check_approve(self) -> None:
+        if self.state.status != RunStatus.AWAITING_APPROVAL:
+            raise ValueError(f"run is not awaiting approval (status {self.state.status.value})")
+
+    # --- holds -------------------------------------------------------------------------
+
+    async def await_approval(self) -> None:
+        """Seed 001's explicit confirmation: nothing iterates until a person approves."""
+        self.record.set_status(RunStatus.AWAITING_APPROVAL)
+        await workflow.wait_condition(lambda: self.memory.approved or self.stop_requested)
+        if self.stop_requested:
+            raise Stopped()
+        self.record.set_status(RunStatus.RUNNING)
+
+    def block(self, reason: str) -> None:
+        """A custodiet BLOCK: the next gate holds the run until a person clears it."""
+        self.state.blocked = True
+        self.state.block = BlockInfo(blocked=True, reason=reason, count=self.state.block.count + 1)
+        self.record.set_status(RunStatus.BLOCKED)
+
+    async def gate(self, budget: Budget | None) -> None:
+        """Nothing runs while blocked or paused, or once over budget; a stop request wins
+        over everything."""
+        over = budget_exceeded(budget, self.state.usage)
+        if over:
+            raise Finished(StopReason.BUDGET_EXHAUSTED, over)
+        while not self.stop_requested and (self.state.blocked or self.memory.paused):
+            held = (self.state.blocked, self.memory.paused)
+            self.record.set_status(RunStatus.BLOCKED if self.state.blocked else RunStatus.PAUSED)
+            await workflow.wait_condition(functools.partial(self._hold_changed, held))
+        if self.stop_requested:
+            raise Stopped()
+        if self.state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
+            self.record.set_status(RunStatus.RUNNING)
+
+    def _hold_changed(self, held: tuple[bool, bool]) -> bool:
+        return self.stop_requested or (self.state.blocked, self.memory.paused) != held
+
+    def take_note(self) -> str | None:
+        """The operator's note goes to the next model step, once."""
+        note, self.memory.operator_note = self.memory.operator_note, None
+        return note

@@ -1,0 +1,111 @@
+"""What each model step announces: its typed event, built from the step's answer.
+
+Plain functions of an activity's output (no Temporal), so the payloads can be tested on
+their own; the step adapter (`workflows.steps`) emits what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from loopworks.schemas import events as ev
+from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.events import EventName, Payload
+from loopworks.schemas.rules import Rule
+from loopworks.schemas.steps import (
+    AuditOutput,
+    CritiqueOutput,
+    EvaluateGroupOutput,
+    HydrateOutput,
+    PlanOutput,
+    PrepareOutput,
+    QAOutput,
+    ReflectOutput,
+    ReviewOutput,
+)
+
+Announcement = tuple[EventName, Payload]
+
+
+def hydrated(round_: int) -> Callable[[HydrateOutput], Announcement]:
+    def announce(output: HydrateOutput) -> Announcement:
+        hydration = output.hydration
+        return EventName.HYDRATION_DONE, ev.HydrationPayload(
+            template=hydration.template,
+            plan=hydration.plan,
+            acceptance_criteria=hydration.acceptance_criteria,
+            rules=[rule.id for rule in hydration.rules],
+            round=round_,
+        )
+
+    return announce
+
+
+def reviewed(round_: int) -> Callable[[ReviewOutput], Announcement]:
+    def announce(output: ReviewOutput) -> Announcement:
+        review = output.review
+        return EventName.CRITIC_VERDICT, ev.CriticVerdictPayload(
+            verdict=review.verdict.value, issues=review.issues, round=round_
+        )
+
+    return announce
+
+
+def planned(output: PlanOutput) -> Announcement:
+    return EventName.PLAN_CREATED, ev.PlanPayload(**output.plan.model_dump())
+
+
+def prepared(rules: Sequence[Rule]) -> Callable[[PrepareOutput], Announcement]:
+    def announce(output: PrepareOutput) -> Announcement:
+        return EventName.CHECKS_PREPARED, ev.ChecksPreparedPayload(
+            checks=len(output.checks),
+            rules=[rule.id for rule in rules],
+            started_at=output.timing.started_at,
+            finished_at=output.timing.finished_at,
+        )
+
+    return announce
+
+
+def evaluated(evaluation: Evaluation, outputs: Sequence[EvaluateGroupOutput]) -> Payload:
+    return ev.EvaluationPayload(
+        score=evaluation.score,
+        passed=evaluation.passed,
+        threshold=evaluation.threshold,
+        failed=evaluation.failed_blockers,
+        warnings=evaluation.failed_warnings,
+        groups={
+            output.group.value: ev.GroupTiming(
+                checks=len(output.results),
+                started_at=output.timing.started_at,
+                finished_at=output.timing.finished_at,
+            )
+            for output in outputs
+        },
+    )
+
+
+def audited(output: AuditOutput) -> Announcement:
+    audit = output.audit
+    return EventName.AUDIT_VERDICT, ev.AuditPayload(
+        verdict=audit.verdict.value, reason=audit.reason, violations=audit.violations
+    )
+
+
+def verified(output: QAOutput) -> Announcement:
+    report = output.report
+    return EventName.QA_VERDICT, ev.QAPayload(
+        verdict=report.verdict.value, issues=report.issues, summary=report.summary
+    )
+
+
+def critiqued(output: CritiqueOutput) -> Announcement:
+    return EventName.CRITIQUE_DONE, ev.CritiquePayload(issues=output.critique.issues)
+
+
+def reflected(output: ReflectOutput) -> Announcement:
+    return EventName.REFLECTION_DONE, ev.ReflectionPayload(
+        reflection=output.reflection.model_dump(mode="json"),
+        outcome=output.insights.outcome,
+        commit=output.commit,
+    )

@@ -1,0 +1,143 @@
+"""The step adapter: how the loop runs an activity, and a model step under its policy.
+
+Every model step has one shape: mark the run's current step, pass the gate, run the
+activity with the fields every model call carries (`ModelStep`), turn seed 001's
+"invalid output twice" into a phase error, count the answer's usage and repairs, and
+emit the step's typed event. `StepRunner.model_step` is that shape, once. Used from
+inside the workflow only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.schemas.events import EventName, Payload, PhaseErrorPayload
+    from loopworks.schemas.roles import Role
+    from loopworks.schemas.run import Budget, Step, StopReason
+    from loopworks.schemas.steps import INVALID_OUTPUT, ModelOutput, ModelStep
+    from loopworks.workflows.policies import StepPolicy
+    from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.steering import Finished, Steering, Stopped
+
+T = TypeVar("T")
+Output = TypeVar("Output", bound=ModelOutput)
+
+# What a model step announces once its answer is in: an event, or nothing.
+Announce = Callable[[Output], tuple[EventName, Payload] | None]
+
+
+class InvalidOutput(Exception):
+    pass
+
+
+class StepRunner:
+    def __init__(self, record: RunRecord, steering: Steering, budget: Budget | None) -> None:
+        self.record = record
+        self.steering = steering
+        self.budget = budget
+
+    def fields(self, role: Role) -> dict[str, Any]:
+        """The `ModelStep` fields of the role's next call; counting it here, in the
+        workflow, makes an activity retry repeat the call and a new step make a new one."""
+        memory = self.record.memory
+        memory.calls[role] = memory.calls.get(role, 0) + 1
+        return {
+            "run_id": memory.state.run_id,
+            "iteration": memory.state.iteration,
+            "phase": memory.state.phase,
+            "call_index": memory.calls[role],
+            "operator_note": self.steering.take_note(),
+        }
+
+    async def model_step(
+        self,
+        step: Step,
+        role: Role,
+        method: Callable[[Any, Any], Awaitable[Output]],
+        build: Callable[[dict[str, Any]], ModelStep],
+        policy: StepPolicy,
+        summary: str,
+        announce: Announce[Output] | None = None,
+        *,
+        set_step: bool = True,
+        gated: bool = True,
+    ) -> Output:
+        """Run one model step: `build` turns the call's fields into the activity's input."""
+        if set_step:
+            self.record.set_step(step)
+        try:
+            output = await self.activity(
+                method, build(self.fields(role)), policy, summary, gated=gated
+            )
+        except InvalidOutput as err:
+            # The repair inside the step was seed 001's one retry: this is the second miss.
+            payload = PhaseErrorPayload(step=step.value, error=str(err))
+            self.record.emit(EventName.PHASE_ERROR, payload, status="error")
+            raise Finished(
+                StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice"
+            ) from err
+        self.record.add_output(output)
+        event = announce(output) if announce else None
+        if event is not None:
+            self.record.emit(*event)
+        return output
+
+    async def activity(
+        self,
+        method: Callable[..., Awaitable[T]],
+        arg: Any,
+        policy: StepPolicy,
+        summary: str,
+        gated: bool = True,
+    ) -> T:
+        """Run one activity, unless the run is stopping; a stop cancels it mid-flight."""
+        if gated:
+            await self.steering.gate(self.budget)
+        handle = workflow.start_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=policy.start_to_close,
+            heartbeat_timeout=policy.heartbeat,
+            retry_policy=policy.retry,
+            # Wait for the activity to acknowledge: close then reuses its workspace.
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
+        inflight = self.steering.inflight
+        inflight.add(handle)
+        try:
+            return await handle
+        except (ActivityError, asyncio.CancelledError) as err:
+            if gated and self.steering.stop_requested:
+                raise Stopped() from err
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ApplicationError) and cause.type == INVALID_OUTPUT:
+                raise InvalidOutput(cause.message) from err
+            raise
+        finally:
+            inflight.discard(handle)
+
+
+async def gather_all(*awaitables: Awaitable[Any]) -> list[Any]:
+    """Like gather, but every branch finishes before an error propagates, so a stop never
+    leaves a sibling activity running behind the workflow's back."""
+    results = await asyncio.gather(*awaitables, return_exceptions=True)
+    for priority in (Stopped, Finished, BaseException):
+        for result in results:
+            if isinstance(result, priority):
+                raise result
+    return list(results)
+
+
+def describe(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, ApplicationError | CancelledError):
+        return cause.message
+    return str(cause or err)
