@@ -115,8 +115,8 @@ class RunRecord:
             self.emit(EventName.OUTPUT_REPAIRED, RepairedPayload(repairs=repairs))
 
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
-        """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads)."""
-        self.add_output(output)
+        """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads); the
+        step adapter has counted its usage."""
         self.state.artifact_commit = output.commit
         fields: dict[str, Any] = {
             "commit": output.commit,

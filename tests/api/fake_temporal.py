@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from loopworks.schemas.events import Event, EventName
+from loopworks.schemas.events import EVENT, Event, EventName
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunState, Thresholds
 
@@ -29,15 +29,18 @@ def run_state(run_id: str) -> RunState:
     )
 
 
-def event(run_id: str, seq: int, name: EventName = EventName.PLAN_CREATED) -> Event:
-    return Event(
-        seq=seq,
-        ts="2025-01-01T00:00:00+00:00",
-        run_id=run_id,
-        iteration=1,
-        phase=Phase.A,
-        step="PLAN",
-        event=name,
+def event(run_id: str, seq: int, name: EventName = EventName.PAUSED) -> Event:
+    """An event whose payload has no required fields (paused, resumed) unless given one."""
+    return EVENT.validate_python(
+        {
+            "seq": seq,
+            "ts": "2025-01-01T00:00:00+00:00",
+            "run_id": run_id,
+            "iteration": 1,
+            "phase": Phase.A,
+            "step": "PLAN",
+            "event": name,
+        }
     )
 
 

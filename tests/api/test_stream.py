@@ -14,7 +14,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from loopworks.api import stream
 from loopworks.api.errors import RunNotFound, StateUnavailable
 from loopworks.api.main import create_app
-from loopworks.schemas.events import Event, EventName
+from loopworks.schemas.events import BlockCleared, Event, EventName, NotePayload
+from loopworks.schemas.rules import Phase
 from loopworks.schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient, event
 
@@ -65,7 +66,7 @@ async def collect(source: Any, after: int = 0, **options: Any) -> list[dict[str,
     return parse(b"".join(chunks))
 
 
-def events(*seqs: int, name: EventName = EventName.PLAN_CREATED) -> list[Event]:
+def events(*seqs: int, name: EventName = EventName.PAUSED) -> list[Event]:
     return [event(RUN, seq, name) for seq in seqs]
 
 
@@ -77,7 +78,7 @@ async def test_events_in_order_with_ids_then_end() -> None:
     assert [f["id"] for f in sent] == ["1", "2", "3", "4", "5"]
     for frame in sent:
         data = json.loads(frame["data"])
-        assert frame["event"] == data["event"] == "plan_created"
+        assert frame["event"] == data["event"] == "paused"
         assert str(data["seq"]) == frame["id"]
     assert frames[-1]["event"] == stream.END_EVENT
     assert json.loads(frames[-1]["data"]) == {"run_id": RUN, "last_event_id": 5}
@@ -131,9 +132,17 @@ async def test_a_vanished_run_ends_with_an_error_event() -> None:
 
 
 def test_event_data_is_one_line() -> None:
-    multiline = event(RUN, 7).model_copy(update={"payload": {"text": "a\nb\r\nc"}})
+    multiline = BlockCleared(
+        seq=7,
+        ts="2025-01-01T00:00:00+00:00",
+        run_id=RUN,
+        iteration=1,
+        phase=Phase.A,
+        step="AUDIT",
+        payload=NotePayload(note="a\nb\r\nc"),
+    )
     frames = parse(stream.encode(multiline))
-    assert frames == [{"event": "plan_created", "data": multiline.model_dump_json(), "id": "7"}]
+    assert frames == [{"event": "block_cleared", "data": multiline.model_dump_json(), "id": "7"}]
 
 
 # --- the route -----------------------------------------------------------------------

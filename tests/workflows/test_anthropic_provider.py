@@ -232,7 +232,7 @@ async def test_a_bad_key_fails_the_run_fast_with_an_actionable_message(
     assert state.status == RunStatus.FAILED
     assert state.stop.message.startswith("authentication failed: check ANTHROPIC_API_KEY")
     failed = next(e for e in events if e.event.value == "failed")
-    assert failed.payload["error"].startswith("authentication failed: check ANTHROPIC_API_KEY")
+    assert failed.payload.error.startswith("authentication failed: check ANTHROPIC_API_KEY")
     # Not retried: one attempt, one request; the failed run still pushed its branch.
     assert [h["attempt"] for h in hydrating] == [1]
     assert len(api.requests_for(Role.HYDRATOR)) == 1
@@ -254,10 +254,10 @@ async def test_a_truncated_answer_twice_is_a_phase_error(
     assert state.status == RunStatus.FAILED
     assert state.stop_reason == StopReason.PHASE_ERROR
     [error_event] = [e for e in events if e.event.value == "phase_error"]
-    assert error_event.payload["step"] == "PLAN"
+    assert error_event.payload.step == "PLAN"
     assert "attempt" not in error_event.payload
-    assert "planner answered with invalid output" in error_event.payload["error"]
-    assert "steps" in error_event.payload["error"]  # what the cut-off answer lacked
+    assert "planner answered with invalid output" in error_event.payload.error
+    assert "steps" in error_event.payload.error  # what the cut-off answer lacked
     assert "output_repaired" not in names(events)
     # The repair was the one retry: one activity attempt, two requests (the second carried
     # the first answer's errors); Temporal does not retry invalid output.
@@ -280,7 +280,7 @@ async def test_a_truncated_answer_once_recovers(harness: LoopHarness, api: FakeM
     assert "phase_error" not in names(events)
     [repaired] = [e for e in events if e.event.value == "output_repaired"]
     assert repaired.step == "PLAN"
-    [feedback] = repaired.payload["repairs"]
+    [feedback] = repaired.payload.repairs
     assert "steps" in feedback and "Field required" in feedback
     # Both requests of the repaired call are counted.
     assert state.usage.calls == len(api.requests)

@@ -105,7 +105,7 @@ async def test_two_invalid_answers_are_a_phase_error(
         events = await harness.events(handle)
 
     assert state.stop_reason is not None and state.stop_reason.value == "phase_error"
-    assert [e.payload["step"] for e in events if e.event.value == "phase_error"] == ["HYDRATE"]
+    assert [e.payload.step for e in events if e.event.value == "phase_error"] == ["HYDRATE"]
     hydrations = [
         r
         for r in api.forced_requests()
@@ -126,7 +126,7 @@ async def test_an_agent_that_forgets_the_artifact_is_reminded_once(
 
     assert "phase_error" not in names(events)
     [nudged] = [e for e in events if e.event.value == "output_repaired"]
-    assert "artifact.md" in nudged.payload["repairs"][0]
+    assert "artifact.md" in nudged.payload.repairs[0]
     assert TASK in remote_file(harness.origin, f"loops/{state.run_id}", "artifact.md")
 
 
@@ -165,4 +165,4 @@ async def test_the_judged_checks_of_a_group_are_one_model_call(
     # Three questions, one request per evaluation (phase A, then B on the same artifact).
     assert len(judged) == len(evaluations) >= 1
     assert all(check["question"] in str(r.messages) for r in judged for check in JUDGE_CHECKS)
-    assert evaluations[0].payload["groups"]["judge"]["checks"] == len(JUDGE_CHECKS)
+    assert evaluations[0].payload.groups["judge"].checks == len(JUDGE_CHECKS)

@@ -10,6 +10,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
+from loopworks.schemas.events import ArtifactCreated, ChecksPrepared, EvaluationDone, Timed
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names
@@ -67,12 +68,12 @@ async def test_fails_first_iteration_then_passes_after_refinement(harness: LoopH
     flow = names(events)
     assert flow.index("critique_done") < flow.index("refinement_done")
     assert flow.index("refinement_done") < flow.index("iteration_advanced")
-    scores = [e.payload["score"] for e in events if e.event.value == "evaluation_done"]
+    scores = [e.payload.score for e in events if e.event.value == "evaluation_done"]
     first, last = scores[0], scores[-1]
     assert first == 0.5 and last == 1.0
     refinement = next(e for e in events if e.event.value == "refinement_done")
-    assert refinement.payload["previous_artifact_hash"]
-    assert refinement.payload["hash"] != refinement.payload["previous_artifact_hash"]
+    assert refinement.payload.previous_artifact_hash
+    assert refinement.payload.hash != refinement.payload.previous_artifact_hash
     assert flow[-1] == "pushed"
     artifact = remote_file(harness.origin, state.branch, "artifact.md")
     assert "## Tests" in artifact
@@ -129,11 +130,11 @@ async def test_critic_revise_then_proceed_rehydrates_with_feedback(harness: Loop
         state = (await handle.result()).state
         events = await harness.events(handle)
 
-    verdicts = [e.payload["verdict"] for e in events if e.event.value == "critic_verdict"]
+    verdicts = [e.payload.verdict for e in events if e.event.value == "critic_verdict"]
     assert verdicts == ["REVISE", "PROCEED"]
     hydrations = [e for e in events if e.event.value == "hydration_done"]
     assert len(hydrations) == 2
-    assert any("no rollback plan" in step for step in hydrations[1].payload["plan"])
+    assert any("no rollback plan" in step for step in hydrations[1].payload.plan)
     assert state.status == RunStatus.COMPLETED
 
 
@@ -238,8 +239,8 @@ async def test_invalid_output_twice_fails_with_phase_error(harness: LoopHarness)
     assert state.stop_reason == StopReason.PHASE_ERROR
     errors = [e for e in events if e.event.value == "phase_error"]
     assert len(errors) == 1
-    assert errors[0].payload["step"] == "PLAN"
-    assert "invalid" in errors[0].payload["error"]
+    assert errors[0].payload.step == "PLAN"
+    assert "invalid" in errors[0].payload.error
     assert "failed" in names(events)
 
 
@@ -254,14 +255,14 @@ async def test_invalid_output_once_is_repaired(harness: LoopHarness) -> None:
     repairs = [e for e in events if e.event.value == "output_repaired"]
     assert len(repairs) == 1 and repairs[0].step == "PLAN"
     # The feedback the planner was sent names what was wrong with its first answer.
-    assert "json" in repairs[0].payload["repairs"][0].lower()
+    assert "json" in repairs[0].payload.repairs[0].lower()
     plans = [e for e in events if e.event.value == "plan_created"]
-    assert plans[0].payload["focus"] == "a first draft"
+    assert plans[0].payload.focus == "a first draft"
     assert state.status == RunStatus.COMPLETED
 
 
-def _overlap(a: dict[str, Any], b: dict[str, Any]) -> float:
-    return min(a["finished_at"], b["finished_at"]) - max(a["started_at"], b["started_at"])
+def _overlap(a: Timed, b: Timed) -> float:
+    return min(a.finished_at, b.finished_at) - max(a.started_at, b.started_at)
 
 
 async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
@@ -282,10 +283,10 @@ async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
         await handle.result()
         events = await harness.events(handle)
 
-    produced = next(e.payload for e in events if e.event.value == "artifact_created")
-    prepared = next(e.payload for e in events if e.event.value == "checks_prepared")
+    produced = next(e.payload for e in events if isinstance(e, ArtifactCreated))
+    prepared = next(e.payload for e in events if isinstance(e, ChecksPrepared))
     assert _overlap(produced, prepared) > 0.3
-    groups = next(e.payload["groups"] for e in events if e.event.value == "evaluation_done")
+    groups = next(e.payload.groups for e in events if isinstance(e, EvaluationDone))
     assert set(groups) == {"exec", "content", "judge"}
     assert _overlap(groups["exec"], groups["judge"]) > 0.3
 

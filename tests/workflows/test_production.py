@@ -65,8 +65,8 @@ async def test_each_step_commits_its_trajectory_and_changed_names_only_the_work(
     ]
     # The first draft and the refinement changed the artifact; iteration 2's producer kept it
     # as it was. The trajectory, committed alongside, is never counted as a change.
-    assert [a["changed"] for a in artifacts] == [["artifact.md"], ["artifact.md"], ["none"]]
-    assert artifacts[2]["hash"] == artifacts[1]["hash"]
+    assert [a.changed for a in artifacts] == [["artifact.md"], ["artifact.md"], ["none"]]
+    assert artifacts[2].hash == artifacts[1].hash
 
 
 async def test_a_producer_that_forgets_the_artifact_is_reminded_and_succeeds(
@@ -86,7 +86,7 @@ async def test_a_producer_that_forgets_the_artifact_is_reminded_and_succeeds(
     flow = names(events)
     assert flow.index("output_repaired") < flow.index("artifact_created")
     [repaired] = [e for e in events if e.event.value == "output_repaired"]
-    [reminder] = repaired.payload["repairs"]
+    [reminder] = repaired.payload.repairs
     assert "artifact.md" in reminder
     records = from_jsonl(
         remote_file(harness.origin, state.branch, f"{TRAJECTORY}/01-produce.jsonl")
@@ -124,9 +124,9 @@ async def test_a_producer_that_never_writes_the_artifact_is_a_phase_error(
     assert state.status == RunStatus.FAILED
     assert state.stop_reason == StopReason.PHASE_ERROR
     [error] = [e for e in events if e.event.value == "phase_error"]
-    assert error.payload["step"] == "PRODUCE_PREPARE"  # produce and prepare run together
-    assert "attempt" not in error.payload
-    assert error.payload["error"].endswith(
+    assert error.payload.step == "PRODUCE_PREPARE"  # produce and prepare run together
+    assert "attempt" not in error.payload.model_dump()
+    assert error.payload.error.endswith(
         "producer answered with invalid output: it ended without writing artifact.md, "
         "even when reminded"
     )
