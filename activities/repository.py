@@ -50,6 +50,8 @@ class RepositoryActivities:
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at
             )
+            # Live readers find the run's record at its work ref until the branch is pushed.
+            await asyncio.to_thread(workspaces.publish, workdir, request.run_id, commit)
         remote = await asyncio.to_thread(workspaces.push_branch, workdir, request.branch, commit)
         return CloseOutput(
             branch=request.branch,

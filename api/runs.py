@@ -1,8 +1,9 @@
 """Reading and steering one run through its workflow handle.
 
-A completed run's state and events are its workflow result, read from history, so they
-answer even when no worker is polling; any other run answers the `status` and `events`
-queries (a worker replays it).
+A completed run's state and latest events are its workflow result, read from history,
+so they answer even when no worker is polling; any other run answers the `status` and
+`events` queries (a worker replays it). Events older than the workflow's tail come from
+the run's history.jsonl in git (`api.history`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from loopworks.api import history
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import (
     ApiError,
@@ -30,6 +32,7 @@ from loopworks.api.errors import (
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunState
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.git import GitWorkspaces
 
 WORKFLOW_TYPE = "LoopWorkflow"
 # A query waits for a worker to answer; past this the caller learns no worker did.
@@ -75,20 +78,26 @@ async def read_state(
 
 
 async def read_events(
-    handle: LoopHandle, after: int, description: WorkflowExecutionDescription | None = None
+    handle: LoopHandle,
+    after: int,
+    workspaces: GitWorkspaces,
+    description: WorkflowExecutionDescription | None = None,
 ) -> list[Event]:
     description = description or await describe(handle)  # a 404 when it is no run of ours
     if description.status == WorkflowExecutionStatus.COMPLETED:
-        # A finished run's result carries its whole history.jsonl: no worker needed.
+        # A finished run's result carries its latest events: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-        if result.log or not result.events:  # runs finished before results carried it
-            return [event for event in result.log if event.seq > after]
+        return await history.with_history(result.log, after, result.state, workspaces, True)
     try:
-        return await handle.query(LoopWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT)
+        tail = await handle.query(LoopWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT)
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         if isinstance(err, RPCError) and _not_found(err):
             raise RunNotFound(handle.id) from err
         raise _unanswered(handle, description, "events", err) from err
+    if not history.has_gap(tail, after):
+        return tail
+    state = await read_state(handle, description)
+    return await history.with_history(tail, after, state, workspaces, is_closed(description))
 
 
 def _unanswered(

@@ -32,6 +32,7 @@ from loopworks.api import runs
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import RunNotFound, StateUnavailable, TemporalUnavailable
 from loopworks.schemas.events import Event
+from loopworks.workspace.git import GitWorkspaces
 
 log = logging.getLogger("loopworks.api")
 
@@ -58,14 +59,15 @@ class EventSource(Protocol):
 class RunEvents:
     """One run's events and whether it has closed, through its workflow handle."""
 
-    def __init__(self, handle: LoopHandle) -> None:
+    def __init__(self, handle: LoopHandle, workspaces: GitWorkspaces) -> None:
         self._handle = handle
+        self._workspaces = workspaces
         # The callers ask closed() and then events(): one describe serves both.
         self._description: WorkflowExecutionDescription | None = None
 
     async def events(self, after: int) -> list[Event]:
         description, self._description = self._description, None
-        return await runs.read_events(self._handle, after, description)
+        return await runs.read_events(self._handle, after, self._workspaces, description)
 
     async def closed(self) -> bool:
         # Temporal's execution status, not the run's own: a run terminated from outside

@@ -412,6 +412,18 @@ class GitWorkspaces:
                 )
             return data.stdout.decode("utf-8", errors="replace")
 
+    def read_file_at_ref(self, origin: str, ref: str, path: str) -> str | None:
+        """Text of `path` where `ref` points on origin now; None without the ref or file."""
+        self._check_ref(ref)
+        with self._origin_git_dir(origin, commit=None) as git_dir:
+            found = self._git(
+                [f"--git-dir={git_dir}", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+                check=False,
+            )
+        if found.returncode != 0:
+            return None
+        return self.read_file(origin, found.stdout.strip(), path)
+
     def list_files(self, origin: str, commit: str, directory: str) -> list[str]:
         """Paths of the files under `directory` at `commit` on origin, recursively, sorted;
         empty when the commit has no such directory."""

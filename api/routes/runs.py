@@ -107,6 +107,7 @@ async def get_run(handle: RunHandle) -> RunState:
 )
 async def get_events(
     handle: RunHandle,
+    workspaces: WorkspacesDep,
     after: Annotated[
         int, Query(ge=0, description="Only events with a higher seq (the first is 1)")
     ] = 0,
@@ -123,13 +124,13 @@ async def get_events(
     ] = None,
 ) -> list[Event] | Response:
     if not follow:
-        return await runs.read_events(handle, after)
+        return await runs.read_events(handle, after, workspaces)
     # A reconnecting EventSource repeats the original URL and adds the header, so the
     # header is the newer cursor.
     cursor = last_event_id if last_event_id is not None else after
     # Read once before answering: unknown runs are 404s and silent workers 503s here,
     # not a stream that breaks after its 200.
-    source = stream.RunEvents(handle)
+    source = stream.RunEvents(handle, workspaces)
     closed = await source.closed()
     first = await source.events(cursor)
     if closed and not any(event.seq > cursor for event in first):
