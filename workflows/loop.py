@@ -105,7 +105,7 @@ class LoopWorkflow:
         record, memory = self._record, self._memory
         record.sync_search_attributes()
         try:
-            if params.memory is None:
+            if memory.last_seq == 0:  # nothing happened yet: not a continued run
                 await self._start()
             # A new run goes on from iteration 1; a continued one where it left off.
             await self._iterate(memory.next_iteration)

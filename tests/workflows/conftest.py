@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -19,8 +20,10 @@ from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput, LoopResult
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.run_log import parse_history
 
 
 @dataclass
@@ -66,7 +69,24 @@ class LoopHarness:
         return await handle.query(LoopWorkflow.status)
 
     async def events(self, handle: WorkflowHandle[Any, Any]) -> list[Event]:
-        return await handle.query(LoopWorkflow.events)
+        """The whole history: the workflow's tail, after what git holds before it."""
+        tail = await handle.query(LoopWorkflow.events)
+        if not tail or tail[0].seq == 1:
+            return tail
+        state = await self.status(handle)
+        running = (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        ref = f"refs/loopworks/{state.run_id}" if running else state.branch
+        return [*self.history_in_git(ref)[: tail[0].seq - 1], *tail]
+
+    def history_in_git(self, ref: str) -> list[Event]:
+        """`.loops/history.jsonl` at `ref` on the origin."""
+        shown = subprocess.run(
+            ["git", "--git-dir", str(self.origin), "show", f"{ref}:{HISTORY_PATH}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return parse_history(shown.stdout)
 
     async def scheduled_activities(self, handle: WorkflowHandle[Any, Any]) -> list[str]:
         history = await handle.fetch_history()

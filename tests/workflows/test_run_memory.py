@@ -1,0 +1,192 @@
+"""The run's memory is one model carried whole through continue-as-new, and its events
+live in git: the workflow's payloads stay small however long the run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.worker import Worker
+
+from loopworks.llm.offline import OfflineModels
+from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
+from loopworks.schemas.run import RunRequest, StopReason
+from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import RUN_STATE_PATH
+from loopworks.worker.build import activities_of, build_deps
+from loopworks.workflows.loop import LoopWorkflow
+from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_control import IMPOSSIBLE_RULE, TITLE_RULE
+
+PAYLOAD_LIMIT = 64 * 1024
+# Passes on odd iterations only (evaluation sees 2k-1 trajectory files at iteration k), so
+# the score moves every iteration and the run never stagnates: with IMPOSSIBLE_RULE it
+# fails until its iteration limit.
+ALTERNATING_RULE = {
+    "id": "alternating",
+    "description": "Holds on odd iterations",
+    "severity": "fail",
+    "check": {
+        "kind": "command",
+        "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+    },
+}
+
+
+class ProbeMemory(RunMemory):
+    """The run's memory with one field more, as a later change would add it."""
+
+    probe: str = ""
+
+
+class ProbeInput(LoopInput):
+    memory: ProbeMemory | None = None
+
+
+@workflow.defn(name="ProbeLoop", sandboxed=False)
+class ProbeLoop(LoopWorkflow):
+    """LoopWorkflow, unchanged but for the input type that names the wider memory."""
+
+    @workflow.init
+    def __init__(self, params: ProbeInput) -> None:
+        super().__init__(params)
+
+    @workflow.run
+    async def run(self, params: ProbeInput) -> LoopResult:
+        return await super().run(params)
+
+
+async def test_a_field_added_to_the_memory_survives_continue_as_new(
+    harness: LoopHarness,
+) -> None:
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    params = ProbeInput(
+        run_id="probe-1",
+        alias="probe",
+        request=RunRequest(
+            task="Write a guide",
+            rules=[TITLE_RULE, IMPOSSIBLE_RULE],
+            max_iterations=3,
+            audit_probability=0.0,
+        ),
+        created_at="2026-01-01T00:00:00+00:00",
+        continue_as_new_after_events=20,
+    )
+    first = params.first_memory()
+    params.memory = ProbeMemory(**first.model_dump(), probe="carried")
+    deps = build_deps(settings, OfflineModels())
+    async with Worker(
+        harness.env.client,
+        task_queue=harness.task_queue,
+        workflows=[ProbeLoop],
+        activities=activities_of(deps),
+        activity_executor=ThreadPoolExecutor(max_workers=4),
+    ):
+        handle = await harness.env.client.start_workflow(
+            ProbeLoop.run, params, id=params.run_id, task_queue=harness.task_queue
+        )
+        result = await handle.result()
+        histories = await _all_histories(harness.env.client, handle)
+
+    assert result.state.stop_reason == StopReason.ITERATION_LIMIT
+    continued = _continue_as_new_inputs(histories)
+    assert len(continued) == 2
+    for carried in continued:
+        assert carried["memory"]["probe"] == "carried"
+        assert carried["memory"]["generation"] >= 2
+
+
+async def test_twenty_iterations_carry_small_payloads_and_keep_the_whole_log_in_git(
+    harness: LoopHarness,
+) -> None:
+    async with harness.worker():
+        handle = await harness.start(
+            task="Write a guide",
+            rules=[TITLE_RULE, IMPOSSIBLE_RULE, ALTERNATING_RULE],
+            max_iterations=20,
+            continue_as_new_after_events=60,
+        )
+        result = await handle.result()
+        histories = await _all_histories(harness.env.client, handle)
+        events = await harness.events(handle)
+
+    state = result.state
+    assert state.stop_reason == StopReason.ITERATION_LIMIT and state.iteration == 20
+    assert len(_continue_as_new_inputs(histories)) >= 5
+    largest = max(_payload_sizes(histories))
+    assert largest < PAYLOAD_LIMIT, f"largest payload {largest} bytes"
+    # The workflow keeps a bounded tail; the result carries no more than that.
+    assert len(result.log) < result.events
+
+    # The branch holds every event but the last (`pushed`, which follows the push).
+    logged = harness.history_in_git(state.branch)
+    assert [e.seq for e in logged] == list(range(1, result.events))
+    assert names(events) == [*names(logged), "pushed"]
+    assert names(logged).count("evaluation_done") == 20
+    run_json = json.loads(_show(harness, state.branch, RUN_STATE_PATH))
+    assert run_json["status"] == "stopped" and run_json["current_step"] == "DONE"
+
+
+# --- reading histories --------------------------------------------------------------
+
+
+async def _all_histories(
+    client: Client, handle: WorkflowHandle[Any, Any]
+) -> list[WorkflowHistory]:
+    """Every execution of the run, latest first, following continue-as-new backwards."""
+    histories = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        histories.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return histories
+        run_id = started.continued_execution_run_id
+
+
+def _payloads(history: Any) -> list[bytes]:
+    found: list[bytes] = []
+
+    def walk(message: Any) -> None:
+        for field, value in message.ListFields():
+            if field.message_type is None:
+                continue
+            # A repeated field's value is a container of messages; a singular one is one.
+            items = [value] if hasattr(value, "ListFields") else list(value)
+            for item in items:
+                if field.message_type.full_name == "temporal.api.common.v1.Payload":
+                    found.append(item.data)
+                elif hasattr(item, "ListFields"):
+                    walk(item)
+
+    for event in history.events:
+        walk(event)
+    return found
+
+
+def _payload_sizes(histories: list[Any]) -> list[int]:
+    return [len(data) for history in histories for data in _payloads(history)]
+
+
+def _continue_as_new_inputs(histories: list[Any]) -> list[dict[str, Any]]:
+    inputs = []
+    for history in histories:
+        for event in history.events:
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                attributes = event.workflow_execution_continued_as_new_event_attributes
+                inputs.append(json.loads(attributes.input.payloads[0].data))
+    return inputs
+
+
+def _show(harness: LoopHarness, ref: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(harness.origin), "show", f"{ref}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
