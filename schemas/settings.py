@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     temporal_address: str = Field(default="127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
     task_queue: str = Field(default="loopworks", alias="LOOPS_TASK_QUEUE")
+    # How long a run's next task (or a query) waits for the worker that has it cached
+    # before any worker may take it. Temporal's default, 10 s, is how long a live run stays
+    # unreadable after its worker dies; a lower value costs a busy worker a replay now and
+    # then (histories are short: runs continue-as-new).
+    sticky_timeout_seconds: float = Field(default=1.0, gt=0, alias="LOOPS_STICKY_TIMEOUT_S")
     data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")

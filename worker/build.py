@@ -89,6 +89,7 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.
         graceful_shutdown_timeout=timedelta(seconds=30),
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_seconds),
         # Cancellation reaches an activity only with a heartbeat's reply: send them
         # often, so a stop ends a long model call in about a second.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
