@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, now
+from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, heartbeating, now
 from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
@@ -135,9 +135,11 @@ class ProductionActivities:
         deps = self.deps
         agent, call = deps.for_role(role, step, context)
         with deps.model_span("agent", role, step, call.model) as span:
-            outcome = await run_agent(
-                deps.models, call, agent.prompt, workdir, deps.settings.agent_max_turns, verb
-            )
+            # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
+            async with heartbeating():
+                outcome = await run_agent(
+                    deps.models, call, agent.prompt, workdir, deps.settings.agent_max_turns, verb
+                )
             deps.price(call.model, outcome.usage, span)
             if outcome.limit_reached:
                 activity.logger.warning(

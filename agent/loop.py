@@ -32,7 +32,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import UsageLimits
 
-from loopworks.activities.deps import heartbeating
 from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import model_errors
@@ -138,12 +137,10 @@ async def run_agent(
     final_text = ""
     with capture_run_messages() as messages:
         try:
-            async with heartbeating():
-                with model_errors(call.role):
-                    result = await agent.run(
-                        user_prompt(call.context),
-                        usage_limits=UsageLimits(request_limit=max_turns),
-                    )
+            with model_errors(call.role):
+                result = await agent.run(
+                    user_prompt(call.context), usage_limits=UsageLimits(request_limit=max_turns)
+                )
             final_text = result.output
         except UsageLimitExceeded:
             limit_reached = True
