@@ -1,6 +1,6 @@
 """Benchmark: how fast one worker drives offline runs end to end, and what it costs.
 
-    .venv/bin/python scripts/bench.py [--runs 10] [--concurrency 5]
+    .venv/bin/python scripts/bench.py [--runs 10] [--concurrency 5] [--long-iterations 20]
 
 Runs on the Temporal dev server (real time: the time-skipping server would skip past
 activity timeouts under load) with a real worker, real git and the offline model, and
@@ -11,6 +11,10 @@ offline model's token counts are pydantic-ai's estimates (words of the messages,
 a request) and leave out what a real model also reads on every request: the agent's
 prompt and the tool schemas. The bench counts those apart, at about 4 characters a
 token, and counts each role's requests in this process.
+
+Payload figures: one long run, scripted to keep failing until its iteration limit and
+to continue-as-new every few iterations, shows the largest payload any of its histories
+holds (inputs, results, the memory continue-as-new carries) against Temporal's limits.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels
@@ -41,11 +46,26 @@ from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4
+
+# The long run's rules: a title it gets, a token it never writes, and a check that holds
+# on odd iterations only, so its score moves and it never stops for stagnation.
+FAILING_RULES = [
+    {"id": "has-title", "description": "A title", "severity": "fail",
+     "check": {"kind": "pattern", "pattern": "^# \\S"}},
+    {"id": "impossible", "description": "A token nobody writes", "severity": "fail",
+     "check": {"kind": "pattern", "pattern": "XYZZY-PLUGH"}},
+    {"id": "alternating", "description": "Holds on odd iterations", "severity": "fail",
+     "check": {"kind": "command",
+               "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1"}},
+]  # fmt: skip
+# Continue-as-new after this many history events: every few iterations of the long run.
+LONG_RUN_CONTINUE_AFTER = 200
 
 
 class CountingModels(OfflineModels):
@@ -123,7 +143,58 @@ async def one_run(env: WorkflowEnvironment, queue: str) -> RunFigures:
     )
 
 
-async def main(runs: int, concurrency: int) -> None:
+@dataclass
+class LongRunFigures:
+    iterations: int
+    executions: int
+    events: int
+    logged_events: int
+    largest_payload: int
+    largest_carry: int
+
+
+async def long_run(
+    env: WorkflowEnvironment, queue: str, iterations: int, origin: Path
+) -> LongRunFigures:
+    run_id = f"bench-long-{uuid.uuid4().hex[:8]}"
+    handle = await env.client.start_workflow(
+        LoopWorkflow.run,
+        LoopInput(
+            run_id=run_id,
+            alias="bench-long",
+            request=RunRequest(
+                task="Write a guide to caching",
+                rules=FAILING_RULES,
+                max_iterations=iterations,
+                audit_probability=0,
+            ),
+            created_at="2026-01-01T00:00:00+00:00",
+            continue_as_new_after_events=LONG_RUN_CONTINUE_AFTER,
+        ),
+        id=run_id,
+        task_queue=queue,
+    )
+    result = await handle.result()
+    histories = await executions(env.client, run_id)
+    carried = [
+        len(json.dumps(c, separators=(",", ":"))) for h in histories for c in continued_inputs(h)
+    ]
+    shown = await asyncio.create_subprocess_exec(
+        "git", "--git-dir", str(origin), "show", f"{result.state.branch}:{HISTORY_PATH}",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    logged, _ = await shown.communicate()
+    return LongRunFigures(
+        iterations=result.state.iteration,
+        executions=len(histories),
+        events=result.events,
+        logged_events=len(logged.splitlines()),
+        largest_payload=max(size for h in histories for size in payload_sizes(h)),
+        largest_carry=max(carried, default=0),
+    )
+
+
+async def main(runs: int, concurrency: int, long_iterations: int) -> None:
     models = CountingModels()
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
@@ -146,6 +217,10 @@ async def main(runs: int, concurrency: int) -> None:
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
                 total = time.perf_counter() - started
+                # The model figures are the short runs'; the long run only adds payloads.
+                counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
+                long = await long_run(env, queue, long_iterations, settings.default_origin)
+                models.requests, models.attempts, models.prompt_chars = counted
     finally:
         await env.shutdown()
 
@@ -181,11 +256,20 @@ async def main(runs: int, concurrency: int) -> None:
             print(f"  {role.value:<18} {requests:>8.1f}  {attempts:>13.1f}")
     requests, attempts = per_run(models.requests.total()), per_run(models.attempts.total())
     print(f"  {'all':<18} {requests:>8.1f}  {attempts:>13.1f}")
+    print()
+    print(
+        f"long run             {long.iterations} iterations, failing,"
+        f" {long.executions} executions"
+    )
+    print(f"events               {long.events} ({long.logged_events} in git's history.jsonl)")
+    print(f"largest payload      {long.largest_payload / 1024:.1f} KiB (any input or result)")
+    print(f"largest carry        {long.largest_carry / 1024:.1f} KiB (continue-as-new input)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument("--long-iterations", type=int, default=20)
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.concurrency))
+    asyncio.run(main(args.runs, args.concurrency, args.long_iterations))

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Worker
 
+from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
 from loopworks.llm.offline import OfflineModels
 from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
 from loopworks.schemas.run import RunRequest, StopReason
@@ -90,10 +89,10 @@ async def test_a_field_added_to_the_memory_survives_continue_as_new(
             ProbeLoop.run, params, id=params.run_id, task_queue=harness.task_queue
         )
         result = await handle.result()
-        histories = await _all_histories(harness.env.client, handle)
+        histories = await executions(harness.env.client, handle.id)
 
     assert result.state.stop_reason == StopReason.ITERATION_LIMIT
-    continued = _continue_as_new_inputs(histories)
+    continued = [carried for h in histories for carried in continued_inputs(h)]
     assert len(continued) == 2
     for carried in continued:
         assert carried["memory"]["probe"] == "carried"
@@ -111,13 +110,13 @@ async def test_twenty_iterations_carry_small_payloads_and_keep_the_whole_log_in_
             continue_as_new_after_events=60,
         )
         result = await handle.result()
-        histories = await _all_histories(harness.env.client, handle)
+        histories = await executions(harness.env.client, handle.id)
         events = await harness.events(handle)
 
     state = result.state
     assert state.stop_reason == StopReason.ITERATION_LIMIT and state.iteration == 20
-    assert len(_continue_as_new_inputs(histories)) >= 5
-    largest = max(_payload_sizes(histories))
+    assert sum(len(continued_inputs(h)) for h in histories) >= 5
+    largest = max(size for h in histories for size in payload_sizes(h))
     assert largest < PAYLOAD_LIMIT, f"largest payload {largest} bytes"
     # The workflow keeps a bounded tail; the result carries no more than that.
     assert len(result.log) < result.events
@@ -131,56 +130,7 @@ async def test_twenty_iterations_carry_small_payloads_and_keep_the_whole_log_in_
     assert run_json["status"] == "stopped" and run_json["current_step"] == "DONE"
 
 
-# --- reading histories --------------------------------------------------------------
-
-
-async def _all_histories(
-    client: Client, handle: WorkflowHandle[Any, Any]
-) -> list[WorkflowHistory]:
-    """Every execution of the run, latest first, following continue-as-new backwards."""
-    histories = []
-    run_id: str | None = None
-    while True:
-        history = await client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
-        histories.append(history)
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return histories
-        run_id = started.continued_execution_run_id
-
-
-def _payloads(history: Any) -> list[bytes]:
-    found: list[bytes] = []
-
-    def walk(message: Any) -> None:
-        for field, value in message.ListFields():
-            if field.message_type is None:
-                continue
-            # A repeated field's value is a container of messages; a singular one is one.
-            items = [value] if hasattr(value, "ListFields") else list(value)
-            for item in items:
-                if field.message_type.full_name == "temporal.api.common.v1.Payload":
-                    found.append(item.data)
-                elif hasattr(item, "ListFields"):
-                    walk(item)
-
-    for event in history.events:
-        walk(event)
-    return found
-
-
-def _payload_sizes(histories: list[Any]) -> list[int]:
-    return [len(data) for history in histories for data in _payloads(history)]
-
-
-def _continue_as_new_inputs(histories: list[Any]) -> list[dict[str, Any]]:
-    inputs = []
-    for history in histories:
-        for event in history.events:
-            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
-                attributes = event.workflow_execution_continued_as_new_event_attributes
-                inputs.append(json.loads(attributes.input.payloads[0].data))
-    return inputs
+# --- reading git --------------------------------------------------------------------
 
 
 def _show(harness: LoopHarness, ref: str, path: str) -> str:

@@ -1,0 +1,57 @@
+"""What a run's Temporal histories hold: every execution of a run (continue-as-new makes
+one more), and the size of each payload in them, for the benchmark and the tests that
+bound what a run carries."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.protobuf.message import Message
+from temporalio.client import Client, WorkflowHistory
+
+PAYLOAD = "temporal.api.common.v1.Payload"
+
+
+async def executions(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """Every execution of a workflow id's latest chain, latest first, following
+    continue-as-new backwards."""
+    histories = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        histories.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return histories
+        run_id = started.continued_execution_run_id
+
+
+def payload_sizes(history: WorkflowHistory) -> list[int]:
+    """The byte size of every payload in the history: inputs, results, details."""
+    sizes: list[int] = []
+
+    def walk(message: Message) -> None:
+        for field, value in message.ListFields():
+            if field.message_type is None:
+                continue
+            # A repeated field's value is a container of messages; a singular one is one.
+            for item in [value] if isinstance(value, Message) else list(value):
+                if field.message_type.full_name == PAYLOAD:
+                    sizes.append(len(item.data))
+                elif isinstance(item, Message):
+                    walk(item)
+
+    for event in history.events:
+        walk(event)
+    return sizes
+
+
+def continued_inputs(history: WorkflowHistory) -> list[dict[str, Any]]:
+    """The input each continue-as-new in the history handed the next execution."""
+    inputs = []
+    for event in history.events:
+        if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+            attributes = event.workflow_execution_continued_as_new_event_attributes
+            inputs.append(json.loads(attributes.input.payloads[0].data))
+    return inputs
