@@ -1,8 +1,11 @@
 """Workflow templates (seed 000) and agent definitions (seed 003) shipped with the service.
 
-Templates are markdown files with YAML front matter; agents are markdown files in
-seed 003's `# Title` / `## Description` / `## Prompt` / `## Tools` / `## Model`
-format. Nothing here reads a file at import time.
+Both are markdown files with YAML front matter, read by one loader (`_load`) on
+python-frontmatter and validated by the pydantic models below. A template's front matter
+holds its steps and its markdown is `body`; an agent's front matter holds `name`, `title`,
+`description`, `model` and `tools`, like Claude Code's subagents, and its markdown is the
+system prompt. The front-matter key `id` (templates) or `name` (agents) must match the file
+name. Nothing here reads a file at import time.
 
 Agent definitions quote the names the code relies on as `{{name}}` placeholders (the keys
 of `loopworks.llm.facts.prompt_facts()`); loading an agent fills them in, and a name the
@@ -16,16 +19,24 @@ import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from frontmatter.default_handlers import YAMLHandler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 AGENTS_DIR = Path(__file__).parent / "agents"
 
 TIERS: tuple[str, ...] = ("haiku", "sonnet", "opus")
-# Seed 003: "## Model (optional, defaults to "sonnet")".
+# Seed 003: the model is optional and defaults to "sonnet".
 DEFAULT_MODEL = "sonnet"
 
 FALLBACK_TEMPLATE = "minor-edit"
@@ -45,11 +56,9 @@ TEMPLATE_PREFERENCE: tuple[str, ...] = (
 
 _WIKILINK = re.compile(r"^\[\[([^\[\]\s]+)\]\]$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@-]*$")
-_HEADING = re.compile(r"^(#{1,2})\s+(.*?)\s*$")
-_FENCE = re.compile(r"^\s*(```|~~~)")
-_BULLET = re.compile(r"^\s*[-*+]\s+(.*?)\s*$")
-_AGENT_SECTIONS = ("description", "prompt", "tools", "model")
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
+# YAML only: python-frontmatter's own detection would also accept JSON or TOML front matter.
+_YAML = YAMLHandler()
 
 
 class CatalogError(ValueError):
@@ -91,8 +100,12 @@ class TemplateStep(BaseModel):
 
 class WorkflowTemplate(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # For `_load`: the key the file name must match, and the field the markdown fills.
+    KEY: ClassVar[str] = "id"
+    BODY: ClassVar[str] = "body"
 
     id: str = Field(min_length=1)
+    type: Literal["workflow"] = "workflow"
     title: str = Field(min_length=1)
     category: str = Field(min_length=1)
     dependencies: list[str] = Field(default_factory=list)
@@ -125,19 +138,62 @@ class WorkflowTemplate(BaseModel):
 
 
 class AgentDefinition(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    """An agent file: front matter like a Claude Code subagent's, the markdown is `prompt`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    KEY: ClassVar[str] = "name"
+    BODY: ClassVar[str] = "prompt"
 
     name: str = Field(min_length=1)
+    # Defaults to the name, so that a Claude Code subagent file (which has no title) loads.
     title: str = Field(min_length=1)
     description: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
+    # A YAML list, or Claude Code's comma-separated string ("Read, Grep").
     tools: list[str] = Field(default_factory=list)
+    # A tier (haiku, sonnet, opus; any case) or a concrete model id.
     model: str = DEFAULT_MODEL
+
+    @model_validator(mode="before")
+    @classmethod
+    def _title_defaults_to_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "title" not in data and "name" in data:
+            return {**data, "title": data["name"]}
+        return data
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _comma_separated_tools(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [tool.strip() for tool in value.split(",")]
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _no_empty_tool(cls, value: list[str]) -> list[str]:
+        if any(not tool.strip() for tool in value):
+            raise ValueError("tool names must not be empty")
+        return [tool.strip() for tool in value]
+
+    @field_validator("model")
+    @classmethod
+    def _tier_or_model_id(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() in TIERS:
+            return value.lower()
+        if not _MODEL_NAME.match(value):
+            raise ValueError(f"must be a tier ({', '.join(TIERS)}) or a model id, got {value!r}")
+        return value
 
     @property
     def tier(self) -> str | None:
         """The model tier, or None when the definition names a concrete model id."""
         return self.model if self.model in TIERS else None
+
+
+_Entry = TypeVar("_Entry", WorkflowTemplate, AgentDefinition)
+# The agent fields whose `{{name}}` placeholders are filled from the prompt facts.
+_AGENT_FILLED = ("description", "prompt")
 
 
 # --- templates -------------------------------------------------------------------
@@ -149,7 +205,7 @@ def load_templates(directory: Path | None = None) -> dict[str, WorkflowTemplate]
     templates: dict[str, WorkflowTemplate] = {}
     paths: dict[str, Path] = {}
     for path in _markdown_files(root):
-        template = _parse_template(path)
+        template = _load(path, WorkflowTemplate)
         templates[template.id] = template
         paths[template.id] = path
     for template_id, template in templates.items():
@@ -166,39 +222,6 @@ def load_templates(directory: Path | None = None) -> dict[str, WorkflowTemplate]
 def template_ids() -> frozenset[str]:
     """Ids of the packaged templates, read once per process."""
     return frozenset(load_templates())
-
-
-def _parse_template(path: Path) -> WorkflowTemplate:
-    front, body = _split_front_matter(path, _read(path))
-    kind = front.pop("type", "workflow")
-    if kind != "workflow":
-        raise CatalogError(path, f"front matter 'type' must be 'workflow', got {kind!r}")
-    if "body" in front:
-        raise CatalogError(path, "front matter must not define 'body' (the markdown is the body)")
-    try:
-        template = WorkflowTemplate.model_validate({**front, "body": body})
-    except ValidationError as exc:
-        raise CatalogError(path, f"invalid front matter: {_describe(exc)}") from exc
-    if template.id != path.stem:
-        raise CatalogError(path, f"id {template.id!r} does not match the file name {path.stem!r}")
-    return template
-
-
-def _split_front_matter(path: Path, text: str) -> tuple[dict[str, Any], str]:
-    lines = text.splitlines(keepends=True)
-    if not lines or lines[0].strip() != "---":
-        raise CatalogError(path, "no YAML front matter: the file must start with a '---' line")
-    closing = [index for index, line in enumerate(lines) if index and line.strip() == "---"]
-    if not closing:
-        raise CatalogError(path, "front matter is not closed by a '---' line")
-    end = closing[0]
-    try:
-        front = yaml.safe_load("".join(lines[1:end]))
-    except yaml.YAMLError as exc:
-        raise CatalogError(path, f"front matter is not valid YAML: {exc}") from exc
-    if not isinstance(front, dict):
-        raise CatalogError(path, "front matter must be a YAML mapping")
-    return front, "".join(lines[end + 1 :]).strip() + "\n"
 
 
 def choose_template(task: str, templates: Mapping[str, WorkflowTemplate]) -> str:
@@ -259,123 +282,82 @@ def load_agents(
 
         facts = prompt_facts()
     root = AGENTS_DIR if directory is None else directory
-    agents = {path.stem: _parse_agent(path, facts) for path in _markdown_files(root)}
-    if overrides is not None:
-        agents.update({path.stem: _parse_agent(path, facts) for path in _markdown_files(overrides)})
-    return agents
+    paths = [*_markdown_files(root), *(_markdown_files(overrides) if overrides else [])]
+    # Later files win: an override replaces the packaged agent of the same name.
+    return {path.stem: _load(path, AgentDefinition, _AGENT_FILLED, facts) for path in paths}
 
 
-def _parse_agent(path: Path, facts: Mapping[str, str]) -> AgentDefinition:
-    title: str | None = None
-    sections: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    in_fence = False
-    for number, line in enumerate(_read(path).splitlines(), start=1):
-        # A fenced block may show markdown (e.g. the reflection's "## Framework
-        # Reflection"); its headings belong to the prompt, not to the file's structure.
-        heading = None if in_fence else _HEADING.match(line)
-        if _FENCE.match(line):
-            in_fence = not in_fence
-        if heading and len(heading.group(1)) == 1:
-            if title is not None:
-                raise CatalogError(
-                    path, f"line {number}: a second '# ' heading; only the title may use '#'"
-                )
-            title = heading.group(2)
-            continue
-        if title is None:
-            if line.strip():
-                raise CatalogError(path, "must start with a '# Title' line")
-            continue
-        if heading:
-            name = heading.group(2).lower()
-            if name not in _AGENT_SECTIONS:
-                allowed = ", ".join(f"'## {s.title()}'" for s in _AGENT_SECTIONS)
-                problem = f"unknown section '## {heading.group(2)}' (allowed: {allowed})"
-                raise CatalogError(path, f"line {number}: {problem}")
-            if name in sections:
-                raise CatalogError(path, f"line {number}: section '## {name.title()}' repeated")
-            current = sections[name] = []
-            continue
-        if current is None:
-            if line.strip():
-                raise CatalogError(path, f"line {number}: text before the first '## ' section")
-            continue
-        current.append(line)
-    if in_fence:
-        raise CatalogError(path, "a ``` code fence is never closed")
-    if not title:
-        raise CatalogError(path, "must start with a '# Title' line")
-    for required in ("description", "prompt"):
-        if required not in sections:
-            raise CatalogError(path, f"missing '## {required.title()}' section")
-        if not _block(sections[required]):
-            raise CatalogError(path, f"'## {required.title()}' section is empty")
-    return AgentDefinition(
-        name=path.stem,
-        title=title,
-        description=_fill(path, "Description", _block(sections["description"]), facts),
-        prompt=_fill(path, "Prompt", _block(sections["prompt"]), facts),
-        tools=_tools(path, sections.get("tools", [])),
-        model=_model(path, sections.get("model")),
-    )
+# --- shared ----------------------------------------------------------------------
 
 
-def _fill(path: Path, section: str, text: str, facts: Mapping[str, str]) -> str:
+def _load(
+    path: Path,
+    model: type[_Entry],
+    fill: tuple[str, ...] = (),
+    facts: Mapping[str, str] | None = None,
+) -> _Entry:
+    """The file at `path` as `model`: its front matter, plus the markdown as `model.BODY`.
+
+    The `fill` fields have their `{{name}}` placeholders replaced by `facts[name]` before
+    validation. Every problem is a CatalogError naming the file (and the field).
+    """
+    front, body = _front_matter(path)
+    if model.BODY in front:
+        raise CatalogError(
+            path, f"front matter must not define {model.BODY!r} (the markdown is the {model.BODY})"
+        )
+    data = {**front, model.BODY: body.strip()}
+    for name in fill:
+        if isinstance(data.get(name), str):
+            data[name] = _fill(path, name, data[name], facts or {}, is_body=name == model.BODY)
+    try:
+        entry = model.model_validate(data)
+    except ValidationError as exc:
+        raise CatalogError(path, f"invalid {_describe(exc, model.BODY)}") from exc
+    key = getattr(entry, model.KEY)
+    if key != path.stem:
+        raise CatalogError(path, f"{model.KEY} {key!r} does not match the file name {path.stem!r}")
+    return entry
+
+
+def _front_matter(path: Path) -> tuple[dict[str, Any], str]:
+    # python-frontmatter's handler finds the `---` fences and parses the YAML (safe
+    # loader). Its `parse()` is not used: it reads a file without front matter, with an
+    # unclosed one or with one that is no mapping as a file without front matter, where
+    # a catalog file must say what is wrong.
+    text = _read(path)
+    if not _YAML.detect(text):
+        raise CatalogError(path, "no YAML front matter: the file must start with a '---' line")
+    try:
+        raw, body = _YAML.split(text)
+    except ValueError:
+        raise CatalogError(path, "front matter is not closed by a '---' line") from None
+    try:
+        front = _YAML.load(raw)
+    except yaml.YAMLError as exc:
+        # `description: {{x}} ...` is a YAML mapping, not text: say how to write it.
+        hint = " (quote a value that starts with '{{')" if "{{" in raw else ""
+        raise CatalogError(path, f"front matter is not valid YAML{hint}: {exc}") from exc
+    if not isinstance(front, dict):
+        raise CatalogError(path, "front matter must be a YAML mapping")
+    return front, body
+
+
+def _fill(path: Path, field: str, text: str, facts: Mapping[str, str], *, is_body: bool) -> str:
     """`text` with every `{{name}}` replaced by its fact; an unknown name names the file."""
+    where = "the markdown body" if is_body else f"front matter field {field!r}"
 
     def value(match: re.Match[str]) -> str:
         name = match.group(1).strip()
         if name not in facts:
             raise CatalogError(
                 path,
-                f"unknown placeholder {match.group(0)} in '## {section}' "
+                f"unknown placeholder {match.group(0)} in {where} "
                 f"(known: {', '.join(sorted(facts))})",
             )
         return facts[name]
 
     return _PLACEHOLDER.sub(value, text)
-
-
-def _block(lines: list[str]) -> str:
-    # Keep inner line breaks and indentation: prompts are written as markdown.
-    start, end = 0, len(lines)
-    while start < end and not lines[start].strip():
-        start += 1
-    while end > start and not lines[end - 1].strip():
-        end -= 1
-    return "\n".join(line.rstrip() for line in lines[start:end])
-
-
-def _tools(path: Path, lines: list[str]) -> list[str]:
-    tools: list[str] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        bullet = _BULLET.match(line)
-        if not bullet or not bullet.group(1):
-            raise CatalogError(path, f"'## Tools' must be a bullet list, got {line.strip()!r}")
-        tools.append(bullet.group(1))
-    return tools
-
-
-def _model(path: Path, lines: list[str] | None) -> str:
-    if lines is None:
-        return DEFAULT_MODEL
-    values = [line.strip() for line in lines if line.strip()]
-    if len(values) != 1:
-        raise CatalogError(
-            path, f"'## Model' must hold exactly one tier ({', '.join(TIERS)}) or model id"
-        )
-    value = values[0]
-    if value.lower() in TIERS:
-        return value.lower()
-    if not _MODEL_NAME.match(value):
-        raise CatalogError(path, f"'## Model' {value!r} is neither a tier nor a model id")
-    return value
-
-
-# --- shared ----------------------------------------------------------------------
 
 
 def _markdown_files(directory: Path) -> list[Path]:
@@ -392,8 +374,12 @@ def _read(path: Path) -> str:
         raise CatalogError(path, f"cannot be read: {exc}") from exc
 
 
-def _describe(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or '(root)'}: {error['msg']}"
-        for error in exc.errors()
-    )
+def _describe(exc: ValidationError, body: str) -> str:
+    """Each error with where it is: a front-matter field, or the markdown body."""
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        if loc == (body,):
+            return f"markdown body (the {body})"
+        return f"front matter field {'.'.join(str(part) for part in loc) or '(root)'!r}"
+
+    return "; ".join(f"{where(error['loc'])}: {error['msg']}" for error in exc.errors())

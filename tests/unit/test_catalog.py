@@ -41,23 +41,27 @@ EXPECTED_TIERS = {role: "sonnet" for role in Role} | {
     Role.QA_VERIFIER: "opus",
 }
 
-GOOD_AGENT = """# Reviewer
+GOOD_AGENT = """---
+name: qa-verifier
+title: Reviewer
+description: Reviews things.
+tools: [Read, Grep]
+model: opus
+---
 
-## Description
-Reviews things.
-
-## Prompt
 First line.
 
 Second paragraph.
-
-## Tools
-- Read
-- Grep
-
-## Model
-opus
 """
+
+
+def _agent(name: str = "broken-agent", prompt: str = "P\n", **front: str) -> str:
+    lines = [
+        f"name: {name}",
+        "description: D",
+        *(f"{key}: {value}" for key, value in front.items()),
+    ]
+    return "---\n" + "\n".join(lines) + "\n---\n" + prompt
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +155,7 @@ def test_malformed_template_names_the_file(tmp_path: Path, text: str, fragment: 
 def test_front_matter_helper_is_valid(tmp_path: Path) -> None:
     directory = _copy_templates(tmp_path)
     _write(directory, "minor-edit.md", _front())
-    assert load_templates(directory)["minor-edit"].body == "Body\n"
+    assert load_templates(directory)["minor-edit"].body == "Body"
 
 
 def test_template_directory_must_exist(tmp_path: Path) -> None:
@@ -176,7 +180,7 @@ def test_every_role_has_an_agent_with_the_right_tier() -> None:
         answers_by_tool = ANSWER_MODELS[role] is not None
         assert (f"`{ANSWER_TOOL}` tool" in agent.prompt) is answers_by_tool, role
         assert "JSON object" not in agent.prompt, role
-        # Seed 003's naive parser joins lines; ours must not.
+        # The markdown body is the prompt, line breaks and all.
         assert "\n" in agent.prompt
 
 
@@ -198,41 +202,56 @@ def test_override_replaces_one_agent_by_name(tmp_path: Path) -> None:
 
 def test_agent_defaults_and_model_ids(tmp_path: Path) -> None:
     directory = tmp_path / "agents"
-    _write(directory, "plain.md", "# Plain\n\n## Description\nD\n\n## Prompt\nP\n")
-    _write(
-        directory,
-        "pinned.md",
-        "# Pinned\n## Description\nD\n## Prompt\nP\n## Tools\n## Model\nclaude-sonnet-4-5\n",
-    )
+    _write(directory, "plain.md", _agent("plain"))
+    _write(directory, "pinned.md", _agent("pinned", model="claude-sonnet-4-5", tools="[]"))
+    _write(directory, "upper.md", _agent("upper", model="Haiku", title="Upper Case"))
     agents = load_agents(directory)
     assert agents["plain"].model == "sonnet"
     assert agents["plain"].tools == []
+    assert agents["plain"].title == "plain"  # a Claude Code subagent file has no title
+    assert agents["plain"].prompt == "P"
     assert agents["pinned"].model == "claude-sonnet-4-5"
     assert agents["pinned"].tier is None
+    assert (agents["upper"].model, agents["upper"].title) == ("haiku", "Upper Case")
 
 
-def test_headings_inside_code_fences_stay_in_the_prompt(tmp_path: Path) -> None:
-    text = (
-        "# Reflector\n## Description\nD\n## Prompt\nWrite this:\n\n"
-        "```\n## Framework Reflection\n**Outcome**: ...\n```\n\nThen stop.\n## Model\nsonnet\n"
+def test_tools_as_a_claude_code_comma_separated_string(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", "tooled.md", _agent("tooled", tools="Read, Grep,Glob"))
+    assert load_agents(path.parent)["tooled"].tools == ["Read", "Grep", "Glob"]
+
+
+def test_markdown_headings_and_fences_stay_in_the_prompt(tmp_path: Path) -> None:
+    prompt = (
+        "# Reflector\n\nWrite this:\n\n```\n## Framework Reflection\n**Outcome**: ...\n```\n"
+        "\n---\n\n## Model\nThen stop.\n"
     )
-    agent = load_agents(_write(tmp_path / "a", "reflector.md", text).parent)["reflector"]
-    assert "## Framework Reflection" in agent.prompt
-    assert agent.prompt.endswith("Then stop.")
+    agent = load_agents(_write(tmp_path / "a", "reflector.md", _agent("reflector", prompt)).parent)
+    assert agent["reflector"].prompt == prompt.strip()
+    assert agent["reflector"].model == "sonnet"
 
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ("# Broken\n\n## Description\nD\n", "missing '## Prompt'"),
-        ("# Broken\n\n## Prompt\nP\n", "missing '## Description'"),
-        ("# Broken\n\n## Description\nD\n\n## Prompt\n\n\n## Model\nopus\n", "empty"),
-        ("## Description\nD\n## Prompt\nP\n", "Title"),
-        ("# Broken\n## Description\nD\n## Prompt\nP\n## Promt\nx\n", "unknown section"),
-        ("# Broken\n## Description\nD\n## Prompt\nP\n## Prompt\nQ\n", "repeated"),
-        ("# Broken\n## Description\nD\n## Prompt\nP\n## Tools\nRead\n", "bullet"),
-        ("# Broken\n## Description\nD\n## Prompt\nP\n## Model\nopus\nhaiku\n", "exactly one"),
-        ("# Broken\n## Description\nD\n## Prompt\n```\nP\n", "never closed"),
+        ("# Broken\n\n## Description\nD\n\n## Prompt\nP\n", "no YAML front matter"),
+        ("---\nname: broken-agent\ndescription: D\n", "not closed"),
+        ("---\nname: broken-agent\ndescription: D: E\n---\nP\n", "not valid YAML"),
+        ("---\nname: broken-agent\ndescription: {{artifact_path}} x\n---\nP\n", "quote"),
+        ("---\n[broken-agent]\n---\nP\n", "mapping"),
+        (_agent(prompt="\n\n"), "markdown body (the prompt)"),
+        (_agent().replace("description: D\n", ""), "field 'description': Field required"),
+        (_agent().replace("name: broken-agent\n", ""), "field 'name': Field required"),
+        (_agent(name="other"), "name 'other' does not match the file name 'broken-agent'"),
+        (_agent(modle="opus"), "field 'modle': Extra inputs are not permitted"),
+        (_agent(model="opus haiku"), "field 'model'"),
+        (_agent(model="[opus, haiku]"), "field 'model'"),
+        (_agent(tools="Read, , Grep"), "field 'tools'"),
+        (_agent(prompt="P {{answer_tools}}\n"), "unknown placeholder {{answer_tools}}"),
+        (_agent().replace("D\n", "D\nprompt: x\n", 1), "must not define 'prompt'"),
+        (
+            _agent().replace("D\n", "D {{nope}}\n", 1),
+            "{{nope}} in front matter field 'description'",
+        ),
     ],
 )
 def test_malformed_agent_names_the_file(tmp_path: Path, text: str, fragment: str) -> None:
@@ -244,17 +263,15 @@ def test_malformed_agent_names_the_file(tmp_path: Path, text: str, fragment: str
     assert fragment in str(caught.value)
 
 
-PLACEHOLDER_AGENT = """# Writer
+PLACEHOLDER_AGENT = """---
+name: writer
+title: Writer
+description: Writes {{artifact_path}}.
+model: sonnet
+---
 
-## Description
-Writes {{artifact_path}}.
-
-## Prompt
 Write `{{artifact_path}}` with {{ write_file }}, then call `{{answer_tool}}`.
 Tools: {{workspace_tools}}. Braces that are no placeholder stay: {"a": {"b": 1}} and {{ open.
-
-## Model
-sonnet
 """
 
 
@@ -274,7 +291,7 @@ def test_placeholders_filled_from_the_prompt_facts(tmp_path: Path) -> None:
 
 def test_placeholders_filled_from_given_facts(tmp_path: Path) -> None:
     directory = tmp_path / "agents"
-    _write(directory, "plain.md", "# Plain\n## Description\nD {{x}}\n## Prompt\nP {{x}}{{y}}\n")
+    _write(directory, "plain.md", "---\nname: plain\ndescription: D {{x}}\n---\nP {{x}}{{y}}\n")
     agent = load_agents(directory, facts={"x": "1", "y": "\\2"})["plain"]
     assert (agent.description, agent.prompt) == ("D 1", "P 1\\2")
 
@@ -287,12 +304,12 @@ def test_unknown_placeholder_names_the_file_and_the_placeholder(
     tmp_path: Path, line: str, placeholder: str
 ) -> None:
     overrides = tmp_path / "overrides"
-    _write(overrides, "typo.md", f"# Typo\n## Description\nD\n## Prompt\nP\n{line}\n")
+    _write(overrides, "typo.md", f"---\nname: typo\ndescription: D\n---\nP\n{line}\n")
     with pytest.raises(CatalogError) as caught:
         load_agents(overrides=overrides)
     assert caught.value.path.name == "typo.md"
     assert placeholder in caught.value.problem
-    assert "'## Prompt'" in caught.value.problem
+    assert "in the markdown body" in caught.value.problem
     assert "artifact_path" in caught.value.problem  # the known names, to fix a typo
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_malformed_override_stops_the_worker_naming_the_file(tmp_path: Path) -> None:
-    (tmp_path / "critic.md").write_text("# Critic\n\n## Description\nReviews plans.\n")
+    (tmp_path / "critic.md").write_text("---\nname: critic\ndescription: Reviews plans.\n---\n")
     env = {
         **os.environ,
         "LOOPS_AGENTS_DIR": str(tmp_path),
@@ -36,13 +36,13 @@ def test_malformed_override_stops_the_worker_naming_the_file(tmp_path: Path) -> 
         timeout=60,
     )
     assert done.returncode == 2
-    assert "critic.md" in done.stderr and "Prompt" in done.stderr
+    assert "critic.md" in done.stderr and "markdown body (the prompt)" in done.stderr
 
 
 def test_override_replaces_a_packaged_agent_by_name(tmp_path: Path) -> None:
     (tmp_path / "critic.md").write_text(
-        "# Strict critic\n\n## Description\nReviews plans.\n\n## Prompt\nSay HALT often.\n"
-        "\n## Model\nopus\n"
+        "---\nname: critic\ntitle: Strict critic\ndescription: Reviews plans.\nmodel: opus\n---\n"
+        "\nSay HALT often.\n"
     )
     deps = build_deps(Settings(LOOPS_AGENTS_DIR=tmp_path, LOOPS_DATA_DIR=tmp_path / "d"))
     assert deps.agents["critic"].prompt.strip() == "Say HALT often."
