@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from slugify import slugify
+
 from loopworks.schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule, Severity, group_of
 from loopworks.schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
@@ -18,6 +20,9 @@ STAGNATION_DELTA = 0.02
 STAGNATION_LIMIT = 2
 # Critic REVISE sends the plan back to hydration at most this many times.
 MAX_PLAN_REVISIONS = 2
+# A task alias keeps this many characters at most (seed 001 allows 64), so that a run id
+# (`<alias>-<yyyyMMdd-HHmmss>-<6 hex>`) stays short enough to read.
+ALIAS_MAX_LENGTH = 40
 
 
 def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
@@ -163,22 +168,13 @@ def should_audit(draw: float, probability: float) -> bool:
 
 
 def alias_for(task: str) -> str:
-    """Seed 001's task alias: a lowercase hyphen slug of 3-64 characters."""
-    words: list[str] = []
-    current = ""
-    for char in task.lower():
-        if char.isascii() and char.isalnum():
-            current += char
-        elif current:
-            words.append(current)
-            current = ""
-    if current:
-        words.append(current)
-    slug = ""
-    for word in words:
-        candidate = f"{slug}-{word}" if slug else word[:40]
-        if len(candidate) > 40:
-            break
-        slug = candidate
-    slug = slug or "task"
+    """Seed 001's task alias: a lowercase hyphen slug of 3-40 characters.
+
+    python-slugify transliterates to ASCII ("Écrire" gives "ecrire"), keeps only `a-z` and
+    `0-9` words joined by single hyphens, and cuts at a word boundary (a first word longer
+    than the cap is cut). So the run id made from the alias is a valid Temporal workflow id
+    and git ref component (`workspace.git._checked_run_id`). Slugify leaves an empty or
+    short slug as it is; seed 001 wants at least 3 characters, hence the two fallbacks.
+    """
+    slug = slugify(task, max_length=ALIAS_MAX_LENGTH, word_boundary=True) or "task"
     return slug if len(slug) >= 3 else f"{slug}-loop"
