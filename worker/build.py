@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -52,23 +53,34 @@ def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDep
     )
 
 
-def activities_of(deps: StepDeps) -> list[Any]:
-    groups = [
-        RepositoryActivities(deps),
-        HydrationActivities(deps),
-        ProductionActivities(deps),
-        PreparationActivities(deps),
-        EvaluationActivities(deps),
-        AuditActivities(deps),
-        CritiqueActivities(deps),
-        QAActivities(deps),
-        ReflectionActivities(deps),
-    ]
+def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
+    """Every activity the worker runs, listed by hand as Temporal's samples do.
+
+    tests/worker/test_activities.py fails when an `@activity.defn` method is missing here.
+    """
+    repository = RepositoryActivities(deps)
+    hydration = HydrationActivities(deps)
+    production = ProductionActivities(deps)
+    preparation = PreparationActivities(deps)
+    evaluation = EvaluationActivities(deps)
+    audit = AuditActivities(deps)
+    critique = CritiqueActivities(deps)
+    qa = QAActivities(deps)
+    reflection = ReflectionActivities(deps)
     return [
-        getattr(group, name)
-        for group in groups
-        for name in dir(group)
-        if hasattr(getattr(group, name), "__temporal_activity_definition")
+        repository.prepare_workspace,
+        hydration.hydrate,
+        hydration.review_plan,
+        production.plan_iteration,
+        production.produce_artifact,
+        preparation.prepare_checks,
+        evaluation.evaluate_group,
+        audit.audit_run,
+        critique.critique_artifact,
+        production.refine_artifact,
+        qa.verify_result,
+        reflection.reflect_on_run,
+        repository.close_run,
     ]
 
 
