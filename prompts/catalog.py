@@ -149,7 +149,8 @@ class AgentDefinition(BaseModel):
     title: str = Field(min_length=1)
     description: str = Field(min_length=1)
     prompt: str = Field(min_length=1)
-    # A YAML list, or Claude Code's comma-separated string ("Read, Grep").
+    # A YAML list, or Claude Code's comma-separated string ("Read, Grep"). Kept for the
+    # format; nothing restricts a role by it (PRODUCE and REFINE get the workspace tools).
     tools: list[str] = Field(default_factory=list)
     # A tier (haiku, sonnet, opus; any case) or a concrete model id.
     model: str = DEFAULT_MODEL
