@@ -8,10 +8,8 @@ import json
 from typing import Any
 
 from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
-
-PAYLOAD = "temporal.api.common.v1.Payload"
-
 
 async def executions(client: Client, workflow_id: str) -> list[WorkflowHistory]:
     """Every execution of a workflow id's latest chain, latest first, following
@@ -37,7 +35,7 @@ def payload_sizes(history: WorkflowHistory) -> list[int]:
                 continue
             # A repeated field's value is a container of messages; a singular one is one.
             for item in [value] if isinstance(value, Message) else list(value):
-                if field.message_type.full_name == PAYLOAD:
+                if isinstance(item, Payload):
                     sizes.append(len(item.data))
                 elif isinstance(item, Message):
                     walk(item)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
 
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import Event
@@ -47,6 +49,23 @@ class RunMemory(BaseModel):
     def unsaved(self) -> list[Event]:
         return [event for event in self.tail if event.seq > self.saved_seq]
 
+    def remember(self, event: Event) -> None:
+        """Keep a new event (numbered by `last_seq`) in the tail."""
+        self.last_seq = event.seq
+        self.tail.append(event)
+        self._trim()
+
+    def saved(self, seq: int) -> None:
+        """Git's history.jsonl now holds every event up to `seq`."""
+        self.saved_seq = max(self.saved_seq, seq)
+        self._trim()
+
+    def _trim(self) -> None:
+        # The latest EVENT_TAIL events stay, and every event git does not hold yet.
+        cut = len(self.tail) - EVENT_TAIL
+        if cut > 0:
+            self.tail = [e for i, e in enumerate(self.tail) if i >= cut or e.seq > self.saved_seq]
+
 
 class LoopInput(BaseModel):
     run_id: str
@@ -58,6 +77,25 @@ class LoopInput(BaseModel):
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_carry(cls, data: Any) -> Any:
+        """A run continued-as-new by loopworks 0.1 handed over its memory as `carry`,
+        field by field, with every event; its next execution goes on with it as memory."""
+        if not isinstance(data, dict) or not data.get("carry"):
+            return data
+        data = dict(data)
+        carry = dict(data.pop("carry"))
+        events = carry.pop("events", [])
+        data["memory"] = {
+            **carry,
+            "tail": events,
+            "last_seq": len(events),
+            "saved_seq": 0,
+            "approved": True,
+        }
+        return data
 
     def first_memory(self) -> RunMemory:
         """A new run's memory: its state as the request sets it up."""

@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
         RepairedPayload,
         StoppedPayload,
     )
-    from loopworks.schemas.loop import EVENT_TAIL, RunMemory
+    from loopworks.schemas.loop import RunMemory
     from loopworks.schemas.roles import Critique, IterationPlan
     from loopworks.schemas.run import (
         STATUS_FOR_REASON,
@@ -37,8 +37,8 @@ with workflow.unsafe.imports_passed_through():
         TokenUsage,
     )
     from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, ModelOutput
+    from loopworks.schemas.summary import IterationSummary, render_summary
     from loopworks.workflows import decisions
-    from loopworks.workflows.summary import IterationSummary, render_summary
 
 # A repair's feedback (validation errors) is kept in events up to this many characters.
 REPAIR_TEXT_CAP = 500
@@ -62,10 +62,8 @@ class RunRecord:
 
     def emit(self, name: EventName, payload: Payload, status: str = "ok") -> None:
         """Append one event; history.jsonl is append-only and numbered from 1."""
-        memory = self.memory
-        memory.last_seq += 1
         event = EVENT_TYPES[name](
-            seq=memory.last_seq,
+            seq=self.memory.last_seq + 1,
             ts=workflow.now().isoformat(),
             run_id=self.state.run_id,
             iteration=self.state.iteration,
@@ -74,23 +72,15 @@ class RunRecord:
             status=status,
             payload=payload,
         )
-        memory.tail.append(event)  # type: ignore[arg-type]
-        self._trim()
+        self.memory.remember(event)  # type: ignore[arg-type]
         self.touch()
 
     def saved(self, seq: int) -> None:
         """Git's history.jsonl now holds every event up to `seq`."""
-        self.memory.saved_seq = max(self.memory.saved_seq, seq)
-        self._trim()
+        self.memory.saved(seq)
 
     def events(self, after: int) -> list[Event]:
         return [event for event in self.memory.tail if event.seq > after]
-
-    def _trim(self) -> None:
-        tail, saved = self.memory.tail, self.memory.saved_seq
-        keep_from = len(tail) - EVENT_TAIL
-        if keep_from > 0:
-            self.memory.tail = [e for i, e in enumerate(tail) if i >= keep_from or e.seq > saved]
 
     def touch(self) -> None:
         self.state.updated_at = workflow.now().isoformat()

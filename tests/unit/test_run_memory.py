@@ -1,0 +1,86 @@
+"""The run's memory and event log: bounded tail, idempotent git log, old inputs."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from loopworks.schemas.events import EVENT, EventName
+from loopworks.schemas.loop import EVENT_TAIL, LoopInput
+from loopworks.schemas.run import RunRequest
+from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
+from loopworks.workspace.run_log import last_seq, parse_history, write_run_log
+
+pytestmark = pytest.mark.unit
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def _event(seq: int) -> dict[str, object]:
+    return {
+        "seq": seq, "ts": "2026-01-01T00:00:00+00:00", "run_id": "r", "iteration": 1,
+        "phase": "A", "step": "PLAN", "event": "iteration_advanced",
+        "payload": {"iteration": seq},
+    }  # fmt: skip
+
+
+def test_a_run_continued_by_the_previous_release_goes_on_with_its_memory() -> None:
+    """steered_run.json was recorded before the memory model: its continue-as-new input
+    hands over `carry`. The next execution must read it as the run's memory."""
+    history = json.loads((HISTORIES / "steered_run.json").read_text())
+    [carried] = [
+        json.loads(base64.b64decode(e["workflowExecutionContinuedAsNewEventAttributes"]["input"]["payloads"][0]["data"]))
+        for e in history["events"]
+        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
+    ]  # fmt: skip
+    assert "carry" in carried and "memory" not in carried
+    params = LoopInput.model_validate(carried)
+    memory = params.memory
+    assert memory is not None
+    old = carried["carry"]
+    assert memory.last_seq == len(old["events"]) == memory.tail[-1].seq
+    assert memory.saved_seq == 0 and memory.unsaved() == memory.tail  # git has none yet
+    assert memory.commit == old["commit"] and memory.next_iteration == old["next_iteration"]
+    assert memory.approved and memory.state == params.memory.state
+    assert memory.tail[-1].event == EventName.CONTINUED_AS_NEW
+
+
+def test_a_new_runs_memory_starts_from_its_request() -> None:
+    params = LoopInput(
+        run_id="r-1", alias="r", request=RunRequest(task="t"), created_at="2026-01-01T00:00:00"
+    )
+    memory = params.first_memory()
+    assert memory.state.branch == "loops/r-1" and memory.last_seq == 0 and memory.tail == []
+
+
+def test_the_git_log_appends_only_what_it_lacks(tmp_path: Path) -> None:
+    events = [EVENT.validate_python(_event(seq)) for seq in range(1, 6)]
+    state = LoopInput(
+        run_id="r", alias="r", request=RunRequest(task="t"), created_at=""
+    ).first_memory().state
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3
+    # A retry hands the same events again, and the next step some it already has.
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[1:])) == 5
+    logged = parse_history((tmp_path / HISTORY_PATH).read_text())
+    assert [e.seq for e in logged] == [1, 2, 3, 4, 5]
+    assert last_seq(tmp_path / HISTORY_PATH) == 5
+    assert json.loads((tmp_path / RUN_STATE_PATH).read_text())["run_id"] == "r"
+
+
+def test_the_tail_keeps_the_latest_events_and_all_that_git_lacks() -> None:
+    memory = LoopInput(
+        run_id="r", alias="r", request=RunRequest(task="t"), created_at=""
+    ).first_memory()
+    for seq in range(1, EVENT_TAIL + 11):
+        memory.remember(EVENT.validate_python(_event(seq)))
+    # Nothing is in git yet: nothing may be dropped.
+    assert len(memory.tail) == EVENT_TAIL + 10 and memory.tail[0].seq == 1
+    memory.saved(EVENT_TAIL)
+    assert [e.seq for e in memory.tail] == list(range(11, EVENT_TAIL + 11))
+    assert [e.seq for e in memory.unsaved()] == list(range(EVENT_TAIL + 1, EVENT_TAIL + 11))
+    memory.saved(3)  # an older step's answer never moves the mark back
+    assert memory.saved_seq == EVENT_TAIL
