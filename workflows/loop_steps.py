@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas import events as ev
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import EventName
-    from loopworks.schemas.loop import RunMemory
     from loopworks.schemas.roles import (
         AuditVerdict,
         CriticReview,
@@ -58,12 +57,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.workflows import decisions, step_events
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, GIT, MODEL_CALL
-    from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steering import Finished, Steering
     from loopworks.workflows.steps import StepRunner, describe, gather_all
 
 
-class LoopSteps:
+class LoopSteps(OnRecord):
     def __init__(
         self, record: RunRecord, steering: Steering, runner: StepRunner, request: RunRequest
     ) -> None:
@@ -71,14 +70,6 @@ class LoopSteps:
         self.steering = steering
         self.runner = runner
         self.request = request
-
-    @property
-    def memory(self) -> RunMemory:
-        return self.record.memory
-
-    @property
-    def state(self) -> RunState:
-        return self.record.state
 
     async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
         """Step 1: the task becomes a plan, rules and acceptance criteria."""

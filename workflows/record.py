@@ -200,3 +200,17 @@ class RunRecord:
         if changed:
             workflow.upsert_search_attributes(changed)
             self._search_attributes.update({p.key.name: p.value for p in changed})
+
+
+class OnRecord:
+    """For the parts of the workflow that read and change the run through its record."""
+
+    record: RunRecord
+
+    @property
+    def memory(self) -> RunMemory:
+        return self.record.memory
+
+    @property
+    def state(self) -> RunState:
+        return self.record.state

@@ -15,7 +15,6 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.events import ApprovedPayload, Empty, EventName, NotePayload
-    from loopworks.schemas.loop import RunMemory
     from loopworks.schemas.run import (
         Approval,
         BlockInfo,
@@ -25,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         budget_exceeded,
     )
-    from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.record import OnRecord, RunRecord
 
 
 class Stopped(Exception):
@@ -41,7 +40,7 @@ class Finished(Exception):
         self.message = message
 
 
-class Steering:
+class Steering(OnRecord):
     def __init__(self, record: RunRecord) -> None:
         self.record = record
         self.stop_requested = False
@@ -49,14 +48,6 @@ class Steering:
         # Reflecting and pushing are how a stop ends; once they start, stop is a no-op.
         self.finalizing = False
         self.inflight: set[workflow.ActivityHandle[Any]] = set()
-
-    @property
-    def memory(self) -> RunMemory:
-        return self.record.memory
-
-    @property
-    def state(self) -> RunState:
-        return self.record.state
 
     # --- handlers ----------------------------------------------------------------------
 
