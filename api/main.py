@@ -13,7 +13,7 @@ from temporalio.client import Client
 from loopworks.api import errors
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
-from loopworks.api.routes import health, runs
+from loopworks.api.routes import health, runs, workspaces
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
@@ -56,4 +56,5 @@ def create_app(
     errors.install(app)
     app.include_router(health.router)
     app.include_router(runs.router)
+    app.include_router(workspaces.router)
     return app

@@ -1,7 +1,8 @@
 """Request and response bodies that exist only at the HTTP edge.
 
 Everything that also crosses the workflow boundary (RunRequest, RunState, Event) lives in
-`schemas/`; these are the API's own envelopes around it.
+`schemas/`; these are the API's own envelopes around it. The `loops` CLI parses the
+API's answers with them, so this module imports only pydantic and `schemas/`.
 """
 
 from __future__ import annotations
@@ -61,3 +62,29 @@ class ErrorBody(BaseModel):
 
     detail: str | list[dict[str, Any]]
     message: str | None = None
+
+
+class WorkspaceEntry(BaseModel):
+    """One of a run's working clones on the service's disk."""
+
+    name: str = Field(description="directory name under the service's workspaces directory")
+    bytes: int = Field(ge=0, description="its files' apparent size")
+
+
+class RunWorkspace(BaseModel):
+    """`GET /runs/{id}/workspace`: what `DELETE` would remove."""
+
+    run_id: str
+    finished: bool = Field(description="the run has ended, so its workspace may be removed")
+    entries: list[WorkspaceEntry]
+    bytes: int = Field(ge=0, description="all entries together")
+
+
+class WorkspaceRemoved(BaseModel):
+    """`DELETE /runs/{id}/workspace`: what was removed (nothing, when nothing was there).
+
+    The run's branch on its origin is its result and is never touched."""
+
+    run_id: str
+    removed: list[WorkspaceEntry]
+    bytes: int = Field(ge=0, description="freed, all entries together")

@@ -20,7 +20,6 @@ EPILOG = f"""\
 environment:
   LOOPS_API_URL    the API (default {DEFAULT_API_URL})
   LOOPS_API_TOKEN  sent as "Authorization: Bearer <token>"
-  LOOPS_DATA_DIR   the service's data directory (clean only)
 
 exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage
 """
@@ -108,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     artifact = add("artifact", commands.cmd_artifact, "print a run's artifact (markdown)")
     artifact.add_argument("run", metavar="RUN")
 
-    clean = add("clean", commands.cmd_clean, "delete a finished run's local workspaces")
+    clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
     clean.add_argument("run", metavar="RUN")
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     return parser

@@ -1,64 +1,63 @@
-"""`loops clean`: remove a finished run's local workspace clones, after confirmation.
+"""`loops clean`: remove a finished run's workspace clones, after confirmation.
 
-A run's clones are `$LOOPS_DATA_DIR/workspaces/<run_id>` and `<run_id>.<slot>` (see
-`GitWorkspaces.workdir`). Its result is not among them: that is the pushed branch
-`loops/<run_id>` on its origin, which clean leaves alone.
+The clones live on the service's disk (`$LOOPS_DATA_DIR/workspaces/` of the API and the
+worker), not necessarily on the machine the CLI runs on, so the API lists them
+(`GET /runs/{id}/workspace`) and removes them (`DELETE`). The run's result is not among
+them: that is the pushed branch `loops/<run_id>` on its origin, which stays.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-from pathlib import Path
 from typing import TextIO
 
-from loopworks.api.cli.client import CliError
+from rich.console import Console
+from rich.filesize import decimal
+from rich.prompt import Confirm
+from rich.text import Text
 
-# The alphabet the workspace accepts for run ids: anything else cannot name a clone of
-# ours, and must never be joined onto a path we delete.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def workspace_paths(root: Path, run_id: str) -> list[Path]:
-    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
-        raise CliError(f"{run_id!r} is not a run id")
-    if not root.is_dir():
-        return []
-    return sorted(
-        path for path in root.iterdir() if path.name == run_id or path.name.startswith(f"{run_id}.")
-    )
+from loopworks.api.cli.client import ApiClient, CliError
+from loopworks.api.models import WorkspaceEntry
 
 
-def size_of(path: Path) -> int:
-    if path.is_symlink() or path.is_file():
-        return path.lstat().st_size
-    return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_symlink() and p.is_file())
+def confirm(question: str, stdin: TextIO, console: Console) -> bool:
+    """A y/N question; with nobody at a terminal to answer it, refuse rather than guess.
 
-
-def human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
-def confirm(question: str, stdin: TextIO | None, out: TextIO) -> bool:
-    """A y/N question; with nobody at a terminal to answer it, refuse rather than guess."""
-    if stdin is None or not stdin.isatty():
+    (rich's Confirm reads whatever stream it is given, piped or not; the TTY check is
+    ours. An empty answer, or the end of input, is its default: no.)
+    """
+    if not stdin.isatty():
         raise CliError(
             "refusing to delete without confirmation: stdin is not a terminal (pass --yes)"
         )
-    out.write(f"{question} [y/N] ")
-    out.flush()
-    answer = stdin.readline()  # "" at end of input: no
-    return answer.strip().lower() in ("y", "yes")
+    return Confirm.ask(Text(question), console=console, default=False, stream=stdin)
 
 
-def remove(paths: list[Path]) -> None:
-    for path in paths:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+def entry_line(entry: WorkspaceEntry) -> str:
+    return f"  {entry.name} ({decimal(entry.bytes)})"
+
+
+def clean(client: ApiClient, run_id: str, yes: bool, stdin: TextIO, console: Console) -> int:
+    """List the run's clones, ask (unless `yes`), remove them; the exit code."""
+    workspace = client.workspace(run_id)
+    if not workspace.finished:
+        raise CliError(
+            f"run {run_id} has not finished; only a finished run's workspace is cleaned"
+            f" (stop it first: loops stop {run_id})"
+        )
+    if not workspace.entries:
+        console.print(f"nothing to clean for {run_id}")
+        return 0
+    console.print(
+        f"run {run_id} has finished; this deletes its workspaces on the service"
+        f" ({decimal(workspace.bytes)}):"
+    )
+    for entry in workspace.entries:
+        console.print(entry_line(entry))
+    console.print("its pushed branch stays on its origin")
+    question = f"Delete {len(workspace.entries)} workspace(s)?"
+    if not yes and not confirm(question, stdin, console):
+        console.print("nothing deleted")
+        return 1
+    removed = client.remove_workspace(run_id)
+    console.print(f"deleted {len(removed.removed)} workspace(s), {decimal(removed.bytes)}")
+    return 0

@@ -1,5 +1,7 @@
-"""A tiny synchronous client for the loopworks API.
+"""A tiny synchronous client for the loopworks API, speaking its public models.
 
+Answers are parsed with the models the API serves (`loopworks.api.models`, `schemas/`),
+so the CLI reads fields by name and a field renamed on one side fails the other's tests.
 Every failure becomes a `CliError` carrying the sentence the API wrote (its 422
 `message`, else its `detail`), so the CLI can print it and exit 1.
 """
@@ -8,17 +10,35 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from httpx_sse import EventSource, connect_sse
+from pydantic import TypeAdapter, ValidationError
 
-from loopworks.api.cli.config import CliConfig
+from loopworks.api.cli.config import TOKEN_VARIABLE, CliConfig
+from loopworks.api.models import (
+    ErrorBody,
+    RunCreated,
+    RunSummary,
+    RunWorkspace,
+    WorkspaceRemoved,
+)
+from loopworks.schemas.events import EVENT, EVENTS, Event
+from loopworks.schemas.run import RunState
 
 # Updates (pause, approve, clear-block) wait on the workflow; the API gives them 30 s.
 REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 # A live event stream is quiet while a step runs; only the connection has a deadline.
 STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+T = TypeVar("T")
+STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
+RUNS: TypeAdapter[list[RunSummary]] = TypeAdapter(list[RunSummary])
+CREATED: TypeAdapter[RunCreated] = TypeAdapter(RunCreated)
+WORKSPACE: TypeAdapter[RunWorkspace] = TypeAdapter(RunWorkspace)
+REMOVED: TypeAdapter[WorkspaceRemoved] = TypeAdapter(WorkspaceRemoved)
 
 
 class CliError(Exception):
@@ -34,29 +54,50 @@ class ApiError(CliError):
 
 def error_message(response: httpx.Response) -> str:
     """The API's own words: `message` (422s), else `detail`, else the body's text."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
     text = ""
-    if isinstance(body, Mapping):
-        found = body.get("message") or body.get("detail")
-        if isinstance(found, list):
-            found = "; ".join(_describe_error(item) for item in found)
-        text = str(found or "")
+    try:
+        body = ErrorBody.model_validate_json(response.content)
+    except ValidationError:
+        body = None
+    if body is not None:
+        detail = body.detail
+        if isinstance(detail, list):
+            detail = "; ".join(_describe_error(item) for item in detail)
+        text = body.message or detail
     if not text:
         text = response.text.strip()[:500] or response.reason_phrase
     if response.status_code == 401:
-        text += " (set LOOPS_API_TOKEN or pass --token)"
+        text += f" (set {TOKEN_VARIABLE} or pass --token)"
     return text
 
 
-def _describe_error(item: Any) -> str:
-    if not isinstance(item, Mapping):
-        return str(item)
+def _describe_error(item: Mapping[str, Any]) -> str:
+    """`body.note: Field required`: FastAPI's and pydantic's errors have the same shape."""
     loc = ".".join(str(part) for part in item.get("loc", ()))
     msg = str(item.get("msg", "invalid"))
     return f"{loc}: {msg}" if loc else msg
+
+
+def parse(adapter: TypeAdapter[T], data: Any, what: str) -> T:
+    """`data` as the API's model, or a CliError saying the answer is not one."""
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as err:
+        details = "; ".join(_describe_error(item) for item in err.errors()[:3])
+        raise CliError(
+            f"unexpected answer for {what} (is the API another version?): {details}"
+        ) from err
+
+
+def parse_event(data: str, what: str) -> Event:
+    """One event as the live stream sends it (its JSON)."""
+    try:
+        return EVENT.validate_json(data)
+    except ValidationError as err:
+        details = "; ".join(_describe_error(item) for item in err.errors()[:3])
+        raise CliError(
+            f"unexpected event in {what} (is the API another version?): {details}"
+        ) from err
 
 
 def run_path(run_id: str, *rest: str) -> str:
@@ -99,60 +140,74 @@ class ApiClient:
             raise ApiError(response.status_code, error_message(response))
         return response
 
-    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
-        return _json(self.request("GET", path, params=params))
-
-    def post_json(
-        self, path: str, body: Any = None, headers: Mapping[str, str] | None = None
+    def json(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        return _json(self.request("POST", path, json=body, headers=headers))
+        response = self.request(method, path, json=body, params=params, headers=headers)
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError as err:
+            raise CliError(
+                f"the API answered {response.request.url.path} with something other than JSON"
+            ) from err
 
     def get_text(self, path: str) -> str:
         return self.request("GET", path, headers={"Accept": "text/markdown, text/plain"}).text
 
     @contextmanager
-    def stream(
-        self, path: str, params: Mapping[str, Any], headers: Mapping[str, str]
-    ) -> Iterator[httpx.Response]:
-        """An open streaming response; its errors are raised as they are by `request`."""
-        with self._http.stream(
-            "GET", path, params=params, headers=headers, timeout=STREAM_TIMEOUT
-        ) as response:
-            if response.is_error:
-                response.read()
-                raise ApiError(response.status_code, error_message(response))
-            yield response
+    def event_stream(self, run_id: str, last_event_id: int) -> Iterator[EventSource]:
+        """The run's live event stream, resumed after `last_event_id` (0: from the start).
+        Its errors are raised as they are by `request`; connection failures are not."""
+        headers = {"Last-Event-ID": str(last_event_id)} if last_event_id else {}
+        with connect_sse(
+            self._http,
+            "GET",
+            run_path(run_id, "events"),
+            params={"follow": 1},
+            headers=headers,
+            timeout=STREAM_TIMEOUT,
+        ) as source:
+            if source.response.is_error:
+                source.response.read()
+                raise ApiError(source.response.status_code, error_message(source.response))
+            yield source
 
     # --- the runs API ----------------------------------------------------------------
 
-    def run_state(self, run_id: str) -> dict[str, Any]:
-        state = self.get_json(run_path(run_id))
-        if not isinstance(state, dict):
-            raise CliError(f"unexpected answer for run {run_id}: {state!r}")
-        return state
+    def create_run(self, body: Mapping[str, Any], idempotency_key: str | None) -> RunCreated:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return parse(CREATED, self.json("POST", "/runs", body=body, headers=headers), "new run")
 
-    def events(self, run_id: str, after: int = 0) -> list[dict[str, Any]]:
-        events = self.get_json(run_path(run_id, "events"), params={"after": after})
-        if not isinstance(events, list):
-            raise CliError(f"unexpected events answer for run {run_id}: {events!r}")
-        return [event for event in events if isinstance(event, dict)]
+    def run_state(self, run_id: str) -> RunState:
+        return parse(STATE, self.json("GET", run_path(run_id)), f"run {run_id}")
 
-    def list_runs(self, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+    def message(self, run_id: str, action: str, body: Any = None) -> RunState:
+        """stop, clear-block, pause, resume, approve: each answers the run's state."""
+        answer = self.json("POST", run_path(run_id, action), body=body)
+        return parse(STATE, answer, f"{action} of run {run_id}")
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        answer = self.json("GET", run_path(run_id, "events"), params={"after": after})
+        return parse(EVENTS, answer, f"the events of run {run_id}")
+
+    def list_runs(self, limit: int = 50, status: str | None = None) -> list[RunSummary]:
         params: dict[str, Any] = {"limit": limit}
         if status:
             params["status"] = status
-        runs = self.get_json("/runs", params=params)
-        if not isinstance(runs, list):
-            raise CliError(f"unexpected list answer: {runs!r}")
-        return [run for run in runs if isinstance(run, dict)]
+        return parse(RUNS, self.json("GET", "/runs", params=params), "the list of runs")
 
+    def workspace(self, run_id: str) -> RunWorkspace:
+        answer = self.json("GET", run_path(run_id, "workspace"))
+        return parse(WORKSPACE, answer, f"the workspace of run {run_id}")
 
-def _json(response: httpx.Response) -> Any:
-    if not response.content:
-        return None
-    try:
-        return response.json()
-    except ValueError as err:
-        raise CliError(
-            f"the API answered {response.request.url.path} with something other than JSON"
-        ) from err
+    def remove_workspace(self, run_id: str) -> WorkspaceRemoved:
+        answer = self.json("DELETE", run_path(run_id, "workspace"))
+        return parse(REMOVED, answer, f"removing the workspace of run {run_id}")

@@ -4,7 +4,6 @@ exit code. Failures are raised as `CliError` and printed by `main`."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -12,12 +11,12 @@ from typing import Any, TextIO
 import yaml
 
 from loopworks.api.cli import clean as cleaning
-from loopworks.api.cli.client import ApiClient, CliError, run_path
-from loopworks.api.cli.config import CliConfig, workspaces_dir
+from loopworks.api.cli.client import RUNS, ApiClient, CliError, run_path
+from loopworks.api.cli.config import CliConfig
 from loopworks.api.cli.follow import Follower, Progress
 from loopworks.api.cli.render import (
+    console_for,
     history_line,
-    is_terminal,
     list_table,
     status_line,
     status_notes,
@@ -27,7 +26,8 @@ APPROVAL_FIELDS = frozenset({"rules", "thresholds", "max_iterations", "note"})
 
 
 class Context:
-    """What every command gets: the client, the config and where to print."""
+    """What every command gets: the client, the config, where to print (a rich console
+    on `out`) and where a confirmation is read from."""
 
     def __init__(
         self,
@@ -40,9 +40,10 @@ class Context:
         self.client = client
         self.out = out or sys.stdout
         self.stdin = stdin if stdin is not None else sys.stdin
+        self.console = console_for(self.out)
 
     def print(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        self.console.print(text)
 
 
 def load_criteria(path: Path) -> dict[str, Any]:
@@ -67,14 +68,14 @@ def most_recent_run(client: ApiClient) -> str:
     runs = client.list_runs(limit=1)
     if not runs:
         raise CliError('there are no runs yet; start one with: loops new "task"')
-    return str(runs[0]["run_id"])
+    return runs[0].run_id
 
 
 def _follow(ctx: Context, run_id: str, use_stream: bool) -> int:
     # The status thread gets a client of its own; the main one is busy reading the stream.
     poller = ApiClient(ctx.config)
     try:
-        progress = Progress(ctx.out, tty=ctx.out.isatty())
+        progress = Progress(ctx.console)
         Follower(
             ctx.client,
             run_id,
@@ -106,9 +107,7 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         body["audit_probability"] = args.audit_probability
     if args.interactive:
         body["mode"] = "interactive"
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-    created = ctx.client.post_json("/runs", body, headers=headers)
-    run_id = str(created["run_id"])
+    run_id = ctx.client.create_run(body, args.idempotency_key).run_id
     ctx.print(run_id)
     if args.follow:
         return _follow(ctx, run_id, use_stream=not args.poll)
@@ -121,7 +120,7 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         return _follow(ctx, run_id, use_stream=not args.poll)
     state = ctx.client.run_state(run_id)
     if args.json:
-        ctx.print(json.dumps(state, indent=2))
+        ctx.print(state.model_dump_json(indent=2))
         return 0
     ctx.print(status_line(state))
     for note in status_notes(state):
@@ -129,33 +128,28 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _message(ctx: Context, run_id: str, action: str, body: Any = None) -> dict[str, Any]:
-    answer = ctx.client.post_json(run_path(run_id, action), body)
-    return answer if isinstance(answer, dict) else {}
-
-
 def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
     body = {"reason": args.reason} if args.reason else {}
-    _message(ctx, args.run, "stop", body)
+    ctx.client.message(args.run, "stop", body)
     ctx.print(f"stop requested for {args.run}; it reflects, pushes what it has, then ends")
     return 0
 
 
 def cmd_clear_block(ctx: Context, args: argparse.Namespace) -> int:
-    state = _message(ctx, args.run, "clear-block", {"note": args.note})
-    ctx.print(status_line(state) if state else f"block cleared on {args.run}")
+    state = ctx.client.message(args.run, "clear-block", {"note": args.note})
+    ctx.print(status_line(state))
     return 0
 
 
 def cmd_pause(ctx: Context, args: argparse.Namespace) -> int:
-    _message(ctx, args.run, "pause")
+    ctx.client.message(args.run, "pause")
     ctx.print(f"pause requested for {args.run}; it finishes its current step, then waits")
     return 0
 
 
 def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
-    state = _message(ctx, args.run, "resume")
-    ctx.print(status_line(state) if state else f"resumed {args.run}")
+    state = ctx.client.message(args.run, "resume")
+    ctx.print(status_line(state))
     return 0
 
 
@@ -165,14 +159,19 @@ def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
         body["max_iterations"] = args.max_iterations
     if args.note:
         body["note"] = args.note
-    state = _message(ctx, args.run, "approve", body)
-    ctx.print(status_line(state) if state else f"approved {args.run}")
+    state = ctx.client.message(args.run, "approve", body)
+    ctx.print(status_line(state))
     return 0
 
 
 def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     runs = ctx.client.list_runs(limit=args.limit, status=args.status)
-    ctx.print(json.dumps(runs, indent=2) if args.json else list_table(runs))
+    if args.json:
+        ctx.print(RUNS.dump_json(runs, indent=2).decode())
+    elif runs:
+        ctx.console.print(list_table(runs))
+    else:
+        ctx.print("no runs")
     return 0
 
 
@@ -180,7 +179,7 @@ def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
     events = ctx.client.events(args.run)
     if args.json:
         for event in events:
-            ctx.print(json.dumps(event))
+            ctx.print(event.model_dump_json())
         return 0
     if not events:
         ctx.print(f"no events for {args.run}")
@@ -197,24 +196,4 @@ def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:
-    root = workspaces_dir()
-    paths = cleaning.workspace_paths(root, args.run)  # rejects a malformed id first
-    state = ctx.client.run_state(args.run)
-    if not is_terminal(state):
-        raise CliError(
-            f"run {args.run} is {state.get('status')}; only finished runs are cleaned"
-            f" (stop it first: loops stop {args.run})"
-        )
-    if not paths:
-        ctx.print(f"nothing to clean for {args.run} under {root}")
-        return 0
-    ctx.print(f"run {args.run} is {state.get('status')}; this deletes its local workspaces:")
-    for path in paths:
-        ctx.print(f"  {path} ({cleaning.human(cleaning.size_of(path))})")
-    ctx.print(f"its branch {state.get('branch', '')} on its origin is kept")
-    if not args.yes and not cleaning.confirm(f"Delete {len(paths)} path(s)?", ctx.stdin, ctx.out):
-        ctx.print("nothing deleted")
-        return 1
-    cleaning.remove(paths)
-    ctx.print(f"deleted {len(paths)} path(s)")
-    return 0
+    return cleaning.clean(ctx.client, args.run, args.yes, ctx.stdin, ctx.console)

@@ -1,7 +1,13 @@
 """Where the CLI finds the API, read once in `main` from the flags and the environment.
 
-The service's `Settings` describes the API and worker processes; the CLI is a client of
-the API and needs only its address and token, so it keeps this much smaller record.
+The CLI is a client of the API and reads only these variables (flags win over them):
+
+- `LOOPS_API_URL`: the API's base URL (default `http://127.0.0.1:8000`)
+- `LOOPS_API_TOKEN`: sent as `Authorization: Bearer <token>` (the API wants one of its
+  `LOOPS_API_TOKENS` when that is set)
+
+It never reads the service's `Settings` (data directory, Temporal, model keys): those
+describe the API and worker processes, and a bad one must not break `loops status`.
 """
 
 from __future__ import annotations
@@ -9,9 +15,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
+URL_VARIABLE = "LOOPS_API_URL"
+TOKEN_VARIABLE = "LOOPS_API_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -28,16 +35,5 @@ class CliConfig:
     ) -> CliConfig:
         """Flags win over `LOOPS_API_URL` / `LOOPS_API_TOKEN`, which win over the default."""
         env = os.environ if environ is None else environ
-        api_url = url or env.get("LOOPS_API_URL") or DEFAULT_API_URL
-        return cls(api_url=api_url.rstrip("/"), token=token or env.get("LOOPS_API_TOKEN") or None)
-
-
-def workspaces_dir() -> Path:
-    """`$LOOPS_DATA_DIR/workspaces`, exactly as the worker computes it.
-
-    Only `clean` needs it, so the service's Settings are read there and nowhere else
-    in the CLI: an unrelated bad variable must not break `loops status`.
-    """
-    from loopworks.schemas.settings import Settings
-
-    return Settings().workspaces_dir
+        api_url = url or env.get(URL_VARIABLE) or DEFAULT_API_URL
+        return cls(api_url=api_url.rstrip("/"), token=token or env.get(TOKEN_VARIABLE) or None)

@@ -1,162 +1,102 @@
 """`loops status --follow`: watch a run until it ends.
 
 Events come from the live stream (`GET /runs/{id}/events?follow=1`, server-sent events
-whose `id:` is the event's seq, resumed with `Last-Event-ID` after a dropped
-connection) or, when the API answers that request with plain JSON, from polling
-`events?after=N`. Either way each event is handled once, in seq order: finished
+read with httpx-sse, whose `id:` is the event's seq, resumed with `Last-Event-ID` after
+a dropped connection) or, when the API answers that request with plain JSON, from
+polling `events?after=N`. Either way each event is handled once, in seq order: finished
 iterations print seed 001 Step 8's summary, and the end prints Step 7's.
 
 Events say what finished, not what is running, so the current step comes from the
-run's status: a spinner line on a terminal, a plain line per change otherwise.
+run's status: rich's spinner on a terminal, a plain line per change otherwise.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TextIO
+from collections.abc import Callable
 
 import httpx
+from httpx_sse import SSEError
+from rich.console import Console
+from rich.status import Status
+from rich.text import Text
 
-from loopworks.api.cli.client import ApiClient, CliError, run_path
-from loopworks.api.cli.render import (
-    IterationTracker,
-    artifact_location,
-    final_summary,
-    is_terminal,
-    notice,
-)
-from loopworks.workflows.summary import render_summary
+from loopworks.api.cli.client import ApiClient, CliError, parse_event
+from loopworks.api.cli.render import IterationTracker, artifact_location, final_summary, notice
+from loopworks.schemas.events import Event
+from loopworks.schemas.run import RunState, RunStatus
+from loopworks.schemas.summary import render_summary
 
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 MAX_STREAM_FAILURES = 8
-StateSource = Callable[[], dict[str, Any]]
-
-
-# --- server-sent events ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SseMessage:
-    id: str | None
-    event: str | None
-    data: str
-
-
-def parse_sse(lines: Iterable[str]) -> Iterator[SseMessage]:
-    """The text/event-stream format: fields until a blank line; `:` lines are comments.
-    A message cut off by the end of the stream is dropped, as the spec says."""
-    data: list[str] = []
-    event_id: str | None = None
-    event_name: str | None = None
-    for raw in lines:
-        line = raw.rstrip("\r")
-        if not line:
-            if data:
-                yield SseMessage(event_id, event_name, "\n".join(data))
-            data, event_id, event_name = [], None, None
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if field == "data":
-            data.append(value)
-        elif field == "id":
-            event_id = value
-        elif field == "event":
-            event_name = value
-
-
-def event_from_message(message: SseMessage) -> dict[str, Any] | None:
-    """The run event a message carries, or None for anything else (keep-alives, `end`)."""
-    try:
-        body = json.loads(message.data)
-    except ValueError:
-        return None
-    if not isinstance(body, dict) or "event" not in body:
-        return None
-    if "seq" not in body and message.id and message.id.isdigit():
-        body["seq"] = int(message.id)
-    return body if isinstance(body.get("seq"), int) else None
+# The API's own stream messages (api/stream.py); every other message is a run event.
+END_EVENT = "end"
+ERROR_EVENT = "error"
+StateSource = Callable[[], RunState]
 
 
 # --- progress ----------------------------------------------------------------------
 
 
-class Progress:
-    """Where follow output goes. Summaries and notices are whole lines; the current step
-    is a redrawn spinner line on a TTY and a plain line per change otherwise (so logs
-    and tests read cleanly)."""
+class CurrentStep:
+    """The spinner's text: the step the run is on and for how long, measured whenever
+    rich redraws (the status poller only says when the step changes)."""
 
-    def __init__(self, out: TextIO, tty: bool, frame_seconds: float = 0.1) -> None:
-        self._out = out
-        self._tty = tty
-        self._frame_seconds = frame_seconds
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._text = ""
         self._since = time.monotonic()
-        self._key: tuple[Any, ...] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+    def set(self, text: str) -> None:
+        with self._lock:
+            self._text, self._since = text, time.monotonic()
+
+    def __rich__(self) -> Text:
+        with self._lock:
+            elapsed = int(time.monotonic() - self._since)
+            return Text(f"{self._text} · {elapsed}s" if self._text else "")
+
+
+class Progress:
+    """Where follow output goes. Summaries and notices are whole lines; the current step
+    is rich's spinner on a terminal (lines print above it) and a plain line per change
+    otherwise, so logs and tests read cleanly."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._step = CurrentStep()
+        self._key: tuple[object, ...] | None = None
+        self._status: Status | None = None
 
     def start(self) -> None:
-        if self._tty and self._thread is None:
-            self._thread = threading.Thread(target=self._spin, name="loops-spinner", daemon=True)
-            self._thread.start()
+        if self.console.is_terminal and self._status is None:
+            self._status = self.console.status(self._step, spinner="dots")
+            self._status.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-            self._thread = None
-        with self._lock:
-            if self._tty:
-                self._out.write("\r\x1b[2K")
-                self._out.flush()
+        if self._status is not None:
+            self._status.stop()  # transient: the spinner line goes
+            self._status = None
 
     def line(self, text: str) -> None:
-        with self._lock:
-            if self._tty:
-                self._out.write("\r\x1b[2K")
-            self._out.write(text + "\n")
-            self._out.flush()
+        self.console.print(text)
 
-    def update(self, state: Mapping[str, Any]) -> None:
-        status = state.get("status")
-        key = (status, state.get("iteration"), state.get("phase"), state.get("current_step"))
-        if key == self._key or is_terminal(state):
+    def update(self, state: RunState) -> None:
+        key = (state.status, state.iteration, state.phase, state.current_step)
+        if key == self._key or state.status.is_terminal:
             return
         self._key = key
-        iteration = state.get("iteration") or 0
         text = (
-            f"iteration {iteration}/{state.get('max_iterations', '?')}"
-            f" · phase {state.get('phase', '-')}"
-            if iteration
+            f"iteration {state.iteration}/{state.max_iterations} · phase {state.phase.value}"
+            if state.iteration
             else "setup"  # hydration and the critic come before iteration 1
-        ) + f" · {state.get('current_step', '-')}"
-        if status != "running":
-            text += f" · {status}"
-        with self._lock:
-            self._text = text
-            self._since = time.monotonic()
-        if not self._tty:
+        ) + f" · {state.current_step.value}"
+        if state.status != RunStatus.RUNNING:
+            text += f" · {state.status.value}"
+        self._step.set(text)
+        if self._status is None:
             self.line(f"· {text}")
-
-    def _spin(self) -> None:
-        for frame in itertools.cycle(SPINNER):
-            if self._stop.wait(self._frame_seconds):
-                return
-            with self._lock:
-                if not self._text:
-                    continue
-                elapsed = int(time.monotonic() - self._since)
-                self._out.write(f"\r\x1b[2K{frame} {self._text} · {elapsed}s")
-                self._out.flush()
 
 
 class StatePoller:
@@ -210,12 +150,10 @@ class Follower:
         self.last_seq = 0
         self.tracker = IterationTracker(0)
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> RunState:
         """Follow until the run ends; print its summaries; return its final state."""
         state = self.client.run_state(self.run_id)
-        self.tracker = IterationTracker(
-            int(state.get("max_iterations") or 0), artifact_location(state)
-        )
+        self.tracker = IterationTracker(state.max_iterations, artifact_location(state))
         self.progress.start()
         try:
             self.progress.update(state)
@@ -241,11 +179,10 @@ class Follower:
         for event in events:
             self._handle(event)
 
-    def _handle(self, event: Mapping[str, Any]) -> None:
-        seq = event.get("seq")
-        if not isinstance(seq, int) or seq <= self.last_seq:
+    def _handle(self, event: Event) -> None:
+        if event.seq <= self.last_seq:
             return  # already seen (a replay after reconnecting)
-        self.last_seq = seq
+        self.last_seq = event.seq
         text = notice(event)
         if text:
             self.progress.line(text)
@@ -253,39 +190,38 @@ class Follower:
             self.progress.line(render_summary(summary) + "\n")
 
     def _stream(self) -> bool:
-        """Read the live stream to its end. False when the API has no stream to offer."""
+        """Read the live stream to its end. False when the API has no stream to offer.
+
+        httpx-sse parses the stream but does not reconnect (its README leaves that to
+        the caller), so the loop here resumes from the last seq after a dropped
+        connection, with a growing pause while the API stays unreachable.
+        """
         failures = 0
+        what = f"the event stream of {self.run_id}"
         with StatePoller(self.state_source, self.progress, self.status_seconds):
             while True:
-                headers = {"Accept": "text/event-stream"}
-                if self.last_seq:
-                    headers["Last-Event-ID"] = str(self.last_seq)
                 try:
-                    with self.client.stream(
-                        run_path(self.run_id, "events"), {"follow": 1}, headers
-                    ) as response:
-                        if response.status_code == 204:
+                    with self.client.event_stream(self.run_id, self.last_seq) as source:
+                        if source.response.status_code == httpx.codes.NO_CONTENT:
                             return True  # finished, and we have seen every event
-                        content_type = response.headers.get("content-type", "")
-                        if not content_type.startswith("text/event-stream"):
-                            return False
-                        for message in parse_sse(response.iter_lines()):
-                            event = event_from_message(message)
-                            if event is not None:
-                                self._handle(event)
+                        for message in source.iter_sse():
+                            if message.event == END_EVENT:
+                                return True  # the run has closed and all was sent
+                            if message.event == ERROR_EVENT:
+                                self.progress.line(f"! event stream: {_detail(message.data)}")
+                            elif message.data:  # not the `retry:` hint
+                                self._handle(parse_event(message.data, what))
                                 failures = 0
-                            elif message.event == "error":
-                                self.progress.line(f"! event stream: {message.data}")
+                except SSEError:
+                    return False  # an API that answers follow=1 with JSON: poll it
                 except httpx.TransportError as err:
                     failures += 1
                     if failures > MAX_STREAM_FAILURES:
-                        raise CliError(
-                            f"the event stream of {self.run_id} keeps failing: {err}"
-                        ) from err
+                        raise CliError(f"{what} keeps failing: {err}") from err
                     time.sleep(min(0.25 * 2**failures, 5.0))
                     continue
-                # The API ends the stream when the run ends; otherwise pick it up again.
-                if is_terminal(self.client.run_state(self.run_id)):
+                # The stream ended without `end` (the API gave up or restarted).
+                if self.client.run_state(self.run_id).status.is_terminal:
                     return True
                 time.sleep(self.poll_seconds)
 
@@ -296,6 +232,15 @@ class Follower:
             self.progress.update(state)
             for event in self.client.events(self.run_id, after=self.last_seq):
                 self._handle(event)
-            if is_terminal(state):
+            if state.status.is_terminal:
                 return
             time.sleep(self.poll_seconds)
+
+
+def _detail(data: str) -> str:
+    """An `error` message's `detail`, or its data as sent."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return data
+    return str(body.get("detail") or data) if isinstance(body, dict) else data

@@ -1,94 +1,138 @@
-"""Text the CLI prints: the status line, the runs table, the event timeline, seed 001
+"""What the CLI prints: the status line, the runs table, the event timeline, seed 001
 Step 8's iteration summaries (rebuilt from events) and Step 7's final summary.
 
-Everything here takes the API's JSON as plain mappings, so an API that adds fields or
-event names never breaks the CLI; everything returns strings, so it is tested without
-a terminal.
+Everything reads the API's models (`RunState`, `RunSummary`, the typed events), and
+returns text or a rich renderable, so it is tested without a terminal.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TextIO
 
-from loopworks.schemas.run import TERMINAL_STATUSES
-from loopworks.workflows.summary import IterationSummary, render_summary
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-Json = Mapping[str, Any]
+from loopworks.api.models import RunSummary
+from loopworks.schemas.events import (
+    Approved,
+    ArtifactCreated,
+    AuditVerdictGiven,
+    BlockCleared,
+    ChecksPrepared,
+    CriticVerdictGiven,
+    CritiqueDone,
+    EvaluationDone,
+    Event,
+    EventName,
+    Failed,
+    HydrationDone,
+    IterationAdvanced,
+    PhaseError,
+    PhaseSwitched,
+    PlanCreated,
+    Pushed,
+    QAVerdictGiven,
+    RefinementDone,
+    ReflectionDone,
+    RunStarted,
+    Stopped,
+)
+from loopworks.schemas.run import RunState, RunStatus
+from loopworks.schemas.summary import IterationSummary, render_summary
 
-TERMINAL = frozenset(status.value for status in TERMINAL_STATUSES)
 ARTIFACT_FILE = "artifact.md"
+# Off a terminal nobody's window limits the width: a piped table keeps each run on one
+# line however long its id, instead of rich's 80-column default.
+PIPE_WIDTH = 1_000
 
 
-def is_terminal(state: Json) -> bool:
-    return str(state.get("status")) in TERMINAL
+def console_for(out: TextIO) -> Console:
+    """A console for `out`: styles and the spinner on a terminal, plain text otherwise.
+
+    What the API sent is printed as is: no markup (a task may contain `[brackets]`),
+    no emoji codes, no highlighting, and long lines are not re-wrapped.
+    """
+    tty = out.isatty()
+    return Console(
+        file=out,
+        force_terminal=tty,
+        width=None if tty else PIPE_WIDTH,
+        markup=False,
+        emoji=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
-def score(value: Any) -> str:
-    return f"{value:.2f}" if isinstance(value, int | float) else "-"
+def score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
-def timestamp(value: Any, time_only: bool = False) -> str:
+def timestamp(value: datetime | str | None, time_only: bool = False) -> str:
     """ISO timestamps in UTC to the second (`2026-02-18T12:00:00Z`); anything else as is."""
     if not value:
         return "-"
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return str(value)
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC)
     return parsed.strftime("%H:%M:%S" if time_only else "%Y-%m-%dT%H:%M:%SZ")
 
 
-def artifact_location(state: Json) -> str:
-    branch = state.get("branch")
-    return f"{branch}:{ARTIFACT_FILE}" if branch else ""
+def artifact_location(state: RunState) -> str:
+    return f"{state.branch}:{ARTIFACT_FILE}" if state.branch else ""
+
+
+def stop_reason(state: RunState) -> str | None:
+    reason = state.stop_reason or state.stop.reason
+    return reason.value if reason else None
 
 
 # --- status -------------------------------------------------------------------------
 
 
-def status_line(state: Json) -> str:
+def status_line(state: RunState) -> str:
     """Seed 001's `alias | status | iteration | phase | current_step | last_score | updated_at`."""
     return " | ".join(
         [
-            str(state.get("alias") or state.get("run_id") or "-"),
-            str(state.get("status") or "-"),
-            f"{state.get('iteration', 0)}/{state.get('max_iterations', '?')}",
-            str(state.get("phase") or "-"),
-            str(state.get("current_step") or "-"),
-            score(state.get("last_score")),
-            timestamp(state.get("updated_at")),
+            state.alias or state.run_id,
+            state.status.value,
+            f"{state.iteration}/{state.max_iterations}",
+            state.phase.value,
+            state.current_step.value,
+            score(state.last_score),
+            timestamp(state.updated_at),
         ]
     )
 
 
-def status_notes(state: Json) -> list[str]:
+def status_notes(state: RunState) -> list[str]:
     """What a person needs next: why it stopped, or what it waits for and the command."""
-    run_id = state.get("run_id", "RUN")
-    status = state.get("status")
-    stop = state.get("stop") or {}
-    reason = state.get("stop_reason") or stop.get("reason")
-    notes: list[str] = []
-    if status in TERMINAL:
-        line = f"stop: {reason or 'none'}"
-        if stop.get("message"):
-            line += f" ({stop['message']})"
-        notes.append(line)
-    elif status == "blocked":
-        block = state.get("block") or {}
-        notes.append(
-            f"blocked: {block.get('reason') or 'custodiet audit'}"
+    run_id = state.run_id
+    if state.status.is_terminal:
+        line = f"stop: {stop_reason(state) or 'none'}"
+        if state.stop.message:
+            line += f" ({state.stop.message})"
+        return [line]
+    if state.status == RunStatus.BLOCKED:
+        return [
+            f"blocked: {state.block.reason or 'custodiet audit'}"
             f" (release with: loops clear-block {run_id} --note '...')"
-        )
-    elif status == "awaiting_approval":
-        notes.append(f"awaiting approval (approve with: loops approve {run_id})")
-    elif status == "paused":
-        notes.append(f"paused (continue with: loops resume {run_id})")
-    return notes
+        ]
+    if state.status == RunStatus.AWAITING_APPROVAL:
+        return [f"awaiting approval (approve with: loops approve {run_id})"]
+    if state.status == RunStatus.PAUSED:
+        return [f"paused (continue with: loops resume {run_id})"]
+    return []
 
 
 # --- list ---------------------------------------------------------------------------
@@ -96,122 +140,126 @@ def status_notes(state: Json) -> list[str]:
 LIST_COLUMNS = ("RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED")
 
 
-def list_table(runs: Iterable[Json]) -> str:
-    rows = [
-        (
-            str(run.get("run_id", "")),
-            str(run.get("alias") or "-"),
-            str(run.get("status") or "-") + (" (blocked)" if run.get("blocked") else ""),
-            "-" if run.get("iteration") is None else str(run["iteration"]),
-            score(run.get("last_score")),
-            timestamp(run.get("started_at")),
+def list_table(runs: Iterable[RunSummary]) -> Table:
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    for name in LIST_COLUMNS:
+        # A run id is what people copy: folded onto a second line, never cut short.
+        table.add_column(name, no_wrap=True, overflow="fold" if name == "RUN_ID" else "ellipsis")
+    for run in runs:
+        cells = (
+            run.run_id,
+            run.alias or "-",
+            run.status.value + (" (blocked)" if run.blocked else ""),
+            "-" if run.iteration is None else str(run.iteration),
+            score(run.last_score),
+            timestamp(run.started_at),
         )
-        for run in runs
-    ]
-    if not rows:
-        return "no runs"
-    return table(LIST_COLUMNS, rows)
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    return "\n".join(lines)
+        # Text, not str: a cell is shown as sent, never read as rich markup.
+        table.add_row(*(Text(cell) for cell in cells))
+    return table
 
 
 # --- history ------------------------------------------------------------------------
 
 
-def _short(text: Any, limit: int = 80) -> str:
-    flat = " ".join(str(text).split())
+def _short(text: str, limit: int = 80) -> str:
+    flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _ids(items: Any) -> str:
-    return ", ".join(str(item) for item in items or []) or "none"
+def _ids(items: Iterable[str]) -> str:
+    return ", ".join(items) or "none"
 
 
-def event_detail(event: Json) -> str:
+def event_detail(event: Event) -> str:
     """One phrase per event, in the terms seed 001 Step 8 uses."""
-    name = event.get("event")
-    p: Json = event.get("payload") or {}
-    if name == "run_started":
-        return _short(p.get("task", ""))
-    if name == "hydration_done":
-        return f"template {p.get('template')}, rules: {_ids(p.get('rules'))}"
-    if name in ("critic_verdict", "audit_verdict", "qa_verdict"):
-        extra = p.get("reason") or p.get("summary") or _ids_or_empty(p.get("issues"))
-        return f"{p.get('verdict')}" + (f": {_short(extra, 70)}" if extra else "")
-    if name == "plan_created":
-        return _short(p.get("focus", ""))
-    if name in ("artifact_created", "refinement_done"):
-        return f"hash {str(p.get('hash', ''))[:8]}, changed: {_ids(p.get('changed'))}"
-    if name == "checks_prepared":
-        return f"{p.get('checks')} checks for {len(p.get('rules') or [])} rules"
-    if name == "evaluation_done":
-        verdict = "PASS" if p.get("passed") else "FAIL"
-        return (
-            f"score {score(p.get('score'))} / {score(p.get('threshold'))} {verdict},"
-            f" failed: {_ids(p.get('failed'))}, warnings: {_ids(p.get('warnings'))}"
-        )
-    if name == "critique_done":
-        issues = p.get("issues") or []
-        noun = "issue" if len(issues) == 1 else "issues"
-        return f"{len(issues)} {noun}: {_ids(i.get('rule_id') for i in issues)}"
-    if name == "phase_switched":
-        return f"{p.get('from')} → {p.get('to')}"
-    if name == "iteration_advanced":
-        return f"→ iteration {p.get('iteration')}"
-    if name == "phase_error":
-        return f"{p.get('step')} attempt {p.get('attempt')}: {_short(p.get('error', ''), 60)}"
-    if name in ("stopped", "failed"):
-        what = p.get("reason") or p.get("error") or ""
-        message = p.get("message")
-        return _short(f"{what} ({message})" if message else what)
-    if name == "block_cleared":
-        return _short(f"note: {p.get('note', '')}")
-    if name == "reflection_done":
-        return f"outcome: {p.get('outcome')}"
-    if name == "pushed":
-        verified = "verified" if p.get("verified") else "NOT verified"
-        return f"{p.get('branch')} @ {str(p.get('commit', ''))[:8]} ({verified})"
-    if name == "approved":
-        edits = p.get("edits") or {}
-        return "as drafted" if not edits else _short("edited: " + json.dumps(edits))
-    return _short(json.dumps(p, default=str)) if p else ""
+    match event:
+        case RunStarted(payload=p):
+            return _short(p.task)
+        case HydrationDone(payload=p):
+            return f"template {p.template}, rules: {_ids(p.rules)}"
+        case CriticVerdictGiven(payload=p):
+            return _verdict(p.verdict, ", ".join(p.issues))
+        case AuditVerdictGiven(payload=p):
+            return _verdict(p.verdict, p.reason or ", ".join(p.violations))
+        case QAVerdictGiven(payload=p):
+            return _verdict(p.verdict, p.summary or ", ".join(i.rule_id for i in p.issues))
+        case PlanCreated(payload=p):
+            return _short(p.focus)
+        case ArtifactCreated(payload=p) | RefinementDone(payload=p):
+            return f"hash {p.hash[:8]}, changed: {_ids(p.changed)}"
+        case ChecksPrepared(payload=p):
+            return f"{p.checks} checks for {len(p.rules)} rules"
+        case EvaluationDone(payload=p):
+            verdict = "PASS" if p.passed else "FAIL"
+            return (
+                f"score {score(p.score)} / {score(p.threshold)} {verdict},"
+                f" failed: {_ids(p.failed)}, warnings: {_ids(p.warnings)}"
+            )
+        case CritiqueDone(payload=p):
+            noun = "issue" if len(p.issues) == 1 else "issues"
+            return f"{len(p.issues)} {noun}: {_ids(i.rule_id for i in p.issues)}"
+        case PhaseSwitched(payload=p):
+            return f"{p.from_phase} → {p.to_phase}"
+        case IterationAdvanced(payload=p):
+            return f"→ iteration {p.iteration}"
+        case PhaseError(payload=p):
+            return f"{p.step}: {_short(p.error, 70)}"
+        case Stopped(payload=p):
+            return _short(f"{p.reason} ({p.message})" if p.message else p.reason)
+        case Failed(payload=p):
+            what = p.reason or p.error
+            return _short(f"{what} ({p.message})" if p.message else what)
+        case BlockCleared(payload=p):
+            return _short(f"note: {p.note}")
+        case ReflectionDone(payload=p):
+            return f"outcome: {p.outcome}"
+        case Pushed(payload=p):
+            verified = "verified" if p.verified else "NOT verified"
+            return f"{p.branch} @ {p.commit[:8]} ({verified})"
+        case Approved(payload=p):
+            return "as drafted" if not p.edits else _short("edited: " + json.dumps(p.edits))
+    # The rest (paused, resumed, continued_as_new, output_repaired): their payload as sent.
+    payload = event.payload.model_dump_json()
+    return "" if payload == "{}" else _short(payload)
 
 
-def _ids_or_empty(issues: Any) -> str:
-    if not issues:
-        return ""
-    return ", ".join(str(i.get("rule_id", i) if isinstance(i, Mapping) else i) for i in issues)
+def _verdict(verdict: str, extra: str) -> str:
+    return verdict + (f": {_short(extra, 70)}" if extra else "")
 
 
-def history_line(event: Json) -> str:
-    mark = "!" if event.get("status", "ok") != "ok" else " "
+def history_line(event: Event) -> str:
+    mark = "!" if event.status != "ok" else " "
     return (
-        f"{event.get('seq', '?'):>4} {mark} {timestamp(event.get('ts'), time_only=True)}"
-        f"  it {event.get('iteration', 0)} {event.get('phase', '')}"
-        f"  {event.get('step', ''):<15} {event.get('event', ''):<18} {event_detail(event)}"
+        f"{event.seq:>4} {mark} {timestamp(event.ts, time_only=True)}"
+        f"  it {event.iteration} {event.phase}"
+        f"  {event.step:<15} {event.event:<18} {event_detail(event)}"
     ).rstrip()
 
 
-def notice(event: Json) -> str | None:
+def notice(event: Event) -> str | None:
     """Events a person following a run should see as they happen, beside the summaries."""
-    name = event.get("event")
-    p: Json = event.get("payload") or {}
-    if name == "audit_verdict" and p.get("verdict") == "BLOCK":
-        return f"! custodiet BLOCK: {p.get('reason') or 'no reason given'}"
-    if name == "critic_verdict" and p.get("verdict") != "PROCEED":
-        return f"! critic {p.get('verdict')}: {_ids_or_empty(p.get('issues')) or '-'}"
-    if name in ("block_cleared", "approved", "paused", "resumed", "phase_error"):
-        return f"· {name}: {event_detail(event)}".rstrip(": ")
-    if name == "failed":
-        return f"! failed: {event_detail(event)}"
+    match event:
+        case AuditVerdictGiven(payload=p) if p.verdict == "BLOCK":
+            return f"! custodiet BLOCK: {p.reason or 'no reason given'}"
+        case CriticVerdictGiven(payload=p) if p.verdict != "PROCEED":
+            return f"! critic {p.verdict}: {', '.join(p.issues) or '-'}"
+        case Failed():
+            return f"! failed: {event_detail(event)}"
+    if event.event in NOTICED:
+        return f"· {event.event}: {event_detail(event)}".rstrip(": ")
     return None
+
+
+NOTICED = frozenset(
+    {
+        EventName.BLOCK_CLEARED,
+        EventName.APPROVED,
+        EventName.PAUSED,
+        EventName.RESUMED,
+        EventName.PHASE_ERROR,
+    }
+)
 
 
 # --- seed 001 Step 8: iteration summaries from events --------------------------------
@@ -232,38 +280,29 @@ class IterationTracker:
         self._plan_focus = ""
         self._artifact_hash = ""
         self._changed: list[str] = []
-        self._evaluation: Json | None = None
+        self._evaluation: EvaluationDone | None = None
         self._evaluated: tuple[str, list[str]] = ("", [])
         self._critique: list[tuple[str, str]] = []
 
-    def feed(self, event: Json) -> list[IterationSummary]:
-        name = event.get("event")
-        p: Json = event.get("payload") or {}
-        if name == "approved":
-            edited = (p.get("edits") or {}).get("max_iterations")
-            if isinstance(edited, int):
-                self.max_iterations = edited
-        elif name == "plan_created":
-            self._plan_focus = str(p.get("focus") or "")
-        elif name in ("artifact_created", "refinement_done"):
-            self._artifact_hash = str(p.get("hash") or "")
-            self._changed = [str(c) for c in p.get("changed") or []]
-        elif name == "evaluation_done":
-            self._evaluation = {
-                **p,
-                "iteration": event.get("iteration"),
-                "phase": event.get("phase"),
-            }
-            self._evaluated = (self._artifact_hash, list(self._changed))
-            self._critique = []
-        elif name == "critique_done":
-            self._critique = [
-                (str(issue.get("rule_id", "?")), str(issue.get("fix", "")))
-                for issue in p.get("issues") or []
-                if isinstance(issue, Mapping)
-            ]
-        elif name in ("phase_switched", "iteration_advanced", "stopped", "failed"):
-            return self.finish()
+    def feed(self, event: Event) -> list[IterationSummary]:
+        match event:
+            case Approved(payload=p):
+                edited = p.edits.get("max_iterations")
+                if isinstance(edited, int):
+                    self.max_iterations = edited
+            case PlanCreated(payload=p):
+                self._plan_focus = p.focus
+            case ArtifactCreated(payload=p) | RefinementDone(payload=p):
+                self._artifact_hash = p.hash
+                self._changed = list(p.changed)
+            case EvaluationDone():
+                self._evaluation = event
+                self._evaluated = (self._artifact_hash, list(self._changed))
+                self._critique = []
+            case CritiqueDone(payload=p):
+                self._critique = [(issue.rule_id, issue.fix) for issue in p.issues]
+            case PhaseSwitched() | IterationAdvanced() | Stopped() | Failed():
+                return self.finish()
         return []
 
     def finish(self) -> list[IterationSummary]:
@@ -271,25 +310,26 @@ class IterationTracker:
         if evaluation is None:
             return []
         artifact_hash, changed = self._evaluated
+        result = evaluation.payload
         return [
             IterationSummary(
-                iteration=int(evaluation.get("iteration") or 0),
+                iteration=evaluation.iteration,
                 max_iterations=self.max_iterations,
-                phase=str(evaluation.get("phase") or "-"),
-                score=float(evaluation.get("score") or 0.0),
-                passed=bool(evaluation.get("passed")),
+                phase=evaluation.phase.value,
+                score=result.score,
+                passed=result.passed,
                 plan_focus=self._plan_focus,
                 artifact_hash=artifact_hash,
                 changed=changed,
-                failed=[str(r) for r in evaluation.get("failed") or []],
-                warnings=[str(r) for r in evaluation.get("warnings") or []],
+                failed=list(result.failed),
+                warnings=list(result.warnings),
                 artifact=self.artifact,
                 critique=self._critique,
             )
         ]
 
 
-def iteration_summaries(events: Iterable[Json], max_iterations: int, artifact: str) -> list[str]:
+def iteration_summaries(events: Iterable[Event], max_iterations: int, artifact: str) -> list[str]:
     tracker = IterationTracker(max_iterations, artifact)
     summaries = [summary for event in events for summary in tracker.feed(event)]
     summaries.extend(tracker.finish())
@@ -299,31 +339,27 @@ def iteration_summaries(events: Iterable[Json], max_iterations: int, artifact: s
 # --- seed 001 Step 7: the final summary ----------------------------------------------
 
 
-def final_summary(state: Json) -> str:
-    stop: Json = state.get("stop") or {}
-    reason = state.get("stop_reason") or stop.get("reason") or "none"
+def final_summary(state: RunState) -> str:
     lines = [
-        f"══ Run {state.get('run_id', '')} {state.get('status', '')} ══",
-        f"Iteration: {state.get('iteration', 0)}/{state.get('max_iterations', '?')}",
-        f"Phase: {state.get('phase', '-')}",
-        f"Final score: {score(state.get('last_score'))}",
-        f"Stop reason: {reason}",
+        f"══ Run {state.run_id} {state.status.value} ══",
+        f"Iteration: {state.iteration}/{state.max_iterations}",
+        f"Phase: {state.phase.value}",
+        f"Final score: {score(state.last_score)}",
+        f"Stop reason: {stop_reason(state) or 'none'}",
     ]
-    if stop.get("message"):
-        lines.append(f"Message: {stop['message']}")
-    distance: Json | None = stop.get("distance_to_success")
+    if state.stop.message:
+        lines.append(f"Message: {state.stop.message}")
+    distance = state.stop.distance_to_success
     if distance:
-        blockers = distance.get("blocking_rule_ids") or []
         lines += [
             "distance_to_success:",
-            f"  threshold (phase {distance.get('phase')}): {score(distance.get('threshold'))}"
-            f" | score: {score(distance.get('score'))} | gap: {score(distance.get('gap'))}",
-            f"  failed fail-rules: {distance.get('failed_blocker_count', len(blockers))}"
-            f" ({_ids(blockers)})",
-            f"  rules passed: {distance.get('passed_rules')}/{distance.get('total_rules')}",
+            f"  threshold (phase {distance.phase.value}): {score(distance.threshold)}"
+            f" | score: {score(distance.score)} | gap: {score(distance.gap)}",
+            f"  failed fail-rules: {distance.failed_blocker_count}"
+            f" ({_ids(distance.blocking_rule_ids)})",
+            f"  rules passed: {distance.passed_rules}/{distance.total_rules}",
         ]
     location = artifact_location(state)
-    if location and state.get("artifact_commit"):
-        origin = state.get("origin")
-        lines.append(f"Artifact: {location}" + (f" on {origin}" if origin else ""))
+    if location and state.artifact_commit:
+        lines.append(f"Artifact: {location}" + (f" on {state.origin}" if state.origin else ""))
     return "\n".join(lines)

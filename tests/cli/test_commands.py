@@ -1,20 +1,30 @@
-"""Commands against a fake API: request bodies, error messages, exit codes, clean."""
+"""Commands against a fake API (answers built from the API's models): request bodies,
+error messages, exit codes; and `clean` against the real app over a fake Temporal."""
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
+from temporalio.client import Client
 
 from loopworks.api.cli import commands
 from loopworks.api.cli.__main__ import build_parser, main
 from loopworks.api.cli.client import ApiClient, ApiError, CliError
 from loopworks.api.cli.config import CliConfig
-from tests.cli.sample import RUN_ID, RUNS, STATE
+from loopworks.api.main import create_app
+from loopworks.api.models import RunCreated, RunSummary
+from loopworks.schemas.events import EVENTS
+from loopworks.schemas.settings import Settings
+from tests.api.fake_temporal import FakeClient
+from tests.cli.sample import EVENTS as SAMPLE_EVENTS
+from tests.cli.sample import RUN_ID, RUNS, STATE, wire, wire_list
 
 pytestmark = pytest.mark.unit
 
@@ -40,9 +50,12 @@ class TtyInput(io.StringIO):
         return True
 
 
+Api = Callable[[httpx.Request], httpx.Response]
+
+
 def run(
     argv: list[str],
-    api: Recorder,
+    api: Api,
     stdin: io.StringIO | None = None,
     token: str | None = None,
 ) -> tuple[int, str]:
@@ -55,7 +68,9 @@ def run(
     return code, out.getvalue()
 
 
-CREATED = httpx.Response(201, json={"run_id": RUN_ID, "alias": "a", "status_url": "/runs/x"})
+CREATED = httpx.Response(
+    201, json=wire(RunCreated(run_id=RUN_ID, alias="a", status_url=f"/runs/{RUN_ID}"))
+)
 
 
 def test_new_sends_the_request_and_prints_only_the_run_id(tmp_path: Path) -> None:
@@ -136,7 +151,7 @@ def test_error_messages(status: int, body: Any, expected: str) -> None:
 
 
 def test_stop_sends_the_reason() -> None:
-    api = Recorder({("POST", f"/runs/{RUN_ID}/stop"): httpx.Response(202, json=STATE)})
+    api = Recorder({("POST", f"/runs/{RUN_ID}/stop"): httpx.Response(202, json=wire(STATE))})
     code, out = run(["stop", RUN_ID, "--reason", "enough"], api)
     assert code == 0 and "stop requested" in out
     assert api.body() == {"reason": "enough"}
@@ -152,7 +167,7 @@ def test_stop_sends_the_reason() -> None:
     ],
 )
 def test_messages_post_to_their_routes(argv: list[str], path: str, body: Any) -> None:
-    api = Recorder({("POST", f"/runs/{RUN_ID}/{path}"): httpx.Response(200, json=STATE)})
+    api = Recorder({("POST", f"/runs/{RUN_ID}/{path}"): httpx.Response(200, json=wire(STATE))})
     code, _ = run(argv, api)
     assert code == 0
     assert (api.body() if api.requests[0].content else None) == body
@@ -162,7 +177,7 @@ def test_approve_with_a_json_rules_list(tmp_path: Path) -> None:
     rules = [{"id": "r", "description": "d", "check": {"kind": "pattern", "pattern": "x"}}]
     path = tmp_path / "rules.json"
     path.write_text(json.dumps(rules))
-    api = Recorder({("POST", f"/runs/{RUN_ID}/approve"): httpx.Response(200, json=STATE)})
+    api = Recorder({("POST", f"/runs/{RUN_ID}/approve"): httpx.Response(200, json=wire(STATE))})
     run(["approve", RUN_ID, "--rules-file", str(path), "--note", "ok"], api)
     assert api.body() == {"rules": rules, "note": "ok"}
 
@@ -179,11 +194,13 @@ def test_a_bad_rules_file_is_a_failure_before_any_request(tmp_path: Path) -> Non
 
 
 def test_status_defaults_to_the_most_recent_run() -> None:
-    latest = RUNS[0]["run_id"]
+    latest = RUNS[0].run_id
     api = Recorder(
         {
-            ("GET", "/runs"): httpx.Response(200, json=RUNS),
-            ("GET", f"/runs/{latest}"): httpx.Response(200, json={**STATE, "run_id": latest}),
+            ("GET", "/runs"): httpx.Response(200, json=wire_list(RUNS)),
+            ("GET", f"/runs/{latest}"): httpx.Response(
+                200, json=wire(STATE.model_copy(update={"run_id": latest}))
+            ),
         }
     )
     code, out = run(["status"], api)
@@ -201,7 +218,7 @@ def test_status_without_any_run() -> None:
 def test_list_and_history_and_artifact() -> None:
     api = Recorder(
         {
-            ("GET", "/runs"): httpx.Response(200, json=RUNS),
+            ("GET", "/runs"): httpx.Response(200, json=wire_list(RUNS)),
             ("GET", f"/runs/{RUN_ID}/events"): httpx.Response(200, json=[]),
             ("GET", f"/runs/{RUN_ID}/artifact"): httpx.Response(200, text="# Title\n\nbody"),
         }
@@ -212,61 +229,139 @@ def test_list_and_history_and_artifact() -> None:
     assert run(["artifact", RUN_ID], api)[1] == "# Title\n\nbody\n"
 
 
-# --- clean ----------------------------------------------------------------------------
+def test_no_runs_to_list() -> None:
+    api = Recorder({("GET", "/runs"): httpx.Response(200, json=[])})
+    assert run(["list"], api)[1] == "no runs\n"
+
+
+def test_json_output_is_the_apis_json() -> None:
+    api = Recorder(
+        {
+            ("GET", "/runs"): httpx.Response(200, json=wire_list(RUNS)),
+            ("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(STATE)),
+            ("GET", f"/runs/{RUN_ID}/events"): httpx.Response(200, json=wire_list(SAMPLE_EVENTS)),
+        }
+    )
+    listed = json.loads(run(["list", "--json"], api)[1])
+    assert [RunSummary.model_validate(item) for item in listed] == RUNS
+    assert json.loads(run(["status", RUN_ID, "--json"], api)[1]) == wire(STATE)
+    lines = run(["history", RUN_ID, "--json"], api)[1].splitlines()
+    assert EVENTS.validate_python([json.loads(line) for line in lines]) == SAMPLE_EVENTS
+    # Phase switches keep their wire names.
+    assert json.loads(lines[7])["payload"] == {"from": "A", "to": "B"}
+
+
+def test_an_answer_that_is_not_the_apis_model_is_a_clear_error() -> None:
+    api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json={"run_id": RUN_ID})})
+    with pytest.raises(CliError, match=f"unexpected answer for run {RUN_ID}"):
+        run(["status", RUN_ID], api)
+
+
+# --- clean: the real route, a fake Temporal, the service's data directory in tmp_path ---
+
+
+class Service:
+    """The API app on a data directory of its own, with `RUN_ID` finished and its clones
+    (and other runs' directories beside them) on disk."""
+
+    def __init__(self, root: Path, fake: FakeClient, http: TestClient) -> None:
+        self.root = root
+        self.fake = fake
+        self.http = http
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        # Handed over field by field: the test client may speak another httpx.
+        self.requests.append(request)
+        answer = self.http.request(
+            request.method,
+            request.url.raw_path.decode(),
+            headers=dict(request.headers),
+            content=request.read(),
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    def remaining(self) -> list[str]:
+        return sorted(path.name for path in self.root.iterdir())
 
 
 @pytest.fixture
-def workspaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path / "data"))
-    root = tmp_path / "data" / "workspaces"
+def service(tmp_path: Path) -> Iterator[Service]:
+    settings = Settings(LOOPS_DATA_DIR=tmp_path / "data")
+    root = settings.workspaces_dir
     for name in (RUN_ID, f"{RUN_ID}.evaluate", f"{RUN_ID}-other", "another-run", ".cache"):
         (root / name / ".git").mkdir(parents=True)
         (root / name / "artifact.md").write_text("# x\n")
-    return root
+    fake = FakeClient()
+    fake.handle(RUN_ID).open_for = 0  # finished
+    with TestClient(create_app(settings, client=cast(Client, fake))) as http:
+        yield Service(root, fake, http)
 
 
-def remaining(root: Path) -> list[str]:
-    return sorted(path.name for path in root.iterdir())
+def test_clean_refuses_a_run_that_has_not_finished(service: Service) -> None:
+    service.fake.handle(RUN_ID).open_for = 1_000_000
+    with pytest.raises(CliError, match="has not finished; only a finished run's workspace"):
+        run(["clean", RUN_ID, "--yes"], service)
+    assert RUN_ID in service.remaining()
+    assert [r.method for r in service.requests] == ["GET"]
 
 
-def state_api(status: str) -> Recorder:
-    return Recorder(
-        {("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json={**STATE, "status": status})}
-    )
-
-
-def test_clean_refuses_a_live_run(workspaces: Path) -> None:
-    with pytest.raises(CliError, match="is running; only finished runs are cleaned"):
-        run(["clean", RUN_ID, "--yes"], state_api("running"))
-    assert RUN_ID in remaining(workspaces)
-
-
-def test_clean_without_a_terminal_and_without_yes_refuses(workspaces: Path) -> None:
+def test_clean_without_a_terminal_and_without_yes_refuses(service: Service) -> None:
     with pytest.raises(CliError, match="stdin is not a terminal"):
-        run(["clean", RUN_ID], state_api("completed"))
-    assert RUN_ID in remaining(workspaces)
+        run(["clean", RUN_ID], service)
+    assert RUN_ID in service.remaining()
 
 
-def test_clean_asks_and_no_keeps_everything(workspaces: Path) -> None:
-    code, out = run(["clean", RUN_ID], state_api("stopped"), stdin=TtyInput("n\n"))
-    assert code == 1 and "nothing deleted" in out
-    assert f"{workspaces / RUN_ID} (" in out
-    assert RUN_ID in remaining(workspaces)
+def test_clean_asks_and_no_keeps_everything(service: Service) -> None:
+    code, out = run(["clean", RUN_ID], service, stdin=TtyInput("n\n"))
+    assert code == 1, out
+    assert out.splitlines() == [
+        f"run {RUN_ID} has finished; this deletes its workspaces on the service (8 bytes):",
+        f"  {RUN_ID} (4 bytes)",
+        f"  {RUN_ID}.evaluate (4 bytes)",
+        "its pushed branch stays on its origin",
+        "Delete 2 workspace(s)? [y/n] (n): nothing deleted",
+    ]
+    assert RUN_ID in service.remaining()
+    assert [r.method for r in service.requests] == ["GET"]
 
 
-def test_clean_deletes_only_the_runs_workspaces(workspaces: Path) -> None:
-    code, out = run(["clean", RUN_ID], state_api("completed"), stdin=TtyInput("y\n"))
+def test_clean_on_an_empty_answer_deletes_nothing(service: Service) -> None:
+    code, out = run(["clean", RUN_ID], service, stdin=TtyInput(""))
+    assert code == 1 and out.endswith("nothing deleted\n")
+    assert RUN_ID in service.remaining()
+
+
+def test_clean_deletes_only_the_runs_workspaces(service: Service) -> None:
+    code, out = run(["clean", RUN_ID], service, stdin=TtyInput("y\n"))
     assert code == 0, out
-    assert remaining(workspaces) == sorted([".cache", f"{RUN_ID}-other", "another-run"])
-    code, out = run(["clean", RUN_ID, "--yes"], state_api("completed"))
-    assert (code, out.startswith("nothing to clean")) == (0, True)
+    assert out.endswith("? [y/n] (n): deleted 2 workspace(s), 8 bytes\n")
+    assert service.remaining() == sorted([".cache", f"{RUN_ID}-other", "another-run"])
+    code, out = run(["clean", RUN_ID, "--yes"], service)
+    assert (code, out) == (0, f"nothing to clean for {RUN_ID}\n")
 
 
-def test_clean_rejects_a_path_as_run_id(workspaces: Path) -> None:
-    api = state_api("completed")
-    with pytest.raises(CliError, match="is not a run id"):
-        run(["clean", "../data", "--yes"], api)
-    assert api.requests == []
+def test_clean_with_yes_does_not_ask(service: Service) -> None:
+    code, out = run(["clean", RUN_ID, "--yes"], service)
+    assert code == 0, out
+    assert "Delete" not in out and out.endswith("deleted 2 workspace(s), 8 bytes\n")
+    assert [r.method for r in service.requests] == ["GET", "DELETE"]
+
+
+@pytest.mark.parametrize(
+    ("run_id", "status"),
+    [("_x", 422), (f"{RUN_ID}.lock", 422), ("a..b", 422), ("../data", 404)],
+)
+def test_clean_of_a_bad_id_is_the_apis_refusal(service: Service, run_id: str, status: int) -> None:
+    # The API checks the id (a path would not even reach the route: no such route).
+    with pytest.raises(ApiError) as raised:
+        run(["clean", run_id, "--yes"], service)
+    assert raised.value.status_code == status
+    if status == 422:
+        assert raised.value.message.endswith("is not usable as a directory and ref name")
+    assert service.remaining() == sorted(
+        [RUN_ID, f"{RUN_ID}.evaluate", f"{RUN_ID}-other", "another-run", ".cache"]
+    )
 
 
 # --- main -----------------------------------------------------------------------------

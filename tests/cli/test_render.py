@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import io
+from datetime import UTC, datetime
 
 import pytest
+from rich.console import RenderableType
 
 from loopworks.api.cli.render import (
     IterationTracker,
     artifact_location,
+    console_for,
     final_summary,
     history_line,
     iteration_summaries,
@@ -17,11 +20,42 @@ from loopworks.api.cli.render import (
     status_line,
     status_notes,
 )
-from tests.cli.sample import EVENTS, LIMIT_STATE, RUN_ID, RUNS, STATE
+from loopworks.api.models import RunSummary
+from loopworks.schemas.events import (
+    EVENT,
+    Approved,
+    ApprovedPayload,
+    AuditPayload,
+    AuditVerdictGiven,
+    BlockCleared,
+    Event,
+    NotePayload,
+    Paused,
+    PhaseError,
+    PhaseErrorPayload,
+)
+from loopworks.schemas.rules import Phase
+from loopworks.schemas.run import (
+    BlockInfo,
+    RunState,
+    RunStatus,
+    Step,
+    StopInfo,
+    StopReason,
+    Thresholds,
+)
+from tests.cli.sample import EVENTS, LIMIT_STATE, RUN_ID, RUNS, STATE, at
 
 pytestmark = pytest.mark.unit
 
 ARTIFACT = f"loops/{RUN_ID}:artifact.md"
+
+
+def plain(renderable: RenderableType) -> str:
+    """What the CLI prints for `renderable` when its output is not a terminal."""
+    out = io.StringIO()
+    console_for(out).print(renderable)
+    return out.getvalue()
 
 
 def test_status_line_is_seed_001s_compact_line() -> None:
@@ -33,29 +67,40 @@ def test_status_line_is_seed_001s_compact_line() -> None:
 
 
 def test_status_notes_say_what_a_live_run_waits_for() -> None:
-    blocked = {**STATE, "status": "blocked", "block": {"blocked": True, "reason": "drift"}}
+    blocked = STATE.model_copy(
+        update={"status": RunStatus.BLOCKED, "block": BlockInfo(blocked=True, reason="drift")}
+    )
     assert status_notes(blocked) == [
         f"blocked: drift (release with: loops clear-block {RUN_ID} --note '...')"
     ]
-    waiting = {**STATE, "status": "awaiting_approval"}
+    waiting = STATE.model_copy(update={"status": RunStatus.AWAITING_APPROVAL})
     assert status_notes(waiting) == [f"awaiting approval (approve with: loops approve {RUN_ID})"]
-    assert status_notes({**STATE, "status": "running"}) == []
-    stopped = {
-        **STATE,
-        "status": "stopped",
-        "stop_reason": "user_stop",
-        "stop": {"reason": "user_stop", "message": "enough"},
-    }
+    assert status_notes(STATE.model_copy(update={"status": RunStatus.RUNNING})) == []
+    stopped = STATE.model_copy(
+        update={
+            "status": RunStatus.STOPPED,
+            "stop_reason": StopReason.USER_STOP,
+            "stop": StopInfo(reason=StopReason.USER_STOP, message="enough"),
+        }
+    )
     assert status_notes(stopped) == ["stop: user_stop (enough)"]
 
 
-def test_status_line_of_a_fresh_run_with_missing_fields() -> None:
-    fresh = {"run_id": "r-1", "status": "running", "max_iterations": 4}
-    assert status_line(fresh) == "r-1 | running | 0/4 | - | - | - | -"
+def test_status_line_of_a_fresh_run() -> None:
+    fresh = RunState(
+        run_id="r-1",
+        alias="",
+        task="t",
+        max_iterations=4,
+        thresholds=Thresholds(),
+        branch="loops/r-1",
+        origin="/o.git",
+    )
+    assert status_line(fresh) == "r-1 | running | 0/4 | A | HYDRATE | 0.00 | -"
 
 
 def test_list_table_aligns_columns() -> None:
-    lines = list_table(RUNS).splitlines()
+    lines = plain(list_table(RUNS)).splitlines()
     assert lines[0].split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED"]
     assert lines[1].split() == [
         "write-a-short-guide-to-reflex-loops-20261122-051145-3632a2",
@@ -72,15 +117,14 @@ def test_list_table_aligns_columns() -> None:
     assert lines[2][status_column:].startswith("completed")
 
 
-def test_list_table_of_no_runs_and_of_a_run_without_attributes() -> None:
-    assert list_table([]) == "no runs"
-    bare: dict[str, Any] = {
-        "run_id": "x",
-        "status": "running",
-        "blocked": True,
-        "started_at": "2026-02-18T12:00:00Z",
-    }
-    assert list_table([bare]).splitlines()[1].split() == [
+def test_list_table_of_a_run_without_attributes() -> None:
+    bare = RunSummary(
+        run_id="x",
+        status=RunStatus.RUNNING,
+        blocked=True,
+        started_at=datetime(2026, 2, 18, 12, tzinfo=UTC),
+    )
+    assert plain(list_table([bare])).splitlines()[1].split() == [
         "x",
         "-",
         "running",
@@ -96,7 +140,7 @@ def test_history_is_one_line_per_event() -> None:
     assert len(lines) == len(EVENTS)
     assert lines[0].split()[:6] == ["1", "05:11:42", "it", "0", "A", "HYDRATE"]
     assert "run_started" in lines[0] and "Write a short guide" in lines[0]
-    by_name = {event["event"]: line for event, line in zip(EVENTS, lines, strict=True)}
+    by_name = {event.event.value: line for event, line in zip(EVENTS, lines, strict=True)}
     assert by_name["plan_created"].endswith("fix has-verification")
     assert "hash e0016d7f, changed: ## Verification" in by_name["refinement_done"]
     assert by_name["iteration_advanced"].endswith("→ iteration 2")
@@ -111,19 +155,25 @@ def test_history_is_one_line_per_event() -> None:
 
 
 def test_history_marks_errors() -> None:
-    error = {
-        "seq": 9,
-        "ts": "2026-02-18T12:00:00+00:00",
-        "iteration": 1,
-        "phase": "A",
-        "step": "PLAN",
-        "event": "phase_error",
-        "status": "error",
-        "payload": {"step": "PLAN", "attempt": 1, "error": "focus: field required"},
-    }
+    # As the API sends it: the CLI parses every event with the shared adapter.
+    error = EVENT.validate_python(
+        {
+            "seq": 9,
+            "ts": "2026-02-18T12:00:00+00:00",
+            "run_id": RUN_ID,
+            "iteration": 1,
+            "phase": "A",
+            "step": "PLAN",
+            "event": "phase_error",
+            "status": "error",
+            "payload": {"step": "PLAN", "error": "focus: field required"},
+        }
+    )
+    assert isinstance(error, PhaseError)
+    assert error.payload == PhaseErrorPayload(step="PLAN", error="focus: field required")
     assert history_line(error).startswith("   9 ! 12:00:00")
-    assert history_line(error).endswith("PLAN attempt 1: focus: field required")
-    assert notice(error) == "· phase_error: PLAN attempt 1: focus: field required"
+    assert history_line(error).endswith("PLAN: focus: field required")
+    assert notice(error) == "· phase_error: PLAN: focus: field required"
 
 
 def test_iteration_summaries_follow_seed_001_step_8() -> None:
@@ -160,7 +210,7 @@ def test_a_summary_is_printed_when_its_iteration_is_over() -> None:
     done_at = {}
     for event in EVENTS:
         for summary in tracker.feed(event):
-            done_at[(summary.iteration, summary.phase)] = event["event"]
+            done_at[(summary.iteration, summary.phase)] = event.event
     assert done_at == {
         (1, "A"): "phase_switched",
         (1, "B"): "iteration_advanced",
@@ -170,19 +220,17 @@ def test_a_summary_is_printed_when_its_iteration_is_over() -> None:
 
 
 def test_approval_with_edited_max_iterations_shows_the_new_limit() -> None:
-    approved = {
-        "seq": 4,
-        "iteration": 0,
-        "phase": "A",
-        "event": "approved",
-        "payload": {"edits": {"max_iterations": 2}, "note": None},
-    }
-    events = [*EVENTS[:3], approved, *({**e, "seq": e["seq"] + 1} for e in EVENTS[3:])]
+    approved = Approved(
+        **at(4, "43.150000", 0, Phase.A, Step.APPROVE),
+        payload=ApprovedPayload(edits={"max_iterations": 2}),
+    )
+    later = (e.model_copy(update={"seq": e.seq + 1}) for e in EVENTS[3:])
+    events: list[Event] = [*EVENTS[:3], approved, *later]
     assert iteration_summaries(events, 4, ARTIFACT)[0].startswith("── Iteration 1/2 |")
 
 
 def test_an_unfinished_iteration_is_flushed_at_the_end() -> None:
-    until_evaluation = [e for e in EVENTS if e["seq"] <= 7]
+    until_evaluation = [e for e in EVENTS if e.seq <= 7]
     tracker = IterationTracker(4, ARTIFACT)
     assert [s for e in until_evaluation for s in tracker.feed(e)] == []
     (summary,) = tracker.finish()
@@ -203,7 +251,7 @@ def test_final_summary_of_a_completed_run() -> None:
 def test_final_summary_carries_distance_to_success_on_iteration_limit() -> None:
     lines = final_summary(LIMIT_STATE).splitlines()
     assert lines[:5] == [
-        f"══ Run {LIMIT_STATE['run_id']} stopped ══",
+        f"══ Run {LIMIT_STATE.run_id} stopped ══",
         "Iteration: 1/1",
         "Phase: A",
         "Final score: 0.00",
@@ -218,20 +266,37 @@ def test_final_summary_carries_distance_to_success_on_iteration_limit() -> None:
 
 
 def test_final_summary_shows_the_stop_message() -> None:
-    stopped = {
-        **STATE,
-        "status": "stopped",
-        "stop_reason": "user_stop",
-        "stop": {"passed": False, "reason": "user_stop", "message": "from temporal cli"},
-    }
+    stopped = STATE.model_copy(
+        update={
+            "status": RunStatus.STOPPED,
+            "stop_reason": StopReason.USER_STOP,
+            "stop": StopInfo(reason=StopReason.USER_STOP, message="from temporal cli"),
+        }
+    )
     assert "Message: from temporal cli" in final_summary(stopped).splitlines()
 
 
 def test_notices_for_control_events() -> None:
-    block = {"event": "audit_verdict", "payload": {"verdict": "BLOCK", "reason": "drift"}}
+    envelope = at(30, "50.000000", 2, Phase.B, Step.AUDIT)
+    block = AuditVerdictGiven(**envelope, payload=AuditPayload(verdict="BLOCK", reason="drift"))
     assert notice(block) == "! custodiet BLOCK: drift"
-    assert notice({"event": "audit_verdict", "payload": {"verdict": "OK"}}) is None
-    cleared = {"event": "block_cleared", "payload": {"note": "go on"}}
+    assert notice(AuditVerdictGiven(**envelope, payload=AuditPayload(verdict="OK"))) is None
+    cleared = BlockCleared(**envelope, payload=NotePayload(note="go on"))
     assert notice(cleared) == "· block_cleared: note: go on"
-    assert notice({"event": "paused", "payload": {}}) == "· paused"
+    assert notice(Paused(**envelope)) == "· paused"
     assert all(notice(event) is None for event in EVENTS)
+
+
+def test_text_from_the_api_is_never_read_as_markup() -> None:
+    run = RUNS[0].model_copy(update={"alias": "[bold]not-bold[/bold]"})
+    assert "[bold]not-bold[/bold]" in plain(list_table([run]))
+    out = io.StringIO()
+    console_for(out).print("[red]a task with brackets[/red] :smile:")
+    assert out.getvalue() == "[red]a task with brackets[/red] :smile:\n"
+
+
+def test_a_piped_table_keeps_each_run_on_one_line() -> None:
+    long_id = "a-" * 80 + "20261122-051141-c0b93a"
+    run = RUNS[0].model_copy(update={"run_id": long_id})
+    lines = plain(list_table([run])).splitlines()
+    assert len(lines) == 2 and lines[1].startswith(long_id)
