@@ -12,7 +12,8 @@ import asyncio
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import HISTORY_PATH
-from loopworks.workspace.git import GitError, GitWorkspaces, work_ref
+from loopworks.workspace.git import GitError, GitWorkspaces
+from loopworks.workspace.refs import work_ref
 from loopworks.workspace.run_log import parse_history
 
 

@@ -19,7 +19,7 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workspace.git import is_url
+from loopworks.workspace.refs import is_url
 
 SUMMARY_CHARS = 200
 

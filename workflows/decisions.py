@@ -173,7 +173,7 @@ def alias_for(task: str) -> str:
     python-slugify transliterates to ASCII ("Écrire" gives "ecrire"), keeps only `a-z` and
     `0-9` words joined by single hyphens, and cuts at a word boundary (a first word longer
     than the cap is cut). So the run id made from the alias is a valid Temporal workflow id
-    and git ref component (`workspace.git._checked_run_id`). Slugify leaves an empty or
+    and git ref component (`workspace.refs.checked_run_id`). Slugify leaves an empty or
     short slug as it is; seed 001 wants at least 3 characters, hence the two fallbacks.
     """
     slug = slugify(task, max_length=ALIAS_MAX_LENGTH, word_boundary=True) or "task"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256, is_url
+from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256
+from loopworks.workspace.refs import is_url
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration

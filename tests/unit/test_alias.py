@@ -9,7 +9,7 @@ import pytest
 
 from loopworks.api.launch import new_run_id
 from loopworks.workflows.decisions import ALIAS_MAX_LENGTH, alias_for
-from loopworks.workspace.git import work_ref
+from loopworks.workspace.refs import work_ref
 
 pytestmark = pytest.mark.unit
 

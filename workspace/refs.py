@@ -1,0 +1,65 @@
+"""What git is handed, checked first: run ids, commit shas, paths inside a repository,
+origins (local path or URL), and the ref that holds a run's work.
+
+Values arrive from workflow inputs and API requests; anything unchecked could be a git
+option, a rev expression that resolves differently on each worker, or a path outside.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from datetime import UTC, datetime
+
+WORK_REF_PREFIX = "refs/loopworks/"
+
+# Run ids name a directory and a ref component, so keep them to a safe alphabet.
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SHA = re.compile(r"^[0-9a-f]{7,64}$")
+FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def is_url(origin: str) -> bool:
+    """True for `scheme://…` and scp-like `host:path` origins, False for local paths."""
+    if "://" in origin:
+        return True
+    head = origin.split("/", 1)[0]
+    return ":" in head and not re.match(r"^[A-Za-z]:$", head)
+
+
+def redact(text: str) -> str:
+    # Origins may embed tokens (https://user:token@host/...); keep them out of logs.
+    return _URL_USERINFO.sub("***@", text)
+
+
+def checked_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id) or run_id.endswith(".lock") or ".." in run_id:
+        raise ValueError(f"run id {run_id!r} is not usable as a directory and ref name")
+    return run_id
+
+
+def work_ref(run_id: str) -> str:
+    """The ref on origin holding a run's latest published commit."""
+    return f"{WORK_REF_PREFIX}{checked_run_id(run_id)}"
+
+
+def checked_commit(commit: str) -> str:
+    # Commits arrive from workflow inputs; anything but a sha could be an option or a rev
+    # expression that resolves differently on each worker.
+    if not _SHA.match(commit):
+        raise ValueError(f"{commit!r} is not a commit sha")
+    return commit
+
+
+def safe_relpath(path: str) -> str:
+    normal = posixpath.normpath(path.replace("\\", "/"))
+    if posixpath.isabs(normal) or normal == ".." or normal.startswith("../") or normal == ".":
+        raise ValueError(f"path {path!r} is not inside the repository")
+    return normal
+
+
+def git_date(when: datetime) -> str:
+    # Normalise to UTC so equal instants give equal commits whatever the worker's zone.
+    aware = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    return aware.replace(microsecond=0).isoformat()
