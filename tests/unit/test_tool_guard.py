@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-import loopworks.agent.tools.workspace_tools as workspace_tools
-from loopworks.agent.tools import ToolDenied, ToolGuard, execute, tool_env
+from loopworks.agent.tools import ToolDenied, ToolGuard, execute, operations, tool_env
 from loopworks.checks.runner import CheckOutcome
 from loopworks.schemas.rules import CommandCheck
 
@@ -70,7 +69,7 @@ class _Tripwire:
 @pytest.fixture
 def tripwire(monkeypatch: pytest.MonkeyPatch) -> _Tripwire:
     wire = _Tripwire()
-    monkeypatch.setattr(workspace_tools, "run_command_check", wire)
+    monkeypatch.setattr(operations, "run_command_check", wire)
     return wire
 
 

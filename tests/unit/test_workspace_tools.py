@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-import loopworks.agent.tools.workspace_tools as workspace_tools
 from loopworks.agent.tools import (
     TOOLS,
     ToolResult,
     ToolSpec,
+    calls,
     edit_file,
     execute,
     list_files,
+    operations,
     read_file,
     run_command,
     search,
@@ -68,7 +69,7 @@ def test_read_file_is_capped(ws: Path) -> None:
     result = read_file(ws, "big.txt", limit=100_000)
     assert result.ok
     body, _, note = result.content.rpartition("\n[truncated")
-    assert len(body.encode()) <= workspace_tools.READ_CAP_BYTES
+    assert len(body.encode()) <= calls.READ_CAP_BYTES
     assert "KiB cap" in note and "offset=" in note
 
 
@@ -76,7 +77,7 @@ def test_read_file_cuts_one_huge_line(ws: Path) -> None:
     (ws / "min.js").write_text("y" * 300_000 + "\nnext\n")
     result = read_file(ws, "min.js")
     assert result.ok
-    assert len(result.content) < workspace_tools.READ_CAP_BYTES + 200
+    assert len(result.content) < calls.READ_CAP_BYTES + 200
     assert "cut here" in result.content
 
 
@@ -119,7 +120,7 @@ def test_write_file_overwrites(ws: Path) -> None:
 
 
 def test_write_file_caps_size(ws: Path) -> None:
-    result = write_file(ws, "huge.txt", "x" * (workspace_tools.WRITE_CAP_BYTES + 1))
+    result = write_file(ws, "huge.txt", "x" * (calls.WRITE_CAP_BYTES + 1))
     assert not result.ok
     assert "at most" in result.content
     assert not (ws / "huge.txt").exists()
@@ -211,7 +212,7 @@ def test_list_files_shows_symlinks_without_following(ws: Path, tmp_path: Path) -
 
 
 def test_list_files_is_capped(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_tools, "LIST_CAP_ENTRIES", 2)
+    monkeypatch.setattr(operations, "LIST_CAP_ENTRIES", 2)
     result = list_files(ws)
     assert result.ok
     assert result.content.splitlines()[:2] == ["README.md", "blob.bin"]
@@ -250,7 +251,7 @@ def test_search_no_match_and_bad_regex(ws: Path) -> None:
 
 
 def test_search_is_capped(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_tools, "SEARCH_CAP_MATCHES", 3)
+    monkeypatch.setattr(operations, "SEARCH_CAP_MATCHES", 3)
     (ws / "many.txt").write_text("hit\n" * 10)
     result = search(ws, "hit")
     assert result.content.count("many.txt:") == 3
@@ -309,7 +310,7 @@ def test_run_command_output_is_capped(ws: Path) -> None:
     assert result.ok
     assert "output truncated" in result.content
     assert "line-20000" in result.content
-    assert len(result.content) < workspace_tools.COMMAND_OUTPUT_CAP_BYTES + 200
+    assert len(result.content) < calls.COMMAND_OUTPUT_CAP_BYTES + 200
 
 
 def test_run_command_denied_is_a_result(ws: Path) -> None:

@@ -1,0 +1,82 @@
+"""A tool call's arguments and its result: what the model sends and what it reads back,
+one model per tool (the schemas the model is shown), and the caps every tool keeps to."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+READ_CAP_BYTES = 64 * 1024
+READ_DEFAULT_LINES = 2000
+WRITE_CAP_BYTES = 1024 * 1024
+LIST_CAP_ENTRIES = 1000
+SEARCH_CAP_MATCHES = 200
+SEARCH_LINE_CHARS = 300
+SEARCH_FILE_CAP_BYTES = 2 * 1024 * 1024
+# Files looked at by one list or search, matching or not: bounds the walk of a huge tree.
+WALK_CAP_FILES = 50_000
+COMMAND_OUTPUT_CAP_BYTES = 32 * 1024
+COMMAND_DEFAULT_TIMEOUT = 60.0
+COMMAND_MAX_TIMEOUT = 600.0
+
+
+class ToolResult(BaseModel):
+    """What the model gets back: `ok=False` marks a refusal, a failure or a failing command."""
+
+    ok: bool
+    content: str
+
+
+# -- arguments ------------------------------------------------------------------------------------
+
+
+class _Args(BaseModel):
+    # A misspelt argument is an error the model can read, not silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadFileArgs(_Args):
+    path: str = Field(description="File path relative to the workspace root.")
+    offset: int = Field(default=0, ge=0, description="Number of lines to skip before reading.")
+    limit: int = Field(
+        default=READ_DEFAULT_LINES, ge=1, le=100_000, description="Maximum number of lines."
+    )
+
+
+class WriteFileArgs(_Args):
+    path: str = Field(description="File path relative to the workspace root.")
+    content: str = Field(description="The file's whole new content.")
+
+
+class EditFileArgs(_Args):
+    path: str = Field(description="File path relative to the workspace root.")
+    old: str = Field(
+        min_length=1,
+        description="Exact text to replace; it must occur exactly once in the file.",
+    )
+    new: str = Field(description="Replacement text.")
+
+
+class ListFilesArgs(_Args):
+    path: str = Field(default=".", description="Directory relative to the workspace root.")
+    pattern: str = Field(
+        default="*",
+        description="Shell glob matched against file names (or relative paths if it has a '/').",
+    )
+
+
+class SearchArgs(_Args):
+    pattern: str = Field(
+        min_length=1, description="Python regular expression searched line by line."
+    )
+    path: str = Field(default=".", description="File or directory relative to the workspace root.")
+    glob: str = Field(default="*", description="Only search files whose name matches this glob.")
+
+
+class RunCommandArgs(_Args):
+    command: str = Field(min_length=1, description="A bash command, run in the workspace root.")
+    timeout_seconds: float = Field(
+        default=COMMAND_DEFAULT_TIMEOUT,
+        gt=0,
+        le=COMMAND_MAX_TIMEOUT,
+        description="Seconds before the command and everything it started are killed.",
+    )
