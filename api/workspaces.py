@@ -48,7 +48,7 @@ def size_of(path: Path) -> int:
     return sum(p.lstat().st_size for p in path.rglob("*") if not p.is_symlink() and p.is_file())
 
 
-def describe(workspaces: GitWorkspaces, run_id: str) -> list[WorkspaceEntry]:
+def entries(workspaces: GitWorkspaces, run_id: str) -> list[WorkspaceEntry]:
     return [
         WorkspaceEntry(name=path.name, bytes=size_of(path))
         for path in run_clones(workspaces, run_id)
@@ -80,12 +80,12 @@ def remove(workspaces: GitWorkspaces, run_id: str) -> list[WorkspaceEntry]:
 async def inspect(handle: LoopHandle, workspaces: GitWorkspaces) -> RunWorkspace:
     description = await runs.describe(handle)  # a 404 when it is no run of ours
     # Walking a clone is blocking I/O; keep it off the event loop.
-    entries = await asyncio.to_thread(describe, workspaces, handle.id)
+    found = await asyncio.to_thread(entries, workspaces, handle.id)
     return RunWorkspace(
         run_id=handle.id,
         finished=runs.is_closed(description),
-        entries=entries,
-        bytes=sum(entry.bytes for entry in entries),
+        entries=found,
+        bytes=sum(entry.bytes for entry in found),
     )
 
 

@@ -156,7 +156,8 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
     assert blank.stdout == ""
 
     assert workspaces(stack, run_id), "the run left no workspace to clean"
-    cleaned = loops("clean", run_id, "--yes")
+    # The API removes the clones where it runs: the CLI's own data directory is irrelevant.
+    cleaned = loops("clean", run_id, "--yes", LOOPS_DATA_DIR="/nonexistent")
     assert cleaned.returncode == 0, cleaned.stderr
     assert workspaces(stack, run_id) == []
 
@@ -171,7 +172,7 @@ def test_cli_stops_a_running_run_and_cleans_it_once_finished(stack: Stack, tmp_p
 
     live = loops("clean", run_id, "--yes")
     assert live.returncode == 1
-    assert f"run {run_id} is running; only finished runs are cleaned" in live.stderr
+    assert f"run {run_id} has not finished; only a finished run's workspace" in live.stderr
     assert workspaces(stack, run_id), "clean deleted a live run's workspace"
 
     stopped = loops("stop", run_id, "--reason", "enough")
