@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopworks.workflows.summary import IterationSummary, render_summary
+from loopworks.schemas.summary import IterationSummary, render_summary
 
 pytestmark = pytest.mark.unit
 
