@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
+from loopworks.schemas.contexts import CustodietContext
 from loopworks.schemas.roles import Audit, Role
 from loopworks.schemas.steps import AuditInput, AuditOutput
 
@@ -15,11 +16,11 @@ class AuditActivities:
 
     @activity.defn(name="audit_run")
     async def audit_run(self, step: AuditInput) -> AuditOutput:
-        context = {
-            "task": step.task,
-            "intent": step.intent,
-            "plan_focus": step.plan_focus,
-            "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
-        }
+        context = CustodietContext(
+            task=step.task,
+            intent=step.intent,
+            plan_focus=step.plan_focus,
+            evaluation=step.evaluation,
+        )
         answered = await self.deps.consult(Role.CUSTODIET, step, context, Audit)
         return AuditOutput(audit=answered.answer, usage=answered.usage, repairs=answered.repairs)

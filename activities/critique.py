@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
+from loopworks.schemas.contexts import ArtifactCriticContext
 from loopworks.schemas.roles import Critique, Role
 from loopworks.schemas.steps import CritiqueInput, CritiqueOutput
 
@@ -16,12 +17,9 @@ class CritiqueActivities:
     @activity.defn(name="critique_artifact")
     async def critique_artifact(self, step: CritiqueInput) -> CritiqueOutput:
         artifact = await self.deps.read_artifact(step.workspace)
-        context = {
-            "task": step.task,
-            "artifact": artifact,
-            "evaluation": step.evaluation.model_dump(mode="json"),
-            "rules": [r.model_dump(mode="json") for r in step.rules],
-        }
+        context = ArtifactCriticContext(
+            task=step.task, artifact=artifact, evaluation=step.evaluation, rules=step.rules
+        )
         answered = await self.deps.consult(Role.ARTIFACT_CRITIC, step, context, Critique)
         return CritiqueOutput(
             critique=answered.answer, usage=answered.usage, repairs=answered.repairs

@@ -7,7 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition, WorkflowTemplate
+from loopworks.schemas.contexts import CONTEXTS, RoleContext
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import Settings
@@ -45,7 +46,7 @@ class StepDeps:
         self,
         role: Role,
         step: ModelStep,
-        context: dict[str, Any],
+        context: RoleContext,
         answer_type: type[Answer],
         check: Callable[[Answer], None] | None = None,
     ) -> Answered[Answer]:
@@ -64,21 +65,25 @@ class StepDeps:
         return answered
 
     def for_role(
-        self, role: Role, step: ModelStep, context: dict[str, Any]
+        self, role: Role, step: ModelStep, context: RoleContext
     ) -> tuple[AgentDefinition, ModelCall]:
         """The role's agent definition and the call to its model: the model id of its tier,
         and the context it is given (with the operator's note from a cleared block or an
-        approval, when there is one)."""
+        approval, when there is one), as the JSON the model layer renders."""
+        if not isinstance(context, CONTEXTS[role]):
+            raise TypeError(
+                f"{role.value} takes a {CONTEXTS[role].__name__}, not a {type(context).__name__}"
+            )
         agent = self.agents[role.value]
         if step.operator_note:
-            context = {**context, "operator_note": step.operator_note}
+            context = context.model_copy(update={"operator_note": step.operator_note})
         call = ModelCall(
             role=role,
             run_id=step.run_id,
             call_index=step.call_index,
             iteration=step.iteration,
             model=self.settings.model_for(agent.model),
-            context=context,
+            context=context.model_dump(mode="json"),
         )
         return agent, call
 

@@ -13,6 +13,7 @@ from temporalio import activity
 
 from loopworks.activities.deps import StepDeps, heartbeating, now
 from loopworks.checks.runner import CheckOutcome, run_command_check, run_pattern_check
+from loopworks.schemas.contexts import EvaluatorContext, Question
 from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck
@@ -70,15 +71,14 @@ class EvaluationActivities:
         """Every yes/no question of the group in one model call: the artifact is sent once,
         and each answer names the rule it belongs to."""
         artifact = workdir / ARTIFACT_PATH
-        context = {
-            "task": step.task,
-            "questions": [
-                {"rule_id": rule_id, "question": question}
+        context = EvaluatorContext(
+            task=step.task,
+            questions=[
+                Question(rule_id=rule_id, question=question)
                 for rule_id, question in questions.items()
             ],
-            "artifact": artifact.read_text() if artifact.exists() else "",
-        }
-
+            artifact=artifact.read_text() if artifact.exists() else "",
+        )
         answer_type = judgements_model(questions)
         answered = await self.deps.consult(Role.EVALUATOR, step, context, answer_type)
         output.usage, output.repairs = answered.usage, answered.repairs

@@ -7,6 +7,7 @@ from temporalio.exceptions import ApplicationError
 
 from loopworks.activities.deps import StepDeps
 from loopworks.prompts.catalog import choose_template
+from loopworks.schemas.contexts import CriticContext, HydratorContext
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
@@ -24,15 +25,15 @@ class HydrationActivities:
                 f"unknown workflow template {step.template!r}", non_retryable=True
             )
         suggested = step.template or choose_template(step.task, templates)
-        context = {
-            "task": step.task,
-            "template": step.template,
-            "suggested_template": suggested,
-            "template_steps": [s.name for s in templates[suggested].steps],
-            "templates": {t.id: t.title for t in templates.values()},
-            "user_rules": [r.model_dump(mode="json") for r in step.user_rules],
-            "feedback": step.feedback,
-        }
+        context = HydratorContext(
+            task=step.task,
+            template=step.template,
+            suggested_template=suggested,
+            template_steps=[s.name for s in templates[suggested].steps],
+            templates={t.id: t.title for t in templates.values()},
+            user_rules=step.user_rules,
+            feedback=step.feedback,
+        )
 
         def check(hydration: Hydration) -> None:
             if step.user_rules:
@@ -53,12 +54,10 @@ class HydrationActivities:
             # User rules are the criteria; the hydrator only drafts rules when none are given.
             hydration.rules = step.user_rules
         hydration.rules = normalise_rules(hydration.rules)
-        return HydrateOutput(
-            hydration=hydration, usage=answered.usage, repairs=answered.repairs
-        )
+        return HydrateOutput(hydration=hydration, usage=answered.usage, repairs=answered.repairs)
 
     @activity.defn(name="review_plan")
     async def review_plan(self, step: ReviewInput) -> ReviewOutput:
-        context = {"task": step.task, "hydration": step.hydration.model_dump(mode="json")}
+        context = CriticContext(task=step.task, hydration=step.hydration)
         answered = await self.deps.consult(Role.CRITIC, step, context, CriticReview)
         return ReviewOutput(review=answered.answer, usage=answered.usage, repairs=answered.repairs)

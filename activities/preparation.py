@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps, now
+from loopworks.schemas.contexts import PreparerContext
 from loopworks.schemas.roles import Preparation, Role
 from loopworks.schemas.rules import PreparedCheck
 from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
@@ -26,10 +27,7 @@ class PreparationActivities:
         described = [r for r in step.rules if isinstance(r.check, str)]
         output = PrepareOutput(checks=concrete)
         if described:
-            context = {
-                "task": step.task,
-                "rules": [r.model_dump(mode="json") for r in described],
-            }
+            context = PreparerContext(task=step.task, rules=described)
             expected = {r.id for r in described}
 
             def check(answer: Preparation) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, heartbeating, now
 from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
+from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
     ARTIFACT_PATH,
@@ -44,39 +44,37 @@ class ProductionActivities:
 
     @activity.defn(name="plan_iteration")
     async def plan_iteration(self, step: PlanInput) -> PlanOutput:
-        context = {
-            "task": step.task,
-            "intent": step.intent,
-            "acceptance_criteria": step.acceptance_criteria,
-            "iteration": step.iteration,
-            "last_evaluation": (
-                step.last_evaluation.model_dump(mode="json") if step.last_evaluation else None
-            ),
-        }
+        context = PlannerContext(
+            task=step.task,
+            intent=step.intent,
+            acceptance_criteria=step.acceptance_criteria,
+            iteration=step.iteration,
+            last_evaluation=step.last_evaluation,
+        )
         answered = await self.deps.consult(Role.PLANNER, step, context, IterationPlan)
         return PlanOutput(plan=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
     @activity.defn(name="produce_artifact")
     async def produce_artifact(self, step: ProduceInput) -> ArtifactOutput:
-        context = {
-            "task": step.task,
-            "intent": step.intent,
-            "acceptance_criteria": step.acceptance_criteria,
-            "rules": [r.model_dump(mode="json") for r in step.rules],
-            "plan": step.plan.model_dump(mode="json"),
-        }
+        context = ProducerContext(
+            task=step.task,
+            intent=step.intent,
+            acceptance_criteria=step.acceptance_criteria,
+            rules=step.rules,
+            plan=step.plan,
+        )
         return await self._write(Role.PRODUCER, step, context, "produce")
 
     @activity.defn(name="refine_artifact")
     async def refine_artifact(self, step: RefineInput) -> ArtifactOutput:
-        context = {"task": step.task, "critique": step.critique.model_dump(mode="json")}
+        context = RefinerContext(task=step.task, critique=step.critique)
         return await self._write(Role.REFINER, step, context, "refine")
 
     async def _write(
         self,
         role: Role,
         step: ProduceInput | RefineInput,
-        context: dict[str, Any],
+        context: ProducerContext | RefinerContext,
         verb: AgentStep,
     ) -> ArtifactOutput:
         started, workspace = now(), step.workspace
@@ -86,7 +84,9 @@ class ProductionActivities:
         )
         previous_hash = workspaces.file_sha256(workdir, ARTIFACT_PATH)
         current = workdir / ARTIFACT_PATH
-        context = {**context, "current_artifact": current.read_text() if current.exists() else None}
+        context = context.model_copy(
+            update={"current_artifact": current.read_text() if current.exists() else None}
+        )
         outcome = await self._run_agent(role, step, context, workdir, verb)
         if not current.is_file():
             raise ApplicationError(
@@ -128,7 +128,12 @@ class ProductionActivities:
         )
 
     async def _run_agent(
-        self, role: Role, step: ModelStep, context: dict[str, Any], workdir: Path, verb: AgentStep
+        self,
+        role: Role,
+        step: ModelStep,
+        context: ProducerContext | RefinerContext,
+        workdir: Path,
+        verb: AgentStep,
     ) -> AgentOutcome:
         """The role's agent over the workspace: its prompt as the system, the step's inputs
         as the first message, the workspace tools; usage priced as `consult` prices it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
+from loopworks.schemas.contexts import QAVerifierContext
 from loopworks.schemas.roles import QAReport, Role
 from loopworks.schemas.steps import QAInput, QAOutput
 
@@ -16,12 +17,12 @@ class QAActivities:
     @activity.defn(name="verify_result")
     async def verify_result(self, step: QAInput) -> QAOutput:
         artifact = await self.deps.read_artifact(step.workspace)
-        context = {
-            "task": step.task,
-            "intent": step.intent,
-            "acceptance_criteria": step.acceptance_criteria,
-            "artifact": artifact,
-            "evaluation": step.evaluation.model_dump(mode="json") if step.evaluation else None,
-        }
+        context = QAVerifierContext(
+            task=step.task,
+            intent=step.intent,
+            acceptance_criteria=step.acceptance_criteria,
+            artifact=artifact,
+            evaluation=step.evaluation,
+        )
         answered = await self.deps.consult(Role.QA_VERIFIER, step, context, QAReport)
         return QAOutput(report=answered.answer, usage=answered.usage, repairs=answered.repairs)

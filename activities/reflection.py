@@ -12,6 +12,7 @@ import json
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
+from loopworks.schemas.contexts import ReflectorContext
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
@@ -28,15 +29,15 @@ class ReflectionActivities:
     async def reflect_on_run(self, step: ReflectInput) -> ReflectOutput:
         state = step.state
         stop_reason = state.stop_reason.value if state.stop_reason else None
-        context = {
-            "task": state.task,
-            "stop_reason": stop_reason,
-            "status": state.status.value,
-            "iteration": state.iteration,
-            "last_score": state.last_score,
-            "guidance": step.guidance,
-            "acceptance_criteria": state.acceptance_criteria,
-        }
+        context = ReflectorContext(
+            task=state.task,
+            stop_reason=state.stop_reason,
+            status=state.status,
+            iteration=state.iteration,
+            last_score=state.last_score,
+            guidance=step.guidance,
+            acceptance_criteria=state.acceptance_criteria,
+        )
         answered = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
         answer, usage = answered.answer, answered.usage
         reflection = FrameworkReflection(

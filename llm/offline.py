@@ -28,7 +28,23 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from loopworks.llm.base import ModelCall
+from loopworks.schemas.contexts import (
+    CONTEXTS,
+    ArtifactCriticContext,
+    CriticContext,
+    CustodietContext,
+    EvaluatorContext,
+    HydratorContext,
+    PlannerContext,
+    PreparerContext,
+    ProducerContext,
+    QAVerifierContext,
+    RefinerContext,
+    ReflectorContext,
+)
 from loopworks.schemas.roles import Role
+from loopworks.schemas.rules import PatternCheck, Severity
+from loopworks.schemas.run import StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
 
 
@@ -189,21 +205,25 @@ def closing_line(answer: dict[str, Any]) -> str:
 
 def default_answer(role: Role, context: dict[str, Any]) -> dict[str, Any]:
     """What the offline model answers `role` for a step's `context` when nothing is
-    scripted: a structured role's answer, or for an agent the draft it writes."""
-    return _DEFAULTS[role](context)
+    scripted: a structured role's answer, or for an agent the draft it writes.
+
+    The context is read through the role's context model, as the activity built it: a
+    key missing, renamed or unknown is a ValidationError here, not a quiet default.
+    """
+    return _DEFAULTS[role](CONTEXTS[role].model_validate(context))
 
 
 # --- default answers, one per role ------------------------------------------------------
 
 
-def _hydrate(ctx: dict[str, Any]) -> dict[str, Any]:
-    task: str = ctx["task"]
-    template = ctx.get("template") or ctx.get("suggested_template") or "minor-edit"
-    steps = ctx.get("template_steps") or ["Understand the task", "Produce", "Verify"]
-    rules = ctx.get("user_rules") or _draft_rules(task)
+def _hydrate(ctx: HydratorContext) -> dict[str, Any]:
+    task = ctx.task
+    template = ctx.template or ctx.suggested_template or "minor-edit"
+    steps = ctx.template_steps or ["Understand the task", "Produce", "Verify"]
+    rules = [r.model_dump(mode="json") for r in ctx.user_rules] or _draft_rules(task)
     plan = [*steps]
-    if ctx.get("feedback"):
-        plan.append("Address the critic's feedback: " + "; ".join(ctx["feedback"]))
+    if ctx.feedback:
+        plan.append("Address the critic's feedback: " + "; ".join(ctx.feedback))
     return {
         "template": template,
         "intent": f"Produce a written result for: {task.strip()[:200]}",
@@ -285,42 +305,41 @@ def _draft_rules(task: str) -> list[dict[str, Any]]:
     ]
 
 
-def _review(ctx: dict[str, Any]) -> dict[str, Any]:
+def _review(ctx: CriticContext) -> dict[str, Any]:
     return {"verdict": "PROCEED", "issues": [], "feedback": "The plan covers the task."}
 
 
-def _plan(ctx: dict[str, Any]) -> dict[str, Any]:
-    last = ctx.get("last_evaluation")
+def _plan(ctx: PlannerContext) -> dict[str, Any]:
+    last = ctx.last_evaluation
     if not last:
         return {"focus": "first complete draft", "steps": ["Draft every section of the plan"]}
-    failed = [r["rule_id"] for r in last.get("results", []) if not r.get("passed")]
+    failed = [r.rule_id for r in last.results if not r.passed]
     return {
         "focus": "fix " + (", ".join(failed) or "remaining warnings"),
         "steps": [f"Make rule {rule} pass" for rule in failed] or ["Polish the artifact"],
     }
 
 
-def _produce(ctx: dict[str, Any]) -> dict[str, Any]:
-    current = ctx.get("current_artifact")
+def _produce(ctx: ProducerContext) -> dict[str, Any]:
+    current = ctx.current_artifact
     if current:
         # The refined artifact stands; the producer keeps it rather than start over.
         return {"files": [{"path": ARTIFACT_PATH, "content": current}], "changed": []}
-    task = ctx["task"].strip()
-    plan = ctx.get("plan") or {}
+    task = ctx.task.strip()
     lines = [
         f"# {task.splitlines()[0][:80]}",
         "",
         "## Summary",
         "",
-        f"{ctx.get('intent') or task}",
+        f"{ctx.intent or task}",
         "",
         "## Approach",
         "",
-        *[f"- {step}" for step in plan.get("steps", [])],
+        *[f"- {step}" for step in ctx.plan.steps],
         "",
         "## Acceptance criteria",
         "",
-        *[f"- {criterion}" for criterion in ctx.get("acceptance_criteria", [])],
+        *[f"- {criterion}" for criterion in ctx.acceptance_criteria],
         "",
     ]
     return {
@@ -330,39 +349,37 @@ def _produce(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _prepare(ctx: dict[str, Any]) -> dict[str, Any]:
+def _prepare(ctx: PreparerContext) -> dict[str, Any]:
     checks = []
-    for rule in ctx.get("rules", []):
-        check = rule["check"]
-        if isinstance(check, str):
-            check = {"kind": "llm", "question": check}
-        checks.append({"rule_id": rule["id"], "check": check})
+    for rule in ctx.rules:
+        check = (
+            {"kind": "llm", "question": rule.check}
+            if isinstance(rule.check, str)
+            else rule.check.model_dump(mode="json")
+        )
+        checks.append({"rule_id": rule.id, "check": check})
     return {"checks": checks}
 
 
-def _judge(ctx: dict[str, Any]) -> dict[str, Any]:
-    artifact = (ctx.get("artifact") or "").strip()
+def _judge(ctx: EvaluatorContext) -> dict[str, Any]:
+    artifact = ctx.artifact.strip()
     passed = bool(artifact)
     reason = "the artifact is present and on topic" if passed else "the artifact is empty"
-    return {
-        question["rule_id"]: {"passed": passed, "reason": reason}
-        for question in ctx.get("questions", [])
-    }
+    return {question.rule_id: {"passed": passed, "reason": reason} for question in ctx.questions}
 
 
-def _critique(ctx: dict[str, Any]) -> dict[str, Any]:
-    rules = {rule["id"]: rule for rule in ctx.get("rules", [])}
+def _critique(ctx: ArtifactCriticContext) -> dict[str, Any]:
+    rules = {rule.id: rule for rule in ctx.rules}
     issues = []
-    failed = [r for r in ctx["evaluation"]["results"] if not r["passed"]]
+    failed = [r for r in ctx.evaluation.results if not r.passed]
     for result in failed:
-        rule = rules.get(result["rule_id"], {})
-        check = rule.get("check")
-        example = check.get("example") if isinstance(check, dict) else None
+        rule = rules.get(result.rule_id)
+        example = rule.check.example if rule and isinstance(rule.check, PatternCheck) else None
         issues.append(
             {
-                "rule_id": result["rule_id"],
-                "problem": result.get("detail") or f"rule {result['rule_id']} failed",
-                "fix": f"Make the artifact satisfy: {rule.get('description', result['rule_id'])}",
+                "rule_id": result.rule_id,
+                "problem": result.detail or f"rule {result.rule_id} failed",
+                "fix": f"Make the artifact satisfy: {rule.description if rule else result.rule_id}",
                 "suggested_text": example,
             }
         )
@@ -371,11 +388,11 @@ def _critique(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"issues": issues}
 
 
-def _refine(ctx: dict[str, Any]) -> dict[str, Any]:
-    artifact: str = ctx.get("current_artifact") or ""
+def _refine(ctx: RefinerContext) -> dict[str, Any]:
+    artifact = ctx.current_artifact or ""
     changed = []
-    for issue in ctx["critique"]["issues"]:
-        text = issue.get("suggested_text")
+    for issue in ctx.critique.issues:
+        text = issue.suggested_text
         if text and text not in artifact:
             artifact = artifact.rstrip("\n") + "\n\n" + text.strip() + "\n"
             changed.append(text.strip().splitlines()[0])
@@ -386,19 +403,18 @@ def _refine(ctx: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _audit(ctx: dict[str, Any]) -> dict[str, Any]:
+def _audit(ctx: CustodietContext) -> dict[str, Any]:
     return {"verdict": "OK", "reason": "work stays within the task's scope", "violations": []}
 
 
-def _qa(ctx: dict[str, Any]) -> dict[str, Any]:
-    evaluation = ctx.get("evaluation") or {}
-    failed = [r for r in evaluation.get("results", []) if not r.get("passed")]
-    blockers = [r for r in failed if r.get("severity") == "fail"]
+def _qa(ctx: QAVerifierContext) -> dict[str, Any]:
+    results = ctx.evaluation.results if ctx.evaluation else []
+    blockers = [r for r in results if not r.passed and r.severity == Severity.FAIL]
     if blockers:
         return {
             "verdict": "ISSUES",
             "issues": [
-                {"rule_id": r["rule_id"], "problem": r.get("detail") or "failed", "fix": "fix it"}
+                {"rule_id": r.rule_id, "problem": r.detail or "failed", "fix": "fix it"}
                 for r in blockers
             ],
             "summary": "blocking rules still fail",
@@ -406,25 +422,30 @@ def _qa(ctx: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": "VERIFIED", "issues": [], "summary": "acceptance criteria are met"}
 
 
-def _reflect(ctx: dict[str, Any]) -> dict[str, Any]:
-    reason = ctx.get("stop_reason")
-    outcome = {"threshold_reached": "success", "no_major_issues": "success"}.get(
-        reason or "", "partial" if ctx.get("last_score", 0) > 0 else "failure"
-    )
+def _reflect(ctx: ReflectorContext) -> dict[str, Any]:
+    # The stop reason's value, as the text below has always quoted it (None without one).
+    reason = ctx.stop_reason.value if ctx.stop_reason else None
+    score = ctx.last_score
+    if ctx.stop_reason in (StopReason.THRESHOLD_REACHED, StopReason.NO_MAJOR_ISSUES):
+        outcome = "success"
+    else:
+        outcome = "partial" if score > 0 else "failure"
     return {
         "outcome": outcome,
         "followed": "Yes - hydration, critic review and the evaluation loop ran as planned",
-        "accomplishment": f"artifact scored {ctx.get('last_score', 0)} ({reason})",
+        "accomplishment": f"artifact scored {score} ({reason})",
         "root_cause": None if outcome == "success" else f"run ended with {reason}",
         "proposed_change": "none needed" if outcome == "success" else "review the rules",
-        "summary": f"Run ended with {reason} after {ctx.get('iteration', 0)} iteration(s)",
-        "accomplishments": [f"scored {ctx.get('last_score', 0)}"],
+        "summary": f"Run ended with {reason} after {ctx.iteration} iteration(s)",
+        "accomplishments": [f"scored {score}"],
         "friction_points": [] if outcome == "success" else [str(reason)],
         "proposed_changes": [],
     }
 
 
-_DEFAULTS: dict[Role, Callable[[dict[str, Any]], dict[str, Any]]] = {
+# Each takes its role's context model, `CONTEXTS[role]`, which `default_answer` validates:
+# a mapping cannot say that per key, so the argument is `Any` here.
+_DEFAULTS: dict[Role, Callable[[Any], dict[str, Any]]] = {
     Role.HYDRATOR: _hydrate,
     Role.CRITIC: _review,
     Role.PLANNER: _plan,

@@ -26,6 +26,7 @@ from loopworks.llm.errors import MODEL_REQUEST_REJECTED, MODEL_UNAVAILABLE
 from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import load_agents, load_templates
+from loopworks.schemas.contexts import PlannerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import LLMProvider, Settings
@@ -686,7 +687,9 @@ async def test_consult_passes_provider_errors_through_unchanged(tmp_path: Path) 
     )
     deps = deps_with(Raising(rejected), tmp_path)
     with pytest.raises(ApplicationError) as raised:
-        await deps.consult(Role.PLANNER, ModelStep(run_id="r"), PLAN_CONTEXT, IterationPlan)
+        await deps.consult(
+            Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
+        )
     assert raised.value is rejected
 
 
@@ -696,7 +699,9 @@ async def test_consult_turns_invalid_output_twice_into_non_retryable_invalid_out
     api.script(Role.PLANNER, truncated({"focus": "half"}), truncated({"focus": "half"}))
     deps = deps_with(models, tmp_path)
     with pytest.raises(ApplicationError) as raised:
-        await deps.consult(Role.PLANNER, ModelStep(run_id="r"), PLAN_CONTEXT, IterationPlan)
+        await deps.consult(
+            Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
+        )
     assert raised.value.type == INVALID_OUTPUT and raised.value.non_retryable
     assert "planner answered with invalid output" in raised.value.message
 
@@ -710,7 +715,7 @@ async def test_consult_asks_the_agents_model_with_its_prompt_and_prices_it(
     answered = await deps.consult(
         Role.PLANNER,
         ModelStep(run_id="r", operator_note="keep it short"),
-        PLAN_CONTEXT,
+        PlannerContext(**PLAN_CONTEXT),
         IterationPlan,
     )
     model = settings.model_for(AGENTS["planner"].model)

@@ -1,9 +1,11 @@
 """The offline model: schema-valid defaults for every role, scripts, latency, and the demo path.
 
-Contexts are built the way the activities in `activities/*.py` build them, so a default
-answer that stops fitting what an activity sends fails here first. The defaults are checked
-as `default_answer` gives them and as `OfflineModels` answers them through `ask` (the path
-every structured step takes) or, for the agents, through `run_agent`.
+Contexts are built the way the activities in `activities/*.py` build them (their role's
+context model, `schemas/contexts.py`) and reach the model as the JSON the activity sends,
+so a default answer that stops fitting what an activity sends fails here first. The
+defaults are checked as `default_answer` gives them and as `OfflineModels` answers them
+through `ask` (the path every structured step takes) or, for the agents, through
+`run_agent`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,21 @@ from loopworks.llm.offline import (
 )
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import choose_template, load_templates
+from loopworks.schemas.contexts import (
+    ArtifactCriticContext,
+    CriticContext,
+    CustodietContext,
+    EvaluatorContext,
+    HydratorContext,
+    PlannerContext,
+    PreparerContext,
+    ProducerContext,
+    QAVerifierContext,
+    Question,
+    RefinerContext,
+    ReflectorContext,
+    RoleContext,
+)
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.roles import (
     ANSWER_MODELS,
@@ -82,11 +99,16 @@ ANSWER_TYPES: dict[Role, type[BaseModel]] = {
 AGENT_ROLES = {role for role, model in ANSWER_MODELS.items() if model is None}
 
 
-def answer_type(role: Role, context: dict[str, Any]) -> type[BaseModel]:
+def answer_type(role: Role, context: RoleContext) -> type[BaseModel]:
     """What the role's step validates the answer for `context` as."""
-    if role == Role.EVALUATOR:
-        return judgements_model({q["rule_id"]: q["question"] for q in context["questions"]})
+    if isinstance(context, EvaluatorContext):
+        return judgements_model({q.rule_id: q.question for q in context.questions})
     return ANSWER_TYPES[role]
+
+
+def answer(role: Role, context: RoleContext) -> dict[str, Any]:
+    """The default answer to `context` as the activity sends it: its JSON."""
+    return default_answer(role, context.model_dump(mode="json"))
 
 
 INSTRUCTIONS = "You are the role's agent."
@@ -95,7 +117,7 @@ TASK = "Write a migration guide for upgrading the billing service to Postgres 16
 THRESHOLDS = Thresholds()
 
 
-def model_call(role: Role, context: dict[str, Any], call_index: int = 1) -> ModelCall:
+def model_call(role: Role, context: RoleContext, call_index: int = 1) -> ModelCall:
     """A call as `StepDeps.consult` makes it."""
     return ModelCall(
         role=role,
@@ -103,12 +125,8 @@ def model_call(role: Role, context: dict[str, Any], call_index: int = 1) -> Mode
         call_index=call_index,
         iteration=1,
         model="offline",
-        context=context,
+        context=context.model_dump(mode="json"),
     )
-
-
-def dump(models: list[Rule]) -> list[dict[str, Any]]:
-    return [m.model_dump(mode="json") for m in models]
 
 
 # --- realistic contexts, one or more per role ----------------------------------------------
@@ -190,113 +208,115 @@ CRITIQUE = Critique(
 )
 
 
-def hydrate_context(task: str, user_rules: list[Rule], feedback: list[str]) -> dict[str, Any]:
+def hydrate_context(task: str, user_rules: list[Rule], feedback: list[str]) -> HydratorContext:
     # activities/hydration.py: HydrationActivities.hydrate
     suggested = choose_template(task, TEMPLATES)
-    return {
-        "task": task,
-        "template": None,
-        "suggested_template": suggested,
-        "template_steps": [s.name for s in TEMPLATES[suggested].steps],
-        "templates": {t.id: t.title for t in TEMPLATES.values()},
-        "user_rules": dump(user_rules),
-        "feedback": feedback,
-    }
+    return HydratorContext(
+        task=task,
+        template=None,
+        suggested_template=suggested,
+        template_steps=[s.name for s in TEMPLATES[suggested].steps],
+        templates={t.id: t.title for t in TEMPLATES.values()},
+        user_rules=user_rules,
+        feedback=feedback,
+    )
 
 
-def plan_context(last: Evaluation | None) -> dict[str, Any]:
+def plan_context(last: Evaluation | None) -> PlannerContext:
     # activities/production.py: plan_iteration
-    return {
-        "task": TASK,
-        "intent": HYDRATION.intent,
-        "acceptance_criteria": HYDRATION.acceptance_criteria,
-        "iteration": 2 if last else 1,
-        "last_evaluation": last.model_dump(mode="json") if last else None,
-    }
+    return PlannerContext(
+        task=TASK,
+        intent=HYDRATION.intent,
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+        iteration=2 if last else 1,
+        last_evaluation=last,
+    )
 
 
-def produce_context(current: str | None) -> dict[str, Any]:
-    # activities/production.py: produce_artifact, then _write adds current_artifact
-    return {
-        "task": TASK,
-        "intent": HYDRATION.intent,
-        "acceptance_criteria": HYDRATION.acceptance_criteria,
-        "rules": dump(active_rules(USER_RULES, Phase.A)),
-        "plan": PLAN.model_dump(mode="json"),
-        "current_artifact": current,
-    }
+def produce_context(current: str | None) -> ProducerContext:
+    # activities/production.py: produce_artifact, then _write sets current_artifact
+    return ProducerContext(
+        task=TASK,
+        intent=HYDRATION.intent,
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+        rules=active_rules(USER_RULES, Phase.A),
+        plan=PLAN,
+        current_artifact=current,
+    )
 
 
-def refine_context(current: str | None) -> dict[str, Any]:
-    # activities/production.py: refine_artifact, then _write adds current_artifact
-    return {"task": TASK, "critique": CRITIQUE.model_dump(mode="json"), "current_artifact": current}
+def refine_context(current: str | None) -> RefinerContext:
+    # activities/production.py: refine_artifact, then _write sets current_artifact
+    return RefinerContext(task=TASK, critique=CRITIQUE, current_artifact=current)
 
 
-def prepare_context() -> dict[str, Any]:
+def prepare_context() -> PreparerContext:
     # activities/preparation.py: only rules whose check is a sentence reach the model
-    return {"task": TASK, "rules": dump([r for r in USER_RULES if isinstance(r.check, str)])}
+    return PreparerContext(task=TASK, rules=[r for r in USER_RULES if isinstance(r.check, str)])
 
 
 JUDGE_QUESTIONS = [
-    {"rule_id": "clear", "question": "Is the guide clear?"},
-    {"rule_id": "covers-rollback", "question": "Does it say how to roll back?"},
+    Question(rule_id="clear", question="Is the guide clear?"),
+    Question(rule_id="covers-rollback", question="Does it say how to roll back?"),
 ]
 
 
-def judge_context(artifact: str) -> dict[str, Any]:
+def judge_context(artifact: str) -> EvaluatorContext:
     # activities/evaluation.py: evaluate_group, every JudgeCheck of the group in one call
-    return {"task": TASK, "questions": JUDGE_QUESTIONS, "artifact": artifact}
+    return EvaluatorContext(task=TASK, questions=JUDGE_QUESTIONS, artifact=artifact)
 
 
-def critique_context(evaluation: Evaluation) -> dict[str, Any]:
+def critique_context(evaluation: Evaluation) -> ArtifactCriticContext:
     # activities/critique.py: critique_artifact
-    return {
-        "task": TASK,
-        "artifact": ARTIFACT,
-        "evaluation": evaluation.model_dump(mode="json"),
-        "rules": dump(active_rules(USER_RULES, evaluation.phase)),
-    }
+    return ArtifactCriticContext(
+        task=TASK,
+        artifact=ARTIFACT,
+        evaluation=evaluation,
+        rules=active_rules(USER_RULES, evaluation.phase),
+    )
 
 
-def audit_context() -> dict[str, Any]:
+def review_context() -> CriticContext:
+    # activities/hydration.py: review_plan
+    return CriticContext(task=TASK, hydration=HYDRATION)
+
+
+def audit_context() -> CustodietContext:
     # activities/audit.py: audit_run
-    return {
-        "task": TASK,
-        "intent": HYDRATION.intent,
-        "plan_focus": PLAN.focus,
-        "evaluation": FAILED_EVALUATION.model_dump(mode="json"),
-    }
+    return CustodietContext(
+        task=TASK, intent=HYDRATION.intent, plan_focus=PLAN.focus, evaluation=FAILED_EVALUATION
+    )
 
 
-def qa_context(evaluation: Evaluation | None) -> dict[str, Any]:
+def qa_context(evaluation: Evaluation | None) -> QAVerifierContext:
     # activities/qa.py: verify_result
-    return {
-        "task": TASK,
-        "intent": HYDRATION.intent,
-        "acceptance_criteria": HYDRATION.acceptance_criteria,
-        "artifact": ARTIFACT,
-        "evaluation": evaluation.model_dump(mode="json") if evaluation else None,
-    }
+    return QAVerifierContext(
+        task=TASK,
+        intent=HYDRATION.intent,
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+        artifact=ARTIFACT,
+        evaluation=evaluation,
+    )
 
 
-def reflect_context(reason: StopReason | None, status: RunStatus, score: float) -> dict[str, Any]:
+def reflect_context(reason: StopReason | None, status: RunStatus, score: float) -> ReflectorContext:
     # activities/reflection.py: reflect_on_run
-    return {
-        "task": TASK,
-        "stop_reason": reason.value if reason else None,
-        "status": status.value,
-        "iteration": 3,
-        "last_score": score,
-        "guidance": ["critic: PROCEED The plan covers the task."],
-        "acceptance_criteria": HYDRATION.acceptance_criteria,
-    }
+    return ReflectorContext(
+        task=TASK,
+        stop_reason=reason,
+        status=status,
+        iteration=3,
+        last_score=score,
+        guidance=["critic: PROCEED The plan covers the task."],
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+    )
 
 
-CASES: list[tuple[str, Role, dict[str, Any]]] = [
+CASES: list[tuple[str, Role, RoleContext]] = [
     ("hydrate-draft-rules", Role.HYDRATOR, hydrate_context(TASK, [], [])),
     ("hydrate-user-rules", Role.HYDRATOR, hydrate_context(TASK, USER_RULES, [])),
     ("hydrate-feedback", Role.HYDRATOR, hydrate_context("fix it", [], ["too vague", "add tests"])),
-    ("review", Role.CRITIC, {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}),
+    ("review", Role.CRITIC, review_context()),
     ("plan-first", Role.PLANNER, plan_context(None)),
     ("plan-after-failure", Role.PLANNER, plan_context(FAILED_EVALUATION)),
     ("plan-after-pass", Role.PLANNER, plan_context(PASSED_EVALUATION)),
@@ -345,19 +365,19 @@ def test_every_role_has_a_case_and_an_answer_type() -> None:
 
 
 @pytest.mark.parametrize(("role", "context"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_default_answer_validates_for_every_role(role: Role, context: dict[str, Any]) -> None:
-    answer_type(role, context).model_validate(default_answer(role, context))
+def test_default_answer_validates_for_every_role(role: Role, context: RoleContext) -> None:
+    answer_type(role, context).model_validate(answer(role, context))
 
 
 @pytest.mark.parametrize(
     ("role", "context"), [c[1:] for c in STRUCTURED_CASES], ids=[c[0] for c in STRUCTURED_CASES]
 )
 async def test_offline_models_answer_every_structured_role_through_ask(
-    role: Role, context: dict[str, Any]
+    role: Role, context: RoleContext
 ) -> None:
     expected = answer_type(role, context)
     answered = await ask(OfflineModels(), model_call(role, context), INSTRUCTIONS, expected)
-    assert answered.answer == expected.model_validate(default_answer(role, context))
+    assert answered.answer == expected.model_validate(answer(role, context))
     assert answered.repairs == []
     usage = answered.usage
     assert usage.calls == 1
@@ -369,9 +389,9 @@ async def test_offline_models_answer_every_structured_role_through_ask(
     ("role", "context"), [c[1:] for c in AGENT_CASES], ids=[c[0] for c in AGENT_CASES]
 )
 async def test_offline_models_write_every_agents_draft_through_tools(
-    role: Role, context: dict[str, Any], tmp_path: Path
+    role: Role, context: RoleContext, tmp_path: Path
 ) -> None:
-    draft = default_answer(role, context)
+    draft = answer(role, context)
     step: AgentStep = "produce" if role == Role.PRODUCER else "refine"
     outcome = await run_agent(
         OfflineModels(), model_call(role, context), INSTRUCTIONS, tmp_path, 5, step
@@ -386,14 +406,12 @@ async def test_offline_models_write_every_agents_draft_through_tools(
 # --- what the defaults say ------------------------------------------------------------------
 
 
-async def ask_offline(
-    role: Role, context: dict[str, Any], model: OfflineModels | None = None
-) -> Any:
+async def ask_offline(role: Role, context: RoleContext, model: OfflineModels | None = None) -> Any:
     """The offline model's answer: through `ask` for a structured role, the draft the
     agent writes for PRODUCE and REFINE."""
     expected = answer_type(role, context)
     if role in AGENT_ROLES:
-        return expected.model_validate(default_answer(role, context))
+        return expected.model_validate(answer(role, context))
     answered = await ask(
         model or OfflineModels(), model_call(role, context), INSTRUCTIONS, expected
     )
@@ -464,9 +482,7 @@ async def test_critic_names_every_failed_rule() -> None:
 
 
 async def test_plan_critic_proceeds_and_custodiet_approves() -> None:
-    review = await ask_offline(
-        Role.CRITIC, {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}
-    )
+    review = await ask_offline(Role.CRITIC, review_context())
     assert review.verdict == CriticVerdict.PROCEED
     audit = await ask_offline(Role.CUSTODIET, audit_context())
     assert audit.verdict == AuditVerdict.OK
@@ -503,7 +519,7 @@ async def test_reflection_outcome(reason: StopReason, score: float, outcome: str
 @pytest.mark.parametrize(
     ("role", "context"), [c[1:] for c in STRUCTURED_CASES], ids=[c[0] for c in STRUCTURED_CASES]
 )
-async def test_same_call_gives_the_same_answer(role: Role, context: dict[str, Any]) -> None:
+async def test_same_call_gives_the_same_answer(role: Role, context: RoleContext) -> None:
     call = model_call(role, context)
     model = OfflineModels()
     expected = answer_type(role, context)
@@ -516,11 +532,11 @@ async def test_same_call_gives_the_same_answer(role: Role, context: dict[str, An
 
 # --- scripts --------------------------------------------------------------------------------
 
-REVIEW_CONTEXT = {"task": TASK, "hydration": HYDRATION.model_dump(mode="json")}
+REVIEW_CONTEXT = review_context()
 
 
 async def ask_offline_call(
-    model: OfflineModels, role: Role, context: dict[str, Any], call_index: int = 1
+    model: OfflineModels, role: Role, context: RoleContext, call_index: int = 1
 ) -> Any:
     answered = await ask(
         model, model_call(role, context, call_index), INSTRUCTIONS, ANSWER_TYPES[role]
@@ -805,21 +821,21 @@ async def evaluate(
     described = [r for r in active if isinstance(r.check, str)]
     if described:
         preparation: Preparation = await ask_offline(
-            Role.PREPARER, {"task": TASK, "rules": dump(described)}, model
+            Role.PREPARER, PreparerContext(task=TASK, rules=described), model
         )
         artifact = (workdir / ARTIFACT_PATH).read_text()
         questions = []
         for prepared in preparation.checks:
             assert isinstance(prepared.check, JudgeCheck)
-            questions.append({"rule_id": prepared.rule_id, "question": prepared.check.question})
-        answer = await ask_offline(
+            questions.append(Question(rule_id=prepared.rule_id, question=prepared.check.question))
+        judged = await ask_offline(
             Role.EVALUATOR,
-            {"task": TASK, "questions": questions, "artifact": artifact},
+            EvaluatorContext(task=TASK, questions=questions, artifact=artifact),
             model,
         )
         results += [
             CheckResult(rule_id=rule_id, passed=judgement.passed)
-            for rule_id, judgement in judgements_of(answer).items()
+            for rule_id, judgement in judgements_of(judged).items()
         ]
     return score_results(rules, results, phase, THRESHOLDS)
 
@@ -830,25 +846,25 @@ async def first_draft(model: OfflineModels, workdir: Path) -> tuple[list[Rule], 
     rules = normalise_rules(hydration.rules)
     plan: IterationPlan = await ask_offline(
         Role.PLANNER,
-        {
-            "task": TASK,
-            "intent": hydration.intent,
-            "acceptance_criteria": hydration.acceptance_criteria,
-            "iteration": 1,
-            "last_evaluation": None,
-        },
+        PlannerContext(
+            task=TASK,
+            intent=hydration.intent,
+            acceptance_criteria=hydration.acceptance_criteria,
+            iteration=1,
+            last_evaluation=None,
+        ),
         model,
     )
     draft: Draft = await ask_offline(
         Role.PRODUCER,
-        {
-            "task": TASK,
-            "intent": hydration.intent,
-            "acceptance_criteria": hydration.acceptance_criteria,
-            "rules": dump(active_rules(rules, Phase.A)),
-            "plan": plan.model_dump(mode="json"),
-            "current_artifact": None,
-        },
+        ProducerContext(
+            task=TASK,
+            intent=hydration.intent,
+            acceptance_criteria=hydration.acceptance_criteria,
+            rules=active_rules(rules, Phase.A),
+            plan=plan,
+            current_artifact=None,
+        ),
         model,
     )
     assert [f.path for f in draft.files] == [ARTIFACT_PATH]
@@ -885,18 +901,18 @@ async def test_offline_demo_switches_phase_then_refines_to_success(tmp_path: Pat
 
     critique: Critique = await ask_offline(
         Role.ARTIFACT_CRITIC,
-        {
-            "task": TASK,
-            "artifact": artifact,
-            "evaluation": phase_b.model_dump(mode="json"),
-            "rules": dump(active_rules(rules, Phase.B)),
-        },
+        ArtifactCriticContext(
+            task=TASK,
+            artifact=artifact,
+            evaluation=phase_b,
+            rules=active_rules(rules, Phase.B),
+        ),
         model,
     )
     assert [i.rule_id for i in critique.issues] == ["has-verification"]
     refined: Draft = await ask_offline(
         Role.REFINER,
-        {"task": TASK, "critique": critique.model_dump(mode="json"), "current_artifact": artifact},
+        RefinerContext(task=TASK, critique=critique, current_artifact=artifact),
         model,
     )
     refined_text = write_draft(tmp_path, refined)
@@ -929,16 +945,13 @@ async def test_refiner_applies_suggested_text_so_a_failed_pattern_rule_passes(
     )
     critique: Critique = await ask_offline(
         Role.ARTIFACT_CRITIC,
-        {
-            "task": TASK,
-            "artifact": original,
-            "evaluation": evaluation.model_dump(mode="json"),
-            "rules": dump([rule]),
-        },
+        ArtifactCriticContext(task=TASK, artifact=original, evaluation=evaluation, rules=[rule]),
     )
     assert critique.issues[0].suggested_text == rule.check.example
-    context = {"task": TASK, "critique": critique.model_dump(mode="json")}
-    draft: Draft = await ask_offline(Role.REFINER, {**context, "current_artifact": original})
+    context = RefinerContext(task=TASK, critique=critique)
+    draft: Draft = await ask_offline(
+        Role.REFINER, context.model_copy(update={"current_artifact": original})
+    )
     refined = write_draft(tmp_path, draft)
 
     assert run_pattern_check(rule.check, tmp_path).passed
@@ -946,7 +959,9 @@ async def test_refiner_applies_suggested_text_so_a_failed_pattern_rule_passes(
     assert draft.changed == ["## Rollback"]
 
     # Refining again with the same critique does not add the text twice.
-    again: Draft = await ask_offline(Role.REFINER, {**context, "current_artifact": refined})
+    again: Draft = await ask_offline(
+        Role.REFINER, context.model_copy(update={"current_artifact": refined})
+    )
     assert again.files[0].content == refined
     assert again.changed == []
 
@@ -954,8 +969,7 @@ async def test_refiner_applies_suggested_text_so_a_failed_pattern_rule_passes(
 async def test_refiner_without_suggested_text_changes_nothing() -> None:
     critique = Critique(issues=[Issue(rule_id="tests-pass", problem="exit 1", fix="fix the tests")])
     draft: Draft = await ask_offline(
-        Role.REFINER,
-        {"task": TASK, "critique": critique.model_dump(mode="json"), "current_artifact": ARTIFACT},
+        Role.REFINER, RefinerContext(task=TASK, critique=critique, current_artifact=ARTIFACT)
     )
     assert draft.files[0].content == ARTIFACT
     assert draft.changed == []

@@ -1,0 +1,170 @@
+"""What each model role is given: one model per role's context.
+
+An activity builds its role's context; `StepDeps.for_role` dumps it (JSON mode) into
+`ModelCall.context`, which `llm.base.user_prompt` renders as one labelled section per
+field, in field order, then as the same JSON in a `context` fence. The offline model reads
+the dict back through the same model (`llm.offline.default_answer`). Field names are the
+section titles the prompts in `prompts/agents/*.md` name (`acceptance_criteria` is
+**Acceptance Criteria**), so a field is renamed on every side at once or the tests fail.
+
+Fields that may hold nothing (`None`) default to it; every other field is required.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
+
+from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.roles import Critique, Hydration, IterationPlan, Role
+from loopworks.schemas.rules import Rule
+from loopworks.schemas.run import RunStatus, StopReason
+
+OPERATOR_NOTE = "operator_note"
+
+
+class RoleContext(BaseModel):
+    """Fields every role's context has. Unknown keys are refused: a key renamed on one
+    side fails validation on the other."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    operator_note: str | None = Field(
+        default=None,
+        description="A person's note for this step, from a cleared block or an approval.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _note_last(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # The note is the last section the model reads, and absent without one: pydantic
+        # puts a base's fields first, and a null would show in the JSON fence.
+        data: dict[str, Any] = handler(self)
+        note = data.pop(OPERATOR_NOTE, None)
+        if note is not None:
+            data[OPERATOR_NOTE] = note
+        return data
+
+
+class HydratorContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    template: str | None = Field(
+        default=None, description="The template the user chose, if any: it is kept."
+    )
+    suggested_template: str = Field(description="The template the task seems to need.")
+    template_steps: list[str] = Field(description="The steps of the suggested template.")
+    templates: dict[str, str] = Field(description="Every available template: id to title.")
+    user_rules: list[Rule] = Field(description="Rules the user gave; they replace drafted ones.")
+    feedback: list[str] = Field(description="The critic's issues when it asked for a revision.")
+
+
+class CriticContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    hydration: Hydration = Field(description="The hydration to review.")
+
+
+class PlannerContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    intent: str = Field(description="What must exist or be true when the work is done.")
+    acceptance_criteria: list[str] = Field(description="The hydrated acceptance criteria.")
+    iteration: int = Field(description="This iteration's number, from 1.")
+    last_evaluation: Evaluation | None = Field(
+        default=None, description="The previous iteration's evaluation, from the second on."
+    )
+
+
+class ProducerContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    intent: str = Field(description="What must exist or be true when the work is done.")
+    acceptance_criteria: list[str] = Field(description="The hydrated acceptance criteria.")
+    rules: list[Rule] = Field(description="The rules active in the current phase.")
+    plan: IterationPlan = Field(description="This iteration's plan.")
+    current_artifact: str | None = Field(
+        default=None, description="The artifact's text at the step's commit, if there is one."
+    )
+
+
+class RefinerContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    critique: Critique = Field(description="The issues to fix.")
+    current_artifact: str | None = Field(
+        default=None, description="The artifact's text at the step's commit, if there is one."
+    )
+
+
+class PreparerContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    rules: list[Rule] = Field(description="The rules whose check is a sentence.")
+
+
+class Question(BaseModel):
+    """One yes/no question of an evaluation group, under the id of its rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule_id: str = Field(description="The id of the rule the question decides.")
+    question: str = Field(description="The yes/no question; yes passes the rule.")
+
+
+class EvaluatorContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    questions: list[Question] = Field(description="Every question of the group.")
+    artifact: str = Field(description="The artifact's text; empty when there is none.")
+
+
+class ArtifactCriticContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    artifact: str = Field(description="The artifact's text; empty when there is none.")
+    evaluation: Evaluation = Field(description="The failed evaluation.")
+    rules: list[Rule] = Field(description="The rules active in the evaluation's phase.")
+
+
+class CustodietContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    intent: str = Field(description="What must exist or be true when the work is done.")
+    plan_focus: str = Field(description="What the current iteration set out to achieve.")
+    evaluation: Evaluation | None = Field(
+        default=None, description="The iteration's evaluation, when there is one."
+    )
+
+
+class QAVerifierContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    intent: str = Field(description="What must exist or be true when the work is done.")
+    acceptance_criteria: list[str] = Field(description="The criteria to check, every one.")
+    artifact: str = Field(description="The artifact's text; empty when there is none.")
+    evaluation: Evaluation | None = Field(
+        default=None, description="The last evaluation, when there is one."
+    )
+
+
+class ReflectorContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    stop_reason: StopReason | None = Field(default=None, description="Why the run stopped.")
+    status: RunStatus = Field(description="The run's status.")
+    iteration: int = Field(description="The last iteration's number.")
+    last_score: float = Field(description="The last evaluation's score.")
+    guidance: list[str] = Field(description="The guidance the run received, one item each.")
+    acceptance_criteria: list[str] = Field(description="The hydrated acceptance criteria.")
+
+
+# The context model of each role: what its activity builds and its model reads.
+CONTEXTS: dict[Role, type[RoleContext]] = {
+    Role.HYDRATOR: HydratorContext,
+    Role.CRITIC: CriticContext,
+    Role.PLANNER: PlannerContext,
+    Role.PRODUCER: ProducerContext,
+    Role.PREPARER: PreparerContext,
+    Role.EVALUATOR: EvaluatorContext,
+    Role.ARTIFACT_CRITIC: ArtifactCriticContext,
+    Role.REFINER: RefinerContext,
+    Role.CUSTODIET: CustodietContext,
+    Role.QA_VERIFIER: QAVerifierContext,
+    Role.REFLECTOR: ReflectorContext,
+}
