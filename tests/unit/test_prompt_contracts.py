@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
+from loopworks.schemas.contexts import CONTEXTS
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
 
@@ -29,12 +30,6 @@ pytestmark = pytest.mark.unit
 
 STRUCTURED = [role for role, model in ANSWER_MODELS.items() if model is not None]
 WORKING = [role for role, model in ANSWER_MODELS.items() if model is None]
-
-# Models a role is given as an input, whose field names its prompt may quote.
-INPUT_MODELS: dict[Role, type[BaseModel]] = {
-    # The refiner applies the critique's issues: it is told their fields.
-    Role.REFINER: Critique,
-}
 
 # Backticked words a prompt may use although they are no name of its schemas, no tool and
 # no fact, each with the reason it is a name the code uses.
@@ -45,6 +40,9 @@ ALLOWED_WORDS: dict[str, str] = {
 }
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
+# The list of a prompt's inputs, one `- **Section Title**: ...` item each.
+_INPUTS = re.compile(r"^Your inputs\b[^\n]*:\n((?:- [^\n]*(?:\n|$))+)", re.MULTILINE)
+_BOLD = re.compile(r"\*\*([^*\n]+)\*\*")
 # A name: starts like an identifier and holds a letter (`_` or `-` alone is punctuation).
 _IDENTIFIER = re.compile(r"(?=[^A-Za-z]*[A-Za-z])[A-Za-z_][A-Za-z0-9_.\-]*")
 
@@ -151,7 +149,9 @@ def answer_facts(role: Role) -> SchemaFacts:
 def unexpected_names(role: Role, prompt: str) -> set[str]:
     """Backticked identifier-like words of `prompt` that are no name the role's step uses."""
     allowed = set(TOOLS) | {ANSWER_TOOL} | set(prompt_facts().values()) | set(ALLOWED_WORDS)
-    for model in (ANSWER_MODELS[role], INPUT_MODELS.get(role)):
+    # A role's context is what it is given: its prompt may quote any name in it (the
+    # refiner is told the fields of the critique's issues).
+    for model in (ANSWER_MODELS[role], CONTEXTS[role]):
         if model is not None:
             facts = schema_facts(model)
             allowed |= facts.names | facts.enum_values
@@ -176,10 +176,11 @@ def test_schema_walker_reaches_nested_models_enums_and_literals() -> None:
 
 def test_shape_check_finds_a_field_the_code_does_not_read() -> None:
     # Today's mistake, as it was: the producer asked for a `files` list nobody reads.
+    # (`path` is a name it is given: the pattern checks of its rules have one.)
     prompt = (
         "In `files`, give each file's `path` and content; write `artifact.md` with `edit_file`."
     )
-    assert unexpected_names(Role.PRODUCER, prompt) == {"files", "path"}
+    assert unexpected_names(Role.PRODUCER, prompt) == {"files"}
 
 
 # --- structured roles ------------------------------------------------------------------------
@@ -278,6 +279,23 @@ def test_prompt_asks_for_no_shape_the_code_does_not_read(
     assert not unexpected, (
         f"{role}: the prompt quotes {sorted(unexpected)}, which are no field of its answer, "
         "tool or fact"
+    )
+
+
+@pytest.mark.parametrize("role", list(Role), ids=str)
+def test_prompt_lists_the_sections_of_its_context(
+    agents: dict[str, AgentDefinition], role: Role
+) -> None:
+    """The first message has one section per field of the role's context, titled as
+    `llm.base.render_context` titles it (`plan_focus` is `## Plan Focus`); the prompt's
+    list of inputs names each of them, and no other."""
+    found = _INPUTS.search(agents[role.value].prompt)
+    assert found, f"{role}: no 'Your inputs ...:' list"
+    listed = set(_BOLD.findall(found.group(1)))
+    sections = {name.replace("_", " ").title() for name in CONTEXTS[role].model_fields}
+    assert listed == sections, (
+        f"{role}: inputs listed but not sent {sorted(listed - sections)}, "
+        f"sent but not listed {sorted(sections - listed)}"
     )
 
 
