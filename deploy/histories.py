@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
@@ -29,15 +28,15 @@ def payload_sizes(history: WorkflowHistory) -> list[int]:
     """The byte size of every payload in the history: inputs, results, details."""
     sizes: list[int] = []
 
-    def walk(message: Message) -> None:
+    def walk(message: Any) -> None:
+        # Protobuf messages list their set fields; a repeated field's value is a container.
         for field, value in message.ListFields():
             if field.message_type is None:
                 continue
-            # A repeated field's value is a container of messages; a singular one is one.
-            for item in [value] if isinstance(value, Message) else list(value):
+            for item in [value] if hasattr(value, "ListFields") else list(value):
                 if isinstance(item, Payload):
                     sizes.append(len(item.data))
-                elif isinstance(item, Message):
+                elif hasattr(item, "ListFields"):
                     walk(item)
 
     for event in history.events:
