@@ -10,6 +10,7 @@ from typing import Any
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHistory
 
+
 async def executions(client: Client, workflow_id: str) -> list[WorkflowHistory]:
     """Every execution of a workflow id's latest chain, latest first, following
     continue-as-new backwards."""

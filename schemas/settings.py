@@ -68,7 +68,8 @@ class Settings(BaseSettings):
     model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
     model_sonnet: str = Field(default="claude-sonnet-4-6", alias="LOOPS_MODEL_SONNET")
     model_opus: str = Field(default="claude-opus-4-5", alias="LOOPS_MODEL_OPUS")
-    # Agent definitions here replace the packaged ones by file name (markdown with YAML front matter, like the packaged ones).
+    # Agent definitions here replace the packaged ones by file name: markdown with YAML
+    # front matter, like the packaged ones.
     agents_dir: Path | None = Field(default=None, alias="LOOPS_AGENTS_DIR")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="LOOPS_PRICES")
     git_author_name: str = Field(default="loopworks", alias="LOOPS_GIT_AUTHOR_NAME")
