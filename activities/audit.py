@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps
 from loopworks.schemas.contexts import CustodietContext
 from loopworks.schemas.roles import Audit, Role
 from loopworks.schemas.steps import AuditInput, AuditOutput
+from loopworks.worker.deps import StepDeps
 
 
 class AuditActivities:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps
 from loopworks.schemas.contexts import ArtifactCriticContext
 from loopworks.schemas.roles import Critique, Role
 from loopworks.schemas.steps import CritiqueInput, CritiqueOutput
+from loopworks.worker.deps import StepDeps
 
 
 class CritiqueActivities:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps, heartbeating, now
 from loopworks.checks.runner import CheckOutcome, run_command_check, run_pattern_check
 from loopworks.schemas.contexts import EvaluatorContext, Question
 from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
+from loopworks.worker.deps import StepDeps, heartbeating, now
 
 
 class EvaluationActivities:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.activities.deps import StepDeps
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.contexts import CriticContext, HydratorContext
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
+from loopworks.worker.deps import StepDeps
 
 
 class HydrationActivities:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps, now
 from loopworks.schemas.contexts import PreparerContext
 from loopworks.schemas.roles import Preparation, Role
 from loopworks.schemas.rules import PreparedCheck
 from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
+from loopworks.worker.deps import StepDeps, now
 
 
 class PreparationActivities:

@@ -15,7 +15,6 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.activities.deps import INVALID_OUTPUT, StepDeps, heartbeating, now
 from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
@@ -31,6 +30,7 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
+from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, heartbeating, now
 from loopworks.workspace.run_log import write_run_log
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps
 from loopworks.schemas.contexts import QAVerifierContext
 from loopworks.schemas.roles import QAReport, Role
 from loopworks.schemas.steps import QAInput, QAOutput
+from loopworks.worker.deps import StepDeps
 
 
 class QAActivities:

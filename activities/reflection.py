@@ -11,11 +11,11 @@ import json
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps
 from loopworks.schemas.contexts import ReflectorContext
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
+from loopworks.worker.deps import StepDeps
 from loopworks.workspace.run_log import write_run_log
 
 RECORD_DIR = ".loops"

@@ -6,8 +6,8 @@ import asyncio
 
 from temporalio import activity
 
-from loopworks.activities.deps import StepDeps
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
+from loopworks.worker.deps import StepDeps
 from loopworks.workspace.run_log import write_run_log
 
 

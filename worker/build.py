@@ -12,7 +12,6 @@ from temporalio.worker import Worker
 
 from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
-from loopworks.activities.deps import StepDeps
 from loopworks.activities.evaluation import EvaluationActivities
 from loopworks.activities.hydration import HydrationActivities
 from loopworks.activities.preparation import PreparationActivities
@@ -25,6 +24,7 @@ from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
+from loopworks.worker.deps import StepDeps
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 

@@ -17,7 +17,6 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.exceptions import ApplicationError
 
-from loopworks.activities.deps import StepDeps
 from loopworks.agent.loop import NUDGE, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.anthropic import AnthropicModels, build_anthropic_client
@@ -32,6 +31,7 @@ from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, ModelStep
 from loopworks.worker.build import build_models
+from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
 from tests.fakes.messages_api import (
     FakeMessagesAPI,

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from loopworks.activities.deps import StepDeps
 from loopworks.llm.base import CONTEXT_FENCE, user_prompt
 from loopworks.llm.offline import OfflineModels, default_answer
 from loopworks.prompts.catalog import load_agents, load_templates
@@ -42,6 +41,7 @@ from loopworks.schemas.rules import Phase, Rule, Severity, normalise_rules
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ModelStep
+from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
 
 pytestmark = pytest.mark.unit
