@@ -30,7 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from loopworks.llm.base import CONTEXT_FENCE
-from loopworks.llm.offline import WRITE_FILE_TOOL, closing_line, default_answer, draft_files
+from loopworks.llm.offline import WRITE_FILE_TOOL
+from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
 from loopworks.prompts.catalog import AgentDefinition, load_agents
 from loopworks.schemas.roles import Role
 

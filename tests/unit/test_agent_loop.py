@@ -31,7 +31,8 @@ from loopworks.agent.loop import (
 )
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
-from loopworks.llm.offline import OfflineModels, OfflineScript, closing_line, default_answer
+from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline_answers import closing_line, default_answer
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH

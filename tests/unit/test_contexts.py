@@ -16,7 +16,8 @@ import pytest
 from pydantic import ValidationError
 
 from loopworks.llm.base import CONTEXT_FENCE, user_prompt
-from loopworks.llm.offline import OfflineModels, default_answer
+from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline_answers import default_answer
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.contexts import (
     CONTEXTS,

@@ -20,15 +20,8 @@ from pydantic import BaseModel
 from loopworks.agent.loop import AgentStep, run_agent
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.llm.base import InvalidOutput, ModelCall
-from loopworks.llm.offline import (
-    ARTIFACT_PATH,
-    OfflineModels,
-    OfflineScript,
-    ScriptEntry,
-    closing_line,
-    default_answer,
-    draft_files,
-)
+from loopworks.llm.offline import OfflineModels, OfflineScript, ScriptEntry
+from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import choose_template, load_templates
 from loopworks.schemas.contexts import (
@@ -75,6 +68,7 @@ from loopworks.schemas.rules import (
     normalise_rules,
 )
 from loopworks.schemas.run import RunStatus, StopReason, Thresholds
+from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.workflows.decisions import Next, active_rules, decide, score_results
 
 pytestmark = pytest.mark.unit

@@ -1,0 +1,305 @@
+"""The offline model's default answers, one per role: what it answers a step when nothing
+is scripted. They follow the step's inputs, read through the role's context model: a
+first draft from the task, checks from the rules, refinements that apply the critique."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from loopworks.schemas.contexts import (
+    CONTEXTS,
+    ArtifactCriticContext,
+    CriticContext,
+    CustodietContext,
+    EvaluatorContext,
+    HydratorContext,
+    PlannerContext,
+    PreparerContext,
+    ProducerContext,
+    QAVerifierContext,
+    RefinerContext,
+    ReflectorContext,
+)
+from loopworks.schemas.roles import Role
+from loopworks.schemas.rules import PatternCheck, Severity
+from loopworks.schemas.run import StopReason
+from loopworks.schemas.steps import ARTIFACT_PATH
+
+
+def draft_files(answer: dict[str, Any]) -> list[dict[str, str]]:
+    """The well-formed `{path, content}` entries of a draft; a script may give others."""
+    files = answer.get("files")
+    return [
+        {"path": f["path"], "content": f["content"]}
+        for f in (files if isinstance(files, list) else [])
+        if isinstance(f, dict)
+        and isinstance(f.get("path"), str)
+        and isinstance(f.get("content"), str)
+    ]
+
+
+def closing_line(answer: dict[str, Any]) -> str:
+    summary = str(answer.get("summary") or "").strip()
+    changed = [str(c) for c in answer.get("changed") or []]
+    if changed:
+        return f"{summary or 'Done'}: {'; '.join(changed)}"
+    return summary or "No changes were needed."
+
+
+def default_answer(role: Role, context: dict[str, Any]) -> dict[str, Any]:
+    """What the offline model answers `role` for a step's `context` when nothing is
+    scripted: a structured role's answer, or for an agent the draft it writes.
+
+    The context is read through the role's context model, as the activity built it: a
+    key missing, renamed or unknown is a ValidationError here, not a quiet default.
+    """
+    return _DEFAULTS[role](CONTEXTS[role].model_validate(context))
+
+
+# --- default answers, one per role ------------------------------------------------------
+
+
+def _hydrate(ctx: HydratorContext) -> dict[str, Any]:
+    task = ctx.task
+    template = ctx.template or ctx.suggested_template or "minor-edit"
+    steps = ctx.template_steps or ["Understand the task", "Produce", "Verify"]
+    rules = [r.model_dump(mode="json") for r in ctx.user_rules] or _draft_rules(task)
+    plan = [*steps]
+    if ctx.feedback:
+        plan.append("Address the critic's feedback: " + "; ".join(ctx.feedback))
+    return {
+        "template": template,
+        "intent": f"Produce a written result for: {task.strip()[:200]}",
+        "plan": plan,
+        "acceptance_criteria": [
+            "The artifact has a title and a summary of the result",
+            f"The artifact addresses the task ({_keyword(task)})",
+            "The artifact says how the result can be verified",
+        ],
+        "rules": rules,
+    }
+
+
+def _keyword(task: str) -> str:
+    words = sorted(re.findall(r"[A-Za-z]{4,}", task), key=len, reverse=True)
+    return words[0].lower() if words else "task"
+
+
+def _draft_rules(task: str) -> list[dict[str, Any]]:
+    keyword = _keyword(task)
+    return [
+        {
+            "id": "has-title",
+            "description": "The artifact starts with a level-1 title",
+            "severity": "fail",
+            "phase": "A",
+            "check": {"kind": "pattern", "pattern": r"^# \S", "example": "# Result"},
+        },
+        {
+            "id": "covers-task",
+            "description": f"The artifact mentions the task's subject ({keyword})",
+            "severity": "fail",
+            "phase": "A",
+            "check": {
+                "kind": "pattern",
+                "pattern": f"(?i){re.escape(keyword)}",
+                "example": f"This addresses {keyword}.",
+            },
+        },
+        {
+            "id": "has-summary",
+            "description": "The artifact has a Summary section",
+            "severity": "warn",
+            "phase": "A",
+            "check": {"kind": "pattern", "pattern": r"^## Summary", "example": "## Summary"},
+        },
+        {
+            "id": "not-empty",
+            "description": "The artifact file exists and is not empty",
+            "severity": "warn",
+            "phase": "A",
+            "check": {"kind": "command", "command": f"test -s {ARTIFACT_PATH}"},
+        },
+        {
+            "id": "has-verification",
+            "description": "The artifact says how to verify the result",
+            "severity": "fail",
+            "phase": "B",
+            "check": {
+                "kind": "pattern",
+                "pattern": r"^## Verification",
+                "example": "## Verification\n\nCheck each acceptance criterion against the text.",
+            },
+        },
+        {
+            "id": "no-placeholders",
+            "description": "No TODO or TBD placeholders remain",
+            "severity": "warn",
+            "phase": "B",
+            "check": {"kind": "pattern", "pattern": r"\b(TODO|TBD)\b", "must_match": False},
+        },
+        {
+            "id": "coherent",
+            "description": "The artifact reads as one coherent answer to the task",
+            "severity": "info",
+            "phase": "B",
+            "check": "Is the artifact a coherent answer to the task?",
+        },
+    ]
+
+
+def _review(ctx: CriticContext) -> dict[str, Any]:
+    return {"verdict": "PROCEED", "issues": [], "feedback": "The plan covers the task."}
+
+
+def _plan(ctx: PlannerContext) -> dict[str, Any]:
+    last = ctx.last_evaluation
+    if not last:
+        return {"focus": "first complete draft", "steps": ["Draft every section of the plan"]}
+    failed = [r.rule_id for r in last.results if not r.passed]
+    return {
+        "focus": "fix " + (", ".join(failed) or "remaining warnings"),
+        "steps": [f"Make rule {rule} pass" for rule in failed] or ["Polish the artifact"],
+    }
+
+
+def _produce(ctx: ProducerContext) -> dict[str, Any]:
+    current = ctx.current_artifact
+    if current:
+        # The refined artifact stands; the producer keeps it rather than start over.
+        return {"files": [{"path": ARTIFACT_PATH, "content": current}], "changed": []}
+    task = ctx.task.strip()
+    lines = [
+        f"# {task.splitlines()[0][:80]}",
+        "",
+        "## Summary",
+        "",
+        f"{ctx.intent or task}",
+        "",
+        "## Approach",
+        "",
+        *[f"- {step}" for step in ctx.plan.steps],
+        "",
+        "## Acceptance criteria",
+        "",
+        *[f"- {criterion}" for criterion in ctx.acceptance_criteria],
+        "",
+    ]
+    return {
+        "files": [{"path": ARTIFACT_PATH, "content": "\n".join(lines)}],
+        "changed": ["initial generation"],
+        "summary": "first draft",
+    }
+
+
+def _prepare(ctx: PreparerContext) -> dict[str, Any]:
+    checks = []
+    for rule in ctx.rules:
+        check = (
+            {"kind": "llm", "question": rule.check}
+            if isinstance(rule.check, str)
+            else rule.check.model_dump(mode="json")
+        )
+        checks.append({"rule_id": rule.id, "check": check})
+    return {"checks": checks}
+
+
+def _judge(ctx: EvaluatorContext) -> dict[str, Any]:
+    artifact = ctx.artifact.strip()
+    passed = bool(artifact)
+    reason = "the artifact is present and on topic" if passed else "the artifact is empty"
+    return {question.rule_id: {"passed": passed, "reason": reason} for question in ctx.questions}
+
+
+def _critique(ctx: ArtifactCriticContext) -> dict[str, Any]:
+    rules = {rule.id: rule for rule in ctx.rules}
+    issues = []
+    failed = [r for r in ctx.evaluation.results if not r.passed]
+    for result in failed:
+        rule = rules.get(result.rule_id)
+        example = rule.check.example if rule and isinstance(rule.check, PatternCheck) else None
+        issues.append(
+            {
+                "rule_id": result.rule_id,
+                "problem": result.detail or f"rule {result.rule_id} failed",
+                "fix": f"Make the artifact satisfy: {rule.description if rule else result.rule_id}",
+                "suggested_text": example,
+            }
+        )
+    if not issues:
+        issues.append({"rule_id": "-", "problem": "no failed rule", "fix": "no change needed"})
+    return {"issues": issues}
+
+
+def _refine(ctx: RefinerContext) -> dict[str, Any]:
+    artifact = ctx.current_artifact or ""
+    changed = []
+    for issue in ctx.critique.issues:
+        text = issue.suggested_text
+        if text and text not in artifact:
+            artifact = artifact.rstrip("\n") + "\n\n" + text.strip() + "\n"
+            changed.append(text.strip().splitlines()[0])
+    return {
+        "files": [{"path": ARTIFACT_PATH, "content": artifact}],
+        "changed": changed,
+        "summary": f"applied {len(changed)} fix(es)",
+    }
+
+
+def _audit(ctx: CustodietContext) -> dict[str, Any]:
+    return {"verdict": "OK", "reason": "work stays within the task's scope", "violations": []}
+
+
+def _qa(ctx: QAVerifierContext) -> dict[str, Any]:
+    results = ctx.evaluation.results if ctx.evaluation else []
+    blockers = [r for r in results if not r.passed and r.severity == Severity.FAIL]
+    if blockers:
+        return {
+            "verdict": "ISSUES",
+            "issues": [
+                {"rule_id": r.rule_id, "problem": r.detail or "failed", "fix": "fix it"}
+                for r in blockers
+            ],
+            "summary": "blocking rules still fail",
+        }
+    return {"verdict": "VERIFIED", "issues": [], "summary": "acceptance criteria are met"}
+
+
+def _reflect(ctx: ReflectorContext) -> dict[str, Any]:
+    # The stop reason's value, as the text below has always quoted it (None without one).
+    reason = ctx.stop_reason.value if ctx.stop_reason else None
+    score = ctx.last_score
+    if ctx.stop_reason in (StopReason.THRESHOLD_REACHED, StopReason.NO_MAJOR_ISSUES):
+        outcome = "success"
+    else:
+        outcome = "partial" if score > 0 else "failure"
+    return {
+        "outcome": outcome,
+        "followed": "Yes - hydration, critic review and the evaluation loop ran as planned",
+        "accomplishment": f"artifact scored {score} ({reason})",
+        "root_cause": None if outcome == "success" else f"run ended with {reason}",
+        "proposed_change": "none needed" if outcome == "success" else "review the rules",
+        "summary": f"Run ended with {reason} after {ctx.iteration} iteration(s)",
+        "accomplishments": [f"scored {score}"],
+        "friction_points": [] if outcome == "success" else [str(reason)],
+        "proposed_changes": [],
+    }
+
+
+# Each takes its role's context model, `CONTEXTS[role]`, which `default_answer` validates:
+# a mapping cannot say that per key, so the argument is `Any` here.
+_DEFAULTS: dict[Role, Callable[[Any], dict[str, Any]]] = {
+    Role.HYDRATOR: _hydrate,
+    Role.CRITIC: _review,
+    Role.PLANNER: _plan,
+    Role.PRODUCER: _produce,
+    Role.PREPARER: _prepare,
+    Role.EVALUATOR: _judge,
+    Role.ARTIFACT_CRITIC: _critique,
+    Role.REFINER: _refine,
+    Role.CUSTODIET: _audit,
+    Role.QA_VERIFIER: _qa,
+    Role.REFLECTOR: _reflect,
+}
