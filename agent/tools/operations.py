@@ -208,11 +208,21 @@ def list_files(guard: ToolGuard, args: ListFilesArgs) -> ToolResult:
             more = True
             break
         found.append(rel + ("@" if entry.is_symlink() else ""))
-    if not found:
-        return ToolResult(ok=True, content=f"no files matching {args.pattern!r} under {args.path}")
-    content = "\n".join(found)
+    return _listing(
+        found,
+        more,
+        f"no files matching {args.pattern!r} under {args.path}",
+        "entries; narrow the path or the pattern",
+    )
+
+
+def _listing(lines: list[str], more: bool, none: str, truncated: str) -> ToolResult:
+    """One line per entry; a capped listing says so, and how to narrow it."""
+    if not lines:
+        return ToolResult(ok=True, content=none)
+    content = "\n".join(lines)
     if more:
-        content += f"\n[truncated: first {len(found)} entries; narrow the path or the pattern]"
+        content += f"\n[truncated: first {len(lines)} {truncated}]"
     return ToolResult(ok=True, content=content)
 
 
@@ -257,12 +267,12 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
                 size += len(hit) + 1
         if more:
             break
-    if not hits:
-        return ToolResult(ok=True, content=f"no matches for {args.pattern!r} under {args.path}")
-    content = "\n".join(hits)
-    if more:
-        content += f"\n[truncated: first {len(hits)} matches; narrow the pattern, path or glob]"
-    return ToolResult(ok=True, content=content)
+    return _listing(
+        hits,
+        more,
+        f"no matches for {args.pattern!r} under {args.path}",
+        "matches; narrow the pattern, path or glob",
+    )
 
 
 def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
