@@ -135,10 +135,37 @@ async def _record_steered_run(client: Client, settings: Settings) -> WorkflowHis
         return await first.fetch_history()
 
 
+async def _record_continued_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """The last execution of a long failing run: it starts from a carried memory whose
+    tail git has partly taken over, and ends with the push."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        continued = await _start(
+            client,
+            settings.task_queue,
+            "recorded-continued-run",
+            continue_as_new_after_events=60,
+            task="Write a guide",
+            max_iterations=9,
+            audit_probability=0.0,
+            rules=[
+                {"id": "title", "description": "a title",
+                 "check": {"kind": "pattern", "pattern": "^# "}},
+                {"id": "never", "description": "never",
+                 "check": {"kind": "pattern", "pattern": "ZQX"}},
+                {"id": "alternating", "description": "holds on odd iterations",
+                 "check": {"kind": "command",
+                           "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1"}},
+            ],
+        )  # fmt: skip
+        await continued.result()
+        return await continued.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
     "steered_run": _record_steered_run,
+    "continued_run": _record_continued_run,
 }
 
 

@@ -7,6 +7,8 @@ A failure here means a change would break runs already in flight: guard it with
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ pytestmark = pytest.mark.workflow
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
-@pytest.mark.parametrize("name", ["full_run.json", "stopped_run.json", "steered_run.json"])
+@pytest.mark.parametrize(
+    "name", ["full_run.json", "stopped_run.json", "steered_run.json", "continued_run.json"]
+)
 async def test_recorded_history_replays(name: str) -> None:
     text = (HISTORIES / name).read_text()
     history = WorkflowHistory.from_json(name.removesuffix(".json"), text)
@@ -55,3 +59,13 @@ def test_steered_run_history_covers_control_and_continue_as_new() -> None:
     text = (HISTORIES / "steered_run.json").read_text()
     assert text.count("WORKFLOW_EXECUTION_UPDATE_ACCEPTED") >= 3  # approve, pause, resume
     assert "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW" in text
+
+
+def test_continued_run_history_starts_from_a_carried_memory() -> None:
+    """Recorded after the run's memory became one model: a continued execution's input."""
+    history = json.loads((HISTORIES / "continued_run.json").read_text())
+    started = history["events"][0]["workflowExecutionStartedEventAttributes"]
+    params = json.loads(base64.b64decode(started["input"]["payloads"][0]["data"]))
+    memory = params["memory"]
+    assert memory["generation"] > 1 and memory["next_iteration"] > 1
+    assert 0 < memory["saved_seq"] <= memory["last_seq"] == memory["tail"][-1]["seq"]
