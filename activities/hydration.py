@@ -32,6 +32,7 @@ class HydrationActivities:
             template_steps=[s.name for s in templates[suggested].steps],
             templates={t.id: t.title for t in templates.values()},
             user_rules=step.user_rules,
+            user_criteria=step.user_criteria,
             feedback=step.feedback,
         )
 
@@ -54,6 +55,12 @@ class HydrationActivities:
             # User rules are the criteria; the hydrator only drafts rules when none are given.
             hydration.rules = step.user_rules
         hydration.rules = normalise_rules(hydration.rules)
+        # The user's criteria come first, word for word; the hydrator's add to them.
+        given = step.user_criteria
+        hydration.acceptance_criteria = [
+            *given,
+            *(c for c in hydration.acceptance_criteria if c not in given),
+        ]
         return HydrateOutput(hydration=hydration, usage=answered.usage, repairs=answered.repairs)
 
     @activity.defn(name="review_plan")

@@ -61,6 +61,10 @@ class HydratorContext(RoleContext):
     template_steps: list[str] = Field(description="The steps of the suggested template.")
     templates: dict[str, str] = Field(description="Every available template: id to title.")
     user_rules: list[Rule] = Field(description="Rules the user gave; they replace drafted ones.")
+    user_criteria: list[str] = Field(
+        default_factory=list,
+        description="Acceptance criteria the user gave: kept word for word, first.",
+    )
     feedback: list[str] = Field(description="The critic's issues when it asked for a revision.")
 
 

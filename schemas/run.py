@@ -107,6 +107,11 @@ class RunRequest(BaseModel):
     base_branch: str | None = Field(default=None, max_length=200)
     template: str | None = Field(default=None, description="workflow template id")
     rules: list[Rule] = Field(default_factory=list)
+    acceptance_criteria: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="criteria the run must meet, kept word for word; hydration may add more",
+    )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     max_iterations: int = Field(default=4, ge=1, le=20)
     mode: Mode = Mode.AUTO

@@ -126,6 +126,7 @@ class HydrateInput(ModelStep):
     task: str
     template: str | None = None
     user_rules: list[Rule] = Field(default_factory=list)
+    user_criteria: list[str] = Field(default_factory=list)
     feedback: list[str] = Field(default_factory=list)
 
 

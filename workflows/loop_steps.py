@@ -84,6 +84,7 @@ class LoopSteps(OnRecord):
                     task=request.task,
                     template=request.template,
                     user_rules=request.rules,
+                    user_criteria=request.acceptance_criteria,
                     feedback=feedback,
                 ),
                 MODEL_CALL,

@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 
 WORK_REF_PREFIX = "refs/loopworks/"
 
-# Run ids name a directory and a ref component, so keep them to a safe alphabet.
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# Run ids name a directory and ref components, so keep them to a safe alphabet. A task
+# graph's child loops are `<graph id>/<task id>/<attempt>`: up to three segments.
+_RUN_ID_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RUN_ID_SEGMENTS = 3
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
@@ -34,7 +36,12 @@ def redact(text: str) -> str:
 
 
 def checked_run_id(run_id: str) -> str:
-    if not _RUN_ID.match(run_id) or run_id.endswith(".lock") or ".." in run_id:
+    segments = run_id.split("/")
+    if (
+        len(segments) > RUN_ID_SEGMENTS
+        or ".." in run_id
+        or not all(_RUN_ID_SEGMENT.match(s) and not s.endswith(".lock") for s in segments)
+    ):
         raise ValueError(f"run id {run_id!r} is not usable as a directory and ref name")
     return run_id
 

@@ -202,9 +202,12 @@ def test_checkout_unknown_commit(tmp_path: Path, origin: str) -> None:
 
 def test_invalid_run_id(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
-    for bad in ["../escape", "a/b", ".cache", "x.lock", ""]:
+    for bad in ["../escape", "a/../b", "a//b", "/a", "a/", "a/b/c/d", ".cache", "a/.x", "x.lock",
+                "a/x.lock", ""]:  # fmt: skip
         with pytest.raises(ValueError):
             ws.workdir(bad)
+    # A task graph's child loop: `<graph id>/<task id>/<attempt>`.
+    assert ws.workdir("graph-1/T-001/1") == tmp_path / "worker-a" / "graph-1" / "T-001" / "1"
 
 
 def test_push_branch_verifies_remote(tmp_path: Path, origin: str) -> None:
