@@ -34,4 +34,6 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "LoopScore": "Double",
     "LoopBlocked": "Bool",
     "LoopAlias": "Keyword",
+    # A task graph's child loops carry their graph's id.
+    "LoopGraph": "Keyword",
 }
