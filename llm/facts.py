@@ -8,7 +8,9 @@ prompts with it and no prompt states a name the code does not use.
 from __future__ import annotations
 
 from loopworks.agent.tools import TOOLS
+from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
 from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.schemas.tasks import MAX_EXISTING_FILES
 
 # The tool whose input is a structured role's whole answer (forced on every such call).
 ANSWER_TOOL = "answer"
@@ -21,6 +23,9 @@ def prompt_facts() -> dict[str, str]:
         "answer_tool": ANSWER_TOOL,
         # The workspace tools, as a list a prompt can quote: `read_file`, `write_file`, …
         "workspace_tools": ", ".join(f"`{name}`" for name in TOOLS),
+        # Seed 004's atomic rule, as the task graph's validator counts it.
+        "max_existing_files": str(MAX_EXISTING_FILES),
+        "task_planner_files_cap": str(TASK_PLANNER_FILES_CAP),
     }
     facts.update({name: name for name in TOOLS})
     return facts

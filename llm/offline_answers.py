@@ -5,7 +5,8 @@ first draft from the task, checks from the rules, refinements that apply the cri
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loopworks.schemas.contexts import (
@@ -21,11 +22,13 @@ from loopworks.schemas.contexts import (
     QAVerifierContext,
     RefinerContext,
     ReflectorContext,
+    TaskPlannerContext,
 )
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import PatternCheck, Severity
 from loopworks.schemas.run import StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.schemas.tasks import MAX_EXISTING_FILES
 
 
 def draft_files(answer: dict[str, Any]) -> list[dict[str, str]]:
@@ -288,6 +291,97 @@ def _reflect(ctx: ReflectorContext) -> dict[str, Any]:
     }
 
 
+def _plan_tasks(ctx: TaskPlannerContext) -> dict[str, Any]:
+    """A small valid graph for the goal: a survey the other tasks require, then two drafts
+    that run side by side; a long goal gets a diamond, a last task requiring both drafts.
+
+    Each task asks for a markdown document titled with the task's title, and its
+    verification command looks for that title in the repository's markdown files. That
+    is what an offline loop leaves: its producer writes the child's task (title first)
+    as the artifact's heading and summary, and the graph moves the artifact under the
+    task's own directory at merge. Searching every markdown file rather than that
+    directory keeps the command free of the graph's layout; it cannot pass before the
+    task is merged (the task file holding the title is JSON), and titles differ in
+    their first word, so one task's document never passes another's check.
+    """
+    subject = _subject(ctx.goal)
+    long_goal = len(ctx.goal) > 160 or len(re.findall(r"[.!?](?:\s|$)", ctx.goal.strip())) > 1
+    named = _named_files(ctx.goal, ctx.files)
+    survey = _task(
+        "T-001",
+        f"Survey: {subject}",
+        "what the goal needs and where in the repository it applies",
+        files=named,
+    )
+    if long_goal:
+        drafts = [
+            _task("T-002", f"Draft part one: {subject}", "the first half of the goal", ["T-001"]),
+            _task("T-003", f"Draft part two: {subject}", "the second half of the goal", ["T-001"]),
+        ]
+        last = _task(
+            "T-004",
+            f"Combine: {subject}",
+            "how the two parts together meet the goal",
+            ["T-002", "T-003"],
+        )
+        tasks = [survey, *drafts, last]
+    else:
+        tasks = [
+            survey,
+            _task("T-002", f"Draft: {subject}", "a first answer to the goal", ["T-001"]),
+            _task("T-003", f"Checks: {subject}", "how to check the goal is met", ["T-001"]),
+        ]
+    for task in tasks[1:]:
+        task["context"]["docs"] = list(named)
+    return {"tasks": tasks}
+
+
+def _subject(goal: str) -> str:
+    """The goal's first sentence on one line, cut at a word within 50 characters."""
+    text = " ".join(goal.split())
+    first = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    if len(first) > 50:
+        first = first[:51].rsplit(" ", 1)[0] if " " in first[:51] else first[:50]
+    return first.rstrip(" .,;:!?") or "the goal"
+
+
+def _named_files(goal: str, files: Sequence[str]) -> list[str]:
+    """Up to MAX_EXISTING_FILES of the listed files the goal names (by path, or by a file
+    name with an extension); the top-level README when it names none."""
+    text = goal.lower()
+
+    def named(path: str) -> bool:
+        name = path.rsplit("/", 1)[-1].lower()
+        words = [path.lower(), *([name] if "." in name.strip(".") else [])]
+        return any(re.search(rf"(?<![\w/.-]){re.escape(w)}(?![\w/-])", text) for w in words)
+
+    found = [path for path in files if named(path)]
+    if not found:
+        found = [path for path in files if path.lower() == "readme.md"]
+    return found[:MAX_EXISTING_FILES]
+
+
+def _task(
+    task_id: str,
+    title: str,
+    topic: str,
+    requires: Sequence[str] = (),
+    files: Sequence[str] = (),
+) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "title": title,
+        "description": f"Write a markdown document titled {title!r} that sets out {topic}.",
+        "requires": list(requires),
+        "context": {"files": list(files), "docs": [], "skills": []},
+        "acceptance_criteria": [
+            f"A markdown file of the repository holds the title {title!r}",
+            f"The document sets out {topic}",
+        ],
+        "verification_command": f"grep -rqF --include='*.md' -e {shlex.quote(title)} .",
+    }
+
+
 # Each takes its role's context model, `CONTEXTS[role]`, which `default_answer` validates:
 # a mapping cannot say that per key, so the argument is `Any` here.
 _DEFAULTS: dict[Role, Callable[[Any], dict[str, Any]]] = {
@@ -302,4 +396,5 @@ _DEFAULTS: dict[Role, Callable[[Any], dict[str, Any]]] = {
     Role.CUSTODIET: _audit,
     Role.QA_VERIFIER: _qa,
     Role.REFLECTOR: _reflect,
+    Role.TASK_PLANNER: _plan_tasks,
 }

@@ -12,6 +12,7 @@ Fields that may hold nothing (`None`) default to it; every other field is requir
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import (
@@ -28,6 +29,9 @@ from loopworks.schemas.rules import Rule
 from loopworks.schemas.run import RunStatus, StopReason
 
 OPERATOR_NOTE = "operator_note"
+# The most repository paths the task planner is shown: enough for a repository's layout
+# and the files a goal names, where a large monorepo's every path would crowd out the goal.
+TASK_PLANNER_FILES_CAP = 400
 
 
 class RoleContext(BaseModel):
@@ -158,6 +162,36 @@ class ReflectorContext(RoleContext):
     acceptance_criteria: list[str] = Field(description="The hydrated acceptance criteria.")
 
 
+class TaskPlannerContext(RoleContext):
+    goal: str = Field(description="The goal to split into tasks.")
+    files: list[str] = Field(
+        description="The repository's files at the base commit, as paths from its root."
+    )
+    files_note: str | None = Field(
+        default=None, description="When the list of files was cut: how many are not shown."
+    )
+    base_branch: str | None = Field(
+        default=None, description="The branch the tasks' work is merged into, when known."
+    )
+
+    @classmethod
+    def listing(
+        cls, goal: str, files: Sequence[str], base_branch: str | None = None
+    ) -> TaskPlannerContext:
+        """The context for `files`, at most TASK_PLANNER_FILES_CAP of them: the shallowest
+        first when cut, so that a cut list still shows the repository's layout."""
+        paths = sorted(dict.fromkeys(files))
+        note = None
+        if len(paths) > TASK_PLANNER_FILES_CAP:
+            kept = sorted(paths, key=lambda p: (p.count("/"), p))[:TASK_PLANNER_FILES_CAP]
+            note = (
+                f"{len(paths) - len(kept)} of the repository's {len(paths)} files are not "
+                "listed (the deepest paths); they exist all the same."
+            )
+            paths = sorted(kept)
+        return cls(goal=goal, files=paths, files_note=note, base_branch=base_branch)
+
+
 # The context model of each role: what its activity builds and its model reads.
 CONTEXTS: dict[Role, type[RoleContext]] = {
     Role.HYDRATOR: HydratorContext,
@@ -171,4 +205,5 @@ CONTEXTS: dict[Role, type[RoleContext]] = {
     Role.CUSTODIET: CustodietContext,
     Role.QA_VERIFIER: QAVerifierContext,
     Role.REFLECTOR: ReflectorContext,
+    Role.TASK_PLANNER: TaskPlannerContext,
 }

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
+from loopworks.schemas.tasks import Task
 
 
 class Role(StrEnum):
@@ -23,6 +24,8 @@ class Role(StrEnum):
     CUSTODIET = "custodiet"
     QA_VERIFIER = "qa-verifier"
     REFLECTOR = "reflector"
+    # Splits a goal into a graph of atomic tasks (seed 004); each task runs as a child loop.
+    TASK_PLANNER = "task-planner"
 
 
 class CriticVerdict(StrEnum):
@@ -304,6 +307,19 @@ class ReflectionAnswer(BaseModel):
     )
 
 
+class TaskPlan(BaseModel):
+    """The task planner's answer (seed 004): the goal as a graph of atomic tasks."""
+
+    tasks: list[Task] = Field(
+        min_length=1,
+        description="Every task of the graph, each one atomic and with its own verification "
+        "command; `requires` names only ids of these tasks, without cycles. Tasks whose "
+        "requirements are completed run at the same time, each as its own loop, unless they "
+        "share a file of `context.files`. An invalid graph is sent back once with every "
+        "problem found, then the planning step fails.",
+    )
+
+
 # What each role answers with: the input schema of its forced answer tool. PRODUCER and
 # REFINER have none: they work in the workspace with tools and end with a plain-text reply.
 ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
@@ -318,4 +334,5 @@ ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
     Role.CUSTODIET: Audit,
     Role.QA_VERIFIER: QAReport,
     Role.REFLECTOR: ReflectionAnswer,
+    Role.TASK_PLANNER: TaskPlan,
 }

@@ -20,6 +20,7 @@ from loopworks.schemas.roles import (
 )
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
 from loopworks.schemas.run import RunState, TokenUsage
+from loopworks.schemas.tasks import Task
 
 # Where a run's artifact lives in its workspace (seed 001's artifact.md).
 ARTIFACT_PATH = "artifact.md"
@@ -265,3 +266,20 @@ class ReflectOutput(ModelOutput):
     insights: SessionInsights
     commit: str
     saved_seq: int = 0
+
+
+# --- task graphs -----------------------------------------------------------------------
+
+
+class PlanGraphInput(ModelStep):
+    """The task planner's step: a goal, and the repository's paths at the base commit
+    (every one: the atomic rule is checked against all of them, the model sees a capped
+    list)."""
+
+    goal: str
+    files: list[str]
+    base_branch: str | None = None
+
+
+class PlanGraphOutput(ModelOutput):
+    tasks: list[Task]

@@ -33,12 +33,14 @@ SEED_TEMPLATES = {
     "direct-skill": ["Delegated to skill"],
 }
 
-# Seed 000: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere.
+# Seed 000: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere;
+# opus for the task planner too, whose one answer shapes every loop of a graph (README).
 EXPECTED_TIERS = {role: "sonnet" for role in Role} | {
     Role.HYDRATOR: "haiku",
     Role.CUSTODIET: "haiku",
     Role.CRITIC: "opus",
     Role.QA_VERIFIER: "opus",
+    Role.TASK_PLANNER: "opus",
 }
 
 GOOD_AGENT = """---

@@ -22,6 +22,7 @@ from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.contexts import (
     CONTEXTS,
     OPERATOR_NOTE,
+    TASK_PLANNER_FILES_CAP,
     ArtifactCriticContext,
     CriticContext,
     CustodietContext,
@@ -35,6 +36,7 @@ from loopworks.schemas.contexts import (
     RefinerContext,
     ReflectorContext,
     RoleContext,
+    TaskPlannerContext,
 )
 from loopworks.schemas.evaluation import Evaluation, RuleResult
 from loopworks.schemas.roles import Critique, Hydration, Issue, IterationPlan, Role
@@ -130,6 +132,7 @@ SAMPLES: dict[Role, RoleContext] = {
         guidance=["critic: PROCEED"],
         acceptance_criteria=HYDRATION.acceptance_criteria,
     ),
+    Role.TASK_PLANNER: TaskPlannerContext.listing(TASK, ["docs/rollback.md", "README.md"]),
 }
 ROLES = list(SAMPLES)
 
@@ -204,6 +207,21 @@ def test_the_planners_context_is_the_json_it_always_was() -> None:
     assert (reflector["stop_reason"], reflector["status"]) == ("iteration_limit", "stopped")
 
 
+def test_the_task_planners_file_list_is_capped_with_a_note() -> None:
+    small = SAMPLES[Role.TASK_PLANNER]
+    assert isinstance(small, TaskPlannerContext)
+    assert (small.files, small.files_note) == (["README.md", "docs/rollback.md"], None)
+    deep = [f"src/pkg/module_{n:04d}.py" for n in range(TASK_PLANNER_FILES_CAP)]
+    cut = TaskPlannerContext.listing(TASK, [*deep, "README.md", "src/main.py", "README.md"])
+    # The shallowest paths are kept, so the layout shows; the note says how many are not.
+    assert len(cut.files) == TASK_PLANNER_FILES_CAP
+    assert {"README.md", "src/main.py"} <= set(cut.files) and cut.files == sorted(cut.files)
+    assert cut.files_note is not None and cut.files_note.startswith(
+        f"2 of the repository's {TASK_PLANNER_FILES_CAP + 2} files are not listed"
+    )
+    assert "## Files Note" in user_prompt(cut.model_dump(mode="json"))
+
+
 # --- the offline model reads through the same models -------------------------------------
 
 
@@ -216,7 +234,9 @@ REQUIRED = [
 
 
 def test_every_context_requires_its_task() -> None:
-    assert {role for role, name in REQUIRED if name == "task"} == set(Role)
+    # The task planner's task is a whole goal, which its tasks split.
+    assert {role for role, name in REQUIRED if name in ("task", "goal")} == set(Role)
+    assert (Role.TASK_PLANNER, "goal") in REQUIRED
 
 
 @pytest.mark.parametrize(("role", "field"), REQUIRED, ids=[f"{r}-{f}" for r, f in REQUIRED])

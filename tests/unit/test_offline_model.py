@@ -38,6 +38,7 @@ from loopworks.schemas.contexts import (
     RefinerContext,
     ReflectorContext,
     RoleContext,
+    TaskPlannerContext,
 )
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.roles import (
@@ -56,6 +57,7 @@ from loopworks.schemas.roles import (
     QAVerdict,
     ReflectionAnswer,
     Role,
+    TaskPlan,
     judgements_model,
     judgements_of,
 )
@@ -89,6 +91,7 @@ ANSWER_TYPES: dict[Role, type[BaseModel]] = {
     Role.CUSTODIET: Audit,  # audit.audit_run
     Role.QA_VERIFIER: QAReport,  # qa.verify_result
     Role.REFLECTOR: ReflectionAnswer,  # reflection.reflect_on_run
+    Role.TASK_PLANNER: TaskPlan,  # planning.plan_graph
 }
 AGENT_ROLES = {role for role, model in ANSWER_MODELS.items() if model is None}
 
@@ -306,6 +309,11 @@ def reflect_context(reason: StopReason | None, status: RunStatus, score: float) 
     )
 
 
+def plan_graph_context(goal: str) -> TaskPlannerContext:
+    # activities/planning.py: plan_graph
+    return TaskPlannerContext.listing(goal, ["README.md", "billing/db.py"], "main")
+
+
 CASES: list[tuple[str, Role, RoleContext]] = [
     ("hydrate-draft-rules", Role.HYDRATOR, hydrate_context(TASK, [], [])),
     ("hydrate-user-rules", Role.HYDRATOR, hydrate_context(TASK, USER_RULES, [])),
@@ -343,6 +351,8 @@ CASES: list[tuple[str, Role, RoleContext]] = [
         reflect_context(StopReason.CRITIC_HALT, RunStatus.HALTED, 0.0),
     ),
     ("reflect-no-reason", Role.REFLECTOR, reflect_context(None, RunStatus.FAILED, 0.0)),
+    ("plan-graph", Role.TASK_PLANNER, plan_graph_context(TASK)),
+    ("plan-graph-long", Role.TASK_PLANNER, plan_graph_context(f"{TASK}. Cover rollback.")),
 ]
 
 

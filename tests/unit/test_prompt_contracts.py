@@ -25,6 +25,7 @@ from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError,
 from loopworks.schemas.contexts import CONTEXTS
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.schemas.tasks import MAX_EXISTING_FILES, Task, TaskContext
 
 pytestmark = pytest.mark.unit
 
@@ -240,6 +241,33 @@ def test_evaluator_answers_every_question_by_its_rule_id(
     prompt = agents[Role.EVALUATOR.value].prompt
     assert "one property per question, named by the question's rule id" in prompt
     assert "exactly as given" in prompt
+
+
+def test_task_planner_states_the_graph_rules_the_code_checks(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """What `graph_errors` refuses and the orchestrator does with the graph (seed 004)."""
+    prompt = agents[Role.TASK_PLANNER.value].prompt
+    # Seed 004's task schema, every field at every depth.
+    for name in [*Task.model_fields, *TaskContext.model_fields]:
+        assert f"`{name}`" in prompt, name
+    for wording in (
+        "T-001 for the first task, then T-002",
+        "Name only ids of tasks in your answer",
+        "no cycle",
+        f"At most {MAX_EXISTING_FILES} of them may be existing files",
+        f"more than {MAX_EXISTING_FILES} existing files",
+        "must be split",
+        "exits 0 when the task is done and not before",
+        "runs from the repository root",
+        "no network",
+        "run at the same time",
+        "share a path never run at the same time",
+        "sent back once with every problem found",
+    ):
+        assert wording in prompt, wording
+    # The report a task's loop writes is moved at merge: no command may check it.
+    assert f"never `{ARTIFACT_PATH}`" in prompt
 
 
 # --- roles that work with tools ----------------------------------------------------------------
