@@ -298,11 +298,12 @@ def _plan_tasks(ctx: TaskPlannerContext) -> dict[str, Any]:
     Each task asks for a markdown document titled with the task's title, and its
     verification command looks for that title in the repository's markdown files. That
     is what an offline loop leaves: its producer writes the child's task (title first)
-    as the artifact's heading and summary, and the graph moves the artifact under the
-    task's own directory at merge. Searching every markdown file rather than that
-    directory keeps the command free of the graph's layout; it cannot pass before the
-    task is merged (the task file holding the title is JSON), and titles differ in
-    their first word, so one task's document never passes another's check.
+    as the artifact's heading and summary. The command runs twice, as the task loop's
+    one rule (the artifact at the workspace root) and on the integration branch after
+    the merge (the artifact moved under the task's own directory): searching every
+    markdown file passes in both, where a fixed path passes in one only. It cannot pass
+    before the task's loop has run (the task file holding the title is JSON), and titles
+    differ in their first word, so one task's document never passes another's check.
     """
     subject = _subject(ctx.goal)
     long_goal = len(ctx.goal) > 160 or len(re.findall(r"[.!?](?:\s|$)", ctx.goal.strip())) > 1

@@ -3,6 +3,7 @@ step that sends an invalid graph back once with the validator's errors, then fai
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from loopworks.schemas.contexts import (
 )
 from loopworks.schemas.roles import Hydration, IterationPlan, Role, TaskPlan
 from loopworks.schemas.settings import Settings
-from loopworks.schemas.steps import INVALID_OUTPUT, PlanGraphInput
+from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, PlanGraphInput
 from loopworks.schemas.tasks import MAX_EXISTING_FILES, Task, graph_errors, validated_graph
 from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
@@ -118,31 +119,41 @@ def verify(task: Task, root: Path) -> int:
 @pytest.mark.parametrize(
     "child_task",
     [
-        lambda task: f"{task.title}\n\n{task.description}",
+        # As the graph words a child loop's task (workflows/graph_inputs.py), and others.
+        lambda task: (
+            f"{task.title}\n\n{task.description}\n\nFiles: {', '.join(task.context.files)}"
+            f"\n\nDone when `{task.verification_command}` exits 0 in the repository root."
+        ),
         lambda task: f"{task.id}: {task.title}\n\n{task.description}",
         lambda task: task.description,
     ],
-    ids=["title-first", "id-and-title", "description-only"],
+    ids=["as-the-graph-words-it", "id-and-title", "description-only"],
 )
 def test_offline_verification_commands_pass_only_once_their_task_is_merged(
     goal: str, child_task: Any, tmp_path: Path
 ) -> None:
-    """Each command fails before its task's offline loop is merged (the task files, which
-    hold the title, are JSON) and passes after, wherever the graph moved the artifact;
-    another task's document does not pass it."""
+    """Each command fails before its task's offline loop has run (the task files, which
+    hold the title, are JSON), passes in the loop's workspace (the loop's one rule, the
+    artifact at the root) and on the integration branch once merged (the artifact moved
+    under the task's directory); another task's document does not pass it."""
     tasks = offline_plan(goal)
-    (tmp_path / "README.md").write_text("# Billing\n")
+    tree = tmp_path / "integration"
+    (tree / "docs" / "tasks").mkdir(parents=True)
+    (tree / "README.md").write_text("# Billing\n")
     for task in tasks:
-        (tmp_path / "docs" / "tasks").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "docs" / "tasks" / f"{task.id}.json").write_text(task.model_dump_json())
+        (tree / "docs" / "tasks" / f"{task.id}.json").write_text(task.model_dump_json())
     for merged, task in enumerate(tasks):
-        assert verify(task, tmp_path) != 0, task.verification_command
-        moved = tmp_path / "docs" / "tasks" / task.id / "artifact.md"
-        moved.parent.mkdir(parents=True)
-        moved.write_text(offline_artifact(child_task(task)))
-        assert verify(task, tmp_path) == 0, task.verification_command
+        assert verify(task, tree) != 0, task.verification_command
+        artifact = offline_artifact(child_task(task))
+        workspace = shutil.copytree(tree, tmp_path / task.id)
+        (workspace / ARTIFACT_PATH).write_text(artifact)
+        assert verify(task, workspace) == 0, task.verification_command
+        moved = tree / "docs" / "tasks" / task.id / ARTIFACT_PATH
+        moved.parent.mkdir()
+        moved.write_text(artifact)
+        assert verify(task, tree) == 0, task.verification_command
         # Every task merged so far still passes; those still to come do not.
-        assert [verify(t, tmp_path) == 0 for t in tasks] == [n <= merged for n in range(len(tasks))]
+        assert [verify(t, tree) == 0 for t in tasks] == [n <= merged for n in range(len(tasks))]
 
 
 # --- plan_graph ---------------------------------------------------------------------------
