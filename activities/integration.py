@@ -31,6 +31,7 @@ from loopworks.schemas.integration import (
     MergeOutcome,
     MergeRequest,
 )
+from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
 from loopworks.worker.deps import StepDeps, heartbeating
@@ -119,7 +120,17 @@ class IntegrationActivities:
                     f"could not create {branch}", type=INTEGRATION_BRANCH_MISSING
                 )
             files = git.tree_files(origin, head)
-        return IntegrationInfo(origin=origin, branch=branch, commit=head, files=files)
+            # Seed 002: a prep package in the repository may stand in for planning.
+            package = git.read_file(origin, head, PREP_PACKAGE_PATH)
+            tasks = git.read_file(origin, head, PREP_TASKS_PATH) if package else None
+        return IntegrationInfo(
+            origin=origin,
+            branch=branch,
+            commit=head,
+            files=files,
+            prep_package=package,
+            prep_tasks=tasks,
+        )
 
     # -- merge -------------------------------------------------------------------------
 

@@ -39,17 +39,24 @@ def checked(request: RunRequest) -> RunRequest:
         valid = ", ".join(sorted(template_ids()))
         message = f"unknown template {request.template!r}; valid ids: {valid}"
         raise invalid("template", message, request.template)
-    if request.repo and not is_url(request.repo):
-        path = Path(request.repo).expanduser()
-        if not path.is_dir():
-            raise invalid("repo", f"no such directory: {request.repo}", request.repo)
-        if not ((path / ".git").exists() or (path / "HEAD").is_file()):
-            raise invalid("repo", f"not a git repository: {request.repo}", request.repo)
-        request = request.model_copy(update={"repo": str(path.resolve())})
+    if request.repo:
+        request = request.model_copy(update={"repo": checked_repo(request.repo)})
     return request
 
 
-def _summary(task: str) -> str:
+def checked_repo(repo: str) -> str:
+    """A URL as given; a local repository made absolute, or a 422 naming what is wrong."""
+    if is_url(repo):
+        return repo
+    path = Path(repo).expanduser()
+    if not path.is_dir():
+        raise invalid("repo", f"no such directory: {repo}", repo)
+    if not ((path / ".git").exists() or (path / "HEAD").is_file()):
+        raise invalid("repo", f"not a git repository: {repo}", repo)
+    return str(path.resolve())
+
+
+def summary(task: str) -> str:
     # The UI shows the summary on one line.
     line = " ".join(task.split())
     return line if len(line) <= SUMMARY_CHARS else line[: SUMMARY_CHARS - 1] + "…"
@@ -94,7 +101,7 @@ async def start_run(
             params,
             id=run_id,
             task_queue=settings.task_queue,
-            static_summary=_summary(request.task),
+            static_summary=summary(request.task),
             static_details=_details(request, run_id),
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             # A keyed id is never reused, not even after its run closed.

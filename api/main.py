@@ -13,7 +13,7 @@ from temporalio.client import Client
 from loopworks.api import errors
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
-from loopworks.api.routes import health, runs, workspaces
+from loopworks.api.routes import graphs, health, runs, workspaces
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
@@ -57,4 +57,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(runs.router)
     app.include_router(workspaces.router)
+    app.include_router(graphs.router)
     return app

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio.client import (
     RPCTimeoutOrCancelledError,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
@@ -44,14 +46,16 @@ def _not_found(err: RPCError) -> bool:
     return err.status == RPCStatusCode.NOT_FOUND
 
 
-async def describe(handle: LoopHandle) -> WorkflowExecutionDescription:
+async def describe(
+    handle: WorkflowHandle[Any, Any], workflow_type: str = WORKFLOW_TYPE
+) -> WorkflowExecutionDescription:
     try:
         description = await handle.describe()
     except RPCError as err:
         if _not_found(err):
             raise RunNotFound(handle.id) from err
         raise
-    if description.workflow_type != WORKFLOW_TYPE:
+    if description.workflow_type != workflow_type:
         # Another kind of workflow under this id is no run of ours.
         raise RunNotFound(handle.id)
     return description
@@ -74,7 +78,7 @@ async def read_state(
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         if isinstance(err, RPCError) and _not_found(err):
             raise RunNotFound(handle.id) from err
-        raise _unanswered(handle, description, "status", err) from err
+        raise unanswered(handle, description, "status", err) from err
 
 
 async def read_events(
@@ -93,15 +97,18 @@ async def read_events(
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         if isinstance(err, RPCError) and _not_found(err):
             raise RunNotFound(handle.id) from err
-        raise _unanswered(handle, description, "events", err) from err
+        raise unanswered(handle, description, "events", err) from err
     if not history.has_gap(tail, after):
         return tail
     state = await read_state(handle, description)
     return await history.with_history(tail, after, state, workspaces, is_closed(description))
 
 
-def _unanswered(
-    handle: LoopHandle, description: WorkflowExecutionDescription, query: str, err: Exception
+def unanswered(
+    handle: WorkflowHandle[Any, Any],
+    description: WorkflowExecutionDescription,
+    query: str,
+    err: Exception,
 ) -> ApiError:
     if isinstance(err, RPCError) and err.status == RPCStatusCode.UNAVAILABLE:
         return TemporalUnavailable()
@@ -132,13 +139,19 @@ async def request_stop(handle: LoopHandle, reason: str | None) -> RunState:
     return state
 
 
-async def _update(
-    handle: LoopHandle, action: str, execute: Callable[[], Awaitable[RunState]]
-) -> RunState:
+State = TypeVar("State")
+
+
+async def update(
+    handle: WorkflowHandle[Any, Any],
+    action: str,
+    execute: Callable[[], Awaitable[State]],
+    workflow_type: str = WORKFLOW_TYPE,
+) -> State:
     """Run one workflow update; its validator rejecting it (the run's state does not allow
     it) or the run having finished is a 409 that says why."""
     finished = f"cannot {action} run {handle.id}: it has already finished"
-    if is_closed(await describe(handle)):
+    if is_closed(await describe(handle, workflow_type)):
         raise NotApplicable(finished)
     try:
         return await execute()
@@ -153,7 +166,7 @@ async def _update(
 
 
 async def clear_block(handle: LoopHandle, note: str) -> RunState:
-    return await _update(
+    return await update(
         handle,
         "clear the block of",
         lambda: handle.execute_update(LoopWorkflow.clear_block, note, rpc_timeout=UPDATE_TIMEOUT),
@@ -162,7 +175,7 @@ async def clear_block(handle: LoopHandle, note: str) -> RunState:
 
 async def pause(handle: LoopHandle) -> RunState:
     """Accepted at once; the run finishes its current step, then waits in `paused`."""
-    return await _update(
+    return await update(
         handle,
         "pause",
         lambda: handle.execute_update(LoopWorkflow.pause, rpc_timeout=UPDATE_TIMEOUT),
@@ -170,7 +183,7 @@ async def pause(handle: LoopHandle) -> RunState:
 
 
 async def resume(handle: LoopHandle) -> RunState:
-    return await _update(
+    return await update(
         handle,
         "resume",
         lambda: handle.execute_update(LoopWorkflow.resume, rpc_timeout=UPDATE_TIMEOUT),
@@ -178,7 +191,7 @@ async def resume(handle: LoopHandle) -> RunState:
 
 
 async def approve(handle: LoopHandle, approval: Approval) -> RunState:
-    return await _update(
+    return await update(
         handle,
         "approve",
         lambda: handle.execute_update(LoopWorkflow.approve, approval, rpc_timeout=UPDATE_TIMEOUT),

@@ -33,6 +33,12 @@ class IntegrationInfo(BaseModel):
     files: list[str] = Field(
         default_factory=list, description="Every path in the tree at `commit`, sorted"
     )
+    prep_package: str | None = Field(
+        default=None, description="`.workflow/.loop/prep-package.json` at `commit`, if any"
+    )
+    prep_tasks: str | None = Field(
+        default=None, description="`.workflow/.loop/prep-tasks.jsonl` at `commit`, if any"
+    )
 
 
 class MergeRequest(BaseModel):

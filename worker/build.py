@@ -14,6 +14,8 @@ from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
 from loopworks.activities.evaluation import EvaluationActivities
 from loopworks.activities.hydration import HydrationActivities
+from loopworks.activities.integration import IntegrationActivities
+from loopworks.activities.planning import PlanningActivities
 from loopworks.activities.preparation import PreparationActivities
 from loopworks.activities.production import ProductionActivities
 from loopworks.activities.qa import QAActivities
@@ -25,6 +27,7 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.deps import StepDeps
+from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 
@@ -67,6 +70,8 @@ def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
     critique = CritiqueActivities(deps)
     qa = QAActivities(deps)
     reflection = ReflectionActivities(deps)
+    planning = PlanningActivities(deps)
+    integration = IntegrationActivities(deps)
     return [
         repository.prepare_workspace,
         hydration.hydrate,
@@ -81,6 +86,11 @@ def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
         qa.verify_result,
         reflection.reflect_on_run,
         repository.close_run,
+        # Task graphs: plan, then the integration branch, its merge queue and ledger.
+        planning.plan_graph,
+        integration.prepare_integration,
+        integration.merge_task,
+        integration.record_ledger,
     ]
 
 
@@ -95,7 +105,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[LoopWorkflow],
+        workflows=[LoopWorkflow, TaskGraphWorkflow],
         activities=activities_of(deps),
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),

@@ -1,0 +1,126 @@
+"""Starting, reading and steering task graphs through their workflow handles.
+
+A finished graph answers from its workflow result (no worker needed); a live one answers
+the `status` and `ledger` queries. Messages reuse the run routes' rules: an update the
+graph's state does not allow is a 409 that says why.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError
+
+from loopworks.api import launch, runs
+from loopworks.api.errors import NotApplicable, RunNotFound, invalid
+from loopworks.schemas.graph import GraphApproval, GraphInput, GraphRequest, GraphResult, GraphState
+from loopworks.schemas.run import RunState
+from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
+from loopworks.workflows.decisions import alias_for
+from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.loop import LoopWorkflow
+
+WORKFLOW_TYPE = "TaskGraphWorkflow"
+GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]
+
+
+def checked(request: GraphRequest) -> GraphRequest:
+    """A 422 for what would only fail inside the graph: a bad repo, invalid tasks."""
+    if request.repo:
+        probe = launch.checked_repo(request.repo)
+        request = request.model_copy(update={"repo": probe})
+    if request.tasks is not None:
+        try:
+            validated_graph(request.tasks)
+        except GraphError as err:
+            raise invalid("tasks", str(err), None) from err
+    return request
+
+
+async def start_graph(client: Client, task_queue: str, request: GraphRequest) -> str:
+    now = datetime.now(UTC)
+    graph_id = f"graph-{alias_for(request.goal)}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    await client.start_workflow(
+        TaskGraphWorkflow.run,
+        GraphInput(graph_id=graph_id, request=request, created_at=now.isoformat()),
+        id=graph_id,
+        task_queue=task_queue,
+        static_summary=launch.summary(request.goal),
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    return graph_id
+
+
+async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
+    description = await runs.describe(handle, WORKFLOW_TYPE)
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        # The result is the final state and ledger, read from history: no worker needed.
+        result = await handle.result(follow_runs=False, rpc_timeout=runs.QUERY_TIMEOUT)
+        return result.state, result.ledger
+    try:
+        state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=runs.QUERY_TIMEOUT)
+        ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
+    except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
+        raise runs.unanswered(handle, description, "status", err) from err
+    return state, ledger
+
+
+async def read_state(handle: GraphHandle) -> GraphState:
+    return (await _answer(handle))[0]
+
+
+async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
+    return (await _answer(handle))[1]
+
+
+async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
+    description = await runs.describe(handle, WORKFLOW_TYPE)
+    if runs.is_closed(description):
+        raise NotApplicable(f"graph {handle.id} has already finished")
+    await handle.signal(TaskGraphWorkflow.stop, reason)
+    return await read_state(handle)
+
+
+async def pause(handle: GraphHandle) -> GraphState:
+    return await _update(handle, "pause", TaskGraphWorkflow.pause)
+
+
+async def resume(handle: GraphHandle) -> GraphState:
+    return await _update(handle, "resume", TaskGraphWorkflow.resume)
+
+
+async def approve(handle: GraphHandle, approval: GraphApproval) -> GraphState:
+    return await _update(handle, "approve", TaskGraphWorkflow.approve, approval)
+
+
+async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> GraphState:
+    state: GraphState = await runs.update(
+        handle,
+        action,
+        lambda: handle.execute_update(update, *args, rpc_timeout=runs.UPDATE_TIMEOUT),
+        WORKFLOW_TYPE,
+    )
+    return state
+
+
+async def clear_block(client: Client, handle: GraphHandle, task_id: str, note: str) -> RunState:
+    """Reach the task's running loop: a custodiet block holds only that task (and what
+    needs it), and clearing it is the loop's own update."""
+    state = await read_state(handle)
+    task = next((t for t in state.tasks if t.task.id == task_id), None)
+    if task is None:
+        raise RunNotFound(f"{handle.id}/{task_id}")
+    if task.status != TaskStatus.IN_PROGRESS or not task.run_ids:
+        raise NotApplicable(f"task {task_id} of graph {handle.id} is not running")
+    loop = client.get_workflow_handle_for(LoopWorkflow.run, task.run_ids[-1])
+    return await runs.clear_block(loop, note)

@@ -1,0 +1,122 @@
+"""`/graphs`: start a task graph, list graphs, read one (its tasks and ledger), steer it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Response, status
+from pydantic import Field
+
+from loopworks.api import graphs
+from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep
+from loopworks.api.errors import RunNotFound
+from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
+from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, UNAUTHORIZED
+from loopworks.api.security import require_token
+from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
+from loopworks.schemas.run import RunState
+from loopworks.workspace.refs import checked_run_id
+
+router = APIRouter(
+    prefix="/graphs",
+    tags=["graphs"],
+    dependencies=[Depends(require_token)],
+    responses=UNAUTHORIZED,
+)
+
+
+async def graph_handle(graph_id: str, connection: ConnectionDep) -> graphs.GraphHandle:
+    try:
+        checked_run_id(graph_id)
+    except ValueError as err:
+        raise RunNotFound(graph_id[:200]) from err
+    client = await connection.client()
+    return client.get_workflow_handle_for(graphs.TaskGraphWorkflow.run, graph_id)
+
+
+GraphHandle = Annotated[graphs.GraphHandle, Depends(graph_handle)]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_graph(
+    body: GraphRequest, connection: ConnectionDep, settings: SettingsDep, response: Response
+) -> GraphCreated:
+    request = graphs.checked(body)
+    graph_id = await graphs.start_graph(await connection.client(), settings.task_queue, request)
+    url = str(router.url_path_for("get_graph", graph_id=graph_id))
+    response.headers["Location"] = url
+    return GraphCreated(graph_id=graph_id, status_url=url)
+
+
+@router.get("")
+async def list_graphs(
+    client: ClientDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[GraphListed]:
+    listed: list[GraphListed] = []
+    query = f'WorkflowType = "{graphs.WORKFLOW_TYPE}"'
+    async for execution in client.list_workflows(query, limit=limit):
+        listed.append(
+            GraphListed(
+                graph_id=execution.id,
+                status=execution.status.name.lower() if execution.status else "unknown",
+                start_time=execution.start_time.isoformat() if execution.start_time else None,
+            )
+        )
+    return listed
+
+
+@router.get("/{graph_id}", responses=NOT_FOUND)
+async def get_graph(handle: GraphHandle) -> GraphState:
+    """The graph's status, integration branch, and every task with its attempts and runs."""
+    return await graphs.read_state(handle)
+
+
+@router.get(
+    "/{graph_id}/ledger",
+    response_class=Response,
+    responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
+)
+async def get_ledger(handle: GraphHandle) -> Response:
+    """Seed 004's status ledger as JSON lines, as the graph appends it to
+    docs/current/task-status.jsonl on its integration branch."""
+    lines = await graphs.read_ledger(handle)
+    text = "".join(line.to_jsonl() + "\n" for line in lines)
+    return Response(text, media_type="application/x-ndjson")
+
+
+@router.post(
+    "/{graph_id}/stop", status_code=status.HTTP_202_ACCEPTED, responses={**NOT_FOUND, **CONFLICT}
+)
+async def stop_graph(handle: GraphHandle, body: StopRequest | None = None) -> GraphState:
+    """Stops every running task loop (each still pushes its work) and starts no more."""
+    return await graphs.request_stop(handle, body.reason if body else None)
+
+
+@router.post("/{graph_id}/pause", responses={**NOT_FOUND, **CONFLICT})
+async def pause_graph(handle: GraphHandle) -> GraphState:
+    """No new task starts; running ones go on."""
+    return await graphs.pause(handle)
+
+
+@router.post("/{graph_id}/resume", responses={**NOT_FOUND, **CONFLICT})
+async def resume_graph(handle: GraphHandle) -> GraphState:
+    return await graphs.resume(handle)
+
+
+@router.post("/{graph_id}/approve", responses={**NOT_FOUND, **CONFLICT})
+async def approve_graph(handle: GraphHandle, body: GraphApproval | None = None) -> GraphState:
+    """Interactive mode: start the tasks, optionally an edited list (validated again)."""
+    return await graphs.approve(handle, body or GraphApproval())
+
+
+class TaskClearBlock(ClearBlockRequest):
+    task: str = Field(description="the task whose loop a custodiet audit blocked")
+
+
+@router.post("/{graph_id}/clear-block", responses={**NOT_FOUND, **CONFLICT})
+async def clear_task_block(
+    handle: GraphHandle, client: ClientDep, body: TaskClearBlock
+) -> RunState:
+    """Release the block of one task's running loop; only that task and its dependants
+    were held."""
+    return await graphs.clear_block(client, handle, body.task, body.note)

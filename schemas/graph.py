@@ -1,0 +1,120 @@
+"""A task graph: a goal split into atomic tasks (seed 004), each run as a child loop, in
+dependency order, with one ledger and one merge queue. The request, the graph's state
+(its status query), its memory across continue-as-new and its result."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field, field_validator
+
+from loopworks.schemas.run import Mode, Thresholds
+from loopworks.schemas.tasks import LedgerLine, Task, TaskStatus
+
+
+class GraphRequest(BaseModel):
+    """`POST /graphs`: a goal, and optionally the tasks already split."""
+
+    goal: str = Field(min_length=1, max_length=20_000, description="what the graph achieves")
+    repo: str | None = Field(default=None, description="URL or path of a git repository")
+    base_branch: str | None = Field(default=None, max_length=200)
+    max_parallel: int = Field(default=3, ge=1, le=10, description="task loops at once")
+    mode: Mode = Field(
+        default=Mode.AUTO, description="`interactive`: wait for approve before any task"
+    )
+    tasks: list[Task] | None = Field(
+        default=None, description="the tasks, validated like a planner's; none: plan them"
+    )
+    # Each task's loop.
+    max_iterations: int = Field(default=4, ge=1, le=20)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    audit_probability: float = Field(default=0.2, ge=0, le=1)
+
+    @field_validator("goal")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("goal must not be blank")
+        return value
+
+
+class GraphStatus(StrEnum):
+    PLANNING = "planning"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (GraphStatus.COMPLETED, GraphStatus.FAILED, GraphStatus.STOPPED)
+
+
+class TaskState(BaseModel):
+    """One task as the graph sees it: its status, attempts and their loops."""
+
+    task: Task
+    status: TaskStatus = TaskStatus.PENDING
+    attempts: int = Field(default=0, ge=0)
+    run_ids: list[str] = Field(default_factory=list, description="its loops, one per attempt")
+    last_failure: str = Field(default="", description="why the latest attempt failed")
+
+
+class GraphState(BaseModel):
+    """The status query: the graph, its integration branch and every task."""
+
+    graph_id: str
+    goal: str
+    status: GraphStatus = GraphStatus.PLANNING
+    origin: str = ""
+    integration_branch: str = ""
+    integration_commit: str = ""
+    max_parallel: int = 3
+    tasks: list[TaskState] = Field(default_factory=list)
+    source: str = Field(
+        default="", description="where the tasks came from: request, prep package, planner"
+    )
+    prep_rejected: list[str] = Field(
+        default_factory=list,
+        description="seed 002: why the repository's prep package was not used (then planned)",
+    )
+    message: str = Field(default="", description="why the graph ended as it did")
+    created_at: str = ""
+    updated_at: str = ""
+
+    def task(self, task_id: str) -> TaskState:
+        return next(t for t in self.tasks if t.task.id == task_id)
+
+    def statuses(self) -> dict[str, TaskStatus]:
+        return {t.task.id: t.status for t in self.tasks}
+
+
+class GraphApproval(BaseModel):
+    """Interactive mode: start the tasks, possibly an edited list of them."""
+
+    tasks: list[Task] | None = None
+    note: str | None = Field(default=None, max_length=2000)
+
+
+class GraphMemory(BaseModel):
+    """All the graph knows, carried whole through continue-as-new."""
+
+    state: GraphState
+    ledger: list[LedgerLine] = Field(default_factory=list)
+    recorded: int = Field(default=0, ge=0, description="ledger lines already on the branch")
+    approved: bool = False
+    paused: bool = False
+
+
+class GraphInput(BaseModel):
+    graph_id: str
+    request: GraphRequest
+    created_at: str
+    memory: GraphMemory | None = None
+
+
+class GraphResult(BaseModel):
+    state: GraphState
+    ledger: list[LedgerLine]

@@ -1,0 +1,121 @@
+"""TaskGraphWorkflow on the time-skipping server with real git and the offline model:
+tasks run as child loops in dependency order, merge one at a time, and complete only
+when their verification command passes on the integration branch."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+
+from loopworks.schemas.graph import GraphInput, GraphRequest, GraphResult, GraphStatus
+from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
+from loopworks.workflows.graph import TaskGraphWorkflow
+from tests.workflows.conftest import LoopHarness
+
+pytestmark = pytest.mark.workflow
+
+# The loop writes artifact.md at its root; the merge queue moves it under docs/tasks/<id>/.
+ARTIFACT_EXISTS = "test -f artifact.md || test -f docs/tasks/{id}/artifact.md"
+
+
+def task(task_id: str, *requires: str, verify: str | None = None) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "title": f"Write part {task_id}",
+        "description": f"Write a short section for part {task_id} of the guide.",
+        "requires": list(requires),
+        "acceptance_criteria": [f"Part {task_id} is written"],
+        "verification_command": verify or ARTIFACT_EXISTS.format(id=task_id),
+    }
+
+
+async def start_graph(
+    harness: LoopHarness, tasks: list[dict[str, Any]], **request: Any
+) -> WorkflowHandle[TaskGraphWorkflow, GraphResult]:
+    graph_id = f"graph-{uuid.uuid4().hex[:8]}"
+    return await harness.env.client.start_workflow(
+        TaskGraphWorkflow.run,
+        GraphInput(
+            graph_id=graph_id,
+            request=GraphRequest(
+                goal="Write a guide in parts",
+                tasks=tasks,
+                max_iterations=2,
+                audit_probability=0.0,
+                **request,
+            ),
+            created_at="2026-01-01T00:00:00+00:00",
+        ),
+        id=graph_id,
+        task_queue=harness.task_queue,
+    )
+
+
+def git_show(harness: LoopHarness, ref: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "--git-dir", str(harness.origin), "show", f"{ref}:{path}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
+    harness: LoopHarness,
+) -> None:
+    tasks = [task("T-001"), task("T-002", "T-001"), task("T-003", "T-001"),
+             task("T-004", "T-002", "T-003")]  # fmt: skip
+    async with harness.worker(latency_ms=200):
+        handle = await start_graph(harness, tasks)
+        result = await handle.result()
+
+    state = result.state
+    assert state.status == GraphStatus.COMPLETED, state.message
+    assert [t.status for t in state.tasks] == [TaskStatus.COMPLETED] * 4
+    lines = result.ledger
+    started = {line.id: i for i, line in enumerate(lines) if line.status == TaskStatus.IN_PROGRESS}
+    done = {line.id: i for i, line in enumerate(lines) if line.status == TaskStatus.COMPLETED}
+    # B and C ran side by side: both started before either was merged.
+    assert max(started["T-002"], started["T-003"]) < min(done["T-002"], done["T-003"])
+    # D started only after both were merged and verified.
+    assert started["T-004"] > max(done["T-002"], done["T-003"])
+    assert all(line.exit_code == 0 and line.output_sha256 for line in lines
+               if line.status == TaskStatus.COMPLETED)  # fmt: skip
+    # The ledger on the integration branch is the workflow's, line for line, in order.
+    on_branch = ledger_lines(git_show(harness, state.integration_branch, LEDGER_PATH))
+    assert on_branch == lines
+    for task_id in ("T-001", "T-002", "T-003", "T-004"):
+        assert git_show(harness, state.integration_branch, f"docs/tasks/{task_id}/artifact.md")
+    runs = [t.run_ids for t in state.tasks]
+    assert runs == [[f"{state.graph_id}/{t['id']}/1"] for t in tasks]
+
+
+async def test_a_loop_that_passes_but_fails_verification_is_retried_then_fixed(
+    harness: LoopHarness,
+) -> None:
+    """`test -f artifact.md` passes in the task's loop (its artifact is at its root) and
+    fails on the integration branch, where the artifact lands under docs/tasks/<id>/."""
+    tasks = [task("T-001"), task("T-002", "T-001", verify="test -f artifact.md"),
+             task("T-003", "T-001"), task("T-004", "T-002")]  # fmt: skip
+    async with harness.worker():
+        handle = await start_graph(harness, tasks)
+        result = await handle.result()
+
+    state = result.state
+    assert state.status == GraphStatus.FAILED
+    by_id = {t.task.id: t for t in state.tasks}
+    assert by_id["T-002"].status == TaskStatus.FAILED and by_id["T-002"].attempts == 2
+    assert by_id["T-002"].last_failure.startswith("verification_failed")
+    assert by_id["T-003"].status == TaskStatus.COMPLETED  # independent: it went on
+    assert by_id["T-004"].status == TaskStatus.BLOCKED
+    fix = by_id["T-002-fix-1"]
+    assert fix.task.requires == ["T-001"] and "verification_failed" in fix.task.description
+    assert fix.status == TaskStatus.FAILED  # the same command fails it too; no fix of a fix
+    assert "T-002-fix-2" not in by_id
+    never_completed = [line for line in result.ledger if line.id == "T-002"]
+    assert TaskStatus.COMPLETED not in [line.status for line in never_completed]
+    assert [line.exit_code for line in never_completed if line.exit_code is not None] == [1, 1]

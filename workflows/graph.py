@@ -1,0 +1,392 @@
+"""TaskGraphWorkflow: a goal split into atomic tasks (seed 004), each a child LoopWorkflow,
+run in dependency order, merged one at a time, completed only when its verification
+command passes on the integration branch.
+
+The workflow is the sole writer of the ledger: it keeps it in its memory (the `ledger`
+query) and appends it to `docs/current/task-status.jsonl` on the integration branch
+through an activity. Which task starts, which is stranded, what fix follows a failure are
+plain functions in `workflows.graph_decisions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.activities.integration import IntegrationActivities
+    from loopworks.activities.planning import PlanningActivities
+    from loopworks.schemas.graph import (
+        GraphApproval,
+        GraphInput,
+        GraphMemory,
+        GraphResult,
+        GraphState,
+        GraphStatus,
+        TaskState,
+    )
+    from loopworks.schemas.integration import (
+        IntegrationInfo,
+        IntegrationRequest,
+        LedgerRequest,
+        MergeRequest,
+    )
+    from loopworks.schemas.loop import LoopInput, LoopResult
+    from loopworks.schemas.run import Mode, RunStatus
+    from loopworks.schemas.steps import PlanGraphInput
+    from loopworks.schemas.tasks import (
+        GraphError,
+        LedgerLine,
+        Task,
+        TaskStatus,
+        validated_graph,
+    )
+    from loopworks.workflows import graph_decisions as decide
+    from loopworks.workflows import graph_inputs
+    from loopworks.workflows.graph_record import GraphRecord
+    from loopworks.workflows.loop import LoopWorkflow
+    from loopworks.workflows.policies import GIT, MODEL_CALL, StepPolicy
+
+LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
+# A task's loop, then its merge and verification, gets this many tries before a fix task.
+ATTEMPTS = 2
+# Merging and verifying runs the task's command: give it the time a check group gets.
+MERGE = StepPolicy(start_to_close=timedelta(minutes=30), heartbeat=None, retry=GIT.retry)
+
+
+@workflow.defn(name="TaskGraphWorkflow")
+class TaskGraphWorkflow:
+    @workflow.init
+    def __init__(self, params: GraphInput) -> None:
+        self._params = params
+        self._request = params.request
+        self._memory = params.memory or GraphMemory(
+            state=GraphState(
+                graph_id=params.graph_id,
+                goal=params.request.goal,
+                max_parallel=params.request.max_parallel,
+                created_at=params.created_at,
+                updated_at=params.created_at,
+            )
+        )
+        self._running: dict[str, workflow.ChildWorkflowHandle[Any, LoopResult]] = {}
+        self._stop_requested = False
+        self._stop_note = ""
+        self._stops_sent = False
+        self._woken = False
+        self._record = GraphRecord(self._memory)
+
+    @property
+    def _state(self) -> GraphState:
+        return self._memory.state
+
+    # --- messages --------------------------------------------------------------------
+
+    @workflow.query
+    def status(self) -> GraphState:
+        return self._state
+
+    @workflow.query
+    def ledger(self) -> list[LedgerLine]:
+        return self._memory.ledger
+
+    @workflow.signal
+    def stop(self, reason: str | None = None) -> None:
+        """Stop every running task loop (each still pushes what it has); start no more."""
+        if self._stop_requested or self._state.status.is_terminal:
+            return
+        self._stop_requested = True
+        self._stop_note = reason or ""
+        self._woken = True
+
+    @workflow.update
+    async def pause(self) -> GraphState:
+        """Hold new starts; running task loops go on."""
+        self._memory.paused = True
+        self._record.set_status(GraphStatus.PAUSED)
+        return self._state
+
+    @pause.validator
+    def _pause_applies(self) -> None:
+        if self._memory.paused or self._state.status.is_terminal:
+            raise ValueError(f"graph cannot be paused (status {self._state.status.value})")
+
+    @workflow.update
+    async def resume(self) -> GraphState:
+        self._memory.paused = False
+        self._woken = True
+        if self._state.status == GraphStatus.PAUSED:
+            self._record.set_status(GraphStatus.RUNNING)
+        return self._state
+
+    @resume.validator
+    def _resume_applies(self) -> None:
+        if not self._memory.paused:
+            raise ValueError(f"graph is not paused (status {self._state.status.value})")
+
+    @workflow.update
+    async def approve(self, approval: GraphApproval) -> GraphState:
+        """Interactive mode: start the tasks, possibly an edited list (validated again)."""
+        if approval.tasks is not None:
+            self._state.tasks = [TaskState(task=task) for task in approval.tasks]
+            self._state.source = "approval"
+        self._memory.approved = True
+        return self._state
+
+    @approve.validator
+    def _approve_applies(self, approval: GraphApproval) -> None:
+        if self._state.status != GraphStatus.AWAITING_APPROVAL:
+            raise ValueError(f"graph is not awaiting approval (status {self._state.status})")
+        if approval.tasks is not None:
+            validated_graph(approval.tasks)  # GraphError is a ValueError: the update fails
+
+    # --- the graph ---------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, params: GraphInput) -> GraphResult:
+        try:
+            if not self._state.tasks:
+                await self._prepare()
+            await self._work()
+        except ActivityError as err:
+            self._record.finish(GraphStatus.FAILED, str(err.cause or err))
+        except GraphError as err:
+            self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return GraphResult(state=self._state, ledger=self._memory.ledger)
+
+    async def _prepare(self) -> None:
+        """The integration branch, then the tasks (given, or planned), then approval."""
+        request, state = self._request, self._state
+        info = await workflow.execute_activity_method(
+            IntegrationActivities.prepare_integration,
+            IntegrationRequest(
+                graph_id=state.graph_id, repo=request.repo, base_branch=request.base_branch
+            ),
+            start_to_close_timeout=GIT.start_to_close,
+            retry_policy=GIT.retry,
+        )
+        state.origin, state.integration_branch = info.origin, info.branch
+        state.integration_commit = info.commit
+        if request.tasks is not None:
+            tasks, state.source = validated_graph(request.tasks, info.files), "request"
+        elif prepared := self._from_prep_package(info):
+            tasks = prepared
+        else:
+            planned = await workflow.execute_activity_method(
+                PlanningActivities.plan_graph,
+                PlanGraphInput(
+                    run_id=state.graph_id, call_index=1, goal=request.goal, files=info.files
+                ),
+                start_to_close_timeout=MODEL_CALL.start_to_close,
+                heartbeat_timeout=MODEL_CALL.heartbeat,
+                retry_policy=MODEL_CALL.retry,
+            )
+            tasks, state.source = validated_graph(planned.tasks, info.files), "planner"
+        state.tasks = [TaskState(task=task) for task in tasks]
+        if request.mode == Mode.INTERACTIVE:
+            self._record.set_status(GraphStatus.AWAITING_APPROVAL)
+            await workflow.wait_condition(lambda: self._memory.approved or self._stop_requested)
+            # An edited list was checked when approved; now against the repository too.
+            validated_graph([t.task for t in state.tasks], info.files)
+        for task_state in state.tasks:
+            self._record.note(task_state.task.id, TaskStatus.PENDING, f"from the {state.source}")
+        await self._save_ledger()
+
+    def _from_prep_package(self, info: IntegrationInfo) -> list[Task]:
+        """The tasks of the repository's prep package, or none (rejected: listed why)."""
+        if info.prep_package is None:
+            return []
+        state = self._state
+        prepared = graph_inputs.from_prep_package(
+            info.prep_package, info.prep_tasks, state.origin, info.files, workflow.now()
+        )
+        state.prep_rejected, state.source = prepared.errors, prepared.source
+        return prepared.tasks
+
+    async def _work(self) -> None:
+        """Start what can start, wait for a loop to end, merge it, until nothing can."""
+        state = self._state
+        if self._stop_requested:
+            self._record.finish(GraphStatus.STOPPED, self._stop_note or "stopped before any task")
+            return
+        self._record.set_status(GraphStatus.PAUSED if self._memory.paused else GraphStatus.RUNNING)
+        while True:
+            if not self._running and workflow.info().is_continue_as_new_suggested():
+                # No loop is running: the graph's whole memory goes to a fresh history.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._params.model_copy(update={"memory": self._memory}))
+            if not self._stop_requested and not self._memory.paused:
+                for task_id in decide.startable(
+                    [t.task for t in state.tasks], state.statuses(), self._running,
+                    state.max_parallel,
+                ):  # fmt: skip
+                    await self._start(task_id)
+                await self._save_ledger()
+            if not self._running:
+                break
+            await self._wait_for_a_loop()
+        if self._stop_requested:
+            self._record.finish(GraphStatus.STOPPED, self._stop_note or "stopped")
+        elif self._record.done():
+            self._record.finish(GraphStatus.COMPLETED, "every task completed and verified")
+        else:
+            failed = [t.task.id for t in state.tasks if t.status != TaskStatus.COMPLETED]
+            self._record.finish(GraphStatus.FAILED, f"not completed: {', '.join(failed)}")
+        await self._save_ledger()
+
+    async def _start(self, task_id: str) -> None:
+        state = self._state
+        task_state = state.task(task_id)
+        task_state.attempts += 1
+        child_id = f"{self._state.graph_id}/{task_id}/{task_state.attempts}"
+        task_state.run_ids.append(child_id)
+        self._running[task_id] = await workflow.start_child_workflow(
+            LoopWorkflow.run,
+            LoopInput(
+                run_id=child_id,
+                alias=task_id,
+                request=graph_inputs.loop_request(
+                    task_state, self._request, state.origin, state.integration_branch
+                ),
+                created_at=workflow.now().isoformat(),
+            ),
+            id=child_id,
+            # The loop reflects and pushes what it has when the graph is cancelled.
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            search_attributes=TypedSearchAttributes(
+                [SearchAttributePair(LOOP_GRAPH, self._state.graph_id)]
+            ),
+            static_summary=f"{task_id}: {task_state.task.title}"[:200],
+        )
+        self._record.note(
+            task_id, TaskStatus.IN_PROGRESS, f"attempt {task_state.attempts} started",
+            run_id=child_id,
+        )  # fmt: skip
+
+    async def _wait_for_a_loop(self) -> None:
+        """Until a loop ends or a message changes what may start (resume, stop)."""
+        self._woken = False
+        woken = asyncio.ensure_future(workflow.wait_condition(lambda: self._woken))
+        handles = {handle: task_id for task_id, handle in self._running.items()}
+        done, _ = await workflow.wait(
+            [*handles, woken], return_when=asyncio.FIRST_COMPLETED
+        )
+        woken.cancel()
+        if self._stop_requested and not self._stops_sent:
+            self._stops_sent = True
+            for task_id in list(self._running):
+                await workflow.get_external_workflow_handle(
+                    self._state.task(task_id).run_ids[-1]
+                ).signal(LoopWorkflow.stop, f"the graph stopped: {self._stop_note}".strip())
+        for handle in done:
+            if handle in handles:
+                await self._loop_ended(handles[handle], handle)
+
+    async def _loop_ended(
+        self, task_id: str, handle: workflow.ChildWorkflowHandle[Any, LoopResult]
+    ) -> None:
+        """Merge a finished loop's branch and verify it, one at a time: the merge queue."""
+        del self._running[task_id]
+        task_state = self._state.task(task_id)
+        try:
+            result = await handle
+        except ChildWorkflowError as err:
+            await self._failed(task_state, f"its loop failed: {err.cause or err}")
+            return
+        if self._stop_requested:
+            self._record.note(task_id, TaskStatus.FAILED, "stopped with the graph")
+            return
+        if result.state.status != RunStatus.COMPLETED:
+            reason = result.state.stop_reason.value if result.state.stop_reason else "failed"
+            await self._failed(
+                task_state, f"its loop ended {result.state.status.value} ({reason})"
+            )
+            return
+        outcome = await workflow.execute_activity_method(
+            IntegrationActivities.merge_task,
+            MergeRequest(
+                graph_id=self._state.graph_id,
+                origin=self._state.origin,
+                integration_branch=self._state.integration_branch,
+                task=task_state.task,
+                task_branch=result.state.branch,
+                attempt=task_state.attempts,
+                committed_at=workflow.now(),
+            ),
+            start_to_close_timeout=MERGE.start_to_close,
+            retry_policy=MERGE.retry,
+        )
+        if not outcome.merged:
+            detail = f"{outcome.reason}: {outcome.output_tail}".strip()
+            await self._failed(task_state, detail, outcome.exit_code, outcome.output_sha256)
+            return
+        self._state.integration_commit = outcome.commit
+        self._record.note(
+            task_id, TaskStatus.COMPLETED, "merged; verification passed",
+            run_id=task_state.run_ids[-1], exit_code=outcome.exit_code,
+            output_sha256=outcome.output_sha256,
+            delta={"files_added": outcome.files_added, "files_modified": outcome.files_modified},
+        )  # fmt: skip
+        self._record.unblock()
+
+    async def _failed(
+        self,
+        task_state: TaskState,
+        failure: str,
+        exit_code: int | None = None,
+        output_sha256: str | None = None,
+    ) -> None:
+        """Retry once with the failure as context; then a fix task, and what needs the
+        failed task waits `blocked` while independent tasks go on."""
+        task_id = task_state.task.id
+        task_state.last_failure = failure[-4000:]
+        if task_state.attempts < ATTEMPTS:
+            self._record.note(
+                task_id, TaskStatus.PENDING, f"attempt {task_state.attempts} failed, retrying: "
+                f"{failure[:300]}", exit_code=exit_code, output_sha256=output_sha256,
+            )  # fmt: skip
+            return
+        self._record.note(
+            task_id, TaskStatus.FAILED, failure[:500], exit_code=exit_code,
+            output_sha256=output_sha256,
+        )  # fmt: skip
+        tasks = [t.task for t in self._state.tasks]
+        if decide.root_id(task_id) == task_id:  # a failed fix gets no fix of its own
+            fix = decide.fix_task(task_state.task, tasks, failure)
+            self._state.tasks.append(TaskState(task=fix))
+            self._record.note(fix.id, TaskStatus.PENDING, f"fix task for {task_id}")
+        for dependant in sorted(decide.downstream(tasks, task_id)):
+            if self._state.task(dependant).status == TaskStatus.PENDING:
+                why = f"waits for {task_id}, which failed"
+                self._record.note(dependant, TaskStatus.BLOCKED, why)
+
+    # --- the record ----------------------------------------------------------------------
+
+    async def _save_ledger(self) -> None:
+        """Append the lines the integration branch lacks (the activity skips any it has)."""
+        memory = self._memory
+        fresh = memory.ledger[memory.recorded :]
+        if not fresh:
+            return
+        written = await workflow.execute_activity_method(
+            IntegrationActivities.record_ledger,
+            LedgerRequest(
+                origin=self._state.origin,
+                integration_branch=self._state.integration_branch,
+                lines=fresh,
+                tasks=[t.task for t in self._state.tasks],
+                committed_at=workflow.now(),
+            ),
+            start_to_close_timeout=GIT.start_to_close,
+            retry_policy=GIT.retry,
+        )
+        memory.recorded += len(fresh)
+        self._state.integration_commit = written.commit
+

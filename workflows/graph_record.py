@@ -1,0 +1,73 @@
+"""A task graph's record as its workflow keeps it: the graph's state (the status query)
+and seed 004's ledger, where every task transition is a line. Used from inside the
+workflow only: it reads `workflow.now()`, never the real clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus, TaskState
+    from loopworks.schemas.tasks import LedgerLine, TaskStatus
+    from loopworks.workflows import graph_decisions as decide
+
+
+class GraphRecord:
+    def __init__(self, memory: GraphMemory) -> None:
+        self.memory = memory
+
+    @property
+    def state(self) -> GraphState:
+        return self.memory.state
+
+    def note(self, task_id: str, status: TaskStatus, summary: str, **fields: Any) -> None:
+        """One ledger line; the task's status follows it."""
+        task_state = self.state.task(task_id)
+        task_state.status = status
+        self.memory.ledger.append(
+            LedgerLine(
+                id=task_id,
+                status=status,
+                updated_at=workflow.now().isoformat(),
+                summary=summary,
+                attempt=max(task_state.attempts, 1),
+                **fields,
+            )
+        )
+        self.touch()
+
+    def unblock(self) -> None:
+        """A blocked task whose requirements are met again (a fix completed) may start."""
+        statuses = self.state.statuses()
+        fixes = decide.fixes_by_root([t.task for t in self.state.tasks])
+        for task_state in self.state.tasks:
+            if task_state.status == TaskStatus.BLOCKED and all(
+                decide.requirement_met(r, statuses, fixes) for r in task_state.task.requires
+            ):
+                self.note(task_state.task.id, TaskStatus.PENDING, "unblocked: its fix completed")
+
+    def finish(self, status: GraphStatus, message: str) -> None:
+        self.state.message = message
+        self.set_status(status)
+
+    def set_status(self, status: GraphStatus) -> None:
+        self.state.status = status
+        self.touch()
+
+    def touch(self) -> None:
+        self.state.updated_at = workflow.now().isoformat()
+
+    def done(self) -> bool:
+        """Every task completed and verified, a failed one counting when its fix did."""
+        state = self.state
+        return all(t.status == TaskStatus.COMPLETED for t in state.tasks if not _fixed(t, state))
+
+
+def _fixed(task_state: TaskState, state: GraphState) -> bool:
+    """A failed task whose fix completed counts as done."""
+    fixes = [t for t in state.tasks if decide.root_id(t.task.id) == task_state.task.id]
+    return task_state.status == TaskStatus.FAILED and any(
+        t.status == TaskStatus.COMPLETED for t in fixes if t is not task_state
+    )
