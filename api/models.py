@@ -38,6 +38,21 @@ class RunSummary(BaseModel):
     execution_status: str | None = None
 
 
+class GraphCreated(BaseModel):
+    """`POST /graphs`: the new graph's id and where to read it."""
+
+    graph_id: str
+    status_url: str
+
+
+class GraphListed(BaseModel):
+    """One row of `GET /graphs`, read from Temporal visibility."""
+
+    graph_id: str
+    status: str = Field(description="Temporal's execution status of the graph workflow")
+    start_time: str | None = None
+
+
 class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loopworks.api.cli import commands
+from loopworks.api.cli import commands, graphs
 from loopworks.api.cli.client import ApiClient, CliError
 from loopworks.api.cli.config import DEFAULT_API_URL, CliConfig
 
@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("run", metavar="RUN")
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
+    _graph_parser(sub, common)
+
     up = sub.add_parser(
         "up",
         help="start the service here: Temporal dev server, worker and API",
@@ -126,6 +128,79 @@ def build_parser() -> argparse.ArgumentParser:
         "--exit-after-demo", action="store_true", help="stop everything when the demo ends"
     )
     return parser
+
+
+def _graph_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """`loops graph <command>`: the task graph commands, a parser of their own."""
+    graph = sub.add_parser(
+        "graph",
+        help="start, watch and steer task graphs (a goal split into task loops)",
+        description="Task graphs: a goal split into atomic tasks, each run as a loop in "
+        "dependency order, merged onto one integration branch.",
+    )
+    graph_sub = graph.add_subparsers(dest="graph_command", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
+        command = graph_sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text
+        )
+        command.set_defaults(handler=handler)
+        return command
+
+    def graph_id(command: argparse.ArgumentParser) -> None:
+        command.add_argument("graph", metavar="GRAPH")
+
+    new = add("new", graphs.cmd_new, "start a task graph; prints its id")
+    new.add_argument("goal", help="what the graph should achieve")
+    new.add_argument("--repo", help="URL or path of a git repository (default: the service's)")
+    new.add_argument("--base-branch", help="branch of --repo to start from")
+    new.add_argument(
+        "--tasks-file", type=Path, help="the tasks as a JSON or YAML list (default: planned)"
+    )
+    new.add_argument("--max-parallel", type=_positive, help="task loops at once (API: 1-10)")
+    new.add_argument("--max-iterations", type=_positive, help="each task loop's iterations")
+    new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
+    new.add_argument(
+        "--interactive", action="store_true", help="wait for `loops graph approve` first"
+    )
+    new.add_argument("--follow", "-f", action="store_true", help="then follow it, as status -f")
+
+    status = add("status", graphs.cmd_status, "a graph's tasks as a tree, with their runs")
+    graph_id(status)
+    status.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="redraw until the graph ends; exit 0 if it completed, else 1",
+    )
+    status.add_argument("--json", action="store_true", help="print the state as JSON")
+
+    ledger = add("ledger", graphs.cmd_ledger, "a graph's status ledger (seed 004)")
+    graph_id(ledger)
+    ledger.add_argument("--json", action="store_true", help="the JSON lines as the graph wrote")
+
+    listing = add("list", graphs.cmd_list, "list task graphs")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--json", action="store_true")
+
+    stop = add("stop", graphs.cmd_stop, "stop a graph (running task loops still push)")
+    graph_id(stop)
+    stop.add_argument("--reason", help="recorded as the stop message")
+
+    graph_id(add("pause", graphs.cmd_pause, "start no new task; running ones go on"))
+    graph_id(add("resume", graphs.cmd_resume, "resume a paused graph"))
+
+    approve = add("approve", graphs.cmd_approve, "start an interactive graph's tasks")
+    graph_id(approve)
+    approve.add_argument("--tasks-file", type=Path, help="an edited task list (JSON or YAML)")
+    approve.add_argument("--note", help="recorded with the approval")
+
+    clear = add("clear-block", graphs.cmd_clear_block, "release a task loop's custodiet block")
+    graph_id(clear)
+    clear.add_argument("--task", required=True, help="the task whose loop is blocked")
+    clear.add_argument("--note", required=True, help="goes into the loop's next step")
 
 
 def _up(args: argparse.Namespace) -> int:

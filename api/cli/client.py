@@ -45,6 +45,10 @@ class CliError(Exception):
     """Something the user should read on stderr; the CLI exits 1."""
 
 
+class Unreachable(CliError):
+    """No answer at all (refused, reset, timed out): worth another try when following."""
+
+
 class ApiError(CliError):
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(f"HTTP {status_code}: {message}")
@@ -135,7 +139,7 @@ class ApiClient:
         try:
             response = self._http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TransportError as err:
-            raise CliError(f"cannot reach the API at {self.base_url}: {err}") from err
+            raise Unreachable(f"cannot reach the API at {self.base_url}: {err}") from err
         if response.is_error:
             raise ApiError(response.status_code, error_message(response))
         return response

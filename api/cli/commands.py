@@ -46,15 +46,20 @@ class Context:
         self.console.print(text)
 
 
-def load_criteria(path: Path) -> dict[str, Any]:
-    """A rules file: a list of rules, or a mapping with rules / thresholds /
-    max_iterations / note. JSON or YAML (YAML reads JSON too). The API validates it."""
+def read_document(path: Path) -> Any:
+    """A JSON or YAML file's data (YAML reads JSON too); the API validates what it holds."""
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except OSError as err:
         raise CliError(f"cannot read {path}: {err.strerror or err}") from err
     except yaml.YAMLError as err:
         raise CliError(f"{path} is neither JSON nor YAML: {err}") from err
+
+
+def load_criteria(path: Path) -> dict[str, Any]:
+    """A rules file: a list of rules, or a mapping with rules / thresholds /
+    max_iterations / note. JSON or YAML (YAML reads JSON too). The API validates it."""
+    data = read_document(path)
     if isinstance(data, list):
         return {"rules": data}
     if isinstance(data, dict) and data and set(data) <= APPROVAL_FIELDS:
