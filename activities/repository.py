@@ -7,7 +7,7 @@ import asyncio
 from temporalio import activity
 
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
-from loopworks.worker.deps import StepDeps
+from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.run_log import write_run_log
 
 
@@ -23,15 +23,16 @@ class RepositoryActivities:
     async def prepare_workspace(self, request: WorkspaceRequest) -> WorkspaceInfo:
         """Resolve the origin and the commit the run starts from."""
         workspaces = self.deps.workspaces
-        if request.repo:
-            origin = request.repo
-        else:
-            origin = await asyncio.to_thread(
-                workspaces.ensure_default_origin, self.deps.settings.default_origin.resolve()
+        async with heartbeating():
+            if request.repo:
+                origin = request.repo
+            else:
+                origin = await asyncio.to_thread(
+                    workspaces.ensure_default_origin, self.deps.settings.default_origin.resolve()
+                )
+            branch, commit = await asyncio.to_thread(
+                workspaces.resolve_base, origin, request.base_branch
             )
-        branch, commit = await asyncio.to_thread(
-            workspaces.resolve_base, origin, request.base_branch
-        )
         return WorkspaceInfo(
             origin=origin, base_branch=branch, base_commit=commit, branch=run_branch(request.run_id)
         )
@@ -40,6 +41,10 @@ class RepositoryActivities:
     async def close_run(self, request: CloseInput) -> CloseOutput:
         """Seed 000's session close: commit the run's last events and final state, push
         the run branch and verify the remote has it."""
+        async with heartbeating():
+            return await self._close(request)
+
+    async def _close(self, request: CloseInput) -> CloseOutput:
         workspaces = self.deps.workspaces
         workdir = await asyncio.to_thread(
             workspaces.checkout, request.run_id, request.origin, request.commit

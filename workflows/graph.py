@@ -56,8 +56,11 @@ with workflow.unsafe.imports_passed_through():
 LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
-# Merging and verifying runs the task's command: give it the time a check group gets.
-MERGE = StepPolicy(start_to_close=timedelta(minutes=30), heartbeat=None, retry=GIT.retry)
+# The integration activities heartbeat throughout (a verification command may run for
+# minutes), so a dead worker's attempt is retried within seconds, not at its timeout.
+INTEGRATION = StepPolicy(
+    start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=10), retry=GIT.retry
+)
 
 
 @workflow.defn(name="TaskGraphWorkflow")
@@ -169,8 +172,9 @@ class TaskGraphWorkflow:
             IntegrationRequest(
                 graph_id=state.graph_id, repo=request.repo, base_branch=request.base_branch
             ),
-            start_to_close_timeout=GIT.start_to_close,
-            retry_policy=GIT.retry,
+            start_to_close_timeout=INTEGRATION.start_to_close,
+            heartbeat_timeout=INTEGRATION.heartbeat,
+            retry_policy=INTEGRATION.retry,
         )
         state.origin, state.integration_branch = info.origin, info.branch
         state.integration_commit = info.commit
@@ -320,8 +324,9 @@ class TaskGraphWorkflow:
                 attempt=task_state.attempts,
                 committed_at=workflow.now(),
             ),
-            start_to_close_timeout=MERGE.start_to_close,
-            retry_policy=MERGE.retry,
+            start_to_close_timeout=INTEGRATION.start_to_close,
+            heartbeat_timeout=INTEGRATION.heartbeat,
+            retry_policy=INTEGRATION.retry,
         )
         if not outcome.merged:
             detail = f"{outcome.reason}: {outcome.output_tail}".strip()
@@ -384,8 +389,9 @@ class TaskGraphWorkflow:
                 tasks=[t.task for t in self._state.tasks],
                 committed_at=workflow.now(),
             ),
-            start_to_close_timeout=GIT.start_to_close,
-            retry_policy=GIT.retry,
+            start_to_close_timeout=INTEGRATION.start_to_close,
+            heartbeat_timeout=INTEGRATION.heartbeat,
+            retry_policy=INTEGRATION.retry,
         )
         memory.recorded += len(fresh)
         self._state.integration_commit = written.commit

@@ -52,7 +52,9 @@ CHECK_GROUP = StepPolicy(
 # Git against the origin: quick, and worth a few tries on a flaky remote.
 GIT = StepPolicy(
     start_to_close=timedelta(minutes=3),
-    heartbeat=None,
+    # The git activities heartbeat while they work: a dead worker's attempt is retried
+    # within seconds, not at the timeout.
+    heartbeat=timedelta(seconds=10),
     retry=RetryPolicy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
