@@ -25,10 +25,12 @@ from temporalio.testing import WorkflowEnvironment
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
+from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 
 HERE = Path(__file__).parent
@@ -161,11 +163,47 @@ async def _record_continued_run(client: Client, settings: Settings) -> WorkflowH
         return await continued.fetch_history()
 
 
+def _graph_task(task_id: str, *requires: str) -> dict[str, object]:
+    return {
+        "id": task_id,
+        "title": f"Write part {task_id}",
+        "description": f"Write a short section for part {task_id}.",
+        "requires": list(requires),
+        "acceptance_criteria": [f"Part {task_id} is written"],
+        "verification_command": f"test -f artifact.md || test -f docs/tasks/{task_id}/artifact.md",
+    }
+
+
+async def _record_graph_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A diamond task graph: child loops, the merge queue and the ledger."""
+    tasks = [_graph_task("T-001"), _graph_task("T-002", "T-001"),
+             _graph_task("T-003", "T-001"), _graph_task("T-004", "T-002", "T-003")]  # fmt: skip
+    async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
+        graph = await client.start_workflow(
+            TaskGraphWorkflow.run,
+            GraphInput(
+                graph_id="recorded-graph-run",
+                request=GraphRequest(
+                    goal="Write a guide in parts",
+                    tasks=tasks,  # type: ignore[arg-type]
+                    max_iterations=2,
+                    audit_probability=0.0,
+                ),
+                created_at="2026-01-01T00:00:00+00:00",
+            ),
+            id="recorded-graph-run",
+            task_queue=settings.task_queue,
+        )
+        await graph.result()
+        return await graph.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
     "steered_run": _record_steered_run,
     "continued_run": _record_continued_run,
+    "graph_run": _record_graph_run,
 }
 
 

@@ -4,8 +4,11 @@ when their verification command passes on the integration branch."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -119,3 +122,51 @@ async def test_a_loop_that_passes_but_fails_verification_is_retried_then_fixed(
     never_completed = [line for line in result.ledger if line.id == "T-002"]
     assert TaskStatus.COMPLETED not in [line.status for line in never_completed]
     assert [line.exit_code for line in never_completed if line.exit_code is not None] == [1, 1]
+
+
+async def test_a_stale_prep_package_falls_back_to_planning_with_the_failure_listed(
+    harness: LoopHarness, tmp_path: Any
+) -> None:
+    repo = tmp_path / "repo"
+    loop_dir = repo / ".workflow" / ".loop"
+    loop_dir.mkdir(parents=True)
+    generated = datetime.now(UTC) - timedelta(hours=25)
+    package = {
+        "prep_status": "ready",
+        "target_skill": "loopworks",
+        "generated_at": generated.isoformat().replace("+00:00", "Z"),
+        "environment": {"project_root": str(repo)},
+        "source": {"tool": "test-prep"},
+        "tasks": {"total": 1},
+    }
+    (loop_dir / "prep-package.json").write_text(json.dumps(package))
+    (loop_dir / "prep-tasks.jsonl").write_text(json.dumps(task("T-001")) + "\n")
+    (repo / "README.md").write_text("# a project\n")
+    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True)
+
+    async with harness.worker():
+        graph_id = f"graph-{uuid.uuid4().hex[:8]}"
+        handle = await harness.env.client.start_workflow(
+            TaskGraphWorkflow.run,
+            GraphInput(
+                graph_id=graph_id,
+                request=GraphRequest(goal="Write a guide", repo=str(repo), mode="interactive"),
+                created_at="2026-01-01T00:00:00+00:00",
+            ),
+            id=graph_id,
+            task_queue=harness.task_queue,
+        )
+        while (state := await handle.query(TaskGraphWorkflow.status)).status != (
+            GraphStatus.AWAITING_APPROVAL
+        ):
+            await asyncio.sleep(0.2)
+        await handle.signal(TaskGraphWorkflow.stop, "seen enough")
+        result = await handle.result()
+
+    assert state.source == "planner"
+    assert state.prep_rejected == ["prep-package is 25h old (max 24h), may be stale"]
+    assert state.tasks, "the planner's tasks stand in for the package's"
+    assert result.state.status == GraphStatus.STOPPED

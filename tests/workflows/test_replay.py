@@ -16,6 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 
 pytestmark = pytest.mark.workflow
@@ -24,12 +25,21 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
 @pytest.mark.parametrize(
-    "name", ["full_run.json", "stopped_run.json", "steered_run.json", "continued_run.json"]
+    "name",
+    [
+        "full_run.json",
+        "stopped_run.json",
+        "steered_run.json",
+        "continued_run.json",
+        "graph_run.json",
+    ],
 )
 async def test_recorded_history_replays(name: str) -> None:
     text = (HISTORIES / name).read_text()
     history = WorkflowHistory.from_json(name.removesuffix(".json"), text)
-    replayer = Replayer(workflows=[LoopWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(
+        workflows=[LoopWorkflow, TaskGraphWorkflow], data_converter=pydantic_data_converter
+    )
     result = await replayer.replay_workflow(history)
     assert result.replay_failure is None
 
@@ -69,3 +79,10 @@ def test_continued_run_history_starts_from_a_carried_memory() -> None:
     memory = params["memory"]
     assert memory["generation"] > 1 and memory["next_iteration"] > 1
     assert 0 < memory["saved_seq"] <= memory["last_seq"] == memory["tail"][-1]["seq"]
+
+
+def test_graph_run_history_covers_children_merges_and_the_ledger() -> None:
+    text = (HISTORIES / "graph_run.json").read_text()
+    assert text.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 4
+    for activity in ["prepare_integration", "merge_task", "record_ledger"]:
+        assert f'"name": "{activity}"' in text, activity
