@@ -130,7 +130,7 @@ def test_a_prep_package_graph_fixes_the_repository_and_pushes_its_ledger(
 def test_a_killed_worker_leaves_no_task_completed_twice(stack: Stack, tmp_path: Path) -> None:
     remote = make_remote(tmp_path, prep=True)
     stack.extra_env["LOOPS_OFFLINE_SCRIPT"] = fixing_producer(tmp_path / "script.json")
-    stack.extra_env["LOOPS_OFFLINE_LATENCY_MS"] = "300"
+    stack.extra_env["LOOPS_OFFLINE_LATENCY_MS"] = "100"
     first = stack.start_worker()
     _, base_url = stack.start_api()
     with httpx.Client(base_url=base_url, timeout=30) as http:
