@@ -9,6 +9,8 @@ carries commit SHAs and a bounded tail of events.
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -113,6 +115,12 @@ class LoopWorkflow:
             record.conclude(finished.reason, finished.message, memory.last_evaluation)
         except Stopped:
             record.conclude(StopReason.USER_STOP, self._steering.stop_note, memory.last_evaluation)
+        except asyncio.CancelledError:
+            # Cancelled from outside (its task graph closed, `temporal workflow cancel`):
+            # a stop like any other, so the run still reflects and pushes what it has.
+            self._steering.stop_requested = True
+            note = "cancelled: " + (self._steering.stop_note or "the workflow was cancelled")
+            record.conclude(StopReason.USER_STOP, note, memory.last_evaluation)
         except ActivityError as err:
             record.fail(describe(err))
 

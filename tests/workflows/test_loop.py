@@ -227,6 +227,26 @@ async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness
     assert '"stop_reason": "user_stop"' in insights
 
 
+async def test_a_cancelled_run_stops_and_still_pushes(harness: LoopHarness) -> None:
+    """What a task graph's request-cancel close policy does to its loops: cancel is a stop."""
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide")
+
+        async def producing() -> bool:
+            return "produce_artifact" in await harness.scheduled_activities(handle)
+
+        await wait_for(producing)
+        await handle.cancel()
+        state = (await asyncio.wait_for(handle.result(), timeout=15)).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.STOPPED and state.stop_reason == StopReason.USER_STOP
+    assert state.stop.message.startswith("cancelled")
+    assert names(events)[-3:] == ["stopped", "reflection_done", "pushed"]
+    assert remote_file(harness.origin, state.branch, ".loops/insights.json")
+
+
 async def test_invalid_output_twice_fails_with_phase_error(harness: LoopHarness) -> None:
     # One entry is every answer of the call: the first answer and its repair are invalid.
     script = {"planner": {"1": "not json at all"}}
