@@ -12,10 +12,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.client import WorkflowHandle
 
+from loopworks.llm.base import ModelCall
+from loopworks.llm.offline import OfflineModels, _agent_turn, _written
+from loopworks.llm.offline_answers import default_answer
 from loopworks.schemas.graph import GraphInput, GraphRequest, GraphResult, GraphStatus
+from loopworks.schemas.roles import Role
+from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
+from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
 from tests.workflows.conftest import LoopHarness
 
@@ -170,3 +178,50 @@ async def test_a_stale_prep_package_falls_back_to_planning_with_the_failure_list
     assert state.prep_rejected == ["prep-package is 25h old (max 24h), may be stale"]
     assert state.tasks, "the planner's tasks stand in for the package's"
     assert result.state.status == GraphStatus.STOPPED
+
+
+class SharedFileModels(OfflineModels):
+    """The offline model, whose producer also writes `shared.txt` with its task's title:
+    two tasks in parallel then change one file differently, as real agents would."""
+
+    def model(self, call: ModelCall) -> FunctionModel:
+        if call.role != Role.PRODUCER:
+            return super().model(call)
+
+        async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            answer = default_answer(call.role, call.context)
+            title = str(call.context["task"]).splitlines()[0]
+            answer["files"] = [*answer["files"], {"path": "shared.txt", "content": title}]
+            return ModelResponse(parts=_agent_turn(call, answer, _written(messages)))
+
+        return FunctionModel(respond, model_name="offline")
+
+
+async def test_two_tasks_changing_one_file_merge_in_turn_and_a_conflict_is_retried(
+    harness: LoopHarness,
+) -> None:
+    tasks = [task("T-001"), task("T-002")]  # independent, no files declared: run together
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    async with build_worker(harness.env.client, settings, models=SharedFileModels()):
+        handle = await start_graph(harness, tasks)
+        result = await handle.result()
+
+    state = result.state
+    assert state.status == GraphStatus.COMPLETED, state.message
+    first, second = sorted(state.tasks, key=lambda t: t.attempts)
+    assert (first.attempts, second.attempts) == (1, 2)
+    # The loser of the race saw the conflict, and its retry was briefed with it.
+    assert second.last_failure.startswith("conflict")
+    assert "shared.txt" in second.last_failure
+    retried = [line for line in result.ledger if line.id == second.task.id]
+    assert [line.status for line in retried] == [
+        TaskStatus.PENDING, TaskStatus.IN_PROGRESS, TaskStatus.PENDING,
+        TaskStatus.IN_PROGRESS, TaskStatus.COMPLETED,
+    ]  # fmt: skip
+    assert "conflict" in retried[2].summary
+    retry = await harness.env.client.get_workflow_handle(second.run_ids[1]).fetch_history()
+    started = retry.events[0].workflow_execution_started_event_attributes
+    brief = json.loads(started.input.payloads[0].data)["request"]["task"]
+    assert "The previous attempt failed:\nconflict" in brief
+    # The integration branch holds the second task's version, merged on top of the first.
+    assert git_show(harness, state.integration_branch, "shared.txt") == second.task.title
