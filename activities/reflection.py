@@ -86,7 +86,9 @@ class ReflectionActivities:
         insights_json = json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
         archive = self.deps.settings.insights_dir
         archive.mkdir(parents=True, exist_ok=True)
-        (archive / f"{insights.date}-{insights.session_id}.json").write_text(insights_json)
+        # A task graph's loops have ids `<graph>/<task>/<attempt>`: one flat file each.
+        name = insights.session_id.replace("/", "--")
+        (archive / f"{insights.date}-{name}.json").write_text(insights_json)
 
         workdir = workspaces.checkout(step.run_id, step.workspace.origin, step.workspace.commit)
         records = workdir / RECORD_DIR

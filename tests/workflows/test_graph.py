@@ -13,19 +13,28 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.client import WorkflowHandle
 
+from loopworks.api import graphs
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels, _agent_turn, _written
 from loopworks.llm.offline_answers import default_answer
-from loopworks.schemas.graph import GraphInput, GraphRequest, GraphResult, GraphStatus
+from loopworks.schemas.graph import (
+    GraphInput,
+    GraphRequest,
+    GraphResult,
+    GraphState,
+    GraphStatus,
+)
 from loopworks.schemas.roles import Role
+from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness
 
 pytestmark = pytest.mark.workflow
@@ -54,11 +63,13 @@ async def start_graph(
         GraphInput(
             graph_id=graph_id,
             request=GraphRequest(
-                goal="Write a guide in parts",
-                tasks=tasks,
-                max_iterations=2,
-                audit_probability=0.0,
-                **request,
+                **{
+                    "goal": "Write a guide in parts",
+                    "tasks": tasks,
+                    "max_iterations": 2,
+                    "audit_probability": 0.0,
+                    **request,
+                }
             ),
             created_at="2026-01-01T00:00:00+00:00",
         ),
@@ -102,6 +113,9 @@ async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
     assert on_branch == lines
     for task_id in ("T-001", "T-002", "T-003", "T-004"):
         assert git_show(harness, state.integration_branch, f"docs/tasks/{task_id}/artifact.md")
+        # Each loop reflected (its records moved with its artifact).
+        path = f"docs/tasks/{task_id}/loops/insights.json"
+        assert git_show(harness, state.integration_branch, path)
     runs = [t.run_ids for t in state.tasks]
     assert runs == [[f"{state.graph_id}/{t['id']}/1"] for t in tasks]
 
@@ -227,3 +241,52 @@ async def test_two_tasks_changing_one_file_merge_in_turn_and_a_conflict_is_retri
     assert "The previous attempt failed:\nconflict" in brief
     # The integration branch holds the second task's version, merged on top of the first.
     assert git_show(harness, state.integration_branch, "shared.txt") == second.task.title
+
+
+class BlockingModels(OfflineModels):
+    """The offline model, whose custodiet blocks the first audit of T-002's loop only."""
+
+    def model(self, call: ModelCall) -> FunctionModel:
+        if call.role != Role.CUSTODIET or "T-002" not in str(call.context["task"]):
+            return super().model(call)
+
+        async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            verdict = "BLOCK" if call.call_index == 1 else "OK"
+            answer = {"verdict": verdict, "reason": "drift", "violations": []}
+            return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, answer)])
+
+        return FunctionModel(respond, model_name="offline")
+
+
+async def test_a_blocked_task_holds_only_what_needs_it_until_cleared_through_the_graph(
+    harness: LoopHarness,
+) -> None:
+    tasks = [task("T-001"), task("T-002"), task("T-003", "T-002")]
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    client = harness.env.client
+    async with build_worker(client, settings, models=BlockingModels()):
+        handle = await start_graph(harness, tasks, audit_probability=1.0)
+
+        async def t002_blocked_and_t001_done() -> GraphState | None:
+            state = await handle.query(TaskGraphWorkflow.status)
+            by_id = {t.task.id: t for t in state.tasks}
+            if not by_id or by_id["T-001"].status != TaskStatus.COMPLETED:
+                return None
+            if not by_id["T-002"].run_ids:
+                return None
+            loop = client.get_workflow_handle_for(LoopWorkflow.run, by_id["T-002"].run_ids[-1])
+            blocked = (await loop.query(LoopWorkflow.status)).status == RunStatus.BLOCKED
+            return state if blocked else None
+
+        for _ in range(300):
+            if held := await t002_blocked_and_t001_done():
+                break
+            await asyncio.sleep(0.1)
+        else:
+            pytest.fail("T-002 never blocked while T-001 completed")
+        assert held.task("T-003").status == TaskStatus.PENDING  # waits on the blocked task
+        cleared = await graphs.clear_block(client, handle, "T-002", "scope confirmed")
+        assert cleared.blocked is False
+        result = await handle.result()
+
+    assert result.state.status == GraphStatus.COMPLETED, result.state.message
