@@ -36,4 +36,11 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "LoopAlias": "Keyword",
     # A task graph's child loops carry their graph's id.
     "LoopGraph": "Keyword",
+    # A task graph: its status and how many of its tasks are in each state.
+    "GraphStatus": "Keyword",
+    "GraphTasksPending": "Int",
+    "GraphTasksRunning": "Int",
+    "GraphTasksCompleted": "Int",
+    "GraphTasksFailed": "Int",
+    "GraphTasksBlocked": "Int",
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus, TaskState
@@ -14,9 +15,21 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows import graph_decisions as decide
 
 
+GRAPH_STATUS = SearchAttributeKey.for_keyword("GraphStatus")
+# The Temporal UI's list as a dashboard of graphs: how many tasks are in each state.
+TASK_COUNTS = {
+    TaskStatus.PENDING: SearchAttributeKey.for_int("GraphTasksPending"),
+    TaskStatus.IN_PROGRESS: SearchAttributeKey.for_int("GraphTasksRunning"),
+    TaskStatus.COMPLETED: SearchAttributeKey.for_int("GraphTasksCompleted"),
+    TaskStatus.FAILED: SearchAttributeKey.for_int("GraphTasksFailed"),
+    TaskStatus.BLOCKED: SearchAttributeKey.for_int("GraphTasksBlocked"),
+}
+
+
 class GraphRecord:
     def __init__(self, memory: GraphMemory) -> None:
         self.memory = memory
+        self._search_attributes: dict[str, Any] = {}
 
     @property
     def state(self) -> GraphState:
@@ -58,6 +71,19 @@ class GraphRecord:
 
     def touch(self) -> None:
         self.state.updated_at = workflow.now().isoformat()
+        self._sync_search_attributes()
+
+    def _sync_search_attributes(self) -> None:
+        """Upsert only what changed: each upsert is a command in the graph's history."""
+        counts = decide.counts(self.state.statuses())
+        wanted: list[SearchAttributeUpdate[Any]] = [
+            GRAPH_STATUS.value_set(self.state.status.value),
+            *(key.value_set(counts[status.value]) for status, key in TASK_COUNTS.items()),
+        ]
+        changed = [u for u in wanted if self._search_attributes.get(u.key.name) != u.value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self._search_attributes.update({u.key.name: u.value for u in changed})
 
     def done(self) -> bool:
         """Every task completed and verified, a failed one counting when its fix did."""

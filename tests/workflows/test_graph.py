@@ -33,7 +33,8 @@ from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
 from loopworks.worker.build import build_worker
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph import LOOP_GRAPH, TaskGraphWorkflow
+from loopworks.workflows.graph_record import GRAPH_STATUS, TASK_COUNTS
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness
 
@@ -95,6 +96,10 @@ async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
     async with harness.worker(latency_ms=200):
         handle = await start_graph(harness, tasks)
         result = await handle.result()
+        shown = (await handle.describe()).typed_search_attributes
+        child = await harness.env.client.get_workflow_handle(
+            result.state.tasks[0].run_ids[0]
+        ).describe()
 
     state = result.state
     assert state.status == GraphStatus.COMPLETED, state.message
@@ -116,6 +121,11 @@ async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
         # Each loop reflected (its records moved with its artifact).
         path = f"docs/tasks/{task_id}/loops/insights.json"
         assert git_show(harness, state.integration_branch, path)
+    # The Temporal UI's list is a dashboard: the graph's counts, each loop's graph.
+    assert shown.get(GRAPH_STATUS) == "completed"
+    assert shown.get(TASK_COUNTS[TaskStatus.COMPLETED]) == 4
+    assert shown.get(TASK_COUNTS[TaskStatus.PENDING]) == 0
+    assert child.typed_search_attributes.get(LOOP_GRAPH) == state.graph_id
     runs = [t.run_ids for t in state.tasks]
     assert runs == [[f"{state.graph_id}/{t['id']}/1"] for t in tasks]
 
