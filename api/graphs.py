@@ -11,6 +11,8 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from fastapi.sse import format_sse_event
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     RPCTimeoutOrCancelledError,
@@ -124,3 +126,29 @@ async def clear_block(client: Client, handle: GraphHandle, task_id: str, note: s
         raise NotApplicable(f"task {task_id} of graph {handle.id} is not running")
     loop = client.get_workflow_handle_for(LoopWorkflow.run, task.run_ids[-1])
     return await runs.clear_block(loop, note)
+
+
+class LedgerEntry(BaseModel):
+    """A ledger line and its place in the ledger (from 1): what the stream numbers."""
+
+    seq: int
+    line: LedgerLine
+
+
+def encode_entry(entry: LedgerEntry) -> bytes:
+    return format_sse_event(data_str=entry.line.to_jsonl(), event="ledger", id=str(entry.seq))
+
+
+class GraphLedger:
+    """A graph's ledger lines after a cursor, and whether the graph has closed: what
+    `api.stream.follow` streams, as it streams a run's events."""
+
+    def __init__(self, handle: GraphHandle) -> None:
+        self._handle = handle
+
+    async def events(self, after: int) -> list[LedgerEntry]:
+        lines = await read_ledger(self._handle)
+        return [LedgerEntry(seq=n, line=line) for n, line in enumerate(lines, 1) if n > after]
+
+    async def closed(self) -> bool:
+        return runs.is_closed(await runs.describe(self._handle, WORKFLOW_TYPE))

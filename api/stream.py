@@ -21,8 +21,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 from fastapi.sse import format_sse_event
 from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
@@ -50,8 +50,16 @@ HEARTBEAT = b": keep-alive\n\n"
 _TRANSIENT = (StateUnavailable, TemporalUnavailable, RPCError, RPCTimeoutOrCancelledError)
 
 
+class Numbered(Protocol):
+    """What the stream sends: anything numbered from 1, in order (a run's events, a
+    graph's ledger lines)."""
+
+    @property
+    def seq(self) -> int: ...
+
+
 class EventSource(Protocol):
-    async def events(self, after: int) -> list[Event]: ...
+    async def events(self, after: int) -> Sequence[Numbered]: ...
 
     async def closed(self) -> bool: ...
 
@@ -91,9 +99,10 @@ async def follow(
     source: EventSource,
     run_id: str,
     after: int,
-    first: Sequence[Event] = (),
+    first: Sequence[Numbered] = (),
     closed: bool = False,
     *,
+    encoder: Callable[[Any], bytes] | None = None,
     poll_s: float = POLL_INTERVAL_S,
     heartbeat_s: float = HEARTBEAT_INTERVAL_S,
     give_up_s: float = GIVE_UP_AFTER_S,
@@ -103,15 +112,16 @@ async def follow(
     `first` and `closed` are what the route read before answering (so an unknown run is
     a 404 and an unreachable worker a 503, not a broken stream).
     """
+    send: Callable[[Any], bytes] = encoder or encode
     yield format_sse_event(retry=RECONNECT_MS)
     last_write = time.monotonic()
     failing_since: float | None = None
-    batch: Sequence[Event] = first
+    batch: Sequence[Numbered] = first
     while True:
         for event in batch:
             # Only ever forward: a repeated or older event is never sent twice.
             if event.seq > after:
-                yield encode(event)
+                yield send(event)
                 after = event.seq
                 last_write = time.monotonic()
         if closed:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi.sse import EventSourceResponse
 from pydantic import Field
 
-from loopworks.api import graphs
+from loopworks.api import graphs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep
 from loopworks.api.errors import RunNotFound
 from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
@@ -74,14 +75,39 @@ async def get_graph(handle: GraphHandle) -> GraphState:
 @router.get(
     "/{graph_id}/ledger",
     response_class=Response,
-    responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
+    responses={
+        **NOT_FOUND,
+        200: {"content": {"application/x-ndjson": {}, "text/event-stream": {}}},
+        204: {"description": "`follow` on a finished graph whose lines were all received"},
+    },
 )
-async def get_ledger(handle: GraphHandle) -> Response:
+async def get_ledger(
+    handle: GraphHandle,
+    follow: Annotated[
+        bool, Query(description="Stream the lines as Server-Sent Events until the graph ends")
+    ] = False,
+    after: Annotated[int, Query(ge=0, description="With `follow`: lines after this one")] = 0,
+    last_event_id: Annotated[
+        int | None, Header(alias="Last-Event-ID", ge=0, description="Resume after this line")
+    ] = None,
+) -> Response:
     """Seed 004's status ledger as JSON lines, as the graph appends it to
-    docs/current/task-status.jsonl on its integration branch."""
-    lines = await graphs.read_ledger(handle)
-    text = "".join(line.to_jsonl() + "\n" for line in lines)
-    return Response(text, media_type="application/x-ndjson")
+    docs/current/task-status.jsonl on its integration branch; with `follow`, its lines as
+    they come (event `ledger`, id the line's number), as `/runs/{id}/events` streams."""
+    if not follow:
+        lines = await graphs.read_ledger(handle)
+        text = "".join(line.to_jsonl() + "\n" for line in lines)
+        return Response(text, media_type="application/x-ndjson")
+    cursor = last_event_id if last_event_id is not None else after
+    source = graphs.GraphLedger(handle)
+    closed = await source.closed()
+    first = await source.events(cursor)
+    if closed and not first:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return EventSourceResponse(
+        stream.follow(source, handle.id, cursor, first, closed, encoder=graphs.encode_entry),
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.post(

@@ -87,6 +87,21 @@ def wait_for_graph(http: httpx.Client, graph_id: str, timeout: float = 240) -> d
         time.sleep(0.5)
 
 
+def sse(http: httpx.Client, path: str, headers: dict[str, str]) -> list[dict[str, str]]:
+    """Every Server-Sent Event of a stream that ends, as its fields."""
+    frames, fields = [], {}
+    with http.stream("GET", path, params={"follow": 1}, headers=headers) as response:
+        assert response.status_code == 200, response.read()
+        for line in response.iter_lines():
+            if line:
+                key, _, value = line.partition(": ")
+                fields[key] = value
+            elif fields:
+                frames.append(fields)
+                fields = {}
+    return frames
+
+
 def show(remote: Path, ref: str, path: str) -> str:
     return git("--git-dir", str(remote), "show", f"{ref}:{path}")
 
@@ -107,7 +122,14 @@ def test_a_prep_package_graph_fixes_the_repository_and_pushes_its_ledger(
         graph_id = created.json()["graph_id"]
         state = wait_for_graph(http, graph_id)
         ledger = http.get(f"/graphs/{graph_id}/ledger").text
+        streamed = sse(http, f"/graphs/{graph_id}/ledger", {"Last-Event-ID": "2"})
 
+    # The ledger streams like a run's events: numbered lines, resumable, then `end`.
+    lines = ledger.splitlines()
+    assert [(f["id"], f["data"]) for f in streamed if f.get("event") == "ledger"] == [
+        (str(n), line) for n, line in enumerate(lines, 1) if n > 2
+    ]
+    assert streamed[-1]["event"] == "end"
     assert state["status"] == "completed", state
     assert state["source"].startswith("prep package (test-prep, sha256 ")
     assert state["prep_rejected"] == []

@@ -34,7 +34,12 @@ from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import LOOP_GRAPH, TaskGraphWorkflow
-from loopworks.workflows.graph_record import GRAPH_STATUS, TASK_COUNTS
+from loopworks.workflows.graph_record import (
+    GRAPH_STATUS,
+    GRAPH_TASKS,
+    TASKS_COMPLETED,
+    TASKS_FAILED,
+)
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness
 
@@ -123,8 +128,8 @@ async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
         assert git_show(harness, state.integration_branch, path)
     # The Temporal UI's list is a dashboard: the graph's counts, each loop's graph.
     assert shown.get(GRAPH_STATUS) == "completed"
-    assert shown.get(TASK_COUNTS[TaskStatus.COMPLETED]) == 4
-    assert shown.get(TASK_COUNTS[TaskStatus.PENDING]) == 0
+    assert shown.get(TASKS_COMPLETED) == 4 and shown.get(TASKS_FAILED) == 0
+    assert shown.get(GRAPH_TASKS) == "pending=0 in-progress=0 completed=4 failed=0 blocked=0"
     assert child.typed_search_attributes.get(LOOP_GRAPH) == state.graph_id
     runs = [t.run_ids for t in state.tasks]
     assert runs == [[f"{state.graph_id}/{t['id']}/1"] for t in tasks]
