@@ -113,6 +113,9 @@ class GraphInput(BaseModel):
     request: GraphRequest
     created_at: str
     memory: GraphMemory | None = None
+    # Continue-as-new once the history has this many events (when no task loop runs);
+    # unset, the server's own suggestion decides.
+    continue_as_new_after_events: int | None = Field(default=None, ge=10)
 
 
 class GraphResult(BaseModel):

@@ -61,7 +61,10 @@ def task(task_id: str, *requires: str, verify: str | None = None) -> dict[str, A
 
 
 async def start_graph(
-    harness: LoopHarness, tasks: list[dict[str, Any]], **request: Any
+    harness: LoopHarness,
+    tasks: list[dict[str, Any]],
+    continue_as_new_after_events: int | None = None,
+    **request: Any,
 ) -> WorkflowHandle[TaskGraphWorkflow, GraphResult]:
     graph_id = f"graph-{uuid.uuid4().hex[:8]}"
     return await harness.env.client.start_workflow(
@@ -78,6 +81,7 @@ async def start_graph(
                 }
             ),
             created_at="2026-01-01T00:00:00+00:00",
+            continue_as_new_after_events=continue_as_new_after_events,
         ),
         id=graph_id,
         task_queue=harness.task_queue,
@@ -305,3 +309,24 @@ async def test_a_blocked_task_holds_only_what_needs_it_until_cleared_through_the
         result = await handle.result()
 
     assert result.state.status == GraphStatus.COMPLETED, result.state.message
+
+
+async def test_a_long_graph_continues_as_new_between_waves_and_keeps_its_ledger(
+    harness: LoopHarness,
+) -> None:
+    tasks = [task("T-001"), task("T-002", "T-001"), task("T-003", "T-002")]
+    async with harness.worker():
+        handle = await start_graph(harness, tasks, continue_as_new_after_events=10)
+        result = await handle.result()
+        latest = await handle.fetch_history()
+
+    state = result.state
+    assert state.status == GraphStatus.COMPLETED, state.message
+    started = latest.events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id, "the graph never continued as new"
+    # The ledger went on across executions: every task's lines, in order, once each.
+    statuses = [(line.id, line.status) for line in result.ledger]
+    assert statuses.count(("T-003", TaskStatus.COMPLETED)) == 1
+    assert len(set(statuses)) == len(statuses)
+    on_branch = ledger_lines(git_show(harness, state.integration_branch, LEDGER_PATH))
+    assert on_branch == result.ledger
