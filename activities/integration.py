@@ -14,7 +14,8 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -132,15 +133,21 @@ class IntegrationActivities:
             prep_tasks=tasks,
         )
 
+    @contextmanager
+    def _at_head(self, origin: str, branch: str, slot: str) -> Iterator[tuple[str, Path]]:
+        """The integration branch's head and a clone at it, held under the clone's lock
+        (a retry never collides with a timed-out attempt still running)."""
+        key = clone_key(origin, branch)
+        with self.git.locked(key, slot):
+            head = self._head(origin, branch)
+            yield head, self.git.checkout(key, origin, head, slot)
+
     # -- merge -------------------------------------------------------------------------
 
     def _merge(self, request: MergeRequest) -> MergeOutcome:
         git, task = self.git, request.task
         origin, branch = request.origin, request.integration_branch
-        key = clone_key(origin, branch)
-        with git.locked(key, MERGE_SLOT):
-            head = self._head(origin, branch)
-            workdir = git.checkout(key, origin, head, MERGE_SLOT)
+        with self._at_head(origin, branch, MERGE_SLOT) as (head, workdir):
             task_commit = git.fetched_branch(workdir, request.task_branch)
             if task_commit is None:
                 raise ApplicationError(
@@ -216,10 +223,7 @@ class IntegrationActivities:
     def _record(self, request: LedgerRequest) -> LedgerOutput:
         git, when = self.git, request.committed_at
         origin, branch = request.origin, request.integration_branch
-        key = clone_key(origin, branch)
-        with git.locked(key, LEDGER_SLOT):
-            head = self._head(origin, branch)
-            workdir = git.checkout(key, origin, head, LEDGER_SLOT)
+        with self._at_head(origin, branch, LEDGER_SLOT) as (head, workdir):
             commit, ledger = head, workdir / LEDGER_PATH
             if not ledger.is_file():
                 # Seed 004 §3.C: the ledger exists, empty, before its first line.

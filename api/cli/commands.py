@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from pydantic import TypeAdapter
+from rich.table import Table
 
 from loopworks.api.cli import clean as cleaning
 from loopworks.api.cli.client import RUNS, ApiClient, CliError, run_path
@@ -171,12 +174,24 @@ def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     runs = ctx.client.list_runs(limit=args.limit, status=args.status)
-    if args.json:
-        ctx.print(RUNS.dump_json(runs, indent=2).decode())
-    elif runs:
-        ctx.console.print(list_table(runs))
+    return print_listing(ctx, runs, args.json, RUNS, list_table, "no runs")
+
+
+def print_listing(
+    ctx: Context,
+    items: list[Any],
+    as_json: bool,
+    adapter: TypeAdapter[Any],
+    table: Callable[[list[Any]], Table],
+    empty: str,
+) -> int:
+    """A list command's answer: its JSON, a table, or a line saying there is nothing."""
+    if as_json:
+        ctx.print(adapter.dump_json(items, indent=2).decode())
+    elif items:
+        ctx.console.print(table(items))
     else:
-        ctx.print("no runs")
+        ctx.print(empty)
     return 0
 
 

@@ -17,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.live import Live
 
 from loopworks.api.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
-from loopworks.api.cli.commands import Context, read_document
+from loopworks.api.cli.commands import Context, print_listing, read_document
 from loopworks.api.cli.graph_render import (
     changes,
     graph_line,
@@ -213,13 +213,7 @@ def cmd_ledger(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
     graphs = GraphApi(ctx.client).listed(args.limit)
-    if args.json:
-        ctx.print(GRAPHS.dump_json(graphs, indent=2).decode())
-    elif graphs:
-        ctx.console.print(graphs_table(graphs))
-    else:
-        ctx.print("no graphs")
-    return 0
+    return print_listing(ctx, graphs, args.json, GRAPHS, graphs_table, "no graphs")
 
 
 def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
