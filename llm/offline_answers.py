@@ -363,11 +363,7 @@ def _named_files(goal: str, files: Sequence[str]) -> list[str]:
 
 
 def _task(
-    task_id: str,
-    title: str,
-    topic: str,
-    requires: Sequence[str] = (),
-    files: Sequence[str] = (),
+    task_id: str, title: str, topic: str, requires: Sequence[str] = (), files: Sequence[str] = ()
 ) -> dict[str, Any]:
     return {
         "id": task_id,

@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows import graph_inputs
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
-    from loopworks.workflows.policies import GIT, MODEL_CALL, StepPolicy
+    from loopworks.workflows.policies import GIT, MODEL_CALL, StepPolicy, history_is_long
 
 LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
@@ -222,7 +222,8 @@ class TaskGraphWorkflow:
             return
         self._record.set_status(GraphStatus.PAUSED if self._memory.paused else GraphStatus.RUNNING)
         while True:
-            if not self._running and self._history_is_long():
+            limit = self._params.continue_as_new_after_events
+            if not self._running and history_is_long(limit):
                 # No loop is running: the graph's whole memory goes to a fresh history.
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._params.model_copy(update={"memory": self._memory}))
@@ -244,12 +245,6 @@ class TaskGraphWorkflow:
             failed = [t.task.id for t in state.tasks if t.status != TaskStatus.COMPLETED]
             self._record.finish(GraphStatus.FAILED, f"not completed: {', '.join(failed)}")
         await self._save_ledger()
-
-    def _history_is_long(self) -> bool:
-        info, limit = workflow.info(), self._params.continue_as_new_after_events
-        if limit is not None:
-            return info.get_current_history_length() >= limit
-        return info.is_continue_as_new_suggested()
 
     async def _start(self, task_id: str) -> None:
         state = self._state

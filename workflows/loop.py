@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.steps import WorkspaceRequest
     from loopworks.workflows import decisions
     from loopworks.workflows.loop_steps import LoopSteps
-    from loopworks.workflows.policies import GIT
+    from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
     from loopworks.workflows.steps import StepRunner, describe
@@ -175,7 +175,8 @@ class LoopWorkflow:
         """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
         memory, first = self._memory, iteration
         while True:
-            if iteration > first and self._history_is_long():
+            limit = self._params.continue_as_new_after_events
+            if iteration > first and history_is_long(limit):
                 await self._continue_as_new(iteration)
             self._state.iteration = iteration
             self._record.sync_search_attributes()
@@ -205,13 +206,6 @@ class LoopWorkflow:
             self._record.emit(
                 EventName.ITERATION_ADVANCED, ev.IterationPayload(iteration=iteration)
             )
-
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        limit = self._params.continue_as_new_after_events
-        if limit is not None:
-            return info.get_current_history_length() >= limit
-        return info.is_continue_as_new_suggested()
 
     async def _continue_as_new(self, iteration: int) -> None:
         """Start a fresh history at this iteration boundary, carrying the run's memory.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from loopworks.schemas.steps import INVALID_OUTPUT
@@ -62,3 +63,12 @@ GIT = StepPolicy(
         maximum_attempts=5,
     ),
 )
+
+
+def history_is_long(limit: int | None) -> bool:
+    """Whether a workflow should continue as new now: at `limit` history events when one
+    is set (tests), else when the server suggests it. Call from inside a workflow."""
+    info = workflow.info()
+    if limit is not None:
+        return info.get_current_history_length() >= limit
+    return info.is_continue_as_new_suggested()
