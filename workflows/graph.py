@@ -11,7 +11,6 @@ plain functions in `workflows.graph_decisions`.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -51,16 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows import graph_inputs
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
-    from loopworks.workflows.policies import GIT, MODEL_CALL, StepPolicy, history_is_long
+    from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, history_is_long
 
 LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
-# The integration activities heartbeat throughout (a verification command may run for
-# minutes), so a dead worker's attempt is retried within seconds, not at its timeout.
-INTEGRATION = StepPolicy(
-    start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=10), retry=GIT.retry
-)
 
 
 @workflow.defn(name="TaskGraphWorkflow")
@@ -217,9 +211,6 @@ class TaskGraphWorkflow:
     async def _work(self) -> None:
         """Start what can start, wait for a loop to end, merge it, until nothing can."""
         state = self._state
-        if self._stop_requested:
-            self._record.finish(GraphStatus.STOPPED, self._stop_note or "stopped before any task")
-            return
         self._record.set_status(GraphStatus.PAUSED if self._memory.paused else GraphStatus.RUNNING)
         while True:
             limit = self._params.continue_as_new_after_events
@@ -235,7 +226,11 @@ class TaskGraphWorkflow:
                     await self._start(task_id)
                 await self._save_ledger()
             if not self._running:
-                break
+                if self._stop_requested or not self._memory.paused:
+                    break
+                # Paused with nothing running: hold until resumed or stopped.
+                await workflow.wait_condition(self._released)
+                continue
             await self._wait_for_a_loop()
         if self._stop_requested:
             self._record.finish(GraphStatus.STOPPED, self._stop_note or "stopped")
@@ -274,6 +269,9 @@ class TaskGraphWorkflow:
             task_id, TaskStatus.IN_PROGRESS, f"attempt {task_state.attempts} started",
             run_id=child_id,
         )  # fmt: skip
+
+    def _released(self) -> bool:
+        return not self._memory.paused or self._stop_requested
 
     async def _wait_for_a_loop(self) -> None:
         """Until a loop ends or a message changes what may start (resume, stop)."""

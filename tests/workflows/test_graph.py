@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from loopworks.api import graphs
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels, _agent_turn, _written
 from loopworks.llm.offline_answers import default_answer
 from loopworks.schemas.graph import (
+    GraphApproval,
     GraphInput,
     GraphRequest,
     GraphResult,
@@ -31,7 +32,7 @@ from loopworks.schemas.graph import (
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
-from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
+from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import LOOP_GRAPH, TaskGraphWorkflow
 from loopworks.workflows.graph_record import (
@@ -330,3 +331,62 @@ async def test_a_long_graph_continues_as_new_between_waves_and_keeps_its_ledger(
     assert len(set(statuses)) == len(statuses)
     on_branch = ledger_lines(git_show(harness, state.integration_branch, LEDGER_PATH))
     assert on_branch == result.ledger
+
+
+async def test_interactive_graph_waits_for_approval_of_an_edited_list_and_pause_holds_starts(
+    harness: LoopHarness,
+) -> None:
+    tasks = [task("T-001"), task("T-002", "T-001")]
+    async with harness.worker():
+        handle = await start_graph(harness, tasks, mode="interactive")
+        while (await handle.query(TaskGraphWorkflow.status)).status != (
+            GraphStatus.AWAITING_APPROVAL
+        ):
+            await asyncio.sleep(0.1)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            # An edited list is validated like any other: T-009 is no task of it.
+            await handle.execute_update(
+                TaskGraphWorkflow.approve,
+                GraphApproval(tasks=[Task.model_validate(task("T-001", "T-009"))]),
+            )
+        assert "T-009" in str(refused.value.cause)
+        edited = [Task.model_validate(task("T-001"))]
+        await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval(tasks=edited))
+        paused = await handle.execute_update(TaskGraphWorkflow.pause)
+        assert paused.status == GraphStatus.PAUSED
+        await asyncio.sleep(1.0)
+        held = await handle.query(TaskGraphWorkflow.status)
+        assert [t.run_ids for t in held.tasks] == [[]], "a task started while paused"
+        await handle.execute_update(TaskGraphWorkflow.resume)
+        result = await handle.result()
+
+    assert result.state.status == GraphStatus.COMPLETED
+    assert [t.task.id for t in result.state.tasks] == ["T-001"]
+    assert result.state.source == "approval"
+
+
+async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
+    harness: LoopHarness,
+) -> None:
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    async with harness.worker(script):
+        handle = await start_graph(harness, [task("T-001"), task("T-002")])
+        while not all(
+            t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks
+        ):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        await handle.signal(TaskGraphWorkflow.stop, "enough")
+        result = await asyncio.wait_for(handle.result(), timeout=30)
+        loops = [
+            await harness.env.client.get_workflow_handle_for(
+                LoopWorkflow.run, t.run_ids[0]
+            ).result()
+            for t in result.state.tasks
+        ]
+
+    assert result.state.status == GraphStatus.STOPPED
+    assert all(t.status == TaskStatus.FAILED for t in result.state.tasks)
+    for loop in loops:
+        assert loop.state.status == RunStatus.STOPPED
+        assert git_show(harness, loop.state.branch, ".loops/insights.json")  # still pushed
