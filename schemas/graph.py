@@ -12,6 +12,13 @@ from loopworks.schemas.run import Mode, Thresholds
 from loopworks.schemas.tasks import LedgerLine, Task, TaskStatus
 
 
+class PrepUpload(BaseModel):
+    """Seed 002's two files, as text: prep-package.json and prep-tasks.jsonl."""
+
+    package: str = Field(min_length=2, max_length=200_000, description="prep-package.json")
+    tasks: str = Field(max_length=2_000_000, description="prep-tasks.jsonl")
+
+
 class GraphRequest(BaseModel):
     """`POST /graphs`: a goal, and optionally the tasks already split."""
 
@@ -24,6 +31,11 @@ class GraphRequest(BaseModel):
     )
     tasks: list[Task] | None = Field(
         default=None, description="the tasks, validated like a planner's; none: plan them"
+    )
+    prep_package: PrepUpload | None = Field(
+        default=None,
+        description="a seed 002 prep package sent with the request instead of read from the "
+        "repository's .workflow/.loop/",
     )
     # Each task's loop.
     max_iterations: int = Field(default=4, ge=1, le=20)

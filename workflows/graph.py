@@ -198,13 +198,15 @@ class TaskGraphWorkflow:
         await self._save_ledger()
 
     def _from_prep_package(self, info: IntegrationInfo) -> list[Task]:
-        """The tasks of the repository's prep package, or none (rejected: listed why)."""
-        if info.prep_package is None:
+        """The tasks of the prep package sent with the request, else of the repository's,
+        or none (rejected: every reason listed)."""
+        upload, state = self._request.prep_package, self._state
+        package = upload.package if upload else info.prep_package
+        if package is None:
             return []
-        state = self._state
-        prepared = graph_inputs.from_prep_package(
-            info.prep_package, info.prep_tasks, state.origin, info.files, workflow.now()
-        )
+        tasks = upload.tasks if upload else info.prep_tasks
+        now = workflow.now()
+        prepared = graph_inputs.from_prep_package(package, tasks, state.origin, info.files, now)
         state.prep_rejected, state.source = prepared.errors, prepared.source
         return prepared.tasks
 

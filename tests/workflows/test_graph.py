@@ -391,3 +391,25 @@ async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
     for loop in loops:
         assert loop.state.status == RunStatus.STOPPED
         assert git_show(harness, loop.state.branch, ".loops/insights.json")  # still pushed
+
+
+async def test_a_prep_package_sent_with_the_request_stands_in_for_planning(
+    harness: LoopHarness,
+) -> None:
+    package = {
+        "prep_status": "ready",
+        "target_skill": "loopworks",
+        "generated_at": (await harness.env.get_current_time()).isoformat(),
+        "environment": {"project_root": str(harness.origin)},
+        "source": {"tool": "uploaded-prep"},
+        "tasks": {"total": 1},
+    }
+    upload = {"package": json.dumps(package), "tasks": json.dumps(task("T-001")) + "\n"}
+    async with harness.worker():
+        handle = await start_graph(harness, None, prep_package=upload)  # type: ignore[arg-type]
+        result = await handle.result()
+
+    state = result.state
+    assert state.status == GraphStatus.COMPLETED, state.message
+    assert state.source.startswith("prep package (uploaded-prep, sha256 ")
+    assert [t.task.id for t in state.tasks] == ["T-001"] and state.prep_rejected == []
