@@ -84,7 +84,7 @@ class OfflineScript(RootModel[dict[Role, dict[str, list[ScriptEntry]]]]):
         return cls.model_validate(data)
 
 
-# The workspace tool the offline agent writes its draft with (activities.tools).
+# The workspace tool the offline agent writes its draft with (agent.tools).
 WRITE_FILE_TOOL = "write_file"
 
 
