@@ -11,6 +11,7 @@ from pathlib import Path
 
 from temporalio import activity
 
+from loopworks.checks.redaction import cap, redact, worker_secrets
 from loopworks.checks.runner import CheckOutcome, run_command_check, run_pattern_check
 from loopworks.schemas.contexts import EvaluatorContext, Question
 from loopworks.schemas.evaluation import CheckResult
@@ -18,6 +19,10 @@ from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
 from loopworks.worker.deps import StepDeps, heartbeating, now
+
+# A check's detail in history: the runner keeps 8 KiB of a command's output; a little more
+# leaves room for its status line, and bounds a judge's reason too.
+CHECK_DETAIL_CAP_CHARS = 10_000
 
 
 class EvaluationActivities:
@@ -44,6 +49,7 @@ class EvaluationActivities:
         judged: dict[str, CheckOutcome] = {}
         if questions:
             judged = await self._judge(step, workdir, questions, output)
+        secrets = worker_secrets()
         async with heartbeating():
             for prepared in step.checks:
                 check = prepared.check
@@ -53,10 +59,11 @@ class EvaluationActivities:
                     outcome = await asyncio.to_thread(run_command_check, check, workdir)
                 elif isinstance(check, PatternCheck):
                     outcome = await asyncio.to_thread(run_pattern_check, check, workdir)
+                # The detail enters history and events: redacted (a pattern check quotes a
+                # file line, a judge's reason the artifact) and capped, like command output.
+                detail = cap(redact(outcome.detail, secrets), CHECK_DETAIL_CAP_CHARS)
                 output.results.append(
-                    CheckResult(
-                        rule_id=prepared.rule_id, passed=outcome.passed, detail=outcome.detail
-                    )
+                    CheckResult(rule_id=prepared.rule_id, passed=outcome.passed, detail=detail)
                 )
         output.timing = Timing(started_at=started, finished_at=now())
         return output

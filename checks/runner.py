@@ -12,11 +12,13 @@ import re
 import signal
 import subprocess
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
 from pydantic import BaseModel
 
+from loopworks.checks.redaction import redact, worker_secrets
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 
 logger = logging.getLogger(__name__)
@@ -49,10 +51,13 @@ class _Tail:
                 self._buf += chunk
                 del self._buf[: max(len(self._buf) - self.cap, 0)]
 
-    def render(self) -> str:
+    def render(self, secrets: Iterable[str]) -> str:
+        """What was kept, redacted of `secrets` (see `loopworks.checks.redaction`)."""
         with self._lock:
             text = self._buf.decode("utf-8", errors="replace")
-            if self.total > len(self._buf):
+            truncated = self.total > len(self._buf)
+            text = redact(text, secrets, cut_at_start=truncated)
+            if truncated:
                 return f"[output truncated: last {len(self._buf)} of {self.total} bytes]\n{text}"
             return text
 
@@ -72,8 +77,18 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def run_command_check(check: CommandCheck, workdir: Path, output_cap: int = 8192) -> CheckOutcome:
+def run_command_check(
+    check: CommandCheck,
+    workdir: Path,
+    output_cap: int = 8192,
+    secrets: Iterable[str] | None = None,
+) -> CheckOutcome:
     """Run the check's command in `workdir`; passes when it exits with `expect_exit`.
+
+    The output in the outcome's detail is capped and redacted of `secrets`; None means the
+    worker's own (`worker_secrets`). Every command output that leaves an activity (a check's
+    result, the agents' `run_command`, a merge's verification) comes through here, so none
+    can forget to redact.
 
     OSError (no bash, no workdir) propagates: that is the worker's fault, not the artifact's.
     """
@@ -103,7 +118,7 @@ def run_command_check(check: CommandCheck, workdir: Path, output_cap: int = 8192
     # A process that escaped the group can keep the pipe open; leave the reader to it.
     if not reader.is_alive():
         proc.stdout.close()
-    output = tail.render()
+    output = tail.render(worker_secrets() if secrets is None else secrets)
 
     if timed_out:
         logger.info("command check timed out after %ss", check.timeout_seconds)

@@ -34,6 +34,13 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
 }
 
 
+# The fields of Settings that hold a credential, by field name: what leaves a command (its
+# output in history, events and trajectories) is redacted of their values
+# (`loopworks.checks.redaction`). tests/unit/test_redaction.py fails when a field whose name
+# says key, token, secret or password is neither here nor known not to be a secret.
+SECRET_FIELDS: tuple[str, ...] = ("anthropic_api_key", "api_tokens")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition, WorkflowTemplate
@@ -41,6 +42,11 @@ class StepDeps:
     workspaces: GitWorkspaces
     # Tests trace into a provider of their own; None is the process-wide one.
     tracer: trace.Tracer | None = None
+
+    def __post_init__(self) -> None:
+        # Built once at worker start: from now on every command's output is redacted of the
+        # settings' secrets, the agents' tools included, which never see the settings.
+        remember(settings_secrets(self.settings))
 
     async def consult(
         self,
