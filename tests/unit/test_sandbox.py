@@ -322,7 +322,7 @@ def test_fork_bomb_is_held_by_the_process_limit(workdir: Path) -> None:
     result = _run(
         f"{marker}() {{ {marker} | {marker} & }}; {marker}; sleep 2", workdir, timeout_s=3
     )
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 8
     assert "Resource temporarily unavailable" in result.output
     _assert_nothing_left(marker)
 
@@ -339,7 +339,7 @@ def test_cpu_spin_is_stopped_by_the_cpu_limit(workdir: Path) -> None:
     result = _run("while :; do :; done", workdir, timeout_s=10, cpu_seconds=1)
     assert not result.timed_out
     assert result.killed
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 8
 
 
 def test_output_flood_is_capped_while_read(workdir: Path) -> None:
@@ -382,7 +382,7 @@ def test_background_daemon_dies_when_the_command_ends(workdir: Path) -> None:
     started = time.monotonic()
     result = _run(f"setsid sleep {marker} & echo started", workdir, timeout_s=10)
     assert result.exit_code == 0 and "started" in result.output
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 5
     _assert_nothing_left(marker)
 
 
