@@ -6,6 +6,7 @@ import asyncio
 
 from temporalio import activity
 
+from loopworks.checks.runner import sandboxed
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
 from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.run_log import write_run_log
@@ -34,7 +35,11 @@ class RepositoryActivities:
                 workspaces.resolve_base, origin, request.base_branch
             )
         return WorkspaceInfo(
-            origin=origin, base_branch=branch, base_commit=commit, branch=run_branch(request.run_id)
+            origin=origin,
+            base_branch=branch,
+            base_commit=commit,
+            branch=run_branch(request.run_id),
+            sandboxed=sandboxed(),
         )
 
     @activity.defn(name="close_run")

@@ -19,6 +19,7 @@ from typing import IO
 from pydantic import BaseModel
 
 from loopworks.checks.redaction import redact, worker_secrets
+from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,22 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+# The sandbox every command runs in, chosen once at worker start (`use_sandbox`); None
+# runs commands as the worker's own user (LOOPS_SANDBOX=off, or a caller that never chose).
+_sandbox: SandboxPolicy | None = None
+
+
+def use_sandbox(policy: SandboxPolicy | None) -> None:
+    """Run every later command under `policy` (None: unsandboxed). The worker calls this
+    once it has probed the sandbox; a process runs one worker's commands."""
+    global _sandbox
+    _sandbox = policy
+
+
+def sandboxed() -> bool:
+    return _sandbox is not None
+
+
 def run_command_check(
     check: CommandCheck,
     workdir: Path,
@@ -92,6 +109,8 @@ def run_command_check(
 
     OSError (no bash, no workdir) propagates: that is the worker's fault, not the artifact's.
     """
+    if _sandbox is not None:
+        return _run_sandboxed(check, workdir, output_cap, secrets, _sandbox)
     proc = subprocess.Popen(
         ["bash", "-c", check.command],
         cwd=workdir,
@@ -129,6 +148,35 @@ def run_command_check(
             timed_out=True,
         )
     code = proc.returncode
+    passed = code == check.expect_exit
+    head = f"exit code {code}" if passed else f"exit code {code} (expected {check.expect_exit})"
+    return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)
+
+
+def _run_sandboxed(
+    check: CommandCheck,
+    workdir: Path,
+    output_cap: int,
+    secrets: Iterable[str] | None,
+    policy: SandboxPolicy,
+) -> CheckOutcome:
+    capped = policy.model_copy(update={"output_cap_bytes": output_cap})
+    result = run_sandboxed(check.command, workdir, check.timeout_seconds, capped)
+    output = redact(
+        result.output,
+        worker_secrets() if secrets is None else secrets,
+        cut_at_start=result.output_bytes > output_cap,
+    )
+    if result.output_bytes > output_cap:
+        output = f"[output truncated: last {output_cap} of {result.output_bytes} bytes]\n{output}"
+    if result.timed_out:
+        return CheckOutcome(
+            passed=False,
+            detail=f"timed out after {check.timeout_seconds:g}s (sandbox killed)\n{output}",
+            exit_code=None,
+            timed_out=True,
+        )
+    code = result.exit_code
     passed = code == check.expect_exit
     head = f"exit code {code}" if passed else f"exit code {code} (expected {check.expect_exit})"
     return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)

@@ -49,6 +49,8 @@ class EventName(StrEnum):
     # A model's answer was invalid and it repaired it when shown the errors (seed 001's
     # "retry once" that succeeded).
     OUTPUT_REPAIRED = "output_repaired"
+    # The worker that prepared the run runs commands outside the sandbox (LOOPS_SANDBOX=off).
+    COMMANDS_UNSANDBOXED = "commands_unsandboxed"
 
 
 # --- payloads ----------------------------------------------------------------------------
@@ -326,6 +328,11 @@ class ContinuedAsNew(EventBase):
     payload: ContinuedPayload
 
 
+class CommandsUnsandboxed(EventBase):
+    event: Literal[EventName.COMMANDS_UNSANDBOXED] = EventName.COMMANDS_UNSANDBOXED
+    payload: NotePayload
+
+
 class OutputRepaired(EventBase):
     event: Literal[EventName.OUTPUT_REPAIRED] = EventName.OUTPUT_REPAIRED
     payload: RepairedPayload
@@ -355,7 +362,8 @@ Event = Annotated[
     | Paused
     | Resumed
     | ContinuedAsNew
-    | OutputRepaired,
+    | OutputRepaired
+    | CommandsUnsandboxed,
     Field(discriminator="event"),
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -52,6 +53,9 @@ class Settings(BaseSettings):
     # unreadable after its worker dies; a lower value costs a busy worker a replay now and
     # then (histories are short: runs continue-as-new).
     sticky_timeout_seconds: float = Field(default=1.0, gt=0, alias="LOOPS_STICKY_TIMEOUT_S")
+    # Agent commands and command checks run in the bubblewrap sandbox (checks/sandbox.py);
+    # a worker that cannot sandbox refuses to start unless this is `off`.
+    sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
     data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")

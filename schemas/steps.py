@@ -101,6 +101,9 @@ class WorkspaceInfo(BaseModel):
     base_branch: str
     base_commit: str
     branch: str
+    sandboxed: bool = Field(
+        default=True, description="whether the worker runs commands in the sandbox"
+    )
 
 
 class CloseInput(BaseModel):

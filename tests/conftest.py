@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +11,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
+
+# Workers the tests start run commands unsandboxed unless a test asks for the sandbox:
+# pytest's temporary directories are out of the sandbox user's reach when the suite runs
+# as root. tests/*/test_sandbox*.py and the sandboxed runs set LOOPS_SANDBOX=auto.
+os.environ.setdefault("LOOPS_SANDBOX", "off")
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.deps import StepDeps
+from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
@@ -42,7 +43,9 @@ def build_models(settings: Settings) -> ModelSource:
 
 
 def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDeps:
-    """Load catalogs at start so a malformed definition stops the worker, not a run."""
+    """Load catalogs and choose the sandbox at start, so a malformed definition or a
+    machine that cannot sandbox stops the worker, not a run."""
+    choose_sandbox(settings)
     return StepDeps(
         settings=settings,
         models=models or build_models(settings),

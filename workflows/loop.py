@@ -150,6 +150,9 @@ class LoopWorkflow:
         )
         self._state.origin = workspace.origin
         self._memory.commit = workspace.base_commit
+        if not workspace.sandboxed:
+            note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
+            self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))
         await self._hydrate_and_review()
         if self._request.mode == Mode.INTERACTIVE:
             self._record.set_step(Step.APPROVE)

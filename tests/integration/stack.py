@@ -171,6 +171,7 @@ class Stack:
             "LOOPS_TASK_QUEUE": self.task_queue,
             "LOOPS_DATA_DIR": str(self.data_dir),
             "LOOPS_LLM": "offline",
+            "LOOPS_SANDBOX": os.environ.get("LOOPS_SANDBOX", "off"),
         }
         env.update(self.extra_env)
         env.update(overrides)
