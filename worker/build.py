@@ -45,8 +45,7 @@ def build_models(settings: Settings) -> ModelSource:
 def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDeps:
     """Load catalogs and choose the sandbox at start, so a malformed definition or a
     machine that cannot sandbox stops the worker, not a run."""
-    choose_sandbox(settings)
-    return StepDeps(
+    deps = StepDeps(
         settings=settings,
         models=models or build_models(settings),
         agents=load_agents(overrides=settings.agents_dir),
@@ -57,6 +56,8 @@ def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDep
             author_email=settings.git_author_email,
         ),
     )
+    choose_sandbox(settings)
+    return deps
 
 
 def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:

@@ -1,4 +1,5 @@
-"""The worker refuses to start on a malformed agent definition, naming the file."""
+"""The worker refuses to start on a malformed agent definition (naming the file), on bad
+configuration, and on a machine where it cannot sandbox commands."""
 
 from __future__ import annotations
 
@@ -71,3 +72,35 @@ def test_bad_configuration_stops_the_worker_with_a_message(
     )
     assert done.returncode == 2, done.stderr
     assert "cannot start" in done.stderr and message in done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root worker's sandbox user is refused")
+def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """pytest's tmp_path sits below a 0700 directory: the sandbox's unprivileged user
+    cannot reach workspaces there, so no command could run sandboxed."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
+    env = {**base, "LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    done = subprocess.run(
+        [sys.executable, "-m", "loopworks.worker"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "no usable sandbox" in done.stderr
+    assert "bubblewrap" in done.stderr and "LOOPS_SANDBOX=off" in done.stderr
+    # Opting out starts it (it then fails to connect: nothing listens on port 9).
+    opted_out = subprocess.run(
+        [sys.executable, "-m", "loopworks.worker"],
+        cwd=ROOT,
+        env={**env, "LOOPS_SANDBOX": "off"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "no usable sandbox" not in opted_out.stderr
+    assert "run unsandboxed" in opted_out.stderr
