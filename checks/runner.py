@@ -14,11 +14,11 @@ import subprocess
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
 from pydantic import BaseModel
 
-from loopworks.checks.redaction import redact, worker_secrets
+from loopworks.checks.output import OutputTail
+from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 
@@ -33,34 +33,6 @@ class CheckOutcome(BaseModel):
     detail: str
     exit_code: int | None = None
     timed_out: bool = False
-
-
-class _Tail:
-    """The last `cap` bytes written to a pipe, and how many bytes there were in all."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(cap, 0)
-        self.total = 0
-        self._buf = bytearray()
-        self._lock = threading.Lock()
-
-    def pump(self, stream: IO[bytes]) -> None:
-        fd = stream.fileno()
-        while chunk := os.read(fd, 65536):
-            with self._lock:
-                self.total += len(chunk)
-                self._buf += chunk
-                del self._buf[: max(len(self._buf) - self.cap, 0)]
-
-    def render(self, secrets: Iterable[str]) -> str:
-        """What was kept, redacted of `secrets` (see `loopworks.checks.redaction`)."""
-        with self._lock:
-            text = self._buf.decode("utf-8", errors="replace")
-            truncated = self.total > len(self._buf)
-            text = redact(text, secrets, cut_at_start=truncated)
-            if truncated:
-                return f"[output truncated: last {len(self._buf)} of {self.total} bytes]\n{text}"
-            return text
 
 
 def _scrubbed_env(workdir: Path) -> dict[str, str]:
@@ -121,7 +93,7 @@ def run_command_check(
         start_new_session=True,
     )
     assert proc.stdout is not None
-    tail = _Tail(output_cap)
+    tail = OutputTail(output_cap)
     reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
     reader.start()
     timed_out = False
@@ -138,19 +110,7 @@ def run_command_check(
     if not reader.is_alive():
         proc.stdout.close()
     output = tail.render(worker_secrets() if secrets is None else secrets)
-
-    if timed_out:
-        logger.info("command check timed out after %ss", check.timeout_seconds)
-        return CheckOutcome(
-            passed=False,
-            detail=f"timed out after {check.timeout_seconds:g}s (process group killed)\n{output}",
-            exit_code=None,
-            timed_out=True,
-        )
-    code = proc.returncode
-    passed = code == check.expect_exit
-    head = f"exit code {code}" if passed else f"exit code {code} (expected {check.expect_exit})"
-    return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)
+    return _outcome(check, None if timed_out else proc.returncode, output, "process group")
 
 
 def _run_sandboxed(
@@ -161,22 +121,21 @@ def _run_sandboxed(
     policy: SandboxPolicy,
 ) -> CheckOutcome:
     capped = policy.model_copy(update={"output_cap_bytes": output_cap})
-    result = run_sandboxed(check.command, workdir, check.timeout_seconds, capped)
-    output = redact(
-        result.output,
-        worker_secrets() if secrets is None else secrets,
-        cut_at_start=result.output_bytes > output_cap,
-    )
-    if result.output_bytes > output_cap:
-        output = f"[output truncated: last {output_cap} of {result.output_bytes} bytes]\n{output}"
-    if result.timed_out:
+    secrets = worker_secrets() if secrets is None else secrets
+    result = run_sandboxed(check.command, workdir, check.timeout_seconds, capped, secrets)
+    return _outcome(check, None if result.timed_out else result.exit_code, result.output, "sandbox")
+
+
+def _outcome(check: CommandCheck, code: int | None, output: str, killed: str) -> CheckOutcome:
+    """A check's outcome from its exit code (None: the timeout killed it)."""
+    if code is None:
+        logger.info("command check timed out after %ss", check.timeout_seconds)
         return CheckOutcome(
             passed=False,
-            detail=f"timed out after {check.timeout_seconds:g}s (sandbox killed)\n{output}",
+            detail=f"timed out after {check.timeout_seconds:g}s ({killed} killed)\n{output}",
             exit_code=None,
             timed_out=True,
         )
-    code = result.exit_code
     passed = code == check.expect_exit
     head = f"exit code {code}" if passed else f"exit code {code} (expected {check.expect_exit})"
     return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)

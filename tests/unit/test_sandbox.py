@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.checks import runner
 from loopworks.checks.sandbox import (
     SandboxPolicy,
     SandboxResult,
@@ -31,6 +32,7 @@ from loopworks.checks.sandbox import (
     probe,
     run_sandboxed,
 )
+from loopworks.schemas.rules import CommandCheck
 
 pytestmark = pytest.mark.integration
 
@@ -448,3 +450,19 @@ def test_a_workspace_the_sandbox_uid_cannot_reach_is_refused(tmp_path: Path) -> 
     (private / "ws").mkdir()
     with pytest.raises(SandboxUnavailable, match="cannot reach"):
         _run("true", private / "ws")
+
+
+def test_a_sandboxed_check_is_redacted_and_capped_like_any_other(workdir: Path) -> None:
+    """The command runner's sandboxed path: what a check prints leaves it redacted."""
+    secret = "sk-test-0123456789abcdef"
+    runner.use_sandbox(SandboxPolicy())
+    try:
+        flood = f"head -c 100000 /dev/zero | tr '\\0' x; echo; echo {secret}"
+        outcome = runner.run_command_check(
+            CommandCheck(command=flood), workdir, output_cap=4096, secrets=[secret]
+        )
+    finally:
+        runner.use_sandbox(None)
+    assert outcome.passed and secret not in outcome.detail
+    assert "[REDACTED]" in outcome.detail and "output truncated" in outcome.detail
+    assert len(outcome.detail) < 4096 + 200
