@@ -177,6 +177,10 @@ def bwrap_args(
         else []  # older bwrap: /tmp is only bounded by the file size limit per file
     )
     workspace = str(workdir)
+    # The workspace's git directory is the worker's: a command that could write its
+    # config or hooks could make the worker's own (unsandboxed) git run its code.
+    git_dir = Path(workspace) / ".git"
+    git_internals = ["--ro-bind", str(git_dir), str(git_dir)] if git_dir.is_dir() else []
     args = [
         bwrap,
         "--unshare-user",
@@ -203,6 +207,7 @@ def bwrap_args(
         "--bind",
         workspace,
         workspace,
+        *git_internals,
         # The root bwrap built (a tmpfs with the mount points) is read-only too, so nothing
         # but /tmp (capped) and the workspace takes a write.
         "--remount-ro",

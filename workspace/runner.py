@@ -89,8 +89,9 @@ class GitRunner:
         env: dict[str, str] | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        # A workspace's hooks are content the model could have written: never run them.
-        cmd = ["git", "-c", "core.hooksPath=/dev/null", *args]
+        # A workspace's hooks and fsmonitor are content the model could have written: never
+        # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
+        cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
         shown = redact(" ".join(cmd))
         logger.debug("git: %s (cwd=%s)", shown, cwd)
         try:

@@ -411,3 +411,22 @@ def test_hooks_in_a_workspace_never_run(tmp_path: Path) -> None:
     (workdir / "file.txt").write_text("x")
     workspaces.commit(workdir, "with a hook present", datetime(2026, 1, 1, tzinfo=UTC))
     assert not marker.exists()
+
+
+def test_the_workers_git_never_runs_a_workspaces_fsmonitor_or_hooks(
+    tmp_path: Path, origin: str
+) -> None:
+    """What an agent could leave in .git (with the sandbox off) never runs as the worker."""
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-fsmonitor", origin, base)
+    owned = tmp_path / "owned"
+    hook = workdir / ".git" / "hooks" / "pre-commit"
+    hook.write_text(f"#!/bin/sh\ntouch {owned}-hook\n")
+    hook.chmod(0o755)
+    with (workdir / ".git" / "config").open("a") as config:
+        config.write(f"[core]\n\tfsmonitor = touch {owned}-fsmonitor\n")
+    (workdir / "work.txt").write_text("work\n")
+    ws.commit(workdir, "work", datetime(2026, 1, 1, tzinfo=UTC))
+    ws.changed_paths(workdir)
+    assert not list(tmp_path.glob("owned*"))

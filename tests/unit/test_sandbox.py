@@ -466,3 +466,20 @@ def test_a_sandboxed_check_is_redacted_and_capped_like_any_other(workdir: Path) 
     assert outcome.passed and secret not in outcome.detail
     assert "[REDACTED]" in outcome.detail and "output truncated" in outcome.detail
     assert len(outcome.detail) < 4096 + 200
+
+
+def test_the_workspaces_git_directory_is_read_only_inside(workdir: Path) -> None:
+    """A command that could write .git/config or hooks could make the worker's own git,
+    which runs unsandboxed, execute its code."""
+    subprocess.run(["git", "init", "--quiet", str(workdir)], check=True)
+    config = (workdir / ".git" / "config").read_text()
+    result = _run(
+        "cat .git/HEAD && printf '[core]\\n\\tfsmonitor = touch /tmp/owned\\n' >> .git/config;"
+        " echo hook > .git/hooks/pre-commit; echo work > file.txt",
+        workdir,
+    )
+    assert "ref: refs/heads/" in result.output  # reading git's state still works
+    assert "Read-only file system" in result.output
+    assert (workdir / ".git" / "config").read_text() == config
+    assert not (workdir / ".git" / "hooks" / "pre-commit").exists()
+    assert (workdir / "file.txt").read_text() == "work\n"  # the work tree stays writable
