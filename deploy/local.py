@@ -10,6 +10,7 @@ under the data directory, so runs survive a restart.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -17,11 +18,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
+from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
@@ -61,6 +65,25 @@ def _api_ready(base: str) -> bool:
         return True
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+
+
+def sandbox_workspaces(settings: Settings) -> Path | None:
+    """A place for the runs' workspaces that the sandbox's user can reach, when the data
+    directory is out of its reach: a root worker runs commands as `nobody`, which cannot
+    enter a private home (a checkout under /root). None when the default will do."""
+    if settings.sandbox == "off" or settings.workspaces_root or os.geteuid() != 0:
+        return None
+    policy = SandboxPolicy()
+    data = settings.data_dir.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    if reachable(data, policy.uid, policy.gid):
+        return None
+    digest = hashlib.sha256(str(data).encode()).hexdigest()[:12]
+    workspaces = Path(tempfile.gettempdir()) / f"loopworks-workspaces-{digest}"
+    workspaces.mkdir(mode=0o755, exist_ok=True)
+    workspaces.chmod(0o755)
+    log.info("the sandbox's user cannot reach %s: workspaces go to %s", data, workspaces)
+    return workspaces
 
 
 class LocalStack:
@@ -104,6 +127,8 @@ class LocalStack:
             _wait(lambda: _port_open(host, self.temporal_port), "the Temporal dev server")
 
         env = dict(os.environ)
+        if workspaces := sandbox_workspaces(self.settings):
+            env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,

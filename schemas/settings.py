@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     # Agent commands and command checks run in the bubblewrap sandbox (checks/sandbox.py);
     # a worker that cannot sandbox refuses to start unless this is `off`.
     sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
+    # Where runs' working clones live; default `<LOOPS_DATA_DIR>/workspaces`. The sandbox's
+    # user must reach them (`loops up` picks a place when the data directory is private).
+    workspaces_root: Path | None = Field(default=None, alias="LOOPS_WORKSPACES_DIR")
     data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
@@ -120,7 +123,7 @@ class Settings(BaseSettings):
 
     @property
     def workspaces_dir(self) -> Path:
-        return self.data_dir / "workspaces"
+        return self.workspaces_root or self.data_dir / "workspaces"
 
     @property
     def default_origin(self) -> Path:

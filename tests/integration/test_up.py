@@ -29,6 +29,10 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         "LOOPS_API_PORT": str(api_port),
         "LOOPS_DATA_DIR": str(tmp_path / "data"),
         "LOOPS_LLM": "offline",
+        # As a user gets it: commands sandboxed. The data directory is pytest's, out of
+        # reach of the sandbox's user when the suite runs as root: the launcher then puts
+        # the workspaces where that user can reach them.
+        "LOOPS_SANDBOX": "auto",
     }
     env.pop("ANTHROPIC_API_KEY", None)
     process = subprocess.Popen(
@@ -48,6 +52,8 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         pytest.fail(f"up.sh did not finish:\n{output}")
 
     assert process.returncode == 0, output
+    worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
+    assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
     assert f"Temporal UI:  http://127.0.0.1:{ui_port}" in output
     match = re.search(r"Run (\S+) completed \(threshold_reached\)", output)
