@@ -3,12 +3,21 @@ while it runs so a flood cannot fill memory, and how many bytes there were in al
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import signal
+import subprocess
 import threading
 from collections.abc import Iterable
 from typing import IO
 
 from loopworks.checks.redaction import redact
+
+logger = logging.getLogger(__name__)
+
+# After the command is killed, how long to wait for output still in the pipe.
+DRAIN_SECONDS = 2.0
 
 
 class OutputTail:
@@ -36,3 +45,29 @@ class OutputTail:
             if truncated:
                 return f"[output truncated: last {len(self._buf)} of {self.total} bytes]\n{text}"
             return text
+
+
+def collect(proc: subprocess.Popen[bytes], cap: int, timeout_s: float) -> tuple[OutputTail, bool]:
+    """Read a command's output while it runs, wait up to `timeout_s`, then kill its process
+    group (which also ends what it left in the background, holding the pipe open) and
+    drain what is left. Answers the kept output and whether the timeout ended it."""
+    assert proc.stdout is not None
+    tail = OutputTail(cap)
+    reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    reader.join(timeout=DRAIN_SECONDS)
+    if reader.is_alive():
+        # A process that escaped the group keeps the pipe open; leave the reader to it.
+        logger.warning("output pipe still open %ss after the kill", DRAIN_SECONDS)
+    else:
+        proc.stdout.close()
+    return tail, timed_out

@@ -5,27 +5,21 @@ Plain synchronous code; EVALUATE's activities call it from a thread.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import signal
 import subprocess
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from loopworks.checks.output import OutputTail
+from loopworks.checks.output import collect
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 
 logger = logging.getLogger(__name__)
-
-# After the command ends, how long to wait for output still in the pipe.
-_DRAIN_SECONDS = 2.0
 
 
 class CheckOutcome(BaseModel):
@@ -43,11 +37,6 @@ def _scrubbed_env(workdir: Path) -> dict[str, str]:
         "HOME": str(workdir),
         "LANG": "C.UTF-8",
     }
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 # The sandbox every command runs in, chosen once at worker start (`use_sandbox`); None
@@ -92,23 +81,7 @@ def run_command_check(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    assert proc.stdout is not None
-    tail = OutputTail(output_cap)
-    reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        proc.wait(timeout=check.timeout_seconds)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        # Also reaps background jobs the command left behind, which would hold the pipe open.
-        _kill_group(proc.pid)
-        proc.wait()
-    reader.join(timeout=_DRAIN_SECONDS)
-    # A process that escaped the group can keep the pipe open; leave the reader to it.
-    if not reader.is_alive():
-        proc.stdout.close()
+    tail, timed_out = collect(proc, output_cap, check.timeout_seconds)
     output = tail.render(worker_secrets() if secrets is None else secrets)
     return _outcome(check, None if timed_out else proc.returncode, output, "process group")
 

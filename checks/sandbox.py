@@ -35,7 +35,6 @@ import signal
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,7 +54,7 @@ from loopworks.checks.bwrap import (
     sandbox_ids,
     set_limits,
 )
-from loopworks.checks.output import OutputTail
+from loopworks.checks.output import collect
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +67,6 @@ __all__ = [
     "probe",
     "run_sandboxed",
 ]
-
-# After bwrap is gone, how long to wait for output still in the pipe: every writer died
-# with the pid namespace, so EOF comes at once unless the kernel is slow to reap.
-_DRAIN_SECONDS = 2.0
 
 
 class SandboxResult(BaseModel):
@@ -123,11 +118,6 @@ def _workspace_lent_to(workdir: Path, uid: int, gid: int) -> Iterator[None]:
     finally:
         # Files the command made come back as the worker's, none of them setuid.
         _chown_tree(workdir, st.st_uid, st.st_gid, strip_setid=True)
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 _LIMIT_SIGNALS = {signal.SIGKILL, signal.SIGXCPU, signal.SIGXFSZ}
@@ -209,24 +199,8 @@ def run_sandboxed(
             extra_groups=[] if as_root else None,
             preexec_fn=functools.partial(set_limits, limits),
         )
-        assert proc.stdout is not None
-        tail = OutputTail(policy.output_cap_bytes)
-        reader = threading.Thread(target=tail.pump, args=(proc.stdout,), daemon=True)
-        reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            # Kills bwrap, hence its pid namespace and everything in it.
-            _kill_group(proc.pid)
-            proc.wait()
-        reader.join(timeout=_DRAIN_SECONDS)
-        if not reader.is_alive():
-            proc.stdout.close()
-        else:  # cannot happen with the pid namespace gone; say so if it does
-            logger.warning("sandbox: output pipe still open %ss after the kill", _DRAIN_SECONDS)
+        # Killing bwrap's group kills its pid namespace and everything in it.
+        tail, timed_out = collect(proc, policy.output_cap_bytes, timeout_s)
     code = None if timed_out else proc.returncode
     signalled = code is not None and code > 128 and (code - 128) in _LIMIT_SIGNALS
     return SandboxResult(
