@@ -120,7 +120,7 @@ class IntegrationActivities:
                 raise ApplicationError(
                     f"could not create {branch}", type=INTEGRATION_BRANCH_MISSING
                 )
-            files = git.tree_files(origin, head)
+            files = git.list_files(origin, head)
             # Seed 002: a prep package in the repository may stand in for planning.
             package = git.read_file(origin, head, PREP_PACKAGE_PATH)
             tasks = git.read_file(origin, head, PREP_TASKS_PATH) if package else None

@@ -94,14 +94,6 @@ class IntegrationWorkspaces(GitWorkspaces):
         rows = self._ls_remote(origin, ref)
         return next((r[0] for r in rows if len(r) == 2 and r[1] == ref), None)
 
-    def tree_files(self, origin: str, commit: str) -> list[str]:
-        """Every file path in the tree at `commit` on origin, sorted."""
-        checked_commit(commit)
-        with self._origin_git_dir(origin, commit=commit) as git_dir:
-            args = [f"--git-dir={git_dir}", "ls-tree", "-r", "-z", "--name-only", commit]
-            out = self._git(args).stdout
-        return sorted(path for path in out.split("\0") if path)
-
     def push_leased(self, workdir: Path, branch: str, commit: str, expected: str | None) -> None:
         """Push `commit` to `branch` only if origin still has it at `expected` (None: only
         if it does not exist), so a concurrent writer is never overwritten."""

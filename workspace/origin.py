@@ -62,15 +62,15 @@ class OriginReader(GitRunner):
             return None
         return self.read_file(origin, found.stdout.strip(), path)
 
-    def list_files(self, origin: str, commit: str, directory: str) -> list[str]:
-        """Paths of the files under `directory` at `commit` on origin, recursively, sorted;
-        empty when the commit has no such directory."""
-        relpath = safe_relpath(directory)
+    def list_files(self, origin: str, commit: str, directory: str | None = None) -> list[str]:
+        """Paths of the files under `directory` (None: the whole tree) at `commit` on
+        origin, recursively, sorted; empty when the commit has no such directory."""
+        under = [] if directory is None else ["--", f"{safe_relpath(directory)}/"]
         checked_commit(commit)
         with self._origin_git_dir(origin, commit=commit) as git_dir:
             if not self._has_commit(commit, git_dir=git_dir):
                 raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-            args = ["ls-tree", "-r", "-z", "--name-only", commit, "--", f"{relpath}/"]
+            args = ["ls-tree", "-r", "-z", "--name-only", commit, *under]
             out = self._git([f"--git-dir={git_dir}", *args]).stdout
         return sorted(path for path in out.split("\0") if path)
 
