@@ -10,7 +10,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus, TaskState
+    from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus
     from loopworks.schemas.tasks import LedgerLine, TaskStatus
     from loopworks.workflows import graph_decisions as decide
 
@@ -85,13 +85,10 @@ class GraphRecord:
 
     def done(self) -> bool:
         """Every task completed and verified, a failed one counting when its fix did."""
-        state = self.state
-        return all(t.status == TaskStatus.COMPLETED for t in state.tasks if not _fixed(t, state))
-
-
-def _fixed(task_state: TaskState, state: GraphState) -> bool:
-    """A failed task whose fix completed counts as done."""
-    fixes = [t for t in state.tasks if decide.root_id(t.task.id) == task_state.task.id]
-    return task_state.status == TaskStatus.FAILED and any(
-        t.status == TaskStatus.COMPLETED for t in fixes if t is not task_state
-    )
+        statuses = self.state.statuses()
+        fixes = decide.fixes_by_root([t.task for t in self.state.tasks])
+        return all(
+            status == TaskStatus.COMPLETED
+            or (status == TaskStatus.FAILED and decide.requirement_met(task_id, statuses, fixes))
+            for task_id, status in statuses.items()
+        )
