@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus
     from loopworks.schemas.tasks import LedgerLine, TaskStatus
     from loopworks.workflows import graph_decisions as decide
+    from loopworks.workflows.record import SearchAttributes
 
 
 GRAPH_STATUS = SearchAttributeKey.for_keyword("GraphStatus")
@@ -25,7 +26,7 @@ TASKS_FAILED = SearchAttributeKey.for_int("GraphTasksFailed")
 class GraphRecord:
     def __init__(self, memory: GraphMemory) -> None:
         self.memory = memory
-        self._search_attributes: dict[str, Any] = {}
+        self._search_attributes = SearchAttributes()
 
     @property
     def state(self) -> GraphState:
@@ -70,7 +71,6 @@ class GraphRecord:
         self._sync_search_attributes()
 
     def _sync_search_attributes(self) -> None:
-        """Upsert only what changed: each upsert is a command in the graph's history."""
         counts = decide.counts(self.state.statuses())
         wanted: list[SearchAttributeUpdate[Any]] = [
             GRAPH_STATUS.value_set(self.state.status.value),
@@ -78,10 +78,7 @@ class GraphRecord:
             TASKS_COMPLETED.value_set(counts[TaskStatus.COMPLETED.value]),
             TASKS_FAILED.value_set(counts[TaskStatus.FAILED.value]),
         ]
-        changed = [u for u in wanted if self._search_attributes.get(u.key.name) != u.value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
-            self._search_attributes.update({u.key.name: u.value for u in changed})
+        self._search_attributes.upsert(wanted)
 
     def done(self) -> bool:
         """Every task completed and verified, a failed one counting when its fix did."""

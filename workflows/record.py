@@ -51,10 +51,24 @@ LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
 LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
 
 
+class SearchAttributes:
+    """A workflow's search attributes as last upserted: each upsert is a command in the
+    history, so only what changed is sent."""
+
+    def __init__(self) -> None:
+        self._values: dict[str, Any] = {}
+
+    def upsert(self, wanted: list[SearchAttributeUpdate[Any]]) -> None:
+        changed = [u for u in wanted if self._values.get(u.key.name) != u.value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+            self._values.update({u.key.name: u.value for u in changed})
+
+
 class RunRecord:
     def __init__(self, memory: RunMemory) -> None:
         self.memory = memory
-        self._search_attributes: dict[str, Any] = {}
+        self._search_attributes = SearchAttributes()
 
     @property
     def state(self) -> RunState:
@@ -196,10 +210,7 @@ class RunRecord:
             LOOP_BLOCKED.value_set(state.blocked),
             LOOP_ALIAS.value_set(state.alias),
         ]
-        changed = [p for p in wanted if self._search_attributes.get(p.key.name) != p.value]
-        if changed:
-            workflow.upsert_search_attributes(changed)
-            self._search_attributes.update({p.key.name: p.value for p in changed})
+        self._search_attributes.upsert(wanted)
 
 
 class OnRecord:
