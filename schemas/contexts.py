@@ -23,7 +23,9 @@ from pydantic import (
     model_serializer,
 )
 
+from loopworks.schemas.curation import HelperReview
 from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.playbook import PlaybookItem
 from loopworks.schemas.roles import Critique, Hydration, IterationPlan, Role
 from loopworks.schemas.rules import Rule
 from loopworks.schemas.run import RunStatus, StopReason
@@ -70,6 +72,10 @@ class HydratorContext(RoleContext):
         description="Acceptance criteria the user gave: kept word for word, first.",
     )
     feedback: list[str] = Field(description="The critic's issues when it asked for a revision.")
+    playbook_items: list[PlaybookItem] = Field(
+        default_factory=list,
+        description="Lessons earlier runs on this repository recorded, most relevant first.",
+    )
 
 
 class CriticContext(RoleContext):
@@ -160,6 +166,54 @@ class ReflectorContext(RoleContext):
     last_score: float = Field(description="The last evaluation's score.")
     guidance: list[str] = Field(description="The guidance the run received, one item each.")
     acceptance_criteria: list[str] = Field(description="The hydrated acceptance criteria.")
+    playbook_items: list[PlaybookItem] = Field(
+        default_factory=list, description="The playbook items the run was given: tag each."
+    )
+
+
+class TaskCuratorContext(RoleContext):
+    task: str = Field(description="The user's request.")
+    outcome: str = Field(description="The reflection's outcome: success, partial or failure.")
+    summary: str = Field(description="The reflection's one-sentence summary of the run.")
+    friction_points: list[str] = Field(description="What slowed or derailed the run.")
+    proposed_changes: list[str] = Field(description="The reflection's proposed improvements.")
+    acceptance_criteria: list[str] = Field(description="The criteria the work was judged by.")
+    playbook_items: list[PlaybookItem] = Field(
+        description="The repository's playbook now: update or remove items by their id."
+    )
+
+
+class SkillGeneratorContext(RoleContext):
+    task: str = Field(description="The run's task, which the helpers come from.")
+    curator_summary: str = Field(description="Why the task curator asked for them.")
+    helper_paths: list[str] = Field(description="Write one Python helper at each path.")
+    reference_requests: list[str] = Field(description="Knowledge to write down, one note each.")
+    reference_paths: list[str] = Field(description="Where each reference note goes, in order.")
+    existing_skills: list[PlaybookItem] = Field(
+        description="Skills the playbook already has: do not duplicate them."
+    )
+
+
+class SkillReflectorContext(RoleContext):
+    task: str = Field(description="The run's task, which the helpers come from.")
+    helper_paths: list[str] = Field(description="The helpers asked for.")
+    reference_paths: list[str] = Field(description="The reference notes asked for.")
+    files: dict[str, str] = Field(description="What the generator wrote: path to content.")
+    generator_summary: str = Field(description="The generator's closing words.")
+
+
+class AcceptedFile(BaseModel):
+    review: HelperReview
+    content: str
+    check_output: str = ""
+
+
+class SkillCuratorContext(RoleContext):
+    task: str = Field(description="The run's task, which the files come from.")
+    accepted: list[AcceptedFile] = Field(
+        description="The files the reflector accepted and whose check passed."
+    )
+    playbook_items: list[PlaybookItem] = Field(description="The repository's playbook now.")
 
 
 class TaskPlannerContext(RoleContext):
@@ -206,4 +260,8 @@ CONTEXTS: dict[Role, type[RoleContext]] = {
     Role.QA_VERIFIER: QAVerifierContext,
     Role.REFLECTOR: ReflectorContext,
     Role.TASK_PLANNER: TaskPlannerContext,
+    Role.TASK_CURATOR: TaskCuratorContext,
+    Role.SKILL_GENERATOR: SkillGeneratorContext,
+    Role.SKILL_REFLECTOR: SkillReflectorContext,
+    Role.SKILL_CURATOR: SkillCuratorContext,
 }

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
+from loopworks.schemas.curation import CuratorPayload, ItemTag, SkillCuration, SkillReview
 from loopworks.schemas.rules import CommandCheck, JudgeCheck, PatternCheck, Rule, rule_id_before
 from loopworks.schemas.tasks import Task
 
@@ -26,6 +27,11 @@ class Role(StrEnum):
     REFLECTOR = "reflector"
     # Splits a goal into a graph of atomic tasks (seed 004); each task runs as a child loop.
     TASK_PLANNER = "task-planner"
+    # The delta playbook (seed 003): the task curator, and the skill sub-loop's three.
+    TASK_CURATOR = "task-curator"
+    SKILL_GENERATOR = "skill-generator"
+    SKILL_REFLECTOR = "skill-reflector"
+    SKILL_CURATOR = "skill-curator"
 
 
 class CriticVerdict(StrEnum):
@@ -305,6 +311,11 @@ class ReflectionAnswer(BaseModel):
         default_factory=list,
         description="Improvements to the framework: short items, one each.",
     )
+    playbook_tags: list[ItemTag] = Field(
+        default_factory=list,
+        description="One tag per item of **Playbook Items**, by its id; empty when the "
+        "run was given none.",
+    )
 
 
 class TaskPlan(BaseModel):
@@ -320,8 +331,9 @@ class TaskPlan(BaseModel):
     )
 
 
-# What each role answers with: the input schema of its forced answer tool. PRODUCER and
-# REFINER have none: they work in the workspace with tools and end with a plain-text reply.
+# What each role answers with: the input schema of its forced answer tool. PRODUCER,
+# REFINER and SKILL_GENERATOR have none: they work in the workspace with tools and end
+# with a plain-text reply.
 ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
     Role.HYDRATOR: Hydration,
     Role.CRITIC: CriticReview,
@@ -335,4 +347,8 @@ ANSWER_MODELS: dict[Role, type[BaseModel] | None] = {
     Role.QA_VERIFIER: QAReport,
     Role.REFLECTOR: ReflectionAnswer,
     Role.TASK_PLANNER: TaskPlan,
+    Role.TASK_CURATOR: CuratorPayload,
+    Role.SKILL_GENERATOR: None,
+    Role.SKILL_REFLECTOR: SkillReview,
+    Role.SKILL_CURATOR: SkillCuration,
 }

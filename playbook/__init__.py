@@ -1,0 +1,1 @@
+"""The delta playbook: applying deltas, choosing items for a task, sending batches."""

@@ -1,0 +1,238 @@
+"""The delta playbook (seed 003, after ACE): itemised context that runs learn from runs.
+
+A playbook is a list of short items, one per origin repository (and one for the service's
+own default origin). Models never rewrite it: they propose deltas (`ADD`, `UPDATE`,
+`TAG`, `REMOVE`), and code (`loopworks.playbook.deltas`) applies them, one batch at a
+time, through the playbook's only writer, `PlaybookWorkflow`. Every batch that changes
+something makes a new numbered version, committed on origin as `PLAYBOOK_PATH` on
+`PLAYBOOK_BRANCH`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PLAYBOOK_BRANCH = "loops/playbook"
+PLAYBOOK_PATH = ".loops/playbook.jsonl"
+# The playbook of runs without a repository: they all work on the service's default origin.
+SERVICE_PLAYBOOK = "service"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,79}$"
+BATCH_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+# Commit trailers on the playbook branch: which version a commit is, and what made it.
+VERSION_TRAILER = "Playbook-Version"
+BATCH_TRAILER = "Playbook-Batch"
+SOURCE_TRAILER = "Playbook-Source"
+
+
+class ItemKind(StrEnum):
+    SKILL = "skill"  # a reusable way of doing something: a helper, a runbook, a command
+    CONSTRAINT = "constraint"  # a rule the work must follow
+    REFERENCE = "reference"  # where knowledge lives: a file, a spec, a document
+    CLARIFICATION = "clarification"  # an answer to a question a run had to work out
+
+
+class Tag(StrEnum):
+    HELPFUL = "helpful"
+    HARMFUL = "harmful"
+    NEUTRAL = "neutral"
+
+
+class PlaybookItem(BaseModel):
+    """One line of `.loops/playbook.jsonl`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Stable id, `pb-<version it was added in>-<n>`.")
+    kind: ItemKind
+    section: str = Field(description="A short heading that groups items, e.g. `testing`.")
+    content: str
+    helpful: int = Field(default=0, ge=0)
+    harmful: int = Field(default=0, ge=0)
+    neutral: int = Field(default=0, ge=0)
+    sources: list[str] = Field(default_factory=list, description="Ids of the runs it came from.")
+    created_in: int = Field(ge=1, description="The version that added it.")
+    updated_in: int = Field(ge=1, description="The last version that added, changed or tagged it.")
+
+
+def item_id(version: int, index: int) -> str:
+    """The id of the `index`-th item a version adds: never reused, since versions only grow."""
+    return f"pb-{version}-{index}"
+
+
+# -- deltas: what a model may propose ---------------------------------------------------
+
+SECTION_MAX = 80
+CONTENT_MAX = 2000
+
+
+class AddDelta(BaseModel):
+    """Add an item (merged into a near-duplicate of the same kind instead, if one exists)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["ADD"] = "ADD"
+    kind: ItemKind
+    section: str = Field(min_length=1, max_length=SECTION_MAX)
+    content: str = Field(min_length=1, max_length=CONTENT_MAX)
+
+
+class UpdateDelta(BaseModel):
+    """Replace an existing item's content."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["UPDATE"] = "UPDATE"
+    item_id: str = Field(min_length=1)
+    content: str = Field(min_length=1, max_length=CONTENT_MAX)
+
+
+class TagDelta(BaseModel):
+    """Count one use of an item as helpful, harmful or neutral."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["TAG"] = "TAG"
+    item_id: str = Field(min_length=1)
+    tag: Tag
+
+
+class RemoveDelta(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["REMOVE"] = "REMOVE"
+    item_id: str = Field(min_length=1)
+    reason: str = ""
+
+
+Delta = Annotated[AddDelta | UpdateDelta | TagDelta | RemoveDelta, Field(discriminator="op")]
+
+
+class DeltaBatch(BaseModel):
+    """Deltas applied together, exactly once: a batch id seen before changes nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_id: str = Field(pattern=BATCH_ID_PATTERN)
+    source: str = Field(
+        min_length=1, max_length=200, description="The run id, or who curated by hand."
+    )
+    deltas: list[Delta] = Field(default_factory=list, max_length=200)
+
+
+DeltaResult = Literal["added", "merged", "updated", "tagged", "removed", "unknown_item"]
+
+
+class DeltaOutcome(BaseModel):
+    op: Literal["ADD", "UPDATE", "TAG", "REMOVE"]
+    result: DeltaResult
+    item_id: str | None = Field(default=None, description="The item it touched, if any.")
+
+
+class AppliedBatch(BaseModel):
+    """What applying a batch did. `version` is the version it made, or the current one
+    when it changed nothing (then no version is made)."""
+
+    batch_id: str
+    version: int
+    changed: bool
+    outcomes: list[DeltaOutcome] = Field(default_factory=list)
+    pruned: list[str] = Field(default_factory=list, description="Ids of the items pruned.")
+    commit: str | None = Field(default=None, description="The version's commit on origin.")
+
+
+class PlaybookLimits(BaseModel):
+    """What keeps a playbook small (settings: LOOPS_PLAYBOOK_*)."""
+
+    max_tokens: int = Field(default=4000, ge=100, description="The whole playbook's budget.")
+    unused_after: int = Field(
+        default=50, ge=1, description="Versions without use after which an item is pruned."
+    )
+    similarity: float = Field(
+        default=0.85, gt=0, le=1, description="At or above this, an ADD merges into an item."
+    )
+
+
+class Playbook(BaseModel):
+    """One version of a playbook: its name, number and items."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    version: int = Field(default=0, ge=0, description="0: nothing was ever added.")
+    items: list[PlaybookItem] = Field(default_factory=list)
+
+    def to_jsonl(self) -> str:
+        return "".join(item.model_dump_json() + "\n" for item in self.items)
+
+    @classmethod
+    def from_jsonl(cls, name: str, version: int, text: str) -> Playbook:
+        items = [PlaybookItem.model_validate_json(line) for line in text.splitlines() if line]
+        return cls(name=name, version=version, items=items)
+
+
+class PlaybookVersion(BaseModel):
+    """One commit of the playbook branch."""
+
+    version: int
+    commit: str
+    batch_id: str | None = None
+    source: str | None = None
+    committed_at: str | None = None
+    items: int | None = None
+
+
+class PlaybookUse(BaseModel):
+    """Which playbook a run was given at hydration: its version and the items chosen."""
+
+    name: str
+    version: int = 0
+    item_ids: list[str] = Field(default_factory=list)
+    pinned: bool = False
+
+
+# -- naming -----------------------------------------------------------------------------
+
+
+def playbook_name(repo: str | None) -> str:
+    """The playbook of a repository: a readable slug of its last path segment and a short
+    hash of the whole address (two repositories named `app` stay apart); SERVICE_PLAYBOOK
+    for runs without one."""
+    if not repo:
+        return SERVICE_PLAYBOOK
+    address = repo.strip().rstrip("/")
+    last = re.split(r"[/:]", address)[-1].removesuffix(".git").lower()
+    slug = re.sub(r"[^a-z0-9._-]+", "-", last).strip("-._")[:60] or "repo"
+    digest = hashlib.sha256(address.encode()).hexdigest()[:8]
+    return f"{slug}-{digest}"
+
+
+def workflow_id(name: str) -> str:
+    """The id of the playbook's one writer, `PlaybookWorkflow`."""
+    return f"playbook/{name}"
+
+
+class PlaybookInput(BaseModel):
+    """`PlaybookWorkflow`'s input; `playbook` and `applied` carry it through continue-as-new."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    origin: str = Field(description="The repository whose playbook branch holds it.")
+    limits: PlaybookLimits = Field(default_factory=PlaybookLimits)
+    playbook: Playbook | None = Field(default=None, description="None: load it from origin.")
+    applied: dict[str, AppliedBatch] = Field(
+        default_factory=dict, description="The latest batches applied, by id."
+    )
+    # Tests lower it to see continue-as-new without a long history.
+    continue_after_batches: int | None = None
+
+
+class PlaybookState(BaseModel):
+    """What `PlaybookWorkflow`'s `describe` query answers."""
+
+    name: str
+    origin: str
+    version: int
+    items: int
+    batches_applied: int
