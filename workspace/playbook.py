@@ -1,0 +1,261 @@
+"""A playbook's versions on its origin: `PLAYBOOK_PATH` alone on the orphan branch
+`PLAYBOOK_BRANCH`, one commit per version, its number and batch in the commit's trailers.
+
+Git is the store, so every version is diffable and a rollback is just another version.
+`PlaybookWorkflow` is the only writer; a write is a compare-and-swap push of a commit that
+a retry makes again to the same sha, so a retried activity changes nothing twice.
+
+Plain synchronous code (no Temporal imports), like workspace/integration.py, whose branch
+heads, leased pushes and trailers it reuses. Reads go through OriginReader's access (the
+origin in place, or a bare cache of a remote one): no working clone needed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from loopworks.schemas.playbook import (
+    BATCH_TRAILER,
+    PLAYBOOK_BRANCH,
+    PLAYBOOK_PATH,
+    SOURCE_TRAILER,
+    VERSION_TRAILER,
+    Playbook,
+    PlaybookVersion,
+)
+from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.integration import _TRAILER, BranchMovedError, IntegrationWorkspaces
+from loopworks.workspace.refs import redact
+from loopworks.workspace.runner import GitError, _rmtree
+
+# The one clone a playbook's writes use (under the data dir, beside the runs' clones).
+WRITE_SLOT = "playbook"
+_REF = f"refs/heads/{PLAYBOOK_BRANCH}"
+_NOT_KEY = re.compile(r"[^A-Za-z0-9._-]+")
+# Log records: \x1e starts a commit, \x1f separates its fields; numstat lines follow.
+_LOG_FORMAT = "%x1e%H%x1f%cI%x1f%B%x1f"
+
+
+class PlaybookVersionError(GitError):
+    """The branch is not at the version a write follows: the writer's view of the playbook
+    and origin's disagree. Not retryable: another attempt reads the same head."""
+
+
+@dataclass(frozen=True)
+class _Commit:
+    sha: str
+    committed_at: str
+    trailers: dict[str, str]
+    items: int
+
+    @property
+    def version(self) -> int | None:
+        value = self.trailers.get(VERSION_TRAILER, "")
+        return int(value) if value.isdigit() else None
+
+    def entry(self) -> PlaybookVersion | None:
+        if self.version is None:
+            return None
+        return PlaybookVersion(
+            version=self.version,
+            commit=self.sha,
+            batch_id=self.trailers.get(BATCH_TRAILER),
+            source=self.trailers.get(SOURCE_TRAILER),
+            committed_at=self.committed_at,
+            items=self.items,
+        )
+
+
+def write_key(origin: str, name: str) -> str:
+    """The write clone's directory name: readable, and distinct per origin."""
+    digest = hashlib.sha256(f"{origin}\n{name}".encode()).hexdigest()[:10]
+    return f"playbook-{_NOT_KEY.sub('-', name).strip('-.')[:60]}-{digest}"
+
+
+def commit_message(playbook: Playbook, batch_id: str, source: str) -> str:
+    # A source is free text: one line, or it could forge a trailer of its own.
+    one_line = " ".join(source.split())
+    return (
+        f"playbook {playbook.name} v{playbook.version}: {batch_id}\n\n"
+        f"{VERSION_TRAILER}: {playbook.version}\n"
+        f"{BATCH_TRAILER}: {batch_id}\n"
+        f"{SOURCE_TRAILER}: {one_line}\n"
+    )
+
+
+class PlaybookStore(IntegrationWorkspaces):
+    """Reads and writes playbook versions on origins, with `workspaces`' clones and identity."""
+
+    @classmethod
+    def of(cls, workspaces: GitWorkspaces) -> PlaybookStore:
+        return cls(workspaces.root, workspaces.author_name, workspaces.author_email)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def current(self, origin: str, name: str) -> Playbook | None:
+        """The version at the branch's head; None when origin has no playbook branch."""
+        commits = self._history(origin)
+        if not commits:
+            return None
+        head = commits[0]
+        if head.version is None:
+            raise GitError(
+                f"{PLAYBOOK_BRANCH} on {redact(origin)} is at {head.sha}, which carries no "
+                f"{VERSION_TRAILER} trailer: it was not written by the playbook's writer"
+            )
+        return self._read(origin, name, head.sha, head.version)
+
+    def at_version(self, origin: str, name: str, version: int) -> Playbook | None:
+        """The version `version` as its commit holds it; None when no commit is that version."""
+        found = next((c for c in self._history(origin) if c.version == version), None)
+        return None if found is None else self._read(origin, name, found.sha, version)
+
+    def versions(self, origin: str, name: str) -> list[PlaybookVersion]:
+        """Every version on the branch, newest first (commits without a version skipped)."""
+        entries = (c.entry() for c in self._history(origin))
+        return [e for e in entries if e is not None]
+
+    def _read(self, origin: str, name: str, commit: str, version: int) -> Playbook:
+        text = self.read_file(origin, commit, PLAYBOOK_PATH) or ""
+        return Playbook.from_jsonl(name, version, text)
+
+    def _history(self, origin: str) -> list[_Commit]:
+        """The branch's first-parent line, newest first, each commit with the playbook's
+        item count there (its lines, summed from the root's numstat: one git process)."""
+        with self._origin_git_dir(origin, commit=None) as git_dir:
+            prefix = [f"--git-dir={git_dir}"]
+            found = self._git(
+                [*prefix, "rev-parse", "--verify", "--quiet", f"{_REF}^{{commit}}"], check=False
+            )
+            if found.returncode != 0:
+                return []
+            out = self._git(
+                [
+                    *prefix,
+                    "log",
+                    "--first-parent",
+                    "--diff-merges=first-parent",
+                    "--no-renames",
+                    "--numstat",
+                    f"--format={_LOG_FORMAT}",
+                    found.stdout.strip(),
+                    "--",
+                ]
+            ).stdout
+        parsed: list[tuple[str, str, dict[str, str], int]] = []
+        for record in out.split("\x1e")[1:]:
+            sha, date, body, stats = [*record.split("\x1f", 3), "", "", ""][:4]
+            found_trailers = (_TRAILER.match(line) for line in body.splitlines())
+            trailers = {m.group(1): m.group(2).strip() for m in found_trailers if m}
+            parsed.append((sha.strip(), date.strip(), trailers, _line_delta(stats)))
+        commits: list[_Commit] = []
+        items = 0
+        for sha, date, trailers, delta in reversed(parsed):
+            items += delta
+            commits.append(_Commit(sha=sha, committed_at=date, trailers=trailers, items=items))
+        return commits[::-1]
+
+    # -- writing -----------------------------------------------------------------------
+
+    def write_version(
+        self, origin: str, playbook: Playbook, batch_id: str, source: str, when: datetime
+    ) -> str:
+        """Commit `playbook` as version `playbook.version` on top of the version before it
+        and push it only if the branch is still where it was read; the commit's sha.
+
+        The first version makes the branch, an orphan. A retry finds its own version at
+        the head and returns it; a head at any version but the one before raises
+        PlaybookVersionError; a branch moved meanwhile by someone else, BranchMovedError.
+        """
+        version = playbook.version
+        if version < 1:
+            raise ValueError(f"playbook {playbook.name} v{version}: versions start at 1")
+        key = write_key(origin, playbook.name)
+        with self.locked(key, WRITE_SLOT):
+            workdir = self._write_clone(key, origin)
+            head = self._fetch_head(workdir, origin)
+            if head is not None and self._is_version(workdir, head, version, batch_id):
+                return head
+            self._check_follows(workdir, origin, head, version)
+            tree = self._tree(workdir, playbook.to_jsonl())
+            message = commit_message(playbook, batch_id, source)
+            commit = self.commit_merge(workdir, tree, [head] if head else [], message, when)
+            try:
+                self.push_leased(workdir, PLAYBOOK_BRANCH, commit, expected=head)
+            except BranchMovedError:
+                moved = self._fetch_head(workdir, origin)
+                if moved is not None and self._is_version(workdir, moved, version, batch_id):
+                    return moved
+                raise
+            return commit
+
+    def _write_clone(self, key: str, origin: str) -> Path:
+        """An empty repository whose `origin` is origin: only the playbook branch is ever
+        fetched into it, never the code's history."""
+        workdir = self.workdir(key, WRITE_SLOT)
+        if not self._is_clone(workdir):
+            _rmtree(workdir)
+            workdir.parent.mkdir(parents=True, exist_ok=True)
+            self._git(["init", "--quiet", str(workdir)])
+        self._git(["config", "remote.origin.url", self._local_origin(origin)], cwd=workdir)
+        return workdir
+
+    def _fetch_head(self, workdir: Path, origin: str) -> str | None:
+        """The branch's head on origin, fetched into the clone; None when it does not exist."""
+        if self.branch_head(origin, PLAYBOOK_BRANCH) is None:
+            return None
+        tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
+        self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{_REF}:{tracking}"], cwd=workdir)
+        return self.fetched_branch(workdir, PLAYBOOK_BRANCH)
+
+    def _is_version(self, workdir: Path, commit: str, version: int, batch_id: str) -> bool:
+        trailers = self.trailers(workdir, commit)
+        return (
+            trailers.get(VERSION_TRAILER) == str(version)
+            and trailers.get(BATCH_TRAILER) == batch_id
+        )
+
+    def _check_follows(self, workdir: Path, origin: str, head: str | None, version: int) -> None:
+        if head is None:
+            if version == 1:
+                return
+            raise PlaybookVersionError(
+                f"{PLAYBOOK_BRANCH} does not exist on {redact(origin)}, so v{version} cannot "
+                f"follow v{version - 1}: the playbook's writer and origin disagree"
+            )
+        found = self.trailers(workdir, head).get(VERSION_TRAILER, "")
+        if found != str(version - 1):
+            at = f"v{found}" if found else "a commit without a version"
+            raise PlaybookVersionError(
+                f"{PLAYBOOK_BRANCH} on {redact(origin)} is at {at} ({head}), so v{version} "
+                f"cannot follow v{version - 1}: the playbook's writer and origin disagree"
+            )
+
+    def _tree(self, workdir: Path, jsonl: str) -> str:
+        """A tree holding only PLAYBOOK_PATH with `jsonl`, built in the clone's index."""
+        scratch = workdir / PLAYBOOK_PATH
+        scratch.parent.mkdir(parents=True, exist_ok=True)
+        scratch.write_text(jsonl, encoding="utf-8")
+        blob = self._git(
+            ["hash-object", "-w", "--no-filters", "--", PLAYBOOK_PATH], cwd=workdir
+        ).stdout.strip()
+        self._git(["read-tree", "--empty"], cwd=workdir)
+        self._git(
+            ["update-index", "--add", "--cacheinfo", f"100644,{blob},{PLAYBOOK_PATH}"],
+            cwd=workdir,
+        )
+        return self._git(["write-tree"], cwd=workdir).stdout.strip()
+
+
+def _line_delta(numstat: str) -> int:
+    """Lines added minus deleted in the playbook file, from `git log --numstat` output."""
+    delta = 0
+    for line in numstat.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2] == PLAYBOOK_PATH and parts[0].isdigit():
+            delta += int(parts[0]) - int(parts[1])
+    return delta
