@@ -13,7 +13,7 @@ from temporalio.client import Client
 from loopworks.api import errors
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
-from loopworks.api.routes import graphs, health, runs, workspaces
+from loopworks.api.routes import graphs, health, playbooks, runs, workspaces
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
@@ -58,4 +58,5 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(workspaces.router)
     app.include_router(graphs.router)
+    app.include_router(playbooks.router)
     return app

@@ -1,0 +1,148 @@
+"""`/playbooks` over HTTP against a real dev server and worker: hand-curated deltas go
+through `PlaybookWorkflow`, which commits each version on the origin's playbook branch,
+and every read comes back from git.
+
+One worker and one API process serve the whole module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loopworks.schemas.playbook import PLAYBOOK_BRANCH, PLAYBOOK_PATH, playbook_name
+from tests.integration.stack import DevServer, Stack, git
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def http(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    root = tmp_path_factory.mktemp("playbook-stack")
+    stack = Stack(server=dev_server, data_dir=root / "data", logs=root / "logs")
+    try:
+        stack.start_worker()
+        _, base_url = stack.start_api()
+        with httpx.Client(base_url=base_url, timeout=60) as client:
+            yield client
+    finally:
+        stack.stop_all()
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    """A bare origin with one commit on `main` (a fresh one per test: a fresh playbook)."""
+    bare, scratch = tmp_path / "remote.git", tmp_path / "scratch"
+    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    git("clone", "--quiet", str(bare), str(scratch))
+    (scratch / "README.md").write_text("# demo project\n")
+    git("add", "README.md", cwd=scratch)
+    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
+    return bare
+
+
+def _add(batch_id: str, *contents: str) -> dict[str, Any]:
+    deltas = [
+        {"op": "ADD", "kind": "constraint", "section": "testing", "content": c} for c in contents
+    ]
+    return {"batch_id": batch_id, "source": "curator", "deltas": deltas}
+
+
+def _ok(response: httpx.Response) -> Any:
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_curate_read_and_roll_back(http: httpx.Client, remote: Path) -> None:
+    name = playbook_name(str(remote))
+    first = _ok(
+        http.post(
+            f"/playbooks/{name}/deltas",
+            params={"repo": str(remote)},
+            json=_add("b-1", "run the tests with -x"),
+        )
+    )
+    assert first["version"] == 1 and first["changed"] and first["commit"]
+    # Once started, the playbook's origin is its workflow's: no repo needed.
+    second = _ok(
+        http.post(f"/playbooks/{name}/deltas", json=_add("b-2", "never edit the generated client"))
+    )
+    assert second["version"] == 2
+    # The same batch again is applied once.
+    assert (
+        _ok(
+            http.post(
+                f"/playbooks/{name}/deltas", json=_add("b-2", "never edit the generated client")
+            )
+        )
+        == second
+    )
+
+    current = _ok(http.get(f"/playbooks/{name}"))
+    assert current["version"] == 2
+    assert [i["content"] for i in current["items"]] == [
+        "run the tests with -x",
+        "never edit the generated client",
+    ]
+    branch = f"refs/heads/{PLAYBOOK_BRANCH}"
+    assert git("--git-dir", str(remote), "rev-parse", branch) == second["commit"]
+    assert git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", branch) == PLAYBOOK_PATH
+
+    versions = _ok(http.get(f"/playbooks/{name}/versions"))
+    assert [(v["version"], v["batch_id"], v["items"]) for v in versions] == [
+        (2, "b-2", 2),
+        (1, "b-1", 1),
+    ]
+    one = _ok(http.get(f"/playbooks/{name}/versions/1"))
+    assert [i["content"] for i in one["items"]] == ["run the tests with -x"]
+
+    listed = _ok(http.get("/playbooks"))
+    mine = [s for s in listed if s["name"] == name]
+    assert mine == [
+        {"name": name, "origin": str(remote), "version": 2, "items": 2, "batches_applied": 2}
+    ]
+
+    rolled = _ok(http.post(f"/playbooks/{name}/rollback", json={"version": 1}))
+    assert rolled["version"] == 3 and rolled["changed"]
+    three = _ok(http.get(f"/playbooks/{name}"))
+    assert three["version"] == 3
+    assert [i["content"] for i in three["items"]] == [i["content"] for i in one["items"]]
+    assert _ok(http.get(f"/playbooks/{name}/versions"))[0]["version"] == 3
+
+    # Versions that do not exist.
+    missing = http.get(f"/playbooks/{name}/versions/9")
+    assert missing.status_code == 404 and "no version 9" in missing.json()["detail"]
+    too_far = http.post(f"/playbooks/{name}/rollback", json={"version": 9})
+    assert too_far.status_code == 422 and "versions 1 to 3" in too_far.json()["message"]
+    assert http.post(f"/playbooks/{name}/rollback", json={"version": 0}).status_code == 422
+    bad = http.post(
+        f"/playbooks/{name}/deltas",
+        json={"batch_id": "b-3", "source": "x", "deltas": [{"op": "NOPE"}]},
+    )
+    assert bad.status_code == 422
+
+
+def test_unknown_playbooks_are_404(http: httpx.Client, remote: Path) -> None:
+    for path in [
+        "/playbooks/nobody-00000000",
+        "/playbooks/nobody-00000000/versions",
+        "/playbooks/nobody-00000000/versions/1",
+        "/playbooks/Not%20A%20Name",
+    ]:
+        response = http.get(path)
+        assert response.status_code == 404, (path, response.text)
+        assert "not found" in response.json()["detail"]
+    rollback = http.post("/playbooks/nobody-00000000/rollback", json={"version": 1})
+    assert rollback.status_code == 404
+    # Deltas for a playbook never started need its origin, and one whose name it is.
+    unstarted = http.post("/playbooks/nobody-00000000/deltas", json=_add("b-1", "x"))
+    assert unstarted.status_code == 404 and "?repo=" in unstarted.json()["detail"]
+    wrong = http.post(
+        "/playbooks/nobody-00000000/deltas", params={"repo": str(remote)}, json=_add("b-1", "x")
+    )
+    assert wrong.status_code == 422 and playbook_name(str(remote)) in wrong.json()["message"]
