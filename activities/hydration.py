@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.playbook.selection import select_items
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.contexts import CriticContext, HydratorContext
+from loopworks.schemas.playbook import Playbook, PlaybookItem, PlaybookUse
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
 from loopworks.worker.deps import StepDeps
+from loopworks.workspace.playbook import PlaybookStore
 
 
 class HydrationActivities:
@@ -25,6 +30,7 @@ class HydrationActivities:
                 f"unknown workflow template {step.template!r}", non_retryable=True
             )
         suggested = step.template or choose_template(step.task, templates)
+        use, items = await self._playbook_items(step)
         context = HydratorContext(
             task=step.task,
             template=step.template,
@@ -34,6 +40,7 @@ class HydrationActivities:
             user_rules=step.user_rules,
             user_criteria=step.user_criteria,
             feedback=step.feedback,
+            playbook_items=items,
         )
 
         def check(hydration: Hydration) -> None:
@@ -61,7 +68,41 @@ class HydrationActivities:
             *given,
             *(c for c in hydration.acceptance_criteria if c not in given),
         ]
-        return HydrateOutput(hydration=hydration, usage=answered.usage, repairs=answered.repairs)
+        return HydrateOutput(
+            hydration=hydration,
+            usage=answered.usage,
+            repairs=answered.repairs,
+            playbook=use,
+            playbook_items=items,
+        )
+
+    async def _playbook_items(
+        self, step: HydrateInput
+    ) -> tuple[PlaybookUse | None, list[PlaybookItem]]:
+        """The playbook version to draw on (the current one, or the pinned one) and its
+        items most relevant to the task, within the settings' token budget."""
+        read = step.playbook
+        if read is None:
+            return None, []
+        store = PlaybookStore.of(self.deps.workspaces)
+        if read.version is None:
+            found = await asyncio.to_thread(store.current, read.origin, read.name)
+        else:
+            found = await asyncio.to_thread(store.at_version, read.origin, read.name, read.version)
+            if found is None:
+                raise ApplicationError(
+                    f"playbook {read.name} has no version {read.version}", non_retryable=True
+                )
+        playbook = found or Playbook(name=read.name)
+        budget = self.deps.settings.playbook_context_tokens
+        items = select_items(playbook.items, step.task, budget)
+        use = PlaybookUse(
+            name=read.name,
+            version=playbook.version,
+            item_ids=[item.id for item in items],
+            pinned=read.version is not None,
+        )
+        return use, items
 
     @activity.defn(name="review_plan")
     async def review_plan(self, step: ReviewInput) -> ReviewOutput:

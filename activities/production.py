@@ -15,14 +15,13 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent, to_jsonl
+from loopworks.agent.loop import AgentStep, to_jsonl
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     TRAJECTORY_DIR,
     ArtifactOutput,
-    ModelStep,
     PlanInput,
     PlanOutput,
     ProduceInput,
@@ -30,7 +29,7 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
-from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, heartbeating, now
+from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, now
 from loopworks.workspace.run_log import write_run_log
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
@@ -87,7 +86,7 @@ class ProductionActivities:
         context = context.model_copy(
             update={"current_artifact": current.read_text() if current.exists() else None}
         )
-        outcome = await self._run_agent(role, step, context, workdir, verb)
+        outcome = await self.deps.run_agent(role, step, context, workdir, verb)
         if not current.is_file():
             raise ApplicationError(
                 f"{role.value} answered with invalid output: it ended without writing "
@@ -126,38 +125,6 @@ class ProductionActivities:
             trajectory_path=trajectory,
             repairs=outcome.repairs,
         )
-
-    async def _run_agent(
-        self,
-        role: Role,
-        step: ModelStep,
-        context: ProducerContext | RefinerContext,
-        workdir: Path,
-        verb: AgentStep,
-    ) -> AgentOutcome:
-        """The role's agent over the workspace: its prompt as the system, the step's inputs
-        as the first message, the workspace tools; usage priced as `consult` prices it."""
-        deps = self.deps
-        agent, call = deps.for_role(role, step, context)
-        with deps.model_span("agent", role, step, call.model) as span:
-            # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
-            async with heartbeating():
-                outcome = await run_agent(
-                    deps.models, call, agent.prompt, workdir, deps.settings.agent_max_turns, verb
-                )
-            deps.price(call.model, outcome.usage, span)
-            if outcome.limit_reached:
-                activity.logger.warning(
-                    "%s stopped at the turn limit (%d turns)", role.value, outcome.turns
-                )
-            if span.is_recording():
-                span.set_attributes(
-                    {
-                        "loops.agent.turns": outcome.turns,
-                        "loops.agent.turn_limit_reached": outcome.limit_reached,
-                    }
-                )
-        return outcome
 
 
 def _first_line(text: str) -> str:

@@ -37,6 +37,7 @@ class ReflectionActivities:
             last_score=state.last_score,
             guidance=step.guidance,
             acceptance_criteria=state.acceptance_criteria,
+            playbook_items=step.playbook_items,
         )
         answered = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
         answer, usage = answered.answer, answered.usage
@@ -77,6 +78,7 @@ class ReflectionActivities:
             saved_seq=saved_seq,
             usage=usage,
             repairs=answered.repairs,
+            playbook_tags=answer.playbook_tags,
         )
 
     def _record(

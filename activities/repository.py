@@ -7,6 +7,7 @@ import asyncio
 from temporalio import activity
 
 from loopworks.checks.runner import sandboxed
+from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
 from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.run_log import write_run_log
@@ -40,6 +41,7 @@ class RepositoryActivities:
             base_commit=commit,
             branch=run_branch(request.run_id),
             sandboxed=sandboxed(),
+            playbook=playbook_name(request.repo),
         )
 
     @activity.defn(name="close_run")

@@ -38,7 +38,9 @@ from loopworks.llm.errors import model_errors
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
 
-AgentStep = Literal["produce", "refine"]
+# `skill`: the skill sub-loop's generator (seed 003), whose records are `loop_type: skill`.
+AgentStep = Literal["produce", "refine", "skill"]
+LoopType = Literal["task", "skill"]
 RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]
 
 # Texts in the trajectory are cut here: it records what happened, not every byte written.
@@ -64,6 +66,10 @@ class TrajectoryRecord(BaseModel):
 
     run_id: str
     step: AgentStep
+    # Seed 003's one trajectory: the task loop's and the skill sub-loop's lines, told
+    # apart by `loop_type`, linked to the run by `trajectory_id` (the run id).
+    loop_type: LoopType = "task"
+    trajectory_id: str | None = None
     iteration: int
     turn: int
     kind: RecordKind
@@ -111,11 +117,13 @@ async def run_agent(
     workspace: Path,
     max_turns: int,
     step_label: AgentStep,
+    deliverable: str | None = ARTIFACT_PATH,
 ) -> AgentOutcome:
     """Run the role's agent over `workspace` until it answers, or for `max_turns` turns.
 
     Model errors (a provider's ApplicationError, InvalidOutput) propagate: the activity's
-    retry starts the whole loop again from the same commit.
+    retry starts the whole loop again from the same commit. Without a `deliverable` (the
+    skill generator: its files are judged by the skill reflector) there is no nudge.
     """
     log = _ToolLog()
     agent: Agent[None, str] = Agent(
@@ -129,7 +137,7 @@ async def run_agent(
 
     @agent.output_validator
     def _deliverable_written(text: str) -> str:
-        if not (workspace / ARTIFACT_PATH).is_file():
+        if deliverable is not None and not (workspace / deliverable).is_file():
             raise ModelRetry(NUDGE)
         return text
 
@@ -271,7 +279,14 @@ def _record(
     call: ModelCall, step: AgentStep, turn: int, kind: RecordKind, **fields: Any
 ) -> TrajectoryRecord:
     return TrajectoryRecord(
-        run_id=call.run_id, step=step, iteration=call.iteration, turn=turn, kind=kind, **fields
+        run_id=call.run_id,
+        step=step,
+        loop_type="skill" if step == "skill" else "task",
+        trajectory_id=call.run_id,
+        iteration=call.iteration,
+        turn=turn,
+        kind=kind,
+        **fields,
     )
 
 

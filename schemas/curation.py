@@ -206,3 +206,13 @@ class SkillCuration(BaseModel):
         "kind `reference` per accepted reference note. Do not add what an existing item "
         "already says: `UPDATE` it.",
     )
+
+
+def reference_paths(requests: list[str]) -> list[str]:
+    """Where each reference note goes: a slug of the request, numbered so two requests
+    with the same words still get a file each."""
+    paths = []
+    for number, request in enumerate(requests, start=1):
+        slug = re.sub(r"[^a-z0-9]+", "-", request.lower()).strip("-")[:48] or "note"
+        paths.append(f"{REFERENCES_DIR}/{number:02d}-{slug}.md")
+    return paths

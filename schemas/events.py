@@ -9,12 +9,40 @@ these models, git keeps them, the API serves them and the CLI parses them with t
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
-from loopworks.schemas.evaluation import DistanceToSuccess
-from loopworks.schemas.roles import Issue
+from loopworks.schemas.payloads import (
+    ApprovedPayload,
+    ArtifactPayload,
+    AuditPayload,
+    ChecksPreparedPayload,
+    ContinuedPayload,
+    CriticVerdictPayload,
+    CritiquePayload,
+    CuratedPayload,
+    Empty,
+    EvaluationPayload,
+    FailedPayload,
+    HydrationPayload,
+    IterationPayload,
+    NotePayload,
+    Payload,
+    PhaseErrorPayload,
+    PhaseSwitchedPayload,
+    PlanPayload,
+    PlaybookLoadedPayload,
+    PlaybookUpdatedPayload,
+    PushedPayload,
+    QAPayload,
+    RefinementPayload,
+    ReflectionPayload,
+    RepairedPayload,
+    RunStartedPayload,
+    SkillLoopPayload,
+    StoppedPayload,
+)
 from loopworks.schemas.rules import Phase
 
 
@@ -51,153 +79,12 @@ class EventName(StrEnum):
     OUTPUT_REPAIRED = "output_repaired"
     # The worker that prepared the run runs commands outside the sandbox (LOOPS_SANDBOX=off).
     COMMANDS_UNSANDBOXED = "commands_unsandboxed"
-
-
-# --- payloads ----------------------------------------------------------------------------
-
-
-class Payload(BaseModel):
-    # Lines written by an older loopworks may carry fields this one no longer knows.
-    model_config = ConfigDict(extra="ignore", validate_by_name=True, serialize_by_alias=True)
-
-
-class Timed(Payload):
-    """Wall-clock bounds of the step's activity, in seconds since the epoch."""
-
-    started_at: float = 0.0
-    finished_at: float = 0.0
-
-
-class RunStartedPayload(Payload):
-    task: str
-
-
-class HydrationPayload(Payload):
-    template: str
-    plan: list[str] = Field(default_factory=list)
-    acceptance_criteria: list[str] = Field(default_factory=list)
-    rules: list[str] = Field(default_factory=list, description="rule ids")
-    round: int = Field(default=1, ge=1, description="1, then one more per critic REVISE")
-
-
-class CriticVerdictPayload(Payload):
-    verdict: str
-    issues: list[str] = Field(default_factory=list)
-    round: int = 1
-
-
-class PlanPayload(Payload):
-    focus: str
-    steps: list[str] = Field(default_factory=list)
-
-
-class ArtifactPayload(Timed):
-    commit: str
-    hash: str
-    changed: list[str] = Field(default_factory=list)
-
-
-class RefinementPayload(ArtifactPayload):
-    previous_artifact_hash: str | None = None
-
-
-class ChecksPreparedPayload(Timed):
-    checks: int
-    rules: list[str] = Field(default_factory=list)
-
-
-class GroupTiming(Timed):
-    checks: int
-
-
-class EvaluationPayload(Payload):
-    score: float
-    passed: bool
-    threshold: float
-    failed: list[str] = Field(default_factory=list, description="failed blocker rule ids")
-    warnings: list[str] = Field(default_factory=list, description="failed warning rule ids")
-    groups: dict[str, GroupTiming] = Field(default_factory=dict)
-
-
-class AuditPayload(Payload):
-    verdict: str
-    reason: str = ""
-    violations: list[str] = Field(default_factory=list)
-
-
-class NotePayload(Payload):
-    note: str = ""
-
-
-class PhaseSwitchedPayload(Payload):
-    from_phase: str = Field(alias="from")
-    to_phase: str = Field(alias="to")
-
-
-class QAPayload(Payload):
-    verdict: str
-    issues: list[Issue] = Field(default_factory=list)
-    summary: str = ""
-
-
-class CritiquePayload(Payload):
-    issues: list[Issue] = Field(default_factory=list)
-
-
-class IterationPayload(Payload):
-    iteration: int
-
-
-class ReflectionPayload(Payload):
-    reflection: dict[str, Any] = Field(description="the Framework Reflection, as written")
-    outcome: str
-    commit: str
-
-
-class PushedPayload(Payload):
-    branch: str
-    commit: str
-    remote_commit: str
-    verified: bool
-
-
-class PhaseErrorPayload(Payload):
-    step: str
-    error: str
-
-
-class StoppedPayload(Payload):
-    reason: str
-    message: str = ""
-    distance_to_success: DistanceToSuccess | None = None
-
-
-class FailedPayload(Payload):
-    """A phase error's stop (`reason`, `message`), a failure outside the loop's stop
-    conditions (`error`), or a failed reflection (`step`, `error`)."""
-
-    reason: str | None = None
-    message: str = ""
-    error: str = ""
-    step: str | None = None
-    distance_to_success: DistanceToSuccess | None = None
-
-
-class ApprovedPayload(Payload):
-    edits: dict[str, Any] = Field(default_factory=dict)
-    note: str | None = None
-
-
-class Empty(Payload):
-    pass
-
-
-class ContinuedPayload(Payload):
-    generation: int
-
-
-class RepairedPayload(Payload):
-    repairs: list[str]
+    # The delta playbook (seed 003, issue 13): what hydration was given, what the task
+    # curator decided, what the skill sub-loop kept, and what the playbook applied.
+    PLAYBOOK_LOADED = "playbook_loaded"
+    CURATED = "curated"
+    SKILL_LOOP_DONE = "skill_loop_done"
+    PLAYBOOK_UPDATED = "playbook_updated"
 
 
 # --- events ------------------------------------------------------------------------------
@@ -338,6 +225,26 @@ class OutputRepaired(EventBase):
     payload: RepairedPayload
 
 
+class PlaybookLoaded(EventBase):
+    event: Literal[EventName.PLAYBOOK_LOADED] = EventName.PLAYBOOK_LOADED
+    payload: PlaybookLoadedPayload
+
+
+class Curated(EventBase):
+    event: Literal[EventName.CURATED] = EventName.CURATED
+    payload: CuratedPayload
+
+
+class SkillLoopDone(EventBase):
+    event: Literal[EventName.SKILL_LOOP_DONE] = EventName.SKILL_LOOP_DONE
+    payload: SkillLoopPayload
+
+
+class PlaybookUpdated(EventBase):
+    event: Literal[EventName.PLAYBOOK_UPDATED] = EventName.PLAYBOOK_UPDATED
+    payload: PlaybookUpdatedPayload
+
+
 Event = Annotated[
     RunStarted
     | HydrationDone
@@ -363,7 +270,11 @@ Event = Annotated[
     | Resumed
     | ContinuedAsNew
     | OutputRepaired
-    | CommandsUnsandboxed,
+    | CommandsUnsandboxed
+    | PlaybookLoaded
+    | Curated
+    | SkillLoopDone
+    | PlaybookUpdated,
     Field(discriminator="event"),
 ]
 

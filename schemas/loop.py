@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import Event
+from loopworks.schemas.playbook import PlaybookItem
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import ArtifactOutput
@@ -45,6 +46,10 @@ class RunMemory(BaseModel):
     paused: bool = False
     operator_note: str | None = None
     generation: int = Field(default=1, ge=1, description="executions so far, continue-as-new")
+    playbook: str = Field(default="", description="the origin's playbook name")
+    playbook_items: list[PlaybookItem] = Field(
+        default_factory=list, description="the playbook items hydration was given"
+    )
 
     def unsaved(self) -> list[Event]:
         return [event for event in self.tail if event.seq > self.saved_seq]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -236,3 +237,30 @@ class PlaybookState(BaseModel):
     version: int
     items: int
     batches_applied: int
+
+
+# -- activity inputs --------------------------------------------------------------------
+
+
+class PlaybookRead(BaseModel):
+    """Which playbook to read, and which version (None: the current one)."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    origin: str
+    version: int | None = Field(default=None, ge=1)
+
+
+class PlaybookWrite(BaseModel):
+    origin: str
+    playbook: Playbook
+    batch_id: str
+    source: str
+    committed_at: datetime
+
+
+class PlaybookDelivery(BaseModel):
+    """A batch for the playbook `name` of `origin`, sent through its workflow."""
+
+    name: str = Field(pattern=NAME_PATTERN)
+    origin: str
+    batch: DeltaBatch

@@ -7,6 +7,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loopworks.schemas.evaluation import DistanceToSuccess
+from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
 
 
@@ -74,6 +75,7 @@ class Step(StrEnum):
     REFINE = "REFINE"
     QA = "QA"
     REFLECT = "REFLECT"
+    CURATE = "CURATE"  # the task curator, the skill sub-loop, the playbook's deltas
     CLOSE = "CLOSE"
     DONE = "DONE"
 
@@ -117,6 +119,14 @@ class RunRequest(BaseModel):
     mode: Mode = Mode.AUTO
     audit_probability: float = Field(default=0.2, ge=0, le=1)
     budget: Budget | None = None
+    playbook: bool = Field(
+        default=True,
+        description="give hydration the repository's playbook and send it what the run "
+        "learnt; false opts out of both",
+    )
+    playbook_version: int | None = Field(
+        default=None, ge=1, description="hydrate from this version of the playbook"
+    )
 
     @field_validator("task")
     @classmethod
@@ -206,6 +216,9 @@ class RunState(BaseModel):
     branch: str
     origin: str
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    playbook: PlaybookUse | None = Field(
+        default=None, description="the playbook version and items hydration was given"
+    )
     created_at: str = ""
     updated_at: str = ""
 

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loopworks.schemas.playbook import PlaybookLimits
 from loopworks.schemas.run import TokenUsage
 
 
@@ -90,6 +91,13 @@ class Settings(BaseSettings):
     git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
     # otlp, console or off; unset means OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else off.
     tracing: str | None = Field(default=None, alias="LOOPS_TRACING")
+    # The delta playbook (issue 13): the whole playbook's token budget, the versions after
+    # which an item nobody used is pruned, how similar an ADD must be to merge into an
+    # item, and how much of it hydration is given.
+    playbook_max_tokens: int = Field(default=4000, ge=100, alias="LOOPS_PLAYBOOK_MAX_TOKENS")
+    playbook_unused_after: int = Field(default=50, ge=1, alias="LOOPS_PLAYBOOK_UNUSED_AFTER")
+    playbook_similarity: float = Field(default=0.85, gt=0, le=1, alias="LOOPS_PLAYBOOK_SIMILARITY")
+    playbook_context_tokens: int = Field(default=1200, ge=0, alias="LOOPS_PLAYBOOK_CONTEXT_TOKENS")
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:
@@ -128,6 +136,13 @@ class Settings(BaseSettings):
     @property
     def default_origin(self) -> Path:
         return self.data_dir / "origin.git"
+
+    def playbook_limits(self) -> PlaybookLimits:
+        return PlaybookLimits(
+            max_tokens=self.playbook_max_tokens,
+            unused_after=self.playbook_unused_after,
+            similarity=self.playbook_similarity,
+        )
 
     @property
     def insights_dir(self) -> Path:

@@ -7,9 +7,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from loopworks.schemas.curation import ItemTag
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
+from loopworks.schemas.playbook import PlaybookItem, PlaybookRead, PlaybookUse
 from loopworks.schemas.roles import (
     Audit,
     CriticReview,
@@ -104,6 +106,7 @@ class WorkspaceInfo(BaseModel):
     sandboxed: bool = Field(
         default=True, description="whether the worker runs commands in the sandbox"
     )
+    playbook: str = Field(default="", description="the name of the origin's playbook")
 
 
 class CloseInput(BaseModel):
@@ -132,10 +135,17 @@ class HydrateInput(ModelStep):
     user_rules: list[Rule] = Field(default_factory=list)
     user_criteria: list[str] = Field(default_factory=list)
     feedback: list[str] = Field(default_factory=list)
+    playbook: PlaybookRead | None = Field(
+        default=None, description="the playbook to draw on; None: the run opted out"
+    )
 
 
 class HydrateOutput(ModelOutput):
     hydration: Hydration
+    playbook: PlaybookUse | None = None
+    playbook_items: list[PlaybookItem] = Field(
+        default_factory=list, description="the items the hydrator was given"
+    )
 
 
 class ReviewInput(ModelStep):
@@ -259,6 +269,7 @@ class ReflectInput(ModelStep):
     critic_verdict: str | None = None
     subagents_invoked: list[str] = Field(default_factory=list)
     guidance: list[str] = Field(default_factory=list)
+    playbook_items: list[PlaybookItem] = Field(default_factory=list)
     workspace: GitLocation
     committed_at: datetime
     log: RunLog | None = None
@@ -269,6 +280,7 @@ class ReflectOutput(ModelOutput):
     insights: SessionInsights
     commit: str
     saved_seq: int = 0
+    playbook_tags: list[ItemTag] = Field(default_factory=list)
 
 
 # --- task graphs -----------------------------------------------------------------------

@@ -12,15 +12,18 @@ from temporalio.worker import Worker
 
 from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
+from loopworks.activities.curation import CurationActivities
 from loopworks.activities.evaluation import EvaluationActivities
 from loopworks.activities.hydration import HydrationActivities
 from loopworks.activities.integration import IntegrationActivities
 from loopworks.activities.planning import PlanningActivities
+from loopworks.activities.playbook import PlaybookActivities
 from loopworks.activities.preparation import PreparationActivities
 from loopworks.activities.production import ProductionActivities
 from loopworks.activities.qa import QAActivities
 from loopworks.activities.reflection import ReflectionActivities
 from loopworks.activities.repository import RepositoryActivities
+from loopworks.activities.skills import SkillActivities
 from loopworks.llm.anthropic import AnthropicModels
 from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -30,6 +33,8 @@ from loopworks.worker.deps import StepDeps
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.playbook import PlaybookWorkflow
+from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 
 
@@ -60,7 +65,7 @@ def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDep
     return deps
 
 
-def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
+def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable[..., Any]]:
     """Every activity the worker runs, listed by hand as Temporal's samples do.
 
     tests/worker/test_activities.py fails when an `@activity.defn` method is missing here.
@@ -76,6 +81,9 @@ def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
     reflection = ReflectionActivities(deps)
     planning = PlanningActivities(deps)
     integration = IntegrationActivities(deps)
+    playbook = PlaybookActivities(deps, client)
+    curation = CurationActivities(deps)
+    skills = SkillActivities(deps)
     return [
         repository.prepare_workspace,
         hydration.hydrate,
@@ -95,6 +103,15 @@ def activities_of(deps: StepDeps) -> list[Callable[..., Any]]:
         integration.prepare_integration,
         integration.merge_task,
         integration.record_ledger,
+        # The delta playbook: the task curator, the skill sub-loop, the playbook's one
+        # writer's git, and runs handing it their deltas.
+        curation.curate_run,
+        skills.generate_skills,
+        skills.review_skills,
+        skills.curate_skills,
+        playbook.read_playbook,
+        playbook.commit_playbook,
+        playbook.send_playbook_batch,
     ]
 
 
@@ -109,8 +126,8 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[LoopWorkflow, TaskGraphWorkflow],
-        activities=activities_of(deps),
+        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        activities=activities_of(deps, client),
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.

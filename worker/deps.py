@@ -7,6 +7,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from opentelemetry import trace
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent
 from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
@@ -129,6 +131,44 @@ class StepDeps:
                     "loops.cost_usd": usage.cost_usd,
                 }
             )
+
+    async def run_agent(
+        self,
+        role: Role,
+        step: ModelStep,
+        context: RoleContext,
+        workdir: Path,
+        verb: AgentStep,
+        deliverable: str | None = ARTIFACT_PATH,
+    ) -> AgentOutcome:
+        """The role's agent over the workspace: its prompt as the system, the step's inputs
+        as the first message, the workspace tools; usage priced as `consult` prices it."""
+        agent, call = self.for_role(role, step, context)
+        with self.model_span("agent", role, step, call.model) as span:
+            # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
+            async with heartbeating():
+                outcome = await run_agent(
+                    self.models,
+                    call,
+                    agent.prompt,
+                    workdir,
+                    self.settings.agent_max_turns,
+                    verb,
+                    deliverable,
+                )
+            self.price(call.model, outcome.usage, span)
+            if outcome.limit_reached:
+                activity.logger.warning(
+                    "%s stopped at the turn limit (%d turns)", role.value, outcome.turns
+                )
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        "loops.agent.turns": outcome.turns,
+                        "loops.agent.turn_limit_reached": outcome.limit_reached,
+                    }
+                )
+        return outcome
 
     async def read_artifact(self, location: GitLocation) -> str:
         """The artifact at a commit, empty when the commit has none yet."""

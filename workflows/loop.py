@@ -127,7 +127,8 @@ class LoopWorkflow:
         # Every run that got a workspace reflects and pushes what it has, stopped or not.
         self._steering.finalizing = True
         if memory.commit:
-            await self._do.reflect()
+            reflected = await self._do.reflect()
+            await self._do.learning.learn(reflected)
             await self._do.close()
         record.set_status(record.final_status())
         record.set_step(Step.DONE)
@@ -150,6 +151,7 @@ class LoopWorkflow:
         )
         self._state.origin = workspace.origin
         self._memory.commit = workspace.base_commit
+        self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
             self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))

@@ -52,10 +52,12 @@ with workflow.unsafe.imports_passed_through():
         QAInput,
         RefineInput,
         ReflectInput,
+        ReflectOutput,
         ReviewInput,
         RunLog,
     )
     from loopworks.workflows import decisions, step_events
+    from loopworks.workflows.learning import Learning
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steering import Finished, Steering
@@ -70,28 +72,30 @@ class LoopSteps(OnRecord):
         self.steering = steering
         self.runner = runner
         self.request = request
+        self.learning = Learning(record, runner, request)
 
     async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
         """Step 1: the task becomes a plan, rules and acceptance criteria."""
         request = self.request
-        hydration = (
-            await self.runner.model_step(
-                Step.HYDRATE,
-                R.HYDRATOR,
-                HydrationActivities.hydrate,
-                lambda f: HydrateInput(
-                    **f,
-                    task=request.task,
-                    template=request.template,
-                    user_rules=request.rules,
-                    user_criteria=request.acceptance_criteria,
-                    feedback=feedback,
-                ),
-                MODEL_CALL,
-                "hydrate the task",
-                step_events.hydrated(round_),
-            )
-        ).hydration
+        hydrated = await self.runner.model_step(
+            Step.HYDRATE,
+            R.HYDRATOR,
+            HydrationActivities.hydrate,
+            lambda f: HydrateInput(
+                **f,
+                task=request.task,
+                template=request.template,
+                user_rules=request.rules,
+                user_criteria=request.acceptance_criteria,
+                feedback=feedback,
+                playbook=self.learning.playbook_to_read(),
+            ),
+            MODEL_CALL,
+            "hydrate the task",
+            step_events.hydrated(round_),
+        )
+        self.learning.hydrated(hydrated)
+        hydration = hydrated.hydration
         self.state.template = hydration.template
         self.state.rules = hydration.rules
         self.state.acceptance_criteria = hydration.acceptance_criteria
@@ -312,7 +316,7 @@ class LoopSteps(OnRecord):
         )
         self.accept_artifact(refined, EventName.REFINEMENT_DONE)
 
-    async def reflect(self) -> None:
+    async def reflect(self) -> ReflectOutput | None:
         """Step 10 runs for every run that got a workspace, stopped ones included."""
         memory = self.memory
         try:
@@ -326,6 +330,7 @@ class LoopSteps(OnRecord):
                     critic_verdict=memory.critic_verdict,
                     subagents_invoked=[role.value for role in memory.calls],
                     guidance=memory.guidance,
+                    playbook_items=memory.playbook_items,
                     workspace=self.workspace(),
                     committed_at=workflow.now(),
                     log=self.log(),
@@ -339,9 +344,10 @@ class LoopSteps(OnRecord):
             # A failed reflection must not cost the run its push.
             payload = ev.FailedPayload(step=Step.REFLECT.value, error=str(err))
             self.record.emit(EventName.FAILED, payload, status="error")
-            return
+            return None
         memory.commit = reflected.commit
         self.record.saved(reflected.saved_seq)
+        return reflected
 
     async def close(self) -> None:
         """Step 11: commit the run's record, push the run branch, verify the remote has it."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from loopworks.schemas import events as ev
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import EventName, Payload
+from loopworks.schemas.payloads import GroupTiming
 from loopworks.schemas.rules import Rule
 from loopworks.schemas.steps import (
     AuditOutput,
@@ -75,7 +76,7 @@ def evaluated(evaluation: Evaluation, outputs: Sequence[EvaluateGroupOutput]) ->
         failed=evaluation.failed_blockers,
         warnings=evaluation.failed_warnings,
         groups={
-            output.group.value: ev.GroupTiming(
+            output.group.value: GroupTiming(
                 checks=len(output.results),
                 started_at=output.timing.started_at,
                 finished_at=output.timing.finished_at,

@@ -10,7 +10,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 
-from loopworks.schemas.events import ArtifactCreated, ChecksPrepared, EvaluationDone, Timed
+from loopworks.schemas.events import ArtifactCreated, ChecksPrepared, EvaluationDone
+from loopworks.schemas.payloads import Timed
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names

@@ -1,0 +1,45 @@
+"""After reflection: the task curator (seed 003) decides what the run teaches the
+repository's playbook, and whether to start the skill sub-loop."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+
+from loopworks.schemas.contexts import TaskCuratorContext
+from loopworks.schemas.curation import CuratorPayload
+from loopworks.schemas.learning import CurateInput, CurateOutput
+from loopworks.schemas.playbook import PlaybookItem
+from loopworks.schemas.roles import Role
+from loopworks.worker.deps import StepDeps
+from loopworks.workspace.playbook import PlaybookStore
+
+
+class CurationActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="curate_run")
+    async def curate_run(self, step: CurateInput) -> CurateOutput:
+        items = await current_items(self.deps, step.playbook.origin, step.playbook.name)
+        context = TaskCuratorContext(
+            task=step.task,
+            outcome=step.outcome,
+            summary=step.summary,
+            friction_points=step.friction_points,
+            proposed_changes=step.proposed_changes,
+            acceptance_criteria=step.acceptance_criteria,
+            playbook_items=items,
+        )
+        answered = await self.deps.consult(Role.TASK_CURATOR, step, context, CuratorPayload)
+        return CurateOutput(
+            payload=answered.answer, usage=answered.usage, repairs=answered.repairs
+        )
+
+
+async def current_items(deps: StepDeps, origin: str, name: str) -> list[PlaybookItem]:
+    """The playbook's items now: a curator updates and removes them by id."""
+    store = PlaybookStore.of(deps.workspaces)
+    playbook = await asyncio.to_thread(store.current, origin, name)
+    return playbook.items if playbook else []

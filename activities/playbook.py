@@ -1,0 +1,61 @@
+"""The delta playbook's git and Temporal edges: read a version from origin, commit a new
+one, and hand a run's batch to the playbook's one writer, `PlaybookWorkflow`."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.client import Client
+
+from loopworks.playbook import writer
+from loopworks.schemas.playbook import (
+    AppliedBatch,
+    Playbook,
+    PlaybookDelivery,
+    PlaybookRead,
+    PlaybookWrite,
+)
+from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.workspace.playbook import PlaybookStore
+
+
+class PlaybookActivities:
+    def __init__(self, deps: StepDeps, client: Client | None = None) -> None:
+        self.deps = deps
+        self.client = client
+        self.store = PlaybookStore.of(deps.workspaces)
+
+    @activity.defn(name="read_playbook")
+    async def read_playbook(self, read: PlaybookRead) -> Playbook | None:
+        """The playbook's current version (or `read.version`) on origin; None without one."""
+        async with heartbeating():
+            if read.version is None:
+                return await asyncio.to_thread(self.store.current, read.origin, read.name)
+            return await asyncio.to_thread(
+                self.store.at_version, read.origin, read.name, read.version
+            )
+
+    @activity.defn(name="commit_playbook")
+    async def commit_playbook(self, write: PlaybookWrite) -> str:
+        """Commit one version on origin's playbook branch; a retry finds it there."""
+        async with heartbeating():
+            return await asyncio.to_thread(
+                self.store.write_version,
+                write.origin,
+                write.playbook,
+                write.batch_id,
+                write.source,
+                write.committed_at,
+            )
+
+    @activity.defn(name="send_playbook_batch")
+    async def send_playbook_batch(self, delivery: PlaybookDelivery) -> AppliedBatch:
+        """Hand a run's batch to the playbook's workflow, starting it if need be. A retry
+        sends the same batch id, which the workflow applies once."""
+        if self.client is None:
+            raise RuntimeError("this worker was built without a Temporal client")
+        async with heartbeating():
+            return await writer.send_batch(
+                self.client, self.deps.settings, delivery.name, delivery.origin, delivery.batch
+            )

@@ -1,0 +1,179 @@
+"""The skill sub-loop's three steps (seed 003): the generator writes helpers and reference
+notes into the run's workspace, the reflector reviews them and code runs each helper's
+check, the curator proposes the playbook deltas for what was kept.
+
+The generator's commit is published to the run's work ref (the reflector may run on
+another worker) but becomes the run's only when the workflow adopts the reflector's
+commit, which drops every rejected file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio import activity
+
+from loopworks.activities.curation import current_items
+from loopworks.agent.loop import to_jsonl
+from loopworks.checks.runner import run_command_check
+from loopworks.schemas.contexts import (
+    AcceptedFile,
+    SkillCuratorContext,
+    SkillGeneratorContext,
+    SkillReflectorContext,
+)
+from loopworks.schemas.curation import HelperReview, HelperVerdict, SkillCuration, SkillReview
+from loopworks.schemas.learning import (
+    CurateSkillsInput,
+    CurateSkillsOutput,
+    GenerateSkillsInput,
+    GenerateSkillsOutput,
+    ReviewSkillsInput,
+    ReviewSkillsOutput,
+)
+from loopworks.schemas.playbook import ItemKind
+from loopworks.schemas.roles import Role
+from loopworks.schemas.rules import CommandCheck
+from loopworks.schemas.steps import trajectory_path
+from loopworks.worker.deps import StepDeps, heartbeating
+
+# A helper's check gets this long; a helper is a small script, not a test suite.
+CHECK_TIMEOUT_SECONDS = 60
+FILE_CHARS = 20_000
+
+
+class SkillActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name="generate_skills")
+    async def generate_skills(self, step: GenerateSkillsInput) -> GenerateSkillsOutput:
+        deps, workspaces = self.deps, self.deps.workspaces
+        existing = []
+        if step.playbook is not None:
+            items = await current_items(deps, step.playbook.origin, step.playbook.name)
+            existing = [item for item in items if item.kind == ItemKind.SKILL]
+        context = SkillGeneratorContext(
+            task=step.task,
+            curator_summary=step.curator_summary,
+            helper_paths=step.helper_paths,
+            reference_requests=step.reference_requests,
+            reference_paths=step.reference_paths,
+            existing_skills=existing,
+        )
+        async with heartbeating():
+            workdir = await asyncio.to_thread(
+                workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
+            )
+            outcome = await deps.run_agent(
+                Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
+            )
+            files = _read_files(workdir, [*step.helper_paths, *step.reference_paths])
+            trajectory = workdir / trajectory_path(step.iteration, "skill")
+            trajectory.parent.mkdir(parents=True, exist_ok=True)
+            trajectory.write_text(to_jsonl(outcome.records), encoding="utf-8")
+            message = f"skill sub-loop · generate: {', '.join(files) or 'nothing written'}"
+            commit = await asyncio.to_thread(
+                workspaces.commit, workdir, message, step.committed_at
+            )
+            await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
+        return GenerateSkillsOutput(
+            commit=commit,
+            files=files,
+            summary=outcome.final_text[:2000],
+            usage=outcome.usage,
+            repairs=outcome.repairs,
+        )
+
+    @activity.defn(name="review_skills")
+    async def review_skills(self, step: ReviewSkillsInput) -> ReviewSkillsOutput:
+        """The reflector's verdicts, then each accepted helper's check command; the
+        rejected files leave the commit."""
+        deps, workspaces = self.deps, self.deps.workspaces
+        context = SkillReflectorContext(
+            task=step.task,
+            helper_paths=step.helper_paths,
+            reference_paths=step.reference_paths,
+            files=step.files,
+            generator_summary=step.generator_summary,
+        )
+        answered = await deps.consult(Role.SKILL_REFLECTOR, step, context, SkillReview)
+        reviews = {review.path: review for review in answered.answer.reviews}
+        accepted: list[AcceptedFile] = []
+        rejected: dict[str, str] = {}
+        async with heartbeating():
+            workdir = await asyncio.to_thread(
+                workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
+            )
+            for path in [*step.helper_paths, *step.reference_paths]:
+                if path not in step.files:
+                    rejected[path] = "the generator did not write it"
+                    continue
+                review = reviews.get(path)
+                helper = path in step.helper_paths
+                why, output = await asyncio.to_thread(_judge, review, helper, workdir)
+                if why is None and review is not None:
+                    accepted.append(
+                        AcceptedFile(review=review, content=step.files[path], check_output=output)
+                    )
+                else:
+                    rejected[path] = why or "not reviewed"
+            # Back to the generator's tree: what the checks left behind is not committed.
+            workdir = await asyncio.to_thread(
+                workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
+            )
+            commit = step.workspace.commit
+            if rejected:
+                for path in rejected:
+                    (workdir / path).unlink(missing_ok=True)
+                message = f"skill sub-loop · reject: {', '.join(sorted(rejected))}"
+                commit = await asyncio.to_thread(
+                    workspaces.commit, workdir, message, step.committed_at
+                )
+            await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
+        return ReviewSkillsOutput(
+            commit=commit,
+            accepted=accepted,
+            rejected=rejected,
+            usage=answered.usage,
+            repairs=answered.repairs,
+        )
+
+    @activity.defn(name="curate_skills")
+    async def curate_skills(self, step: CurateSkillsInput) -> CurateSkillsOutput:
+        items = []
+        if step.playbook is not None:
+            items = await current_items(self.deps, step.playbook.origin, step.playbook.name)
+        context = SkillCuratorContext(task=step.task, accepted=step.accepted, playbook_items=items)
+        answered = await self.deps.consult(Role.SKILL_CURATOR, step, context, SkillCuration)
+        return CurateSkillsOutput(
+            curation=answered.answer, usage=answered.usage, repairs=answered.repairs
+        )
+
+
+def _read_files(workdir: Path, paths: list[str]) -> dict[str, str]:
+    """The asked-for files the generator wrote, capped for the reflector's context."""
+    files = {}
+    for path in paths:
+        target = workdir / path
+        if target.is_file() and not target.is_symlink():
+            files[path] = target.read_text(encoding="utf-8", errors="replace")[:FILE_CHARS]
+    return files
+
+
+def _judge(review: HelperReview | None, helper: bool, workdir: Path) -> tuple[str | None, str]:
+    """Why a file is rejected (None: accepted) and its check's output. A helper needs the
+    reflector's ACCEPT and a check command that exits 0; a note needs the ACCEPT."""
+    if review is None:
+        return "the reflector did not review it", ""
+    if review.verdict != HelperVerdict.ACCEPT:
+        return f"rejected by the reflector: {review.feedback or 'no reason given'}", ""
+    command = review.check_command.strip()
+    if not command:
+        return ("a helper needs a check command", "") if helper else (None, "")
+    check = CommandCheck(command=command, timeout_seconds=CHECK_TIMEOUT_SECONDS)
+    outcome = run_command_check(check, workdir)
+    if not outcome.passed:
+        return f"its check failed: {outcome.detail}", outcome.detail
+    return None, outcome.detail

@@ -1,0 +1,74 @@
+"""Talking to a playbook's one writer from outside it: the API, the CLI's routes and the
+activity that sends a run's deltas all go through here.
+
+Every call is an update-with-start: the first batch a repository ever sends starts its
+`PlaybookWorkflow`, later ones reach the running one (`USE_EXISTING`), and no caller has
+to know which.
+"""
+
+from __future__ import annotations
+
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from loopworks.schemas.playbook import (
+    AppliedBatch,
+    DeltaBatch,
+    PlaybookInput,
+    PlaybookState,
+    workflow_id,
+)
+from loopworks.schemas.settings import Settings
+
+# By name, not by the class: the workflow's activities send batches through this module.
+WORKFLOW_TYPE = "PlaybookWorkflow"
+
+
+def _start(settings: Settings, name: str, origin: str) -> WithStartWorkflowOperation:
+    return WithStartWorkflowOperation(
+        WORKFLOW_TYPE,
+        PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
+        id=workflow_id(name),
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"playbook {name}",
+    )
+
+
+async def send_batch(
+    client: Client, settings: Settings, name: str, origin: str, batch: DeltaBatch
+) -> AppliedBatch:
+    """Apply `batch` to the playbook `name` (of `origin`): once, however often it is sent."""
+    result: AppliedBatch = await client.execute_update_with_start_workflow(
+        "apply",
+        batch,
+        start_workflow_operation=_start(settings, name, origin),
+        result_type=AppliedBatch,
+    )
+    return result
+
+
+async def rollback(
+    client: Client, settings: Settings, name: str, origin: str, version: int
+) -> AppliedBatch:
+    """Make version `version`'s items current again, as a new version."""
+    result: AppliedBatch = await client.execute_update_with_start_workflow(
+        "rollback",
+        version,
+        start_workflow_operation=_start(settings, name, origin),
+        result_type=AppliedBatch,
+    )
+    return result
+
+
+async def describe(client: Client, name: str) -> PlaybookState | None:
+    """The playbook's name, origin and version; None when it has no workflow."""
+    handle = client.get_workflow_handle(workflow_id(name))
+    try:
+        state: PlaybookState = await handle.query("describe", result_type=PlaybookState)
+        return state
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise

@@ -1,0 +1,206 @@
+"""What a run takes from its repository's playbook and what it gives back (issue 13).
+
+At hydration the run reads the playbook (the current version, or a pinned one) and
+records the version and the items it was given. After reflection the task curator
+decides; the reflector's tags and the curator's updates go to the playbook as one batch,
+and a curator that asks for helpers or reference notes starts the skill sub-loop, whose
+kept files join the run's branch and whose deltas go as a second batch. None of this can
+fail the run: an error is an event, and the run goes on to push.
+
+Used from inside `LoopWorkflow` only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.activities.curation import CurationActivities
+    from loopworks.activities.playbook import PlaybookActivities
+    from loopworks.schemas import events as ev
+    from loopworks.schemas.curation import (
+        CuratorPayload,
+        curated_deltas,
+        helper_names,
+        tag_deltas,
+    )
+    from loopworks.schemas.events import EventName
+    from loopworks.schemas.learning import CurateInput, SkillLoopInput, SkillLoopResult
+    from loopworks.schemas.playbook import Delta, DeltaBatch, PlaybookDelivery, PlaybookRead
+    from loopworks.schemas.roles import Role
+    from loopworks.schemas.run import RunRequest, Step
+    from loopworks.schemas.steps import GitLocation, HydrateOutput, ModelOutput, ReflectOutput
+    from loopworks.workflows.policies import GIT, MODEL_CALL
+    from loopworks.workflows.record import OnRecord, RunRecord
+    from loopworks.workflows.skills import SkillLoopWorkflow
+    from loopworks.workflows.steering import Finished
+    from loopworks.workflows.steps import StepRunner, describe
+
+# Runs recorded before the playbook existed replay without its steps.
+PLAYBOOK_PATCH = "delta-playbook"
+
+
+class Learning(OnRecord):
+    def __init__(self, record: RunRecord, runner: StepRunner, request: RunRequest) -> None:
+        self.record = record
+        self.runner = runner
+        self.request = request
+
+    # -- hydration ------------------------------------------------------------------------
+
+    def playbook_to_read(self) -> PlaybookRead | None:
+        """The playbook hydration draws on; None when the run opted out."""
+        if not self.request.playbook or not self.memory.playbook:
+            return None
+        return PlaybookRead(
+            name=self.memory.playbook,
+            origin=self.state.origin,
+            version=self.request.playbook_version,
+        )
+
+    def hydrated(self, output: HydrateOutput) -> None:
+        """Record the version and the items hydration was given (the first round's: later
+        rounds read the same version)."""
+        if output.playbook is None or self.state.playbook is not None:
+            return
+        self.state.playbook = output.playbook
+        self.memory.playbook_items = output.playbook_items
+        use = output.playbook
+        payload = ev.PlaybookLoadedPayload(
+            name=use.name, version=use.version, item_ids=use.item_ids, pinned=use.pinned
+        )
+        self.record.emit(EventName.PLAYBOOK_LOADED, payload)
+
+    # -- after reflection -------------------------------------------------------------------
+
+    async def learn(self, reflected: ReflectOutput | None) -> None:
+        """Curate, run the skill sub-loop if asked, send the deltas."""
+        playbook = self.playbook_to_read()
+        if reflected is None or playbook is None or not workflow.patched(PLAYBOOK_PATCH):
+            return
+        self.record.set_step(Step.CURATE)
+        given = [item.id for item in self.memory.playbook_items]
+        deltas = tag_deltas(reflected.playbook_tags, given)
+        payload = await self._curate(reflected, playbook.model_copy(update={"version": None}))
+        if payload is not None:
+            deltas += curated_deltas(payload)
+        await self._send("run", deltas)
+        if payload is not None and (helper_names(payload) or payload.reference_requests):
+            result = await self._skill_loop(payload, playbook)
+            if result is not None:
+                await self._send("skill", result.deltas)
+
+    async def _curate(
+        self, reflected: ReflectOutput, playbook: PlaybookRead
+    ) -> CuratorPayload | None:
+        insights = reflected.insights
+        try:
+            curated = await self.runner.model_step(
+                Step.CURATE,
+                Role.TASK_CURATOR,
+                CurationActivities.curate_run,
+                lambda f: CurateInput(
+                    **f,
+                    task=self.request.task,
+                    outcome=insights.outcome,
+                    summary=insights.summary,
+                    friction_points=insights.friction_points,
+                    proposed_changes=insights.proposed_changes,
+                    acceptance_criteria=self.state.acceptance_criteria,
+                    playbook=playbook,
+                ),
+                MODEL_CALL,
+                "task curator",
+                gated=False,
+            )
+        except (Finished, ActivityError) as err:
+            self._failed(err)
+            return None
+        payload = curated.payload
+        self.record.emit(
+            EventName.CURATED,
+            ev.CuratedPayload(
+                summary=payload.summary,
+                proposed_updates=len(payload.proposed_updates),
+                python_helpers=helper_names(payload),
+                reference_requests=payload.reference_requests,
+            ),
+        )
+        return payload
+
+    async def _skill_loop(
+        self, payload: CuratorPayload, playbook: PlaybookRead
+    ) -> SkillLoopResult | None:
+        state = self.state
+        params = SkillLoopInput(
+            run_id=state.run_id,
+            iteration=state.iteration,
+            task=self.request.task,
+            payload=payload,
+            workspace=GitLocation(origin=state.origin, commit=self.memory.commit),
+            playbook=playbook,
+        )
+        try:
+            result = await workflow.execute_child_workflow(
+                SkillLoopWorkflow.run,
+                params,
+                id=f"{state.run_id}/skills",
+                static_summary=f"skill sub-loop of {state.run_id}",
+            )
+        except ChildWorkflowError as err:
+            cause = err.cause
+            error = str(getattr(cause, "message", None) or cause or err)
+            self.record.emit(EventName.SKILL_LOOP_DONE, ev.SkillLoopPayload(error=error))
+            return None
+        self.record.add_output(ModelOutput(usage=result.usage))
+        if result.commit:
+            self.memory.commit = result.commit
+        self.record.emit(
+            EventName.SKILL_LOOP_DONE,
+            ev.SkillLoopPayload(
+                accepted=result.accepted,
+                rejected=result.rejected,
+                commit=result.commit,
+                deltas=len(result.deltas),
+            ),
+        )
+        return result
+
+    async def _send(self, part: str, deltas: list[Delta]) -> None:
+        """One batch to the playbook's workflow, id'd by the run: sent twice, applied once."""
+        if not deltas:
+            return
+        state = self.state
+        batch = DeltaBatch(batch_id=f"{state.run_id}:{part}", source=state.run_id, deltas=deltas)
+        delivery = PlaybookDelivery(name=self.memory.playbook, origin=state.origin, batch=batch)
+        try:
+            applied = await self.runner.activity(
+                PlaybookActivities.send_playbook_batch,
+                delivery,
+                GIT,
+                f"playbook {delivery.name} · {len(deltas)} deltas",
+                gated=False,
+            )
+        except ActivityError as err:
+            self._failed(err)
+            return
+        results = Counter(outcome.result for outcome in applied.outcomes)
+        self.record.emit(
+            EventName.PLAYBOOK_UPDATED,
+            ev.PlaybookUpdatedPayload(
+                name=delivery.name,
+                batch_id=applied.batch_id,
+                version=applied.version,
+                changed=applied.changed,
+                results=dict(sorted(results.items())),
+                pruned=applied.pruned,
+            ),
+        )
+
+    def _failed(self, err: Exception) -> None:
+        error = describe(err) if isinstance(err, ActivityError) else str(err)
+        payload = ev.FailedPayload(step=Step.CURATE.value, error=error)
+        self.record.emit(EventName.FAILED, payload, status="error")

@@ -1,0 +1,158 @@
+"""PlaybookWorkflow: the one writer of a repository's delta playbook (seed 003, ACE).
+
+An entity workflow, one per playbook (`playbook/<name>`), that lives as long as the
+playbook does. Runs send it delta batches as updates; it applies them one at a time under
+a lock (code applies them: `loopworks.playbook.deltas`), commits every version that
+changes something on origin's playbook branch, and remembers the batches it applied so a
+batch sent twice (a retried activity, two clients) is applied once. Its history is kept
+short by continuing as new when the server suggests it, once every handler has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.activities.playbook import PlaybookActivities
+    from loopworks.playbook.deltas import apply_batch, restore
+    from loopworks.schemas.playbook import (
+        AppliedBatch,
+        DeltaBatch,
+        Playbook,
+        PlaybookInput,
+        PlaybookRead,
+        PlaybookState,
+        PlaybookWrite,
+    )
+    from loopworks.workflows.policies import GIT
+
+# Batches remembered for exactly-once (carried through continue-as-new, so bounded): far
+# more than could be in flight, or retried, at once.
+REMEMBERED_BATCHES = 200
+
+
+@workflow.defn(name="PlaybookWorkflow")
+class PlaybookWorkflow:
+    @workflow.init
+    def __init__(self, params: PlaybookInput) -> None:
+        self._params = params
+        self._playbook = params.playbook
+        self._applied = dict(params.applied)
+        self._lock = asyncio.Lock()
+        self._batches = 0  # applied by this execution, for the tests' continue-as-new
+
+    @workflow.query
+    def describe(self) -> PlaybookState:
+        playbook = self._playbook
+        return PlaybookState(
+            name=self._params.name,
+            origin=self._params.origin,
+            version=playbook.version if playbook else 0,
+            items=len(playbook.items) if playbook else 0,
+            batches_applied=len(self._applied),
+        )
+
+    @workflow.query
+    def current(self) -> Playbook | None:
+        return self._playbook
+
+    @workflow.update
+    async def apply(self, batch: DeltaBatch) -> AppliedBatch:
+        """Apply `batch` once: a batch id seen before answers what it did then."""
+        async with self._lock:
+            playbook = await self._loaded()
+            if batch.batch_id in self._applied:
+                return self._applied[batch.batch_id]
+            updated, applied = apply_batch(playbook, batch, self._params.limits)
+            if applied.changed:
+                applied.commit = await self._commit(updated, batch.batch_id, batch.source)
+                self._playbook = updated
+            self._remember(applied)
+            return applied
+
+    @workflow.update
+    async def rollback(self, version: int) -> AppliedBatch:
+        """Make version `version`'s items current again, as a new version."""
+        async with self._lock:
+            playbook = await self._loaded()
+            if not 1 <= version <= playbook.version:
+                raise ApplicationError(
+                    f"playbook {playbook.name} has versions 1 to {playbook.version}, not {version}",
+                    non_retryable=True,
+                )
+            target = await self._read(version)
+            if target is None:
+                raise ApplicationError(
+                    f"version {version} of playbook {playbook.name} is not on its branch",
+                    non_retryable=True,
+                )
+            batch_id = f"rollback:{playbook.version + 1}:to:{version}"
+            updated, applied = restore(playbook, target.items, batch_id)
+            applied.commit = await self._commit(updated, batch_id, f"rollback to v{version}")
+            self._playbook = updated
+            self._remember(applied)
+            return applied
+
+    @workflow.run
+    async def run(self, params: PlaybookInput) -> None:
+        await self._loaded()
+        limit = params.continue_after_batches
+        await workflow.wait_condition(
+            lambda: (
+                (
+                    workflow.info().is_continue_as_new_suggested()
+                    or (limit is not None and self._batches >= limit)
+                )
+                and workflow.all_handlers_finished()
+                and not self._lock.locked()
+            )
+        )
+        workflow.continue_as_new(
+            params.model_copy(update={"playbook": self._playbook, "applied": self._applied})
+        )
+
+    async def _loaded(self) -> Playbook:
+        """The playbook, read from origin once: its branch may have versions this
+        workflow never wrote (an earlier workflow's, a person's rollback by hand)."""
+        if self._playbook is None:
+            found = await self._read(None)
+            if self._playbook is None:  # another handler may have read it meanwhile
+                self._playbook = found or Playbook(name=self._params.name)
+        return self._playbook
+
+    async def _read(self, version: int | None) -> Playbook | None:
+        read = PlaybookRead(name=self._params.name, origin=self._params.origin, version=version)
+        return await workflow.execute_activity_method(
+            PlaybookActivities.read_playbook,
+            read,
+            start_to_close_timeout=GIT.start_to_close,
+            heartbeat_timeout=GIT.heartbeat,
+            retry_policy=GIT.retry,
+            summary=f"read playbook {self._params.name}",
+        )
+
+    async def _commit(self, playbook: Playbook, batch_id: str, source: str) -> str:
+        write = PlaybookWrite(
+            origin=self._params.origin,
+            playbook=playbook,
+            batch_id=batch_id,
+            source=source,
+            committed_at=workflow.now(),
+        )
+        return await workflow.execute_activity_method(
+            PlaybookActivities.commit_playbook,
+            write,
+            start_to_close_timeout=GIT.start_to_close,
+            heartbeat_timeout=GIT.heartbeat,
+            retry_policy=GIT.retry,
+            summary=f"commit playbook {playbook.name} v{playbook.version}",
+        )
+
+    def _remember(self, applied: AppliedBatch) -> None:
+        self._applied[applied.batch_id] = applied
+        while len(self._applied) > REMEMBERED_BATCHES:
+            del self._applied[next(iter(self._applied))]
+        self._batches += 1

@@ -1,0 +1,106 @@
+"""SkillLoopWorkflow: seed 003's skill sub-loop, a child of the run whose task curator
+asked for helpers or reference notes.
+
+Generator, reflector (with each helper's check run by code), curator: each an activity
+on the run's workspace. It answers the run's new commit (the kept files and the skill
+trajectory) and the playbook deltas; the run adopts both, or, if this workflow fails,
+goes on without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from loopworks.activities.skills import SkillActivities
+    from loopworks.schemas.curation import helper_names, helper_path, reference_paths
+    from loopworks.schemas.learning import (
+        CurateSkillsInput,
+        GenerateSkillsInput,
+        ReviewSkillsInput,
+        SkillLoopInput,
+        SkillLoopResult,
+    )
+    from loopworks.schemas.steps import GitLocation
+    from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, StepPolicy
+
+
+T = TypeVar("T")
+
+
+@workflow.defn(name="SkillLoopWorkflow")
+class SkillLoopWorkflow:
+    @workflow.run
+    async def run(self, params: SkillLoopInput) -> SkillLoopResult:
+        payload, workspace = params.payload, params.workspace
+        helpers = [helper_path(name) for name in helper_names(payload)]
+        references = reference_paths(payload.reference_requests)
+        step = {"run_id": params.run_id, "iteration": params.iteration}
+        generated = await _run(
+            SkillActivities.generate_skills,
+            GenerateSkillsInput(
+                **step,
+                task=params.task,
+                curator_summary=payload.summary,
+                helper_paths=helpers,
+                reference_requests=payload.reference_requests,
+                reference_paths=references,
+                playbook=params.playbook,
+                workspace=workspace,
+                committed_at=workflow.now(),
+            ),
+            AGENT_STEP,
+            f"skill generator · {len(helpers)} helpers, {len(references)} notes",
+        )
+        result = SkillLoopResult(commit=generated.commit, usage=generated.usage)
+        if not generated.files:
+            asked = [*helpers, *references]
+            result.rejected = {path: "the generator did not write it" for path in asked}
+            return result
+        reviewed = await _run(
+            SkillActivities.review_skills,
+            ReviewSkillsInput(
+                **step,
+                task=params.task,
+                helper_paths=helpers,
+                reference_paths=references,
+                files=generated.files,
+                generator_summary=generated.summary,
+                workspace=GitLocation(origin=workspace.origin, commit=generated.commit),
+                committed_at=workflow.now(),
+            ),
+            CHECK_GROUP,
+            f"skill reflector · {len(generated.files)} files",
+        )
+        result.commit = reviewed.commit
+        result.usage += reviewed.usage
+        result.accepted = [accepted.review.path for accepted in reviewed.accepted]
+        result.rejected = reviewed.rejected
+        if reviewed.accepted:
+            curated = await _run(
+                SkillActivities.curate_skills,
+                CurateSkillsInput(
+                    **step, task=params.task, accepted=reviewed.accepted, playbook=params.playbook
+                ),
+                MODEL_CALL,
+                f"skill curator · {len(reviewed.accepted)} accepted",
+            )
+            result.usage += curated.usage
+            result.deltas = curated.curation.deltas
+        return result
+
+
+async def _run(
+    method: Callable[[Any, Any], Awaitable[T]], arg: Any, policy: StepPolicy, summary: str
+) -> T:
+    return await workflow.execute_activity_method(
+        method,
+        arg,
+        start_to_close_timeout=policy.start_to_close,
+        heartbeat_timeout=policy.heartbeat,
+        retry_policy=policy.retry,
+        summary=summary,
+    )
