@@ -1,6 +1,6 @@
 """The producer's workspace tools and the policy (seed 003's PreToolUse guard) they all pass."""
 
-from loopworks.agent.tools.guard import ToolDenied, ToolGuard, secret_name, tool_env
+from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.agent.tools.workspace_tools import (
     TOOLS,
     ToolResult,
@@ -27,8 +27,6 @@ __all__ = [
     "read_file",
     "run_command",
     "search",
-    "secret_name",
     "tool_definitions",
-    "tool_env",
     "write_file",
 ]

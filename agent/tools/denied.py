@@ -1,7 +1,7 @@
 """`ToolDenied`, the one way the tool policy says no.
 
-A module of its own so that every part of the policy (paths, the command rules, git) can raise
-it without importing `guard`, which imports them all.
+A module of its own so that `git_policy` can raise it without importing `guard`, which
+imports `git_policy`.
 """
 
 

@@ -1,86 +1,93 @@
-"""What the model may do with git in the run's repository.
+"""The git a command may run in the run's workspace: git that only reads, and no path into .git.
 
-Reading history and changing the working tree and index are the model's; history, refs,
-configuration and remotes are loopworks', which commits and publishes the run's work itself.
-An allowlist of subcommands, so a git subcommand nobody thought of is refused, not allowed.
+loopworks stages, commits and publishes whatever the agent leaves in the working tree, and the
+sandbox binds the workspace's `.git` read-only, so a git command that writes the index, refs,
+configuration or remotes can only fail there, with "Read-only file system" (or, as `git stash`
+does, with no message at all). Refusing it before it runs tells the model why and what to do
+instead. With LOOPS_SANDBOX=off the same refusals are the only thing between a command and the
+run's history, and a thin one: a script file or an interpreter can still write there.
+
+Matched on the command's text with its quotes and backslashes removed, so git run through
+`bash -c '...'`, `xargs`, a loop or a pipeline is seen too. The price is that a git command only
+named in an argument (`grep -r 'git push' docs`) is refused as well; the search tool finds text.
 """
 
 from __future__ import annotations
 
-from loopworks.agent.tools.arguments import names, operands
-from loopworks.agent.tools.denied import ToolDenied
-from loopworks.agent.tools.workspace_paths import into_git, outside
+import re
 
-_GIT_READ_AND_WORKTREE = names(
+from loopworks.agent.tools.denied import ToolDenied
+
+# `git` as a program: at the start, after a separator or a space, or at the end of a path.
+_GIT = re.compile(r"(?:^|(?<=[\s;&|(){}`!/]))git(?=\s|$)")
+# Where the words of one git command end.
+_END = re.compile(r"[;&|()`<>\n]")
+# A path inside a .git directory: `.git/config`, `sub/.git/hooks`; not `.gitignore`, and not
+# a glob like `.git/*`, which `find ... -not -path './.git/*'` uses to leave .git out.
+_INSIDE_GIT = re.compile(r"(?<![\w.-])\.git/+[\w-][^\s;&|()`<>]*", re.IGNORECASE)
+
+
+def _names(text: str) -> frozenset[str]:
+    """The space-separated names in text: a table read as prose."""
+    return frozenset(text.split())
+
+
+_READS = _names(
     "status diff log show blame annotate grep ls-files ls-tree rev-parse rev-list describe "
     "shortlog cat-file diff-files diff-index diff-tree check-ignore check-attr whatchanged "
-    "name-rev merge-base count-objects version help add rm mv restore apply"
+    "name-rev merge-base count-objects show-ref for-each-ref show-branch range-diff var "
+    "version help branch apply"
 )
-_GIT_HISTORY = names(
-    "commit reset rebase merge cherry-pick revert tag update-ref reflog filter-branch "
-    "filter-repo replace gc prune stash switch worktree submodule notes am init clean "
-    "symbolic-ref update-index read-tree commit-tree write-tree pack-refs repack fsck bisect"
+_REMOTE = _names(
+    "push pull fetch remote clone ls-remote submodule send-email request-pull daemon credential"
 )
-_GIT_REMOTE = names(
-    "push remote fetch pull clone ls-remote send-email request-pull daemon credential "
-    "archive bundle"
-)
-_GIT_BRANCH_CHANGES = names(
+# Options of the global `git` command that take the next word as their value.
+_VALUED = frozenset({"-C", "-c"})
+_BRANCH_CHANGES = _names(
     "-d -D -m -M -c -C -f --delete --move --copy --force -u --set-upstream-to "
     "--unset-upstream --edit-description --track"
 )
+# `git apply` writes the working tree only, unless told to write the index too.
+_APPLY_INDEX = frozenset({"--index", "--cached", "-3", "--3way"})
+
+_READ_ONLY = (
+    "the workspace's .git is read-only to commands, and loopworks stages and commits whatever "
+    "you leave in the working tree; git may only read here (status, diff, log, show, ...). "
+    "To get a file back as committed: git show HEAD:PATH > PATH"
+)
 
 
-def check_git(args: list[str]) -> None:
-    """Raise ToolDenied unless `git ARGS` only reads history or changes the worktree and index."""
+def check_git(cmd: str) -> None:
+    """Raise ToolDenied when `cmd` names a path inside .git or runs git that does not only read."""
+    text = re.sub(r"[\"'\\]", "", cmd)
+    inside = _INSIDE_GIT.search(text)
+    if inside:
+        raise ToolDenied(
+            f"refusing: {inside.group()} is inside .git, which is loopworks' (read-only to "
+            "commands); read history with git log, git show or git status"
+        )
+    for found in _GIT.finditer(text):
+        words = _END.split(text[found.end() :], maxsplit=1)[0].split()
+        _check_git_words(words)
+
+
+def _check_git_words(words: list[str]) -> None:
     k = 0
-    while k < len(args) and args[k].startswith("-"):
-        opt = args[k]
-        if opt == "-C":
-            if k + 1 < len(args) and (outside(args[k + 1]) or into_git(args[k + 1])):
-                raise ToolDenied("refusing: git -C outside the workspace")
-            k += 2
-            continue
-        if opt == "-c" or opt.startswith(("--config-env", "-c")):
-            raise ToolDenied(
-                "refusing: git -c (per-command configuration can run arbitrary programs)"
-            )
-        if opt.startswith(("--git-dir", "--work-tree", "--exec-path", "--namespace")):
-            raise ToolDenied(f"refusing: git {opt} (pointing git at another repository)")
-        k += 1
-    if k >= len(args):
-        return
-    sub, rest = args[k], args[k + 1 :]
+    while k < len(words) and words[k].startswith("-"):
+        k += 2 if words[k] in _VALUED else 1
+    if k >= len(words):
+        return  # `git`, `git --version`
+    sub, rest = words[k], words[k + 1 :]
     if sub == "config":
+        raise ToolDenied("refusing: git config (the repository's configuration is loopworks')")
+    if sub in _REMOTE:
         raise ToolDenied(
-            "refusing: git config (the repository's configuration is not yours to change)"
+            f"refusing: git {sub} (no remotes and no network; loopworks publishes the run's work)"
         )
-    if sub in _GIT_REMOTE:
-        raise ToolDenied(
-            f"refusing: git {sub} (no remote access; loopworks publishes the run's work)"
-        )
-    if sub in _GIT_HISTORY:
-        raise ToolDenied(
-            f"refusing: git {sub} (the run's history is recorded by loopworks; edit files "
-            "and leave commits to it)"
-        )
-    if sub == "branch":
-        if operands(rest)[1] or _GIT_BRANCH_CHANGES.intersection(rest):
-            raise ToolDenied("refusing: git branch changes (only listing branches is allowed)")
-        return
-    if sub == "checkout":
-        if "--" not in rest:
-            raise ToolDenied(
-                "refusing: git checkout of a branch or commit; `git checkout -- <paths>` "
-                "(or git restore) to restore files is allowed"
-            )
-        return
-    if sub == "grep" and any(a.startswith(("-O", "--open-files-in-pager")) for a in rest):
-        raise ToolDenied("refusing: git grep -O (runs a program)")
-    if sub == "apply" and "--unsafe-paths" in rest:
-        raise ToolDenied("refusing: git apply --unsafe-paths (writes outside the worktree)")
-    if sub not in _GIT_READ_AND_WORKTREE:
-        raise ToolDenied(
-            f"refusing: git {sub} is not among the allowed git commands "
-            f"({', '.join(sorted(_GIT_READ_AND_WORKTREE))})"
-        )
+    operands = [w for w in rest if not w.startswith("-")]
+    if sub == "branch" and (operands or _BRANCH_CHANGES.intersection(rest)):
+        raise ToolDenied(f"refusing: git branch changes (only listing branches): {_READ_ONLY}")
+    if sub == "apply" and _APPLY_INDEX.intersection(rest):
+        raise ToolDenied(f"refusing: git apply to the index: {_READ_ONLY}")
+    if sub not in _READS:
+        raise ToolDenied(f"refusing: git {sub}: {_READ_ONLY}")

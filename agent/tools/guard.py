@@ -1,16 +1,23 @@
 """The PreToolUse policy every workspace tool call passes (seed 003's `permissionDecision: deny`).
 
-`ToolGuard.path` keeps file tools inside the run's workspace; `ToolGuard.command` refuses
-destructive, escaping and secret-reading shell commands; `tool_env` is the only environment a
-command ever sees. A refusal raises `ToolDenied`, whose message is shown to the model.
+What holds a command is the sandbox (`checks/sandbox.py`): the workspace is its only writable
+path, the workspace's `.git` is read-only, there is no network and no secret in its environment,
+and everything it starts is killed with it. The guard keeps only what the sandbox cannot do:
 
-This is a policy filter, not a sandbox: an allowed interpreter (`python3 -c ...`) can still do
-anything the worker's user can. It stops the obvious and the accidental; the scrubbed
-environment is what keeps secrets out of reach of everything a command starts.
+- `ToolGuard.path`: the file tools (read, write, edit, list, search) run in the worker's own
+  process, outside the sandbox, so their paths are held here: relative, no `..`, no symlink out
+  of the workspace, nothing in `.git`; and `ToolGuard.writable` keeps writes out of the run's
+  records (`.loops/`), which the worker appends to and commits.
+- `ToolGuard.command`: a refusal the model can act on for a command that could only fail in the
+  sandbox and would otherwise touch what loopworks owns, git that writes or a path inside
+  `.git` (`git_policy`); and a command too long to be one (write a script instead).
 
-The entry point only: the command rules are `command_policy` (with `shell_words`, the
-tokenizer, and the rule modules it uses); `ToolDenied`, `tool_env` and `secret_name` are
-re-exported from where they live.
+Commands that read secrets, leave the workspace, use the network or try to escape are no longer
+refused: inside the sandbox they fail on their own, and with LOOPS_SANDBOX=off (every run then
+carries `commands_unsandboxed`) commands run as the worker's user with nothing but the scrubbed
+environment and these refusals in their way. Whatever the mode, the worker's own git never runs
+a workspace's hooks or fsmonitor (`workspace/runner.py`). A refusal raises `ToolDenied`, whose
+message is shown to the model.
 """
 
 from __future__ import annotations
@@ -19,16 +26,22 @@ import logging
 import os
 from pathlib import Path, PurePosixPath
 
-from loopworks.agent.tools.command_policy import CommandPolicy
 from loopworks.agent.tools.denied import ToolDenied
-from loopworks.agent.tools.environment import secret_name, tool_env
-from loopworks.agent.tools.workspace_paths import has_git_component
+from loopworks.agent.tools.git_policy import check_git
+from loopworks.schemas.steps import HISTORY_PATH
 
-__all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard", "secret_name", "tool_env"]
+__all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard"]
 
 logger = logging.getLogger(__name__)
 
 MAX_COMMAND_CHARS = 64 * 1024
+# The run's records in its workspace (history.jsonl, run.json, trajectories): the worker's.
+RECORDS_DIR = PurePosixPath(HISTORY_PATH).parts[0]
+
+
+def _has_component(parts: tuple[str, ...], name: str) -> bool:
+    """Whether any component is `name`, in any case: case-insensitive filesystems exist."""
+    return any(part.lower() == name for part in parts)
 
 
 class ToolGuard:
@@ -59,7 +72,7 @@ class ToolGuard:
         parts = PurePosixPath(p).parts
         if ".." in parts:
             raise ToolDenied(f"refusing: path {p!r} contains '..'; paths stay inside the workspace")
-        if has_git_component(parts):
+        if _has_component(parts, ".git"):
             raise ToolDenied(
                 f"refusing: {p!r} is inside .git; the run's history is not yours to edit"
             )
@@ -69,9 +82,20 @@ class ToolGuard:
             raise ToolDenied(f"refusing: cannot resolve {p!r}: {exc}") from exc
         if target != self.root and self.root not in target.parents:
             raise ToolDenied(f"refusing: {p!r} resolves outside the workspace (through a symlink)")
-        if has_git_component(target.relative_to(self.root).parts):
+        if _has_component(target.relative_to(self.root).parts, ".git"):
             raise ToolDenied(
                 f"refusing: {p!r} leads into .git; the run's history is not yours to edit"
+            )
+        return target
+
+    def writable(self, p: str) -> Path:
+        """`path(p)`, for a file tool that writes: not into the run's records either."""
+        target = self.path(p)
+        parts = target.relative_to(self.root).parts
+        if parts and parts[0].lower() == RECORDS_DIR:
+            raise ToolDenied(
+                f"refusing: {p!r} is in {RECORDS_DIR}/, the run's records, which loopworks "
+                "writes and commits itself"
             )
         return target
 
@@ -92,7 +116,7 @@ class ToolGuard:
                 "write long scripts to a file with write_file and run the file"
             )
         try:
-            CommandPolicy(self.root).check(cmd, 0)
+            check_git(cmd)
         except ToolDenied as exc:
             logger.info("tool command denied: %s", exc)
             raise

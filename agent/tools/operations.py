@@ -7,7 +7,6 @@ import fnmatch
 import logging
 import os
 import re
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -29,14 +28,13 @@ from loopworks.agent.tools.calls import (
     ToolResult,
     WriteFileArgs,
 )
-from loopworks.agent.tools.guard import ToolDenied, ToolGuard, tool_env
+from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.rules import CommandCheck
 
 logger = logging.getLogger(__name__)
 
 _BINARY_SNIFF_BYTES = 8192
-
 
 
 def fail(message: str) -> ToolResult:
@@ -124,7 +122,7 @@ def write_file(guard: ToolGuard, args: WriteFileArgs) -> ToolResult:
         return fail(
             f"content is {len(data)} bytes; write_file accepts at most {WRITE_CAP_BYTES} bytes"
         )
-    target = guard.path(args.path)
+    target = guard.writable(args.path)
     if target == guard.root or target.is_dir():
         return fail(f"{args.path} is a directory")
     existed = target.exists()
@@ -135,7 +133,7 @@ def write_file(guard: ToolGuard, args: WriteFileArgs) -> ToolResult:
 
 
 def edit_file(guard: ToolGuard, args: EditFileArgs) -> ToolResult:
-    target = guard.path(args.path)
+    target = guard.writable(args.path)
     if not target.is_file():
         return fail(f"{args.path} is not a file" if target.exists() else f"{args.path} not found")
     if target.stat().st_size > WRITE_CAP_BYTES:
@@ -276,12 +274,9 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
 
 
 def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
-    command = guard.command(args.command)
-    # The checks runner already scrubs the environment; `env -i` makes tool_env the whole of it
-    # whatever that runner passes, and `exec` keeps the command in the group it kills on timeout.
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in tool_env(guard.root).items())
-    wrapped = f"exec env -i {assignments} bash -c {shlex.quote(command)}"
-    check = CommandCheck(command=wrapped, timeout_seconds=args.timeout_seconds)
+    # The checks runner runs it in the sandbox (or, with LOOPS_SANDBOX=off, as the worker's user)
+    # with an environment of PATH, HOME and LANG only, and kills all it started on timeout.
+    check = CommandCheck(command=guard.command(args.command), timeout_seconds=args.timeout_seconds)
     try:
         outcome = run_command_check(check, guard.root, output_cap=COMMAND_OUTPUT_CAP_BYTES)
     except OSError as exc:

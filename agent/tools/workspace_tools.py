@@ -38,10 +38,6 @@ from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 logger = logging.getLogger(__name__)
 
 
-
-
-
-
 A = TypeVar("A", bound=BaseModel)
 
 
@@ -111,10 +107,11 @@ _SPECS: tuple[ToolSpec[Any], ...] = (
     ToolSpec(
         "run_command",
         "Run a bash command in the workspace root and return its exit code and combined "
-        "output (the last 32 KiB). No network, no secrets in the environment; destructive "
-        "commands, commands outside the workspace and git commands that change history, "
-        "configuration or remotes are refused. The command and everything it started are "
-        "killed after `timeout_seconds`.",
+        "output (the last 32 KiB). It runs in a sandbox: no network, no secrets in the "
+        "environment, only the workspace writable and its .git read-only. git may only read "
+        "(status, diff, log, show, ...): loopworks commits what you leave in the working tree, "
+        "so git commands that write, and paths inside .git, are refused. The command and "
+        "everything it started are killed after `timeout_seconds`.",
         RunCommandArgs,
         operations.run_command,
     ),

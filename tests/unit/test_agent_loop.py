@@ -230,7 +230,7 @@ async def test_several_calls_in_one_turn_all_get_results_in_order(tmp_path: Path
     model = ScriptedModels(
         calls(
             ("write_file", {"path": ARTIFACT_PATH, "content": "a"}),
-            ("run_command", {"command": "env"}),
+            ("run_command", {"command": "git push origin main"}),
             ("write_file", {"path": "b.md", "content": "b"}),
         ),
         says("done"),
