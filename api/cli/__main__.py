@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loopworks.api.cli import commands, graphs
+from loopworks.api.cli import commands, graphs, playbook
 from loopworks.api.cli.client import ApiClient, CliError
 from loopworks.api.cli.config import DEFAULT_API_URL, CliConfig
 
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     _graph_parser(sub, common)
+    playbook.add_parser(sub, common)
 
     up = sub.add_parser(
         "up",
