@@ -9,6 +9,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from loopworks.llm.offline_curation import CURATION_DEFAULTS, playbook_tags
 from loopworks.schemas.contexts import (
     CONTEXTS,
     ArtifactCriticContext,
@@ -288,6 +289,7 @@ def _reflect(ctx: ReflectorContext) -> dict[str, Any]:
         "accomplishments": [f"scored {score}"],
         "friction_points": [] if outcome == "success" else [str(reason)],
         "proposed_changes": [],
+        "playbook_tags": playbook_tags(ctx.playbook_items, outcome),
     }
 
 
@@ -394,4 +396,5 @@ _DEFAULTS: dict[Role, Callable[[Any], dict[str, Any]]] = {
     Role.QA_VERIFIER: _qa,
     Role.REFLECTOR: _reflect,
     Role.TASK_PLANNER: _plan_tasks,
+    **CURATION_DEFAULTS,
 }

@@ -35,6 +35,8 @@ SEED_TEMPLATES = {
 
 # Seed 000: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere;
 # opus for the task planner too, whose one answer shapes every loop of a graph (README).
+# Seed 003's task curator and skill generator, reflector and curator are sonnet, as there.
+SEED_003_ROLES = (Role.TASK_CURATOR, Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR)
 EXPECTED_TIERS = {role: "sonnet" for role in Role} | {
     Role.HYDRATOR: "haiku",
     Role.CUSTODIET: "haiku",
@@ -177,13 +179,21 @@ def test_every_role_has_an_agent_with_the_right_tier() -> None:
         assert agent.model == EXPECTED_TIERS[role], role
         assert agent.tier == EXPECTED_TIERS[role]
         assert agent.title and agent.description
-        # Structured roles answer through the forced answer tool; the producer and the
-        # refiner work with the workspace tools and answer in text.
+        # Structured roles answer through the forced answer tool; the producer, the
+        # refiner and the skill generator work with the workspace tools and answer in text.
         answers_by_tool = ANSWER_MODELS[role] is not None
         assert (f"`{ANSWER_TOOL}` tool" in agent.prompt) is answers_by_tool, role
         assert "JSON object" not in agent.prompt, role
         # The markdown body is the prompt, line breaks and all.
         assert "\n" in agent.prompt
+
+
+def test_seed_003_agents_are_sonnet_with_the_answer_tool_or_the_workspace_tools() -> None:
+    agents = load_agents()
+    for role in SEED_003_ROLES:
+        assert agents[role.value].model == "sonnet", role
+    assert ANSWER_MODELS[Role.SKILL_GENERATOR] is None
+    assert "`write_file`" in agents[Role.SKILL_GENERATOR.value].prompt
 
 
 def test_override_replaces_one_agent_by_name(tmp_path: Path) -> None:

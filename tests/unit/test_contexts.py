@@ -23,6 +23,7 @@ from loopworks.schemas.contexts import (
     CONTEXTS,
     OPERATOR_NOTE,
     TASK_PLANNER_FILES_CAP,
+    AcceptedFile,
     ArtifactCriticContext,
     CriticContext,
     CustodietContext,
@@ -36,9 +37,15 @@ from loopworks.schemas.contexts import (
     RefinerContext,
     ReflectorContext,
     RoleContext,
+    SkillCuratorContext,
+    SkillGeneratorContext,
+    SkillReflectorContext,
+    TaskCuratorContext,
     TaskPlannerContext,
 )
+from loopworks.schemas.curation import HelperReview, HelperVerdict, helper_path
 from loopworks.schemas.evaluation import Evaluation, RuleResult
+from loopworks.schemas.playbook import ItemKind, PlaybookItem
 from loopworks.schemas.roles import Critique, Hydration, Issue, IterationPlan, Role
 from loopworks.schemas.rules import Phase, Rule, Severity, normalise_rules
 from loopworks.schemas.run import RunStatus, StopReason
@@ -75,6 +82,28 @@ HYDRATION = Hydration(
 )
 PLAN = IterationPlan(focus="first draft", steps=["Draft it"])
 CRITIQUE = Critique(issues=[Issue(rule_id="has-title", problem="no title", fix="add one")])
+ITEMS = [
+    PlaybookItem(
+        id="pb-1-1",
+        kind=ItemKind.CONSTRAINT,
+        section="testing",
+        content="Run the tests with make test.",
+        helpful=2,
+        sources=["run-1"],
+        created_in=1,
+        updated_in=2,
+    ),
+    PlaybookItem(
+        id="pb-2-1",
+        kind=ItemKind.SKILL,
+        section="skills",
+        content="Helper `.loops/skills/count_words.py` counts words.",
+        created_in=2,
+        updated_in=2,
+    ),
+]
+HELPER = helper_path("count_words")
+NOTE = ".loops/references/rollback.md"
 
 # One context per role, as its activity builds it; fields that may be None are, somewhere.
 SAMPLES: dict[Role, RoleContext] = {
@@ -86,6 +115,7 @@ SAMPLES: dict[Role, RoleContext] = {
         templates={"minor-edit": "Minor edit"},
         user_rules=RULES,
         feedback=[],
+        playbook_items=ITEMS,
     ),
     Role.CRITIC: CriticContext(task=TASK, hydration=HYDRATION),
     Role.PLANNER: PlannerContext(
@@ -131,8 +161,48 @@ SAMPLES: dict[Role, RoleContext] = {
         last_score=0.5,
         guidance=["critic: PROCEED"],
         acceptance_criteria=HYDRATION.acceptance_criteria,
+        playbook_items=ITEMS,
     ),
     Role.TASK_PLANNER: TaskPlannerContext.listing(TASK, ["docs/rollback.md", "README.md"]),
+    Role.TASK_CURATOR: TaskCuratorContext(
+        task=TASK,
+        outcome="success",
+        summary="The guide was written and verified.",
+        friction_points=[],
+        proposed_changes=["none needed"],
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+        playbook_items=ITEMS,
+    ),
+    Role.SKILL_GENERATOR: SkillGeneratorContext(
+        task=TASK,
+        curator_summary="Counting words was done by hand.",
+        helper_paths=[HELPER],
+        reference_requests=["how a rollback is run"],
+        reference_paths=[NOTE],
+        existing_skills=ITEMS[1:],
+    ),
+    Role.SKILL_REFLECTOR: SkillReflectorContext(
+        task=TASK,
+        helper_paths=[HELPER],
+        reference_paths=[NOTE],
+        files={HELPER: "print('hi')\n", NOTE: "# Rollback\n"},
+        generator_summary="Wrote a helper and a note.",
+    ),
+    Role.SKILL_CURATOR: SkillCuratorContext(
+        task=TASK,
+        accepted=[
+            AcceptedFile(
+                review=HelperReview(
+                    path=HELPER,
+                    verdict=HelperVerdict.ACCEPT,
+                    check_command=f"python3 {HELPER} --self-test",
+                ),
+                content="print('hi')\n",
+                check_output="self-test passed",
+            )
+        ],
+        playbook_items=[],
+    ),
 }
 ROLES = list(SAMPLES)
 

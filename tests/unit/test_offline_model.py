@@ -25,6 +25,7 @@ from loopworks.llm.offline_answers import closing_line, default_answer, draft_fi
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import choose_template, load_templates
 from loopworks.schemas.contexts import (
+    AcceptedFile,
     ArtifactCriticContext,
     CriticContext,
     CustodietContext,
@@ -38,9 +39,22 @@ from loopworks.schemas.contexts import (
     RefinerContext,
     ReflectorContext,
     RoleContext,
+    SkillCuratorContext,
+    SkillGeneratorContext,
+    SkillReflectorContext,
+    TaskCuratorContext,
     TaskPlannerContext,
 )
+from loopworks.schemas.curation import (
+    CuratorPayload,
+    HelperReview,
+    HelperVerdict,
+    SkillCuration,
+    SkillReview,
+    helper_path,
+)
 from loopworks.schemas.evaluation import CheckResult, Evaluation
+from loopworks.schemas.playbook import ItemKind, PlaybookItem
 from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Audit,
@@ -92,6 +106,10 @@ ANSWER_TYPES: dict[Role, type[BaseModel]] = {
     Role.QA_VERIFIER: QAReport,  # qa.verify_result
     Role.REFLECTOR: ReflectionAnswer,  # reflection.reflect_on_run
     Role.TASK_PLANNER: TaskPlan,  # planning.plan_graph
+    Role.TASK_CURATOR: CuratorPayload,  # the task curator, after reflection
+    Role.SKILL_GENERATOR: Draft,  # the skill sub-loop's generator (an agent)
+    Role.SKILL_REFLECTOR: SkillReview,
+    Role.SKILL_CURATOR: SkillCuration,
 }
 AGENT_ROLES = {role for role, model in ANSWER_MODELS.items() if model is None}
 
@@ -296,7 +314,32 @@ def qa_context(evaluation: Evaluation | None) -> QAVerifierContext:
     )
 
 
-def reflect_context(reason: StopReason | None, status: RunStatus, score: float) -> ReflectorContext:
+ITEMS = [
+    PlaybookItem(
+        id="pb-1-1",
+        kind=ItemKind.CONSTRAINT,
+        section="testing",
+        content="Run the tests with make test.",
+        created_in=1,
+        updated_in=1,
+    ),
+    PlaybookItem(
+        id="pb-2-1",
+        kind=ItemKind.REFERENCE,
+        section="references",
+        content="The schema lives in billing/db.py.",
+        created_in=2,
+        updated_in=2,
+    ),
+]
+
+
+def reflect_context(
+    reason: StopReason | None,
+    status: RunStatus,
+    score: float,
+    items: list[PlaybookItem] | None = None,
+) -> ReflectorContext:
     # activities/reflection.py: reflect_on_run
     return ReflectorContext(
         task=TASK,
@@ -306,6 +349,67 @@ def reflect_context(reason: StopReason | None, status: RunStatus, score: float) 
         last_score=score,
         guidance=["critic: PROCEED The plan covers the task."],
         acceptance_criteria=HYDRATION.acceptance_criteria,
+        playbook_items=items or [],
+    )
+
+
+SKILL_TASK = f"{TASK} [skill:count_words] [reference:how a rollback is run]"
+HELPER = helper_path("count_words")
+NOTE = ".loops/references/how-a-rollback-is-run.md"
+
+
+def curate_task_context(task: str, outcome: str) -> TaskCuratorContext:
+    # after reflection: the task curator reads the reflection and the playbook
+    return TaskCuratorContext(
+        task=task,
+        outcome=outcome,
+        summary="Run ended with threshold_reached after 1 iteration(s)",
+        friction_points=[],
+        proposed_changes=[],
+        acceptance_criteria=HYDRATION.acceptance_criteria,
+        playbook_items=ITEMS,
+    )
+
+
+def generate_skills_context() -> SkillGeneratorContext:
+    return SkillGeneratorContext(
+        task=SKILL_TASK,
+        curator_summary="asked for a helper and a note",
+        helper_paths=[HELPER],
+        reference_requests=["how a rollback is run"],
+        reference_paths=[NOTE],
+        existing_skills=[],
+    )
+
+
+def review_skills_context() -> SkillReflectorContext:
+    return SkillReflectorContext(
+        task=SKILL_TASK,
+        helper_paths=[HELPER],
+        reference_paths=[NOTE],
+        files={HELPER: "import sys\n", NOTE: "# Rollback\n", ".loops/references/empty.md": ""},
+        generator_summary="Wrote 1 helper(s) and 1 reference note(s)",
+    )
+
+
+def curate_skills_context() -> SkillCuratorContext:
+    command = f"python3 {HELPER} --self-test"
+    return SkillCuratorContext(
+        task=SKILL_TASK,
+        accepted=[
+            AcceptedFile(
+                review=HelperReview(
+                    path=HELPER, verdict=HelperVerdict.ACCEPT, check_command=command
+                ),
+                content='"""count_words: count words."""\n',
+                check_output="self-test passed",
+            ),
+            AcceptedFile(
+                review=HelperReview(path=NOTE, verdict=HelperVerdict.ACCEPT),
+                content="# How a rollback is run\n",
+            ),
+        ],
+        playbook_items=ITEMS,
     )
 
 
@@ -353,6 +457,16 @@ CASES: list[tuple[str, Role, RoleContext]] = [
     ("reflect-no-reason", Role.REFLECTOR, reflect_context(None, RunStatus.FAILED, 0.0)),
     ("plan-graph", Role.TASK_PLANNER, plan_graph_context(TASK)),
     ("plan-graph-long", Role.TASK_PLANNER, plan_graph_context(f"{TASK}. Cover rollback.")),
+    (
+        "reflect-tags",
+        Role.REFLECTOR,
+        reflect_context(StopReason.THRESHOLD_REACHED, RunStatus.COMPLETED, 0.95, ITEMS),
+    ),
+    ("curate-task-success", Role.TASK_CURATOR, curate_task_context(SKILL_TASK, "success")),
+    ("curate-task-failure", Role.TASK_CURATOR, curate_task_context(TASK, "failure")),
+    ("generate-skills", Role.SKILL_GENERATOR, generate_skills_context()),
+    ("review-skills", Role.SKILL_REFLECTOR, review_skills_context()),
+    ("curate-skills", Role.SKILL_CURATOR, curate_skills_context()),
 ]
 
 
@@ -363,7 +477,7 @@ AGENT_CASES = [c for c in CASES if c[1] in AGENT_ROLES]
 def test_every_role_has_a_case_and_an_answer_type() -> None:
     assert {role for _, role, _ in CASES} == set(Role)
     assert set(ANSWER_TYPES) == set(ANSWER_MODELS) == set(Role)
-    assert {Role.PRODUCER, Role.REFINER} == AGENT_ROLES
+    assert {Role.PRODUCER, Role.REFINER, Role.SKILL_GENERATOR} == AGENT_ROLES
     for role, model in ANSWER_MODELS.items():
         assert model is None or ANSWER_TYPES[role] is model
 
@@ -396,13 +510,17 @@ async def test_offline_models_write_every_agents_draft_through_tools(
     role: Role, context: RoleContext, tmp_path: Path
 ) -> None:
     draft = answer(role, context)
-    step: AgentStep = "produce" if role == Role.PRODUCER else "refine"
+    steps: dict[Role, AgentStep] = {Role.PRODUCER: "produce", Role.SKILL_GENERATOR: "skill"}
+    step = steps.get(role, "refine")
+    # The skill generator has no artifact to leave (activities/skills.py): its files are.
+    deliverable = None if role == Role.SKILL_GENERATOR else ARTIFACT_PATH
     outcome = await run_agent(
-        OfflineModels(), model_call(role, context), INSTRUCTIONS, tmp_path, 5, step
+        OfflineModels(), model_call(role, context), INSTRUCTIONS, tmp_path, 5, step, deliverable
     )
+    refused = [r.output for r in outcome.records if r.kind == "tool_result" and not r.ok]
+    assert outcome.files_written == [f["path"] for f in draft_files(draft)], refused
     for file in draft_files(draft):
         assert (tmp_path / file["path"]).read_text() == file["content"]
-    assert outcome.files_written == [f["path"] for f in draft_files(draft)]
     assert outcome.final_text == closing_line(draft)
     assert outcome.repairs == [] and not outcome.limit_reached
 

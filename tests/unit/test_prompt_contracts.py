@@ -20,9 +20,30 @@ import pytest
 from pydantic import BaseModel
 
 from loopworks.agent.tools import TOOLS
-from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
+from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG, prompt_facts
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
-from loopworks.schemas.contexts import CONTEXTS
+from loopworks.schemas.contexts import CONTEXTS, AcceptedFile
+from loopworks.schemas.curation import (
+    REFERENCES_DIR,
+    SKILLS_DIR,
+    CuratorPayload,
+    HelperReview,
+    HelperVerdict,
+    ItemTag,
+    Priority,
+    ProposedUpdate,
+    SkillCuration,
+    SkillReview,
+)
+from loopworks.schemas.playbook import (
+    AddDelta,
+    ItemKind,
+    PlaybookItem,
+    RemoveDelta,
+    Tag,
+    TagDelta,
+    UpdateDelta,
+)
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import MAX_EXISTING_FILES, Task, TaskContext
@@ -31,6 +52,9 @@ pytestmark = pytest.mark.unit
 
 STRUCTURED = [role for role, model in ANSWER_MODELS.items() if model is not None]
 WORKING = [role for role, model in ANSWER_MODELS.items() if model is None]
+# The working roles whose deliverable is the run's artifact; the skill generator's are the
+# files the task curator asked for (see its own test).
+ARTIFACT_WORKING = [role for role in WORKING if role != Role.SKILL_GENERATOR]
 
 # Backticked words a prompt may use although they are no name of its schemas, no tool and
 # no fact, each with the reason it is a name the code uses.
@@ -273,7 +297,7 @@ def test_task_planner_states_the_graph_rules_the_code_checks(
 # --- roles that work with tools ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", WORKING, ids=str)
+@pytest.mark.parametrize("role", ARTIFACT_WORKING, ids=str)
 def test_working_prompt_names_the_deliverable_the_tools_and_the_end(
     agents: dict[str, AgentDefinition], role: Role
 ) -> None:
@@ -281,6 +305,10 @@ def test_working_prompt_names_the_deliverable_the_tools_and_the_end(
     # The step fails when the agent ends without the deliverable in place.
     leave = rf"\bLeave [^.]*\bin (the file )?`{re.escape(ARTIFACT_PATH)}` at the workspace root"
     assert re.search(leave, prompt), f"{role}: does not say to leave the deliverable"
+    assert_works_with_tools_and_ends_in_text(role, prompt)
+
+
+def assert_works_with_tools_and_ends_in_text(role: Role, prompt: str) -> None:
     missing = [name for name in TOOLS if f"`{name}`" not in prompt]
     assert not missing, f"{role}: tools not named: {missing}"
     # The step ends on the first reply without a tool call.
@@ -294,6 +322,109 @@ def test_refiner_is_told_the_fields_of_the_critique(agents: dict[str, AgentDefin
     prompt = agents[Role.REFINER.value].prompt
     for name in schema_facts(Critique).names - {"issues"}:
         assert f"`{name}`" in prompt, name
+
+
+# --- the delta playbook (seed 003) -------------------------------------------------------------
+
+
+def unquoted_fields(prompt: str, *models: type[BaseModel]) -> list[str]:
+    """The fields of `models` the prompt does not name in backticks."""
+    return [name for model in models for name in model.model_fields if f"`{name}`" not in prompt]
+
+
+def unquoted_values(prompt: str, values: list[str]) -> list[str]:
+    return [value for value in values if f"`{value}`" not in prompt]
+
+
+KINDS = [kind.value for kind in ItemKind]
+TAGS = [tag.value for tag in Tag]
+
+
+def test_hydrator_drafts_with_the_playbook_items(agents: dict[str, AgentDefinition]) -> None:
+    prompt = agents[Role.HYDRATOR.value].prompt
+    assert not unquoted_values(prompt, KINDS + TAGS)
+    # Items are advice, most relevant first: the ones that do not apply are left out.
+    assert "Ignore items that do not concern this task" in prompt
+    assert "Never let an item widen the task's scope" in prompt
+
+
+def test_reflector_tags_every_item_it_was_given(agents: dict[str, AgentDefinition]) -> None:
+    """`tag_deltas` keeps one tag per given id and drops the others."""
+    prompt = agents[Role.REFLECTOR.value].prompt
+    assert "`playbook_tags`: exactly one entry per item of Playbook Items" in prompt
+    assert not unquoted_fields(prompt, ItemTag)
+    assert "(its `id`, copied exactly)" in prompt
+    assert not unquoted_values(prompt, TAGS)
+    for meaning in ("moved the run forward", "misled the run", "did not matter"):
+        assert meaning in prompt, meaning
+    assert "never tag an id that is not in Playbook Items" in prompt
+
+
+def test_task_curator_states_the_payload_and_what_the_code_does_with_it(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """Seed 003's payload with `action` and `kind`, as `curated_deltas` reads it, and what
+    starts the skill sub-loop."""
+    prompt = agents[Role.TASK_CURATOR.value].prompt
+    assert not unquoted_fields(prompt, CuratorPayload, ProposedUpdate, PlaybookItem)
+    actions = ["add", "update", "remove"]
+    assert not unquoted_values(prompt, KINDS + TAGS + [p.value for p in Priority] + actions)
+    assert "exactly as given in Playbook Items" in prompt
+    assert "the playbook assigns the real id" in prompt
+    assert "lowercase snake_case" in prompt
+    assert f"`{SKILLS_DIR}/<name>.py`" in prompt and f"`{REFERENCES_DIR}/`" in prompt
+    assert "A non-empty `python_helpers` or `reference_requests` starts" in prompt
+
+
+def test_skill_generator_writes_each_file_at_its_path_with_a_self_test(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    prompt = agents[Role.SKILL_GENERATOR.value].prompt
+    assert_works_with_tools_and_ends_in_text(Role.SKILL_GENERATOR, prompt)
+    assert f"`{SKILLS_DIR}/`" in prompt and f"`{REFERENCES_DIR}/`" in prompt
+    assert "at exactly its path in Helper Paths" in prompt
+    assert "exactly its path in Reference Paths" in prompt
+    assert "in the same order as Reference Requests" in prompt
+    # What the skill reflector checks a helper with, and the sandbox it runs in.
+    assert f"`{SELF_TEST_FLAG}` flag" in prompt
+    assert f"`python3 <path> {SELF_TEST_FLAG}`, run from the repository root" in prompt
+    assert "exits 0 when the helper works" in prompt
+    assert "standard library only" in prompt and "no network" in prompt
+    assert "`python3 <path> --help`" in prompt
+
+
+def test_skill_reflector_states_the_verdicts_and_the_check(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """A helper is kept only when accepted and its `check_command` exits 0 in the sandbox,
+    from the repository root; a note has no command."""
+    prompt = agents[Role.SKILL_REFLECTOR.value].prompt
+    assert not unquoted_fields(prompt, SkillReview, HelperReview)
+    assert not unquoted_values(prompt, [verdict.value for verdict in HelperVerdict])
+    assert "exactly one review per file in Files" in prompt
+    assert "exactly as it appears in Files" in prompt
+    assert "run from the repository root" in prompt
+    assert "exits 0 only when the helper works" in prompt
+    assert f"`python3 <path> {SELF_TEST_FLAG}`" in prompt
+    assert "Leave it empty for a reference note" in prompt
+    assert "kept only when your verdict is `ACCEPT` and its `check_command` exits 0" in prompt
+    assert f"`{SKILLS_DIR}/`" in prompt and f"`{REFERENCES_DIR}/`" in prompt
+
+
+def test_skill_curator_states_every_delta_and_its_fields(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    prompt = agents[Role.SKILL_CURATOR.value].prompt
+    for delta in (AddDelta, UpdateDelta, TagDelta, RemoveDelta):
+        op = delta.model_fields["op"].default
+        assert f"`{op}` with" in prompt, op
+        assert not unquoted_fields(prompt, delta), delta.__name__
+    assert not unquoted_fields(prompt, SkillCuration, AcceptedFile, HelperReview, PlaybookItem)
+    assert not unquoted_values(prompt, KINDS + TAGS)
+    assert "one `ADD` of kind `skill`" in prompt and "one `ADD` of kind `reference`" in prompt
+    assert "`python3 <path> --help`" in prompt
+    assert "Use only ids that are in Playbook Items" in prompt
+    assert "never a file the reviewer did not accept" in prompt
 
 
 # --- every prompt ----------------------------------------------------------------------------
@@ -357,4 +488,4 @@ def test_unknown_placeholder_in_an_agents_dir_is_an_error(tmp_path: Path) -> Non
 
 def test_every_role_is_structured_or_working() -> None:
     assert set(STRUCTURED) | set(WORKING) == set(Role)
-    assert WORKING == [Role.PRODUCER, Role.REFINER]
+    assert WORKING == [Role.PRODUCER, Role.REFINER, Role.SKILL_GENERATOR]
