@@ -33,9 +33,7 @@ class CurationActivities:
             playbook_items=items,
         )
         answered = await self.deps.consult(Role.TASK_CURATOR, step, context, CuratorPayload)
-        return CurateOutput(
-            payload=answered.answer, usage=answered.usage, repairs=answered.repairs
-        )
+        return CurateOutput(payload=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
 
 async def current_items(deps: StepDeps, origin: str, name: str) -> list[PlaybookItem]:

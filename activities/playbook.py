@@ -7,6 +7,7 @@ import asyncio
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from loopworks.playbook import writer
 from loopworks.schemas.playbook import (
@@ -17,7 +18,7 @@ from loopworks.schemas.playbook import (
     PlaybookWrite,
 )
 from loopworks.worker.deps import StepDeps, heartbeating
-from loopworks.workspace.playbook import PlaybookStore
+from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
 
 
 class PlaybookActivities:
@@ -38,16 +39,21 @@ class PlaybookActivities:
 
     @activity.defn(name="commit_playbook")
     async def commit_playbook(self, write: PlaybookWrite) -> str:
-        """Commit one version on origin's playbook branch; a retry finds it there."""
+        """Commit one version on origin's playbook branch; a retry finds it there. A branch
+        whose head is not the previous version was written by someone else: no retry
+        fixes that, so the batch fails and its sender hears why."""
         async with heartbeating():
-            return await asyncio.to_thread(
-                self.store.write_version,
-                write.origin,
-                write.playbook,
-                write.batch_id,
-                write.source,
-                write.committed_at,
-            )
+            try:
+                return await asyncio.to_thread(
+                    self.store.write_version,
+                    write.origin,
+                    write.playbook,
+                    write.batch_id,
+                    write.source,
+                    write.committed_at,
+                )
+            except PlaybookVersionError as err:
+                raise ApplicationError(str(err), non_retryable=True) from err
 
     @activity.defn(name="send_playbook_batch")
     async def send_playbook_batch(self, delivery: PlaybookDelivery) -> AppliedBatch:

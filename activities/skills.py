@@ -74,9 +74,7 @@ class SkillActivities:
             trajectory.parent.mkdir(parents=True, exist_ok=True)
             trajectory.write_text(to_jsonl(outcome.records), encoding="utf-8")
             message = f"skill sub-loop · generate: {', '.join(files) or 'nothing written'}"
-            commit = await asyncio.to_thread(
-                workspaces.commit, workdir, message, step.committed_at
-            )
+            commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
             await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
         return GenerateSkillsOutput(
             commit=commit,

@@ -31,9 +31,7 @@ async def with_history(
         return fresh
     ref = f"refs/heads/{state.branch}" if finished else work_ref(state.run_id)
     try:
-        text = await asyncio.to_thread(
-            workspaces.read_file_at_ref, state.origin, ref, HISTORY_PATH
-        )
+        text = await asyncio.to_thread(workspaces.read_file_at_ref, state.origin, ref, HISTORY_PATH)
     except GitError:
         text = None
     older = [e for e in parse_history(text or "") if after < e.seq < fresh[0].seq]

@@ -104,9 +104,7 @@ async def _run(
         try:
             result = await agent.run(user_prompt(call.context))
         except UnexpectedModelBehavior as exc:
-            if any(
-                isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages
-            ):
+            if any(isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages):
                 # A cut-off answer fails validation like any other; say what would help.
                 raise InvalidOutput(call.role, f"{CUT_OFF}; {invalid_detail(exc)}") from exc
             raise

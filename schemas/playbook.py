@@ -76,10 +76,14 @@ class AddDelta(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["ADD"] = "ADD"
-    kind: ItemKind
-    section: str = Field(min_length=1, max_length=SECTION_MAX)
-    content: str = Field(min_length=1, max_length=CONTENT_MAX)
+    op: Literal["ADD"] = Field(default="ADD", description="`ADD`: a new item.")
+    kind: ItemKind = Field(description="`skill`, `constraint`, `reference` or `clarification`.")
+    section: str = Field(
+        min_length=1, max_length=SECTION_MAX, description="A short heading, e.g. `testing`."
+    )
+    content: str = Field(
+        min_length=1, max_length=CONTENT_MAX, description="The lesson, self-contained."
+    )
 
 
 class UpdateDelta(BaseModel):
@@ -87,9 +91,11 @@ class UpdateDelta(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["UPDATE"] = "UPDATE"
-    item_id: str = Field(min_length=1)
-    content: str = Field(min_length=1, max_length=CONTENT_MAX)
+    op: Literal["UPDATE"] = Field(default="UPDATE", description="`UPDATE`: new content.")
+    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
+    content: str = Field(
+        min_length=1, max_length=CONTENT_MAX, description="The item's whole new content."
+    )
 
 
 class TagDelta(BaseModel):
@@ -97,17 +103,17 @@ class TagDelta(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["TAG"] = "TAG"
-    item_id: str = Field(min_length=1)
-    tag: Tag
+    op: Literal["TAG"] = Field(default="TAG", description="`TAG`: count one use.")
+    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
+    tag: Tag = Field(description="`helpful`, `harmful` or `neutral`.")
 
 
 class RemoveDelta(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    op: Literal["REMOVE"] = "REMOVE"
-    item_id: str = Field(min_length=1)
-    reason: str = ""
+    op: Literal["REMOVE"] = Field(default="REMOVE", description="`REMOVE`: drop the item.")
+    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
+    reason: str = Field(default="", description="Why it no longer holds.")
 
 
 Delta = Annotated[AddDelta | UpdateDelta | TagDelta | RemoveDelta, Field(discriminator="op")]

@@ -258,8 +258,7 @@ async def main(runs: int, concurrency: int, long_iterations: int) -> None:
     print(f"  {'all':<18} {requests:>8.1f}  {attempts:>13.1f}")
     print()
     print(
-        f"long run             {long.iterations} iterations, failing,"
-        f" {long.executions} executions"
+        f"long run             {long.iterations} iterations, failing, {long.executions} executions"
     )
     print(f"events               {long.events} ({long.logged_events} in git's history.jsonl)")
     print(f"largest payload      {long.largest_payload / 1024:.1f} KiB (any input or result)")

@@ -280,9 +280,7 @@ class TaskGraphWorkflow:
         self._woken = False
         woken = asyncio.ensure_future(workflow.wait_condition(lambda: self._woken))
         handles = {handle: task_id for task_id, handle in self._running.items()}
-        done, _ = await workflow.wait(
-            [*handles, woken], return_when=asyncio.FIRST_COMPLETED
-        )
+        done, _ = await workflow.wait([*handles, woken], return_when=asyncio.FIRST_COMPLETED)
         woken.cancel()
         if self._stop_requested and not self._stops_sent:
             self._stops_sent = True
@@ -310,9 +308,7 @@ class TaskGraphWorkflow:
             return
         if result.state.status != RunStatus.COMPLETED:
             reason = result.state.stop_reason.value if result.state.stop_reason else "failed"
-            await self._failed(
-                task_state, f"its loop ended {result.state.status.value} ({reason})"
-            )
+            await self._failed(task_state, f"its loop ended {result.state.status.value} ({reason})")
             return
         outcome = await workflow.execute_activity_method(
             IntegrationActivities.merge_task,
@@ -396,4 +392,3 @@ class TaskGraphWorkflow:
         )
         memory.recorded += len(fresh)
         self._state.integration_commit = written.commit
-

@@ -71,6 +71,7 @@ INTEGRATION = StepPolicy(
     start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=10), retry=GIT.retry
 )
 
+
 def history_is_long(limit: int | None) -> bool:
     """Whether a workflow should continue as new now: at `limit` history events when one
     is set (tests), else when the server suggests it. Call from inside a workflow."""

@@ -132,9 +132,7 @@ class RunRecord:
         if event == EventName.REFINEMENT_DONE:
             self.emit(
                 event,
-                RefinementPayload(
-                    **fields, previous_artifact_hash=output.previous_artifact_hash
-                ),
+                RefinementPayload(**fields, previous_artifact_hash=output.previous_artifact_hash),
             )
         else:
             self.emit(event, ArtifactPayload(**fields))
@@ -159,9 +157,7 @@ class RunRecord:
         else:
             self.emit(
                 EventName.STOPPED,
-                StoppedPayload(
-                    reason=reason.value, message=message, distance_to_success=distance
-                ),
+                StoppedPayload(reason=reason.value, message=message, distance_to_success=distance),
             )
 
     def fail(self, message: str) -> None:

@@ -40,6 +40,7 @@ _README = (
     "and its in-progress commits are kept under refs/loopworks/<run id>.\n"
 )
 
+
 class GitWorkspaces(OriginReader):
     """Working clones under `root`, one per run, plus read-only caches of remote origins."""
 

@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from loopworks.agent.tools.denied import ToolDenied
 from loopworks.agent.tools.git_policy import check_git
+from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
 from loopworks.schemas.steps import HISTORY_PATH
 
 __all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard"]
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 MAX_COMMAND_CHARS = 64 * 1024
 # The run's records in its workspace (history.jsonl, run.json, trajectories): the worker's.
 RECORDS_DIR = PurePosixPath(HISTORY_PATH).parts[0]
+AGENT_WRITABLE_RECORDS = (SKILLS_DIR, REFERENCES_DIR)
 
 
 def _has_component(parts: tuple[str, ...], name: str) -> bool:
@@ -92,6 +94,10 @@ class ToolGuard:
         """`path(p)`, for a file tool that writes: not into the run's records either."""
         target = self.path(p)
         parts = target.relative_to(self.root).parts
+        relpath = PurePosixPath(*parts).as_posix() if parts else ""
+        # The skill generator's helpers and notes live beside the records, and are its work.
+        if any(relpath.startswith(f"{d}/") for d in AGENT_WRITABLE_RECORDS):
+            return target
         if parts and parts[0].lower() == RECORDS_DIR:
             raise ToolDenied(
                 f"refusing: {p!r} is in {RECORDS_DIR}/, the run's records, which loopworks "

@@ -38,10 +38,14 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
     root = Path(tempfile.mkdtemp(prefix="loopworks-sandboxed-"))
     root.chmod(0o755)
     script = root / "script.json"
-    draft = {"files": [{"path": "artifact.md", "content": "# Guide\n\nA guide.\n"},
-                       {"path": "result.txt", "content": "ok\n"},
-                       {"path": "test_result.py", "content": TEST_FILE}],
-             "summary": "wrote it"}
+    draft = {
+        "files": [
+            {"path": "artifact.md", "content": "# Guide\n\nA guide.\n"},
+            {"path": "result.txt", "content": "ok\n"},
+            {"path": "test_result.py", "content": TEST_FILE},
+        ],
+        "summary": "wrote it",
+    }
     script.write_text(json.dumps({"producer": {"1": {"answer": draft}}}))  # fmt: skip
     stack = Stack(
         server=dev_server,

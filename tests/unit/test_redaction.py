@@ -30,6 +30,8 @@ KEY = "sk-ant-fake-0123456789abcdef"
 # Fields whose name sounds like a credential but is not one, each with why.
 NOT_SECRET = {
     "anthropic_max_tokens": "a count of model output tokens",
+    "playbook_max_tokens": "the playbook's size budget, in tokens",
+    "playbook_context_tokens": "how much of the playbook hydration is given, in tokens",
 }
 
 

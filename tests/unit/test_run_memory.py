@@ -58,9 +58,11 @@ def test_a_new_runs_memory_starts_from_its_request() -> None:
 
 def test_the_git_log_appends_only_what_it_lacks(tmp_path: Path) -> None:
     events = [EVENT.validate_python(_event(seq)) for seq in range(1, 6)]
-    state = LoopInput(
-        run_id="r", alias="r", request=RunRequest(task="t"), created_at=""
-    ).first_memory().state
+    state = (
+        LoopInput(run_id="r", alias="r", request=RunRequest(task="t"), created_at="")
+        .first_memory()
+        .state
+    )
     assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3
     # A retry hands the same events again, and the next step some it already has.
     assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3

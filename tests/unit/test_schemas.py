@@ -282,6 +282,7 @@ def test_every_role_has_an_answer_model_or_works_with_tools() -> None:
     assert {role for role, model in ANSWER_MODELS.items() if model is None} == {
         Role.PRODUCER,
         Role.REFINER,
+        Role.SKILL_GENERATOR,
     }
     assert ANSWER_MODELS[Role.EVALUATOR] is not None
 

@@ -289,6 +289,18 @@ def test_command_denials_say_why(tmp_path: Path, command: str, why: str) -> None
     assert why in str(denied.value)
 
 
+@pytest.mark.parametrize("path", [".loops/skills/count.py", ".loops/references/01-tests.md"])
+def test_the_skill_generator_may_write_its_helpers_and_notes(
+    layout: dict[str, Path], path: str
+) -> None:
+    # Beside the run's records, but the skill sub-loop's own work (schemas/curation.py).
+    result = execute(layout["ws"], "write_file", {"path": path, "content": "x\n"})
+    assert result.ok, result.content
+    assert (layout["ws"] / path).read_text() == "x\n"
+    denied = execute(layout["ws"], "write_file", {"path": ".loops/run.json", "content": "{}"})
+    assert not denied.ok
+
+
 def test_the_run_records_are_readable(layout: dict[str, Path]) -> None:
     result = execute(layout["ws"], "read_file", {"path": ".loops/run.json"})
     assert result.ok, result.content

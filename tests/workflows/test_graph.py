@@ -372,9 +372,7 @@ async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
     script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
     async with harness.worker(script):
         handle = await start_graph(harness, [task("T-001"), task("T-002")])
-        while not all(
-            t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks
-        ):
+        while not all(t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks):
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
         await handle.signal(TaskGraphWorkflow.stop, "enough")
