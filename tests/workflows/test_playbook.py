@@ -1,0 +1,318 @@
+"""The delta playbook, end to end on the time-skipping server: runs read it at hydration
+and send it what they learnt, its one writer applies every batch once, the skill sub-loop
+commits helpers that pass their check, and a rollback is a new version.
+
+Each test has its own origin repository, so its own playbook (and workflow id) on the
+shared test server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo
+from temporalio.client import WorkflowHandle
+
+from loopworks.llm.base import ModelCall
+from loopworks.llm.offline import OfflineModels
+from loopworks.playbook import writer
+from loopworks.schemas.events import Event, EventName
+from loopworks.schemas.loop import LoopResult
+from loopworks.schemas.playbook import (
+    AddDelta,
+    DeltaBatch,
+    ItemKind,
+    PlaybookInput,
+    Tag,
+    TagDelta,
+    playbook_name,
+    workflow_id,
+)
+from loopworks.schemas.roles import Role
+from loopworks.schemas.run import RunStatus
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_worker
+from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.playbook import PlaybookWorkflow
+from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.playbook import PlaybookStore
+from tests.workflows.conftest import LoopHarness
+
+pytestmark = pytest.mark.workflow
+
+TASK = "Document how to run the test suite"
+
+
+class RecordingModels(OfflineModels):
+    """The offline model, keeping what each hydrator call was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hydrator_contexts: list[dict[str, Any]] = []
+
+    async def respond(self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo) -> Any:
+        if call.role == Role.HYDRATOR:
+            self.hydrator_contexts.append(call.context)
+        return await super().respond(call, messages, info)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
+    repo.mkdir()
+    (repo / "README.md").write_text("# a project\n")
+    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    return repo
+
+
+def settings(harness: LoopHarness) -> Settings:
+    return Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+
+
+def store(harness: LoopHarness) -> PlaybookStore:
+    return PlaybookStore.of(GitWorkspaces(harness.data_dir / "reader", "t", "t@t"))
+
+
+@asynccontextmanager
+async def worker(harness: LoopHarness, models: OfflineModels | None = None) -> AsyncIterator[None]:
+    async with build_worker(harness.env.client, settings(harness), models=models):
+        yield
+
+
+async def run(harness: LoopHarness, repo: Path, task: str = TASK, **request: Any) -> LoopResult:
+    request.setdefault("playbook", True)
+    handle: WorkflowHandle[LoopWorkflow, LoopResult] = await harness.start(
+        task=task, repo=str(repo), **request
+    )
+    return await handle.result()
+
+
+def distinct(n: int) -> str:
+    """Lesson text no other number's resembles: near-duplicates would be merged."""
+    return f"Remember {hashlib.sha256(str(n).encode()).hexdigest()[:24]}"
+
+
+def of(events: list[Event], name: EventName) -> list[Event]:
+    return [event for event in events if event.event == name]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
+
+
+async def test_the_second_run_hydrates_from_what_the_first_added(
+    harness: LoopHarness, repo: Path
+) -> None:
+    models = RecordingModels()
+    async with worker(harness, models):
+        first = await run(harness, repo)
+        assert first.state.status == RunStatus.COMPLETED
+        loaded = of(first.log, EventName.PLAYBOOK_LOADED)[0]
+        assert (loaded.payload.version, loaded.payload.item_ids) == (0, [])
+        updated = of(first.log, EventName.PLAYBOOK_UPDATED)
+        assert [e.payload.batch_id for e in updated] == [f"{first.state.run_id}:run"]
+        assert updated[0].payload.version == 1
+
+        playbook = store(harness).current(str(repo), playbook_name(str(repo)))
+        assert playbook is not None and playbook.version == 1
+        (item,) = playbook.items
+        assert item.kind == ItemKind.CONSTRAINT
+        assert item.sources == [first.state.run_id]
+
+        second = await run(harness, repo)
+
+    loaded = of(second.log, EventName.PLAYBOOK_LOADED)[0]
+    assert loaded.payload.name == playbook_name(str(repo))
+    assert (loaded.payload.version, loaded.payload.item_ids) == (1, [item.id])
+    assert second.state.playbook is not None
+    assert second.state.playbook.item_ids == [item.id]
+    # What the model was sent: the first run's lesson, in the hydrator's context.
+    given = models.hydrator_contexts[-1]["playbook_items"]
+    assert [(i["id"], i["content"]) for i in given] == [(item.id, item.content)]
+    # The second run's reflector tagged it; its curator found the lesson already there.
+    after = store(harness).current(str(repo), playbook_name(str(repo)))
+    assert after is not None and after.version == 2
+    assert [(i.id, i.helpful) for i in after.items] == [(item.id, 1)]
+
+
+async def test_a_pinned_version_and_an_opt_out(harness: LoopHarness, repo: Path) -> None:
+    async with worker(harness):
+        await run(harness, repo)
+        await run(harness, repo, task="Describe the project's layout")
+        name = playbook_name(str(repo))
+        assert store(harness).current(str(repo), name).version >= 2  # type: ignore[union-attr]
+
+        pinned = await run(harness, repo, playbook_version=1)
+        loaded = of(pinned.log, EventName.PLAYBOOK_LOADED)[0]
+        assert (loaded.payload.version, loaded.payload.pinned) == (1, True)
+
+        before = store(harness).versions(str(repo), name)
+        opted_out = await run(harness, repo, playbook=False)
+    assert opted_out.state.status == RunStatus.COMPLETED
+    assert not of(opted_out.log, EventName.PLAYBOOK_LOADED)
+    assert not of(opted_out.log, EventName.PLAYBOOK_UPDATED)
+    assert store(harness).versions(str(repo), name) == before
+
+
+async def test_twenty_concurrent_batches_some_sent_twice_are_each_applied_once(
+    harness: LoopHarness, repo: Path
+) -> None:
+    name, origin = playbook_name(str(repo)), str(repo)
+    batches = [
+        DeltaBatch(
+            batch_id=f"batch-{n:02d}",
+            source=f"run-{n}",
+            deltas=[AddDelta(kind=ItemKind.SKILL, section="s", content=distinct(n))],
+        )
+        for n in range(1, 21)
+    ]
+    async with worker(harness):
+        sent = [*batches, *batches[::4]]  # five of them twice
+        applied = await asyncio.gather(
+            *(
+                writer.send_batch(harness.env.client, settings(harness), name, origin, b)
+                for b in sent
+            )
+        )
+        state = await writer.describe(harness.env.client, name)
+
+    by_batch: dict[str, set[int]] = {}
+    for result in applied:
+        by_batch.setdefault(result.batch_id, set()).add(result.version)
+    # A batch sent twice answers the one version it made.
+    assert all(len(versions) == 1 for versions in by_batch.values())
+    assert sorted(v for (v,) in by_batch.values()) == list(range(1, 21))
+    assert state is not None and (state.version, state.items) == (20, 20)
+    history = store(harness).versions(origin, name)
+    assert [v.version for v in history] == list(range(20, 0, -1))
+    assert sorted(v.batch_id or "" for v in history) == [b.batch_id for b in batches]
+
+
+async def test_the_writer_continues_as_new_and_still_applies_each_batch_once(
+    harness: LoopHarness, repo: Path
+) -> None:
+    name, origin = playbook_name(str(repo)), str(repo)
+    client = harness.env.client
+    async with worker(harness):
+        handle = await client.start_workflow(
+            PlaybookWorkflow.run,
+            PlaybookInput(name=name, origin=origin, continue_after_batches=2),
+            id=workflow_id(name),
+            task_queue=harness.task_queue,
+        )
+        first_run = handle.result_run_id
+        for n in range(1, 6):
+            batch = DeltaBatch(
+                batch_id=f"b{n}",
+                source="test",
+                deltas=[
+                    AddDelta(kind=ItemKind.REFERENCE, section="docs", content=f"doc {n} x" * n)
+                ],
+            )
+            await writer.send_batch(client, settings(harness), name, origin, batch)
+        again = await writer.send_batch(
+            client, settings(harness), name, origin, DeltaBatch(batch_id="b1", source="test")
+        )
+        state = await writer.describe(client, name)
+        latest = await client.get_workflow_handle(workflow_id(name)).describe()
+    assert again.version == 1  # b1, remembered across continue-as-new
+    assert state is not None and state.version == 5
+    assert latest.run_id != first_run
+
+
+async def test_a_rollback_makes_an_old_version_current_as_a_new_one(
+    harness: LoopHarness, repo: Path
+) -> None:
+    name, origin = playbook_name(str(repo)), str(repo)
+    one = DeltaBatch(
+        batch_id="one",
+        source="a",
+        deltas=[AddDelta(kind=ItemKind.CONSTRAINT, section="style", content="Use tabs")],
+    )
+    async with worker(harness):
+        v1 = await writer.send_batch(harness.env.client, settings(harness), name, origin, one)
+        item_id = store(harness).current(origin, name).items[0].id  # type: ignore[union-attr]
+        two = DeltaBatch(
+            batch_id="two",
+            source="b",
+            deltas=[
+                TagDelta(item_id=item_id, tag=Tag.HELPFUL),
+                AddDelta(kind=ItemKind.SKILL, section="tests", content="Run make check first"),
+            ],
+        )
+        await writer.send_batch(harness.env.client, settings(harness), name, origin, two)
+        back = await writer.rollback(harness.env.client, settings(harness), name, origin, 1)
+    assert (v1.version, back.version) == (1, 3)
+    current = store(harness).current(origin, name)
+    version_one = store(harness).at_version(origin, name, 1)
+    assert current is not None and version_one is not None
+    assert current.version == 3
+    assert current.items == version_one.items
+
+
+async def test_a_curator_asking_for_a_helper_starts_the_skill_sub_loop(
+    harness: LoopHarness, repo: Path
+) -> None:
+    async with worker(harness):
+        result = await run(harness, repo, task=f"{TASK} [skill:count_words]")
+    assert result.state.status == RunStatus.COMPLETED
+    (curated,) = of(result.log, EventName.CURATED)
+    assert curated.payload.python_helpers == ["count_words"]
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    helper = ".loops/skills/count_words.py"
+    assert done.payload.accepted == [helper] and done.payload.error is None
+    # Committed on the run's branch, pushed, and it runs.
+    branch = result.state.branch
+    text = git(repo, "show", f"{branch}:{helper}")
+    assert "--self-test" in text
+    # One trajectory: the skill generator's lines say so and name the run.
+    files = git(repo, "ls-tree", "-r", "--name-only", branch, ".loops/trajectory").split()
+    skill_files = [f for f in files if f.endswith("-skill.jsonl")]
+    assert skill_files
+    lines = [json.loads(x) for x in git(repo, "show", f"{branch}:{skill_files[0]}").splitlines()]
+    assert lines and {x["loop_type"] for x in lines} == {"skill"}
+    assert {x["trajectory_id"] for x in lines} == {result.state.run_id}
+    produce = next(f for f in files if f.endswith("-produce.jsonl"))
+    task_lines = [json.loads(x) for x in git(repo, "show", f"{branch}:{produce}").splitlines()]
+    assert {x["loop_type"] for x in task_lines} == {"task"}
+    # The skill curator's item is in the playbook, naming the helper.
+    updated = [e.payload.batch_id for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
+    assert updated == [f"{result.state.run_id}:run", f"{result.state.run_id}:skill"]
+    playbook = store(harness).current(str(repo), playbook_name(str(repo)))
+    assert playbook is not None
+    assert any(i.kind == ItemKind.SKILL and helper in i.content for i in playbook.items)
+
+
+async def test_a_helper_that_fails_its_check_leaves_the_run_completed_and_no_skill(
+    harness: LoopHarness, repo: Path
+) -> None:
+    async with worker(harness):
+        result = await run(harness, repo, task=f"{TASK} [skill-broken:bad_helper]")
+    assert result.state.status == RunStatus.COMPLETED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    helper = ".loops/skills/bad_helper.py"
+    assert done.payload.accepted == []
+    assert "check failed" in done.payload.rejected[helper]
+    files = git(repo, "ls-tree", "-r", "--name-only", result.state.branch).split()
+    assert helper not in files
+    # The skill sub-loop sent nothing: only the run's own batch reached the playbook.
+    updated = [e.payload.batch_id for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
+    assert updated == [f"{result.state.run_id}:run"]
+    playbook = store(harness).current(str(repo), playbook_name(str(repo)))
+    assert playbook is not None
+    assert not [i for i in playbook.items if i.kind == ItemKind.SKILL]
