@@ -41,7 +41,7 @@ class RepositoryActivities:
             base_commit=commit,
             branch=run_branch(request.run_id),
             sandboxed=sandboxed(),
-            playbook=playbook_name(request.repo),
+            playbook=playbook_name(origin),
         )
 
     @activity.defn(name="close_run")

@@ -29,7 +29,6 @@ from loopworks.api.errors import ApiError, NotApplicable, UpstreamError, invalid
 from loopworks.playbook import writer
 from loopworks.schemas.playbook import (
     NAME_PATTERN,
-    SERVICE_PLAYBOOK,
     AppliedBatch,
     DeltaBatch,
     Playbook,
@@ -132,7 +131,7 @@ async def send_deltas(
     repo: str | None,
 ) -> AppliedBatch:
     """Hand-curated deltas for the playbook `name`. A playbook nobody has written yet
-    starts with them: `repo` names its origin (the service's own for SERVICE_PLAYBOOK)."""
+    starts with them: `repo` names its origin (the service's default origin by default)."""
     origin = await _origin_for(client, settings, workspaces, name, repo)
     return await _written(name, writer.send_batch(client, settings, name, origin, batch))
 
@@ -151,9 +150,9 @@ async def _origin_for(
         return state.origin
     if checked is not None:
         return checked
-    if name == SERVICE_PLAYBOOK:
-        path = settings.default_origin.resolve()
-        return await asyncio.to_thread(workspaces.ensure_default_origin, path)
+    default = settings.default_origin.resolve()
+    if name == playbook_name(str(default)):
+        return await asyncio.to_thread(workspaces.ensure_default_origin, default)
     raise PlaybookNotFound(
         f"playbook {name} not found: to start it, send its first deltas with ?repo=<its origin>"
     )

@@ -20,8 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 PLAYBOOK_BRANCH = "loops/playbook"
 PLAYBOOK_PATH = ".loops/playbook.jsonl"
-# The playbook of runs without a repository: they all work on the service's default origin.
-SERVICE_PLAYBOOK = "service"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,79}$"
 BATCH_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
 # Commit trailers on the playbook branch: which version a commit is, and what made it.
@@ -203,13 +201,15 @@ class PlaybookUse(BaseModel):
 # -- naming -----------------------------------------------------------------------------
 
 
-def playbook_name(repo: str | None) -> str:
-    """The playbook of a repository: a readable slug of its last path segment and a short
-    hash of the whole address (two repositories named `app` stay apart); SERVICE_PLAYBOOK
-    for runs without one."""
-    if not repo:
-        return SERVICE_PLAYBOOK
-    address = repo.strip().rstrip("/")
+def playbook_name(origin: str) -> str:
+    """The playbook of an origin repository: a readable slug of its last path segment and
+    a short hash of the whole address (two repositories named `app` stay apart).
+
+    Named by the origin the run resolved, never by what the request said: runs without a
+    repository and a task graph's loops on the service's default origin
+    (`<data dir>/origin.git`) share its one playbook, `origin-<hash>`.
+    """
+    address = origin.strip().rstrip("/")
     last = re.split(r"[/:]", address)[-1].removesuffix(".git").lower()
     slug = re.sub(r"[^a-z0-9._-]+", "-", last).strip("-._")[:60] or "repo"
     digest = hashlib.sha256(address.encode()).hexdigest()[:8]

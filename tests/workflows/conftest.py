@@ -52,9 +52,8 @@ class LoopHarness:
     ) -> WorkflowHandle[LoopWorkflow, LoopResult]:
         run_id = f"test-{uuid.uuid4().hex[:10]}"
         request.setdefault("audit_probability", 0.0)
-        # Every test's worker has its own task queue, but the service-wide playbook's
-        # workflow id is the same on the shared test server: a later test's batch would
-        # wait for a worker that is gone. tests/workflows/test_playbook.py opts in.
+        # The playbook's steps come after reflection: tests that pin a run's steps and
+        # calls opt in (tests/workflows/test_playbook.py, the SDK run).
         request.setdefault("playbook", False)
         return await self.env.client.start_workflow(
             LoopWorkflow.run,

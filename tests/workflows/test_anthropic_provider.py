@@ -46,7 +46,7 @@ KEY = "test-key"
 AGENTS = load_agents()
 HALF_A_PLAN = {"focus": "fix the ti"}
 # Roles that work in the workspace with tools instead of answering one forced tool.
-AGENT_ROLES = {Role.PRODUCER, Role.REFINER}
+AGENT_ROLES = {Role.PRODUCER, Role.REFINER, Role.SKILL_GENERATOR}
 
 
 @pytest.fixture
@@ -119,7 +119,11 @@ async def attempts(handle: WorkflowHandle[Any, Any], activity: str) -> list[dict
 
 async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessagesAPI) -> None:
     async with anthropic_worker(harness, api) as settings:
-        handle = await harness.start(task="Write a testing guide", audit_probability=1.0)
+        # The curator's marker starts the skill sub-loop: every role but the task planner
+        # (task graphs only) goes through the SDK.
+        handle = await harness.start(
+            task="Write a testing guide [skill:count_words]", audit_probability=1.0, playbook=True
+        )
         state = (await handle.result()).state
         events = await harness.events(handle)
 
