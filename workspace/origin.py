@@ -52,15 +52,18 @@ class OriginReader(GitRunner):
 
     def read_file_at_ref(self, origin: str, ref: str, path: str) -> str | None:
         """Text of `path` where `ref` points on origin now; None without the ref or file."""
+        commit = self.commit_at_ref(origin, ref)
+        return None if commit is None else self.read_file(origin, commit, path)
+
+    def commit_at_ref(self, origin: str, ref: str) -> str | None:
+        """The commit `ref` points to on origin now; None without the ref."""
         self._check_ref(ref)
         with self._origin_git_dir(origin, commit=None) as git_dir:
             found = self._git(
                 [f"--git-dir={git_dir}", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
                 check=False,
             )
-        if found.returncode != 0:
-            return None
-        return self.read_file(origin, found.stdout.strip(), path)
+        return found.stdout.strip() if found.returncode == 0 else None
 
     def list_files(self, origin: str, commit: str, directory: str | None = None) -> list[str]:
         """Paths of the files under `directory` (None: the whole tree) at `commit` on

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
 from fastapi.responses import PlainTextResponse
@@ -14,7 +14,7 @@ from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep,
 from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
 from loopworks.api.security import require_token
-from loopworks.api.trajectory import read_trajectory
+from loopworks.api.trajectory import latest_commit, of_loop_type, read_trajectory
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunRequest, RunState, RunStatus
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -170,21 +170,28 @@ async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTex
     response_class=Response,
     responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
 )
-async def get_trajectory(handle: RunHandle, workspaces: WorkspacesDep) -> Response:
-    """Every message and tool call of the run's PRODUCE and REFINE agents, as JSON lines
-    tagged with step and iteration, from the run's latest artifact commit."""
+async def get_trajectory(
+    handle: RunHandle,
+    workspaces: WorkspacesDep,
+    loop_type: Annotated[
+        Literal["task", "skill"] | None,
+        Query(description="only the task loop's lines, or only the skill sub-loop's"),
+    ] = None,
+) -> Response:
+    """Every message and tool call of the run's agents (PRODUCE and REFINE; the skill
+    sub-loop's generator), as JSON lines tagged with step, iteration and `loop_type`, from
+    the run's latest commit."""
     state = await runs.read_state(handle)
     if not state.artifact_commit:
         raise ArtifactMissing(f"run {handle.id} has no trajectory yet")
     try:
-        text = await asyncio.to_thread(
-            read_trajectory, workspaces, state.origin, state.artifact_commit
-        )
+        commit = await asyncio.to_thread(latest_commit, workspaces, state)
+        text = await asyncio.to_thread(read_trajectory, workspaces, state.origin, commit or "")
     except (GitError, ValueError) as err:
         raise UpstreamError(f"could not read the trajectory of run {handle.id}: {err}") from err
     if not text:
-        raise ArtifactMissing(f"run {handle.id}: no trajectory in commit {state.artifact_commit}")
-    return Response(text, media_type="application/x-ndjson")
+        raise ArtifactMissing(f"run {handle.id}: no trajectory in commit {commit}")
+    return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")
 
 
 @router.post(

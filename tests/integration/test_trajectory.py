@@ -64,7 +64,13 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
     with httpx.Client(base_url=base_url, timeout=30) as http:
         created = http.post(
             "/runs",
-            json={"task": "Write a testing guide", "rules": rules, "audit_probability": 0},
+            # The marker makes the offline task curator ask for a helper: the skill
+            # sub-loop's generator adds its lines to the one trajectory.
+            json={
+                "task": "Write a testing guide [skill:count_words]",
+                "rules": rules,
+                "audit_probability": 0,
+            },
         )
         assert created.status_code == 201, created.text
         run_id = created.json()["run_id"]
@@ -76,6 +82,9 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
         state = wait_until_finished(http, run_id)
         assert state["status"] == "completed", state
         response = http.get(f"/runs/{run_id}/trajectory")
+        skill_only = http.get(f"/runs/{run_id}/trajectory", params={"loop_type": "skill"})
+        task_only = http.get(f"/runs/{run_id}/trajectory", params={"loop_type": "task"})
+        bad = http.get(f"/runs/{run_id}/trajectory", params={"loop_type": "other"})
         unknown = http.get("/runs/no-such-run-20250101-000000-abcdef/trajectory")
 
     assert unknown.status_code == 404, unknown.text
@@ -86,13 +95,26 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
     origin = Path(state["origin"])
     branch = f"loops/{run_id}"
     names = git(origin, "ls-tree", "--name-only", f"{branch}:{TRAJECTORY}").split()
-    assert names == ["01-produce.jsonl", "01-refine.jsonl", "02-produce.jsonl"]
+    assert names == ["01-produce.jsonl", "01-refine.jsonl", "02-produce.jsonl", "02-skill.jsonl"]
     on_branch = "".join(git(origin, "show", f"{branch}:{TRAJECTORY}/{n}") for n in names)
     assert response.text == on_branch
 
     records = from_jsonl(response.text)
     assert all(json.loads(line)["run_id"] == run_id for line in response.text.splitlines())
     steps = [(r.iteration, r.step) for r in records if r.kind == "system"]
-    assert steps == [(1, "produce"), (1, "refine"), (2, "produce")]
+    assert steps == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "skill")]
     writes = [r for r in records if r.kind == "tool_result" and r.tool == "write_file"]
-    assert len(writes) == 3 and all(r.ok for r in writes)
+    assert len(writes) == 4 and all(r.ok for r in writes)
+
+    # Seed 003's one trajectory: every line names the run and its loop type.
+    assert {(r.loop_type, r.trajectory_id) for r in records} == {
+        ("task", run_id),
+        ("skill", run_id),
+    }
+    assert skill_only.status_code == 200 and task_only.status_code == 200
+    assert {r.step for r in from_jsonl(skill_only.text)} == {"skill"}
+    assert {r.loop_type for r in from_jsonl(task_only.text)} == {"task"}
+    assert sorted(skill_only.text.splitlines() + task_only.text.splitlines()) == sorted(
+        response.text.splitlines()
+    )
+    assert bad.status_code == 422
