@@ -25,8 +25,10 @@ from temporalio.testing import WorkflowEnvironment
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.playbook import writer
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.playbook import DeltaBatch, playbook_name, workflow_id
 from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
@@ -198,12 +200,45 @@ async def _record_graph_run(client: Client, settings: Settings) -> WorkflowHisto
         return await graph.fetch_history()
 
 
+async def _record_playbook_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run that reads its playbook, curates, runs the skill sub-loop and sends both
+    batches (the sub-loop's and the playbook writer's own histories are separate)."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-playbook-run",
+            task="Write a guide to caching [skill:count_words]",
+            audit_probability=0.0,
+        )
+        await run.result()
+        return await run.fetch_history()
+
+
+async def _record_playbook_writer(client: Client, settings: Settings) -> WorkflowHistory:
+    """The playbook's writer after two runs sent it their batches: loaded, applied,
+    committed, one batch sent again."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        for n in (1, 2):
+            run = await _start(
+                client, settings.task_queue, f"recorded-writer-{n}", task="Write a guide"
+            )
+            await run.result()
+        state = await run.query(LoopWorkflow.status)
+        name = playbook_name(state.origin)
+        batch = DeltaBatch(batch_id="recorded-writer-1:run", source="again")
+        await writer.send_batch(client, settings, name, state.origin, batch)
+        return await client.get_workflow_handle(workflow_id(name)).fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
     "steered_run": _record_steered_run,
     "continued_run": _record_continued_run,
     "graph_run": _record_graph_run,
+    "playbook_run": _record_playbook_run,
+    "playbook_writer": _record_playbook_writer,
 }
 
 

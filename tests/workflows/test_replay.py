@@ -18,6 +18,8 @@ from temporalio.worker import Replayer
 
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.playbook import PlaybookWorkflow
+from loopworks.workflows.skills import SkillLoopWorkflow
 
 pytestmark = pytest.mark.workflow
 
@@ -32,13 +34,16 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "steered_run.json",
         "continued_run.json",
         "graph_run.json",
+        "playbook_run.json",
+        "playbook_writer.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
     text = (HISTORIES / name).read_text()
     history = WorkflowHistory.from_json(name.removesuffix(".json"), text)
     replayer = Replayer(
-        workflows=[LoopWorkflow, TaskGraphWorkflow], data_converter=pydantic_data_converter
+        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        data_converter=pydantic_data_converter,
     )
     result = await replayer.replay_workflow(history)
     assert result.replay_failure is None
@@ -86,3 +91,16 @@ def test_graph_run_history_covers_children_merges_and_the_ledger() -> None:
     assert text.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 4
     for activity in ["prepare_integration", "merge_task", "record_ledger"]:
         assert f'"name": "{activity}"' in text, activity
+
+
+def test_playbook_histories_cover_curation_the_sub_loop_and_the_writer() -> None:
+    run = (HISTORIES / "playbook_run.json").read_text()
+    assert run.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 1  # the skill sub-loop
+    for activity in ["curate_run", "send_playbook_batch"]:
+        assert f'"name": "{activity}"' in run, activity
+    # The `delta-playbook` patch's marker: histories recorded before it replay without it.
+    assert run.count('"markerName": "core_patch"') == 1
+    writer = (HISTORIES / "playbook_writer.json").read_text()
+    for activity in ["read_playbook", "commit_playbook"]:
+        assert f'"name": "{activity}"' in writer, activity
+    assert writer.count("WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 3
