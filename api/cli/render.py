@@ -25,6 +25,7 @@ from loopworks.schemas.events import (
     ChecksPrepared,
     CriticVerdictGiven,
     CritiqueDone,
+    Curated,
     EvaluationDone,
     Event,
     EventName,
@@ -34,11 +35,14 @@ from loopworks.schemas.events import (
     PhaseError,
     PhaseSwitched,
     PlanCreated,
+    PlaybookLoaded,
+    PlaybookUpdated,
     Pushed,
     QAVerdictGiven,
     RefinementDone,
     ReflectionDone,
     RunStarted,
+    SkillLoopDone,
     Stopped,
 )
 from loopworks.schemas.run import RunState, RunStatus
@@ -219,6 +223,21 @@ def event_detail(event: Event) -> str:
             return f"{p.branch} @ {p.commit[:8]} ({verified})"
         case Approved(payload=p):
             return "as drafted" if not p.edits else _short("edited: " + json.dumps(p.edits))
+        case PlaybookLoaded(payload=p):
+            pinned = ", pinned" if p.pinned else ""
+            return f"{p.name} v{p.version}{pinned}, items: {_ids(p.item_ids)}"
+        case Curated(payload=p):
+            asked = [*p.python_helpers, *p.reference_requests]
+            return _short(f"{p.proposed_updates} updates, asked for: {_ids(asked)}; {p.summary}")
+        case SkillLoopDone(payload=p):
+            if p.error:
+                return _short(f"failed: {p.error}")
+            return f"kept: {_ids(p.accepted)}, rejected: {_ids(p.rejected)}"
+        case PlaybookUpdated(payload=p):
+            if not p.changed:
+                return f"{p.name}: nothing changed"
+            results = ", ".join(f"{n} {result}" for result, n in p.results.items())
+            return _short(f"{p.name} v{p.version}: {results or 'pruned only'}")
     # The rest (paused, resumed, continued_as_new, output_repaired): their payload as sent.
     payload = event.payload.model_dump_json()
     return "" if payload == "{}" else _short(payload)
