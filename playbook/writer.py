@@ -40,22 +40,22 @@ async def send_batch(
     client: Client, settings: Settings, name: str, origin: str, batch: DeltaBatch
 ) -> AppliedBatch:
     """Apply `batch` to the playbook `name` (of `origin`): once, however often it is sent."""
-    result: AppliedBatch = await client.execute_update_with_start_workflow(
-        "apply",
-        batch,
-        start_workflow_operation=_start(settings, name, origin),
-        result_type=AppliedBatch,
-    )
-    return result
+    return await _update(client, settings, name, origin, "apply", batch)
 
 
 async def rollback(
     client: Client, settings: Settings, name: str, origin: str, version: int
 ) -> AppliedBatch:
     """Make version `version`'s items current again, as a new version."""
+    return await _update(client, settings, name, origin, "rollback", version)
+
+
+async def _update(
+    client: Client, settings: Settings, name: str, origin: str, update: str, arg: object
+) -> AppliedBatch:
     result: AppliedBatch = await client.execute_update_with_start_workflow(
-        "rollback",
-        version,
+        update,
+        arg,
         start_workflow_operation=_start(settings, name, origin),
         result_type=AppliedBatch,
     )

@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows import graph_inputs
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
-    from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, history_is_long
+    from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
 
 LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
@@ -161,14 +161,12 @@ class TaskGraphWorkflow:
     async def _prepare(self) -> None:
         """The integration branch, then the tasks (given, or planned), then approval."""
         request, state = self._request, self._state
-        info = await workflow.execute_activity_method(
+        info = await execute(
             IntegrationActivities.prepare_integration,
             IntegrationRequest(
                 graph_id=state.graph_id, repo=request.repo, base_branch=request.base_branch
             ),
-            start_to_close_timeout=INTEGRATION.start_to_close,
-            heartbeat_timeout=INTEGRATION.heartbeat,
-            retry_policy=INTEGRATION.retry,
+            INTEGRATION,
         )
         state.origin, state.integration_branch = info.origin, info.branch
         state.integration_commit = info.commit
@@ -177,14 +175,12 @@ class TaskGraphWorkflow:
         elif prepared := self._from_prep_package(info):
             tasks = prepared
         else:
-            planned = await workflow.execute_activity_method(
+            planned = await execute(
                 PlanningActivities.plan_graph,
                 PlanGraphInput(
                     run_id=state.graph_id, call_index=1, goal=request.goal, files=info.files
                 ),
-                start_to_close_timeout=MODEL_CALL.start_to_close,
-                heartbeat_timeout=MODEL_CALL.heartbeat,
-                retry_policy=MODEL_CALL.retry,
+                MODEL_CALL,
             )
             tasks, state.source = validated_graph(planned.tasks, info.files), "planner"
         state.tasks = [TaskState(task=task) for task in tasks]
@@ -310,7 +306,7 @@ class TaskGraphWorkflow:
             reason = result.state.stop_reason.value if result.state.stop_reason else "failed"
             await self._failed(task_state, f"its loop ended {result.state.status.value} ({reason})")
             return
-        outcome = await workflow.execute_activity_method(
+        outcome = await execute(
             IntegrationActivities.merge_task,
             MergeRequest(
                 graph_id=self._state.graph_id,
@@ -321,9 +317,7 @@ class TaskGraphWorkflow:
                 attempt=task_state.attempts,
                 committed_at=workflow.now(),
             ),
-            start_to_close_timeout=INTEGRATION.start_to_close,
-            heartbeat_timeout=INTEGRATION.heartbeat,
-            retry_policy=INTEGRATION.retry,
+            INTEGRATION,
         )
         if not outcome.merged:
             detail = f"{outcome.reason}: {outcome.output_tail}".strip()
@@ -377,7 +371,7 @@ class TaskGraphWorkflow:
         fresh = memory.ledger[memory.recorded :]
         if not fresh:
             return
-        written = await workflow.execute_activity_method(
+        written = await execute(
             IntegrationActivities.record_ledger,
             LedgerRequest(
                 origin=self._state.origin,
@@ -386,9 +380,7 @@ class TaskGraphWorkflow:
                 tasks=[t.task for t in self._state.tasks],
                 committed_at=workflow.now(),
             ),
-            start_to_close_timeout=INTEGRATION.start_to_close,
-            heartbeat_timeout=INTEGRATION.heartbeat,
-            retry_policy=INTEGRATION.retry,
+            INTEGRATION,
         )
         memory.recorded += len(fresh)
         self._state.integration_commit = written.commit

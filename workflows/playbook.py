@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         PlaybookState,
         PlaybookWrite,
     )
-    from loopworks.workflows.policies import GIT
+    from loopworks.workflows.policies import GIT, execute
 
 # Batches remembered for exactly-once (carried through continue-as-new, so bounded): far
 # more than could be in flight, or retried, at once.
@@ -125,13 +125,8 @@ class PlaybookWorkflow:
 
     async def _read(self, version: int | None) -> Playbook | None:
         read = PlaybookRead(name=self._params.name, origin=self._params.origin, version=version)
-        return await workflow.execute_activity_method(
-            PlaybookActivities.read_playbook,
-            read,
-            start_to_close_timeout=GIT.start_to_close,
-            heartbeat_timeout=GIT.heartbeat,
-            retry_policy=GIT.retry,
-            summary=f"read playbook {self._params.name}",
+        return await execute(
+            PlaybookActivities.read_playbook, read, GIT, f"read playbook {self._params.name}"
         )
 
     async def _commit(self, playbook: Playbook, batch_id: str, source: str) -> str:
@@ -142,14 +137,8 @@ class PlaybookWorkflow:
             source=source,
             committed_at=workflow.now(),
         )
-        return await workflow.execute_activity_method(
-            PlaybookActivities.commit_playbook,
-            write,
-            start_to_close_timeout=GIT.start_to_close,
-            heartbeat_timeout=GIT.heartbeat,
-            retry_policy=GIT.retry,
-            summary=f"commit playbook {playbook.name} v{playbook.version}",
-        )
+        summary = f"commit playbook {playbook.name} v{playbook.version}"
+        return await execute(PlaybookActivities.commit_playbook, write, GIT, summary)
 
     def _remember(self, applied: AppliedBatch) -> None:
         self._applied[applied.batch_id] = applied

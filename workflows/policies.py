@@ -6,8 +6,10 @@ visible in the run's event history.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -70,6 +72,27 @@ GIT = StepPolicy(
 INTEGRATION = StepPolicy(
     start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=10), retry=GIT.retry
 )
+
+
+T = TypeVar("T")
+
+
+async def execute(
+    method: Callable[[Any, Any], Awaitable[T]],
+    arg: Any,
+    policy: StepPolicy,
+    summary: str | None = None,
+) -> T:
+    """Run one activity method under `policy` (its timeouts and retries) and wait for it;
+    for workflows without a run's gate (the loop's steps go through `StepRunner`)."""
+    return await workflow.execute_activity_method(
+        method,
+        arg,
+        start_to_close_timeout=policy.start_to_close,
+        heartbeat_timeout=policy.heartbeat,
+        retry_policy=policy.retry,
+        summary=summary,
+    )
 
 
 def history_is_long(limit: int | None) -> bool:

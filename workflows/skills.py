@@ -9,9 +9,6 @@ goes on without them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -25,10 +22,7 @@ with workflow.unsafe.imports_passed_through():
         SkillLoopResult,
     )
     from loopworks.schemas.steps import GitLocation
-    from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, StepPolicy
-
-
-T = TypeVar("T")
+    from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, execute
 
 
 @workflow.defn(name="SkillLoopWorkflow")
@@ -39,7 +33,7 @@ class SkillLoopWorkflow:
         helpers = [helper_path(name) for name in helper_names(payload)]
         references = reference_paths(payload.reference_requests)
         step = {"run_id": params.run_id, "iteration": params.iteration}
-        generated = await _run(
+        generated = await execute(
             SkillActivities.generate_skills,
             GenerateSkillsInput(
                 **step,
@@ -60,7 +54,7 @@ class SkillLoopWorkflow:
             asked = [*helpers, *references]
             result.rejected = {path: "the generator did not write it" for path in asked}
             return result
-        reviewed = await _run(
+        reviewed = await execute(
             SkillActivities.review_skills,
             ReviewSkillsInput(
                 **step,
@@ -80,7 +74,7 @@ class SkillLoopWorkflow:
         result.accepted = [accepted.review.path for accepted in reviewed.accepted]
         result.rejected = reviewed.rejected
         if reviewed.accepted:
-            curated = await _run(
+            curated = await execute(
                 SkillActivities.curate_skills,
                 CurateSkillsInput(
                     **step, task=params.task, accepted=reviewed.accepted, playbook=params.playbook
@@ -91,16 +85,3 @@ class SkillLoopWorkflow:
             result.usage += curated.usage
             result.deltas = curated.curation.deltas
         return result
-
-
-async def _run(
-    method: Callable[[Any, Any], Awaitable[T]], arg: Any, policy: StepPolicy, summary: str
-) -> T:
-    return await workflow.execute_activity_method(
-        method,
-        arg,
-        start_to_close_timeout=policy.start_to_close,
-        heartbeat_timeout=policy.heartbeat,
-        retry_policy=policy.retry,
-        summary=summary,
-    )
