@@ -24,7 +24,7 @@ from pydantic_ai.models.function import AgentInfo
 from temporalio.client import WorkflowHandle
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.playbook import writer
 from loopworks.schemas.events import Event, EventName
 from loopworks.schemas.loop import LoopResult
@@ -316,3 +316,21 @@ async def test_a_helper_that_fails_its_check_leaves_the_run_completed_and_no_ski
     playbook = store(harness).current(str(repo), playbook_name(str(repo)))
     assert playbook is not None
     assert not [i for i in playbook.items if i.kind == ItemKind.SKILL]
+
+
+async def test_a_skill_sub_loop_that_fails_leaves_the_run_completed(
+    harness: LoopHarness, repo: Path
+) -> None:
+    # The skill reflector's answer is invalid, and again when repaired: the review step
+    # fails for good, so does the sub-loop; the run says so and pushes all the same.
+    script = OfflineScript.model_validate({"skill-reflector": {"1": {"raw": "not json"}}})
+    async with worker(harness, OfflineModels(script=script)):
+        result = await run(harness, repo, task=f"{TASK} [skill:count_words]")
+    assert result.state.status == RunStatus.COMPLETED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert done.payload.error and not done.payload.accepted
+    assert of(result.log, EventName.PUSHED)
+    files = git(repo, "ls-tree", "-r", "--name-only", result.state.branch).split()
+    assert ".loops/skills/count_words.py" not in files
+    updated = [e.payload.batch_id for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
+    assert updated == [f"{result.state.run_id}:run"]
