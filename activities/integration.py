@@ -36,6 +36,7 @@ from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
 from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.integration import (
     BranchMovedError,
     Changes,
@@ -84,8 +85,7 @@ class IntegrationActivities:
         origin = request.repo
         if not origin:
             origin = await asyncio.to_thread(
-                self.deps.workspaces.ensure_default_origin,
-                self.deps.settings.default_origin.resolve(),
+                ensure_default_origin, self.deps.settings, self.deps.workspaces
             )
         return await _in_thread(self._prepare, origin, request)
 

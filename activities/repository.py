@@ -10,6 +10,7 @@ from loopworks.checks.runner import sandboxed
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
 from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.run_log import write_run_log
 
 
@@ -30,7 +31,7 @@ class RepositoryActivities:
                 origin = request.repo
             else:
                 origin = await asyncio.to_thread(
-                    workspaces.ensure_default_origin, self.deps.settings.default_origin.resolve()
+                    ensure_default_origin, self.deps.settings, workspaces
                 )
             branch, commit = await asyncio.to_thread(
                 workspaces.resolve_base, origin, request.base_branch

@@ -37,6 +37,7 @@ from loopworks.schemas.playbook import (
     playbook_name,
 )
 from loopworks.schemas.settings import Settings
+from loopworks.workspace.default_origin import default_origin, ensure_default_origin
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.playbook import PlaybookStore
 from loopworks.workspace.runner import GitError
@@ -150,9 +151,8 @@ async def _origin_for(
         return state.origin
     if checked is not None:
         return checked
-    default = settings.default_origin.resolve()
-    if name == playbook_name(str(default)):
-        return await asyncio.to_thread(workspaces.ensure_default_origin, default)
+    if name == playbook_name(default_origin(settings)):
+        return await asyncio.to_thread(ensure_default_origin, settings, workspaces)
     raise PlaybookNotFound(
         f"playbook {name} not found: to start it, send its first deltas with ?repo=<its origin>"
     )

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     # user must reach them (`loops up` picks a place when the data directory is private).
     workspaces_root: Path | None = Field(default=None, alias="LOOPS_WORKSPACES_DIR")
     data_dir: Path = Field(default=Path(".loops-data"), alias="LOOPS_DATA_DIR")
+    # The origin of runs that name no repo: a git server's URL, so that workers on many
+    # machines and the API share it and nothing on disk (workspace/default_origin.py), or a
+    # path. Unset: `<LOOPS_DATA_DIR>/origin.git`, created on first use (one machine).
+    default_origin_location: str | None = Field(default=None, alias="LOOPS_DEFAULT_ORIGIN")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
     # Comma-separated bearer tokens; when set, every route but health and docs needs one.

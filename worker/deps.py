@@ -30,6 +30,7 @@ from loopworks.workspace.git import GitWorkspaces
 Answer = TypeVar("Answer", bound=BaseModel)
 
 HEARTBEAT_EVERY_SECONDS = 1.0
+WORKSPACE_LOST = "WorkspaceLost"
 
 # Follows the process-wide provider (`worker.telemetry.configure_tracing`); no-op without one.
 DEFAULT_TRACER = trace.get_tracer("loopworks")
@@ -147,15 +148,20 @@ class StepDeps:
         with self.model_span("agent", role, step, call.model) as span:
             # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
             async with heartbeating():
-                outcome = await run_agent(
-                    self.models,
-                    call,
-                    agent.prompt,
-                    workdir,
-                    self.settings.agent_max_turns,
-                    verb,
-                    deliverable,
-                )
+                try:
+                    outcome = await run_agent(
+                        self.models,
+                        call,
+                        agent.prompt,
+                        workdir,
+                        self.settings.agent_max_turns,
+                        verb,
+                        deliverable,
+                    )
+                except Exception:
+                    _still_a_clone(workdir)
+                    raise
+                _still_a_clone(workdir)
             self.price(call.model, outcome.usage, span)
             if outcome.limit_reached:
                 activity.logger.warning(
@@ -176,6 +182,18 @@ class StepDeps:
             self.workspaces.read_file, location.origin, location.commit, ARTIFACT_PATH
         )
         return text or ""
+
+
+def _still_a_clone(workdir: Path) -> None:
+    """The data directory is a cache the worker may lose at any moment (issue 14): when the
+    clone vanished while the agent worked in it, the step failed for that, not for the
+    model's answer (a deliverable "not written" included). A plain ApplicationError is
+    retried, from the same commit, in a fresh clone on whichever worker takes it."""
+    if not (workdir / ".git").is_dir():
+        raise ApplicationError(
+            f"the workspace {workdir.name} was removed while the agent worked in it",
+            type=WORKSPACE_LOST,
+        )
 
 
 @contextlib.asynccontextmanager
