@@ -13,6 +13,10 @@ WORKER_MODULE = "loopworks.worker"
 # `python -m <module>`: the container images run the same.
 API_COMMAND: tuple[str, ...] = ("python", "-m", API_MODULE)
 WORKER_COMMAND: tuple[str, ...] = ("python", "-m", WORKER_MODULE)
+# The git server they share when scaled out: deploy/git-server.sh, installed in the image
+# under this name (deploy/Dockerfile).
+GIT_SERVER_SCRIPT = "deploy/git-server.sh"
+GIT_SERVER_COMMAND: tuple[str, ...] = ("loopworks-git-server",)
 
 # Variables both processes read (see README "Configuration").
 SHARED_ENV: tuple[str, ...] = (
@@ -20,6 +24,7 @@ SHARED_ENV: tuple[str, ...] = (
     "TEMPORAL_NAMESPACE",
     "LOOPS_TASK_QUEUE",
     "LOOPS_DATA_DIR",
+    "LOOPS_DEFAULT_ORIGIN",
     "LOOPS_LLM",
 )
 API_ENV: tuple[str, ...] = (*SHARED_ENV, "LOOPS_API_HOST", "LOOPS_API_PORT")

@@ -7,9 +7,14 @@ implementation (`docker-compose config`, no daemon needed) over the same file.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import time
 import tomllib
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,8 @@ import yaml
 from loopworks.deploy.processes import (
     API_COMMAND,
     API_ENV,
+    GIT_SERVER_COMMAND,
+    GIT_SERVER_SCRIPT,
     SEARCH_ATTRIBUTES,
     WORKER_COMMAND,
     WORKER_ENV,
@@ -45,9 +52,11 @@ LONG_RUNNING = {
     "temporal-ui",
     "jaeger",
     "otel-collector",
+    "git-server",
     "api",
     "worker",
 }
+APPS = ("api", "worker")
 ONE_SHOT = {"temporal-schema", "temporal-namespace"}
 PUBLISHED = {"api": 8000, "temporal-ui": 8080, "jaeger": 16686, "temporal": 7233}
 # ${VAR:-default} overrides a user may export; everything else must come from .env.
@@ -140,9 +149,9 @@ def test_versions_agree_across_files(dotenv: dict[str, str]) -> None:
 def test_api_and_worker_run_one_image_built_from_deploy_dockerfile(
     services: dict[str, Any],
 ) -> None:
-    api, worker = services["api"], services["worker"]
-    assert api["image"] == worker["image"]
-    for service in (api, worker):
+    api, worker, git_server = services["api"], services["worker"], services["git-server"]
+    assert api["image"] == worker["image"] == git_server["image"]
+    for service in (api, worker, git_server):
         assert service["build"]["context"] == "."
         assert service["build"]["dockerfile"] == "deploy/Dockerfile"
         assert service["build"]["args"]["PYTHON_IMAGE"] == "${PYTHON_IMAGE}"
@@ -187,8 +196,8 @@ def test_start_up_order(services: dict[str, Any]) -> None:
     assert "temporal" in waits_for("temporal-namespace")
     assert "temporal" in waits_for("temporal-ui")
     assert "jaeger" in waits_for("otel-collector")
-    for app in ("api", "worker"):
-        assert {"temporal-namespace", "otel-collector"} <= waits_for(app)
+    for app in APPS:
+        assert {"temporal-namespace", "git-server", "otel-collector"} <= waits_for(app)
 
 
 # ---------------------------------------------------------------- the app containers
@@ -255,10 +264,18 @@ def test_published_ports(services: dict[str, Any]) -> None:
 
 
 def test_named_volumes_hold_the_state(compose: dict[str, Any], services: dict[str, Any]) -> None:
-    assert set(compose["volumes"]) == {"postgres-data", "loopworks-data"}
+    assert set(compose["volumes"]) == {"postgres-data", "git-data"}
     assert "postgres-data:/var/lib/postgresql/data" in services["postgresql"]["volumes"]
-    for app in ("api", "worker"):
-        assert "loopworks-data:/data" in services[app]["volumes"]
+    root = _environment(services["git-server"])["LOOPS_GIT_ROOT"]
+    assert services["git-server"]["volumes"] == [f"git-data:{root}"]
+
+
+def test_the_api_and_workers_share_no_volume(services: dict[str, Any]) -> None:
+    # Temporal and the git server are all they share: each data directory is the
+    # container's own cache, so workers may run on any host.
+    for app in APPS:
+        assert not services[app].get("volumes"), f"{app} mounts {services[app]['volumes']}"
+        assert _environment(services[app])["LOOPS_DATA_DIR"] == "/data"
 
 
 def test_bind_mounts_point_at_committed_files(services: dict[str, Any]) -> None:
@@ -268,6 +285,83 @@ def test_bind_mounts_point_at_committed_files(services: dict[str, Any]) -> None:
             if source.startswith("./"):
                 assert (REPO / source).exists(), f"{name}: {source} does not exist"
                 assert volume.endswith(":ro"), f"{name}: mount {source} read-only"
+
+
+# ---------------------------------------------------------------- the git server
+
+
+def _git_server_url(services: dict[str, Any]) -> str:
+    server = _environment(services["git-server"])
+    return f"git://git-server:{server['LOOPS_GIT_PORT']}/{server['LOOPS_GIT_REPO']}"
+
+
+def test_the_default_origin_is_the_git_servers_repository(services: dict[str, Any]) -> None:
+    url = _git_server_url(services)
+    for app in APPS:
+        assert _environment(services[app])["LOOPS_DEFAULT_ORIGIN"] == url, app
+    git_server = services["git-server"]
+    assert git_server["command"] == list(GIT_SERVER_COMMAND)
+    assert not git_server.get("ports"), "git:// has no authentication: publish nothing"
+    probe = git_server["healthcheck"]["test"]
+    assert probe[:2] == ["CMD", "git"] and "ls-remote" in probe
+    # The probe asks the server itself for the repository the apps use.
+    served = urllib.parse.urlsplit(url)
+    assert served._replace(netloc=f"127.0.0.1:{served.port}").geturl() in probe
+
+
+def test_the_image_installs_the_git_server_under_its_command() -> None:
+    (command,) = GIT_SERVER_COMMAND
+    assert f"COPY --chmod=0755 {GIT_SERVER_SCRIPT} /usr/local/bin/{command}" in (
+        DOCKERFILE.read_text()
+    )
+    assert "/srv/git" in DOCKERFILE.read_text()
+    result = run(["sh", "-n", str(REPO / GIT_SERVER_SCRIPT)])
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_git_server_runs_outside_docker(services: dict[str, Any], tmp_path: Path) -> None:
+    """The container's command with its environment (root and port moved to free ones):
+    it seeds the default origin, answers the healthcheck, and takes a push."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        **_environment(services["git-server"]),
+        "LOOPS_GIT_ROOT": str(tmp_path / "srv"),
+        "LOOPS_GIT_LISTEN": "127.0.0.1",
+        "LOOPS_GIT_PORT": str(port),
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+    }
+    url = f"git://127.0.0.1:{port}/{env['LOOPS_GIT_REPO']}"
+    probe = [
+        url if arg.startswith("git://") else arg
+        for arg in services["git-server"]["healthcheck"]["test"][1:]
+    ]
+    server = subprocess.Popen(
+        ["sh", str(REPO / GIT_SERVER_SCRIPT)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while (answer := run(probe)).returncode != 0:
+            assert time.monotonic() < deadline, answer.stderr
+            time.sleep(0.1)
+        clone = tmp_path / "clone"
+        assert run(["git", "clone", "--quiet", url, str(clone)]).returncode == 0
+        assert run(["git", "-C", str(clone), "log", "--format=%s"]).stdout == "Initial commit\n"
+        pushed = run(["git", "-C", str(clone), "push", "--quiet", url, "HEAD:refs/loopworks/run"])
+        assert pushed.returncode == 0, pushed.stderr
+        assert "refs/loopworks/run" in run(["git", "ls-remote", url]).stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    # The push landed in the repository under the root, beside the one seeded commit.
+    bare = tmp_path / "srv" / env["LOOPS_GIT_REPO"]
+    assert run(["git", "--git-dir", str(bare), "rev-list", "--count", "main"]).stdout == "1\n"
+    assert run(["git", "--git-dir", str(bare), "rev-parse", "refs/loopworks/run"]).returncode == 0
 
 
 # ---------------------------------------------------------------- Temporal
@@ -416,6 +510,9 @@ def test_compose_resolves_to_pinned_images(compose_project: Path, dotenv: dict[s
     assert resolved["api"]["build"]["args"]["PYTHON_IMAGE"] == dotenv["PYTHON_IMAGE"]
     assert resolved["api"]["command"] == list(API_COMMAND)
     assert resolved["worker"]["command"] == list(WORKER_COMMAND)
+    assert resolved["git-server"]["command"] == list(GIT_SERVER_COMMAND)
+    for app in APPS:
+        assert not resolved[app].get("volumes"), f"{app}: a volume shared between workers"
     # What the containers really get: `environment` merged with the env_file. Only
     # LOOPS_LLM stays unset by default (the example comments it out), so the
     # settings choose the provider from ANTHROPIC_API_KEY.

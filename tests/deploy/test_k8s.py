@@ -7,13 +7,20 @@ the Kubernetes OpenAPI schemas it checks against.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from loopworks.deploy.processes import API_COMMAND, API_ENV, WORKER_COMMAND, WORKER_ENV
+from loopworks.deploy.processes import (
+    API_COMMAND,
+    API_ENV,
+    GIT_SERVER_COMMAND,
+    WORKER_COMMAND,
+    WORKER_ENV,
+)
 from tests.deploy._support import ENV_FILE_NAMES, REPO, require_tool, run
 
 pytestmark = pytest.mark.deploy
@@ -23,6 +30,8 @@ K8S = REPO / "deploy" / "k8s"
 # policy/v1 and pod-security labels are all older).
 KUBERNETES_VERSION = "1.30.0"
 UID = 10001
+APPS = ("loopworks-api", "loopworks-worker")
+GIT_SERVER = "loopworks-git-server"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +72,10 @@ def test_renders_every_resource(resources: dict[tuple[str, str], Any]) -> None:
         ("Namespace", "loopworks"),
         ("ServiceAccount", "loopworks"),
         ("ConfigMap", "loopworks-config"),
-        ("PersistentVolumeClaim", "loopworks-data"),
+        ("PersistentVolumeClaim", "loopworks-git"),
+        ("Deployment", "loopworks-git-server"),
+        ("Service", "loopworks-git"),
+        ("NetworkPolicy", "loopworks-git-server"),
         ("Deployment", "loopworks-api"),
         ("Service", "loopworks-api"),
         ("Deployment", "loopworks-worker"),
@@ -84,6 +96,7 @@ def test_the_example_secret_is_never_applied(kustomization: dict[str, Any]) -> N
 def test_containers_run_the_processes_commands(resources: dict[tuple[str, str], Any]) -> None:
     assert _container(resources, "loopworks-api")["command"] == list(API_COMMAND)
     assert _container(resources, "loopworks-worker")["command"] == list(WORKER_COMMAND)
+    assert _container(resources, GIT_SERVER)["command"] == list(GIT_SERVER_COMMAND)
 
 
 def test_image_comes_from_the_kustomization(
@@ -92,7 +105,7 @@ def test_image_comes_from_the_kustomization(
     (image,) = kustomization["images"]
     expected = f"{image['newName']}:{image['newTag']}"
     assert re.fullmatch(r"[0-9][\w.-]*", image["newTag"]), "pin a version tag"
-    for name in ("loopworks-api", "loopworks-worker"):
+    for name in (*APPS, GIT_SERVER):
         assert _container(resources, name)["image"] == expected
 
 
@@ -138,7 +151,7 @@ def test_temporal_connection_uses_the_sdk_environment_configuration(
 
 
 def test_pods_run_non_root_with_a_read_only_root(resources: dict[tuple[str, str], Any]) -> None:
-    for name in ("loopworks-api", "loopworks-worker"):
+    for name in (*APPS, GIT_SERVER):
         pod = _pod_spec(resources, name)
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] == UID
@@ -150,18 +163,70 @@ def test_pods_run_non_root_with_a_read_only_root(resources: dict[tuple[str, str]
         assert context["allowPrivilegeEscalation"] is False
         assert context["capabilities"]["drop"] == ["ALL"]
         writable = {m["mountPath"] for m in _container(resources, name)["volumeMounts"]}
-        assert {"/data", "/tmp"} <= writable
+        assert {"/srv/git" if name == GIT_SERVER else "/data", "/tmp"} <= writable
 
 
-def test_every_pod_mounts_the_shared_data_volume(resources: dict[tuple[str, str], Any]) -> None:
-    pvc = resources[("PersistentVolumeClaim", "loopworks-data")]
-    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+def test_the_api_and_workers_share_no_volume(resources: dict[tuple[str, str], Any]) -> None:
+    # Temporal and the git server are all they share: each pod's data directory is its
+    # own cache, so workers run on any node and no storage needs ReadWriteMany.
     data_dir = resources[("ConfigMap", "loopworks-config")]["data"]["LOOPS_DATA_DIR"]
-    for name in ("loopworks-api", "loopworks-worker"):
+    for name in APPS:
         volumes = {v["name"]: v for v in _pod_spec(resources, name)["volumes"]}
-        assert volumes["data"]["persistentVolumeClaim"]["claimName"] == "loopworks-data"
+        assert "emptyDir" in volumes["data"], name
+        assert not any("persistentVolumeClaim" in v for v in volumes.values()), name
         mounts = {m["name"]: m["mountPath"] for m in _container(resources, name)["volumeMounts"]}
         assert mounts["data"] == data_dir
+    claims = [doc for (kind, _), doc in resources.items() if kind == "PersistentVolumeClaim"]
+    assert [claim["metadata"]["name"] for claim in claims] == ["loopworks-git"]
+    assert claims[0]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    volumes = {v["name"]: v for v in _pod_spec(resources, GIT_SERVER)["volumes"]}
+    assert volumes["repositories"]["persistentVolumeClaim"]["claimName"] == "loopworks-git"
+    server = resources[("Deployment", GIT_SERVER)]["spec"]
+    assert server["replicas"] == 1 and server["strategy"]["type"] == "Recreate"
+
+
+def test_the_default_origin_is_the_git_servers_repository(
+    resources: dict[tuple[str, str], Any],
+) -> None:
+    url = urllib.parse.urlsplit(
+        resources[("ConfigMap", "loopworks-config")]["data"]["LOOPS_DEFAULT_ORIGIN"]
+    )
+    service = resources[("Service", "loopworks-git")]["spec"]
+    server = _container(resources, GIT_SERVER)
+    env = {item["name"]: item["value"] for item in server["env"]}
+    (port,) = server["ports"]
+    assert url.scheme == "git"
+    assert url.hostname == "loopworks-git"
+    assert url.port == service["ports"][0]["port"] == int(env["LOOPS_GIT_PORT"])
+    assert port["containerPort"] == int(env["LOOPS_GIT_PORT"])
+    assert service["ports"][0]["targetPort"] == port["name"]
+    assert url.path == f"/{env['LOOPS_GIT_REPO']}"
+    assert (
+        service["selector"]
+        == (resources[("Deployment", GIT_SERVER)]["spec"]["selector"]["matchLabels"])
+    )
+    probe = server["readinessProbe"]["exec"]["command"]
+    assert url._replace(netloc=f"127.0.0.1:{url.port}").geturl() in probe
+
+
+def test_only_the_api_and_workers_reach_the_git_server(
+    resources: dict[tuple[str, str], Any],
+) -> None:
+    policy = resources[("NetworkPolicy", "loopworks-git-server")]["spec"]
+    assert (
+        policy["podSelector"]["matchLabels"]
+        == (resources[("Deployment", GIT_SERVER)]["spec"]["selector"]["matchLabels"])
+    )
+    (rule,) = policy["ingress"]
+    (source,) = rule["from"]
+    (expression,) = source["podSelector"]["matchExpressions"]
+    admitted = set(expression["values"])
+    for name in APPS:
+        labels = resources[("Deployment", name)]["spec"]["template"]["metadata"]["labels"]
+        assert labels[expression["key"]] in admitted, name
+    git_labels = resources[("Deployment", GIT_SERVER)]["spec"]["template"]["metadata"]["labels"]
+    assert git_labels[expression["key"]] not in admitted
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9418}]
 
 
 def test_api_probes_and_service(resources: dict[tuple[str, str], Any]) -> None:
