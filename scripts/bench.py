@@ -1,6 +1,7 @@
 """Benchmark: how fast one worker drives offline runs end to end, and what it costs.
 
     .venv/bin/python scripts/bench.py [--runs 10] [--concurrency 5] [--long-iterations 20]
+                                      [--latency-ms 0]
 
 Runs on the Temporal dev server (real time: the time-skipping server would skip past
 activity timeouts under load) with a real worker, real git and the offline model, and
@@ -12,6 +13,13 @@ a request) and leave out what a real model also reads on every request: the agen
 prompt and the tool schemas. The bench counts those apart, at about 4 characters a
 token, and counts each role's requests in this process.
 
+Cost figures: CPU seconds per run of the worker (this process, which also runs the
+client: a small share) and of its child processes (git, command checks), apart from the
+Temporal dev server's; git processes per run by subcommand, counted where the worker
+starts them (workspace/runner.py). `--latency-ms N` makes each model request wait N ms
+(waiting costs no CPU, as with a real model); the slowdown is the median run of the batch
+against one run alone on the same worker. On a shared machine every figure is noisy.
+
 Payload figures: one long run, scripted to keep failing until its iteration limit and
 to continue-as-new every few iterations, shows the largest payload any of its histories
 holds (inputs, results, the memory continue-as-new carries) against Temporal's limits.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import statistics
 import tempfile
@@ -49,6 +58,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.runner import GIT_SPAWNS
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4
@@ -73,8 +83,9 @@ class CountingModels(OfflineModels):
     (`model`) and the requests made to it (`respond`: a repair or an agent's next turn is
     one more), and the characters of prompt and tool schemas each request carries."""
 
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.0) -> None:
         super().__init__()
+        self.latency = latency
         self.attempts: Counter[Role] = Counter()
         self.requests: Counter[Role] = Counter()
         self.prompt_chars = 0
@@ -92,12 +103,67 @@ class CountingModels(OfflineModels):
         self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo
     ) -> ModelResponse:
         self.requests[call.role] += 1
+        if self.latency:
+            await asyncio.sleep(self.latency)
         tools = [*info.function_tools, *info.output_tools]
         self.prompt_chars += len(info.instructions or "") + sum(
             len(tool.description or "") + len(json.dumps(tool.parameters_json_schema))
             for tool in tools
         )
         return await super().respond(call, messages, info)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """CPU seconds so far of this process, its reaped children and the dev server, and
+    the git processes the worker started, by subcommand."""
+
+    worker: float
+    children: float
+    server: float
+    git: Counter[str]
+
+    @classmethod
+    def now(cls, server_pid: int | None) -> Costs:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return cls(
+            worker=own.ru_utime + own.ru_stime,
+            children=children.ru_utime + children.ru_stime,
+            server=_process_cpu(server_pid) if server_pid else 0.0,
+            git=GIT_SPAWNS.snapshot(),
+        )
+
+    def __sub__(self, other: Costs) -> Costs:
+        return Costs(
+            worker=self.worker - other.worker,
+            children=self.children - other.children,
+            server=self.server - other.server,
+            git=self.git - other.git,
+        )
+
+
+def _process_cpu(pid: int) -> float:
+    """utime + stime (and its waited-for children's) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # Fields 14-17 of proc(5), counted from 1 with pid and comm: here from 0 after comm.
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _server_pid(binary: Path) -> int | None:
+    """The dev server: the child process of this one running the temporal binary."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            exe = os.readlink(entry / "exe")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and Path(exe) == binary.resolve():
+            return int(entry.name)
+    return None
 
 
 @dataclass
@@ -194,12 +260,14 @@ async def long_run(
     )
 
 
-async def main(runs: int, concurrency: int, long_iterations: int) -> None:
-    models = CountingModels()
+async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: int) -> None:
+    models = CountingModels(latency_ms / 1000)
+    binary = find_binary("temporal")
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
-        dev_server_existing_path=find_binary("temporal"),
+        dev_server_existing_path=binary,
     )
+    server_pid = _server_pid(Path(binary))
     try:
         await register_search_attributes(env.client, "default")
         with tempfile.TemporaryDirectory() as data:
@@ -207,7 +275,9 @@ async def main(runs: int, concurrency: int, long_iterations: int) -> None:
             settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)
             async with build_worker(env.client, settings, models=models):
                 await one_run(env, queue)  # warm-up: imports, first clone
+                alone = await one_run(env, queue)
                 models.reset()
+                before = Costs.now(server_pid)
                 limit = asyncio.Semaphore(concurrency)
 
                 async def bounded() -> RunFigures:
@@ -217,6 +287,7 @@ async def main(runs: int, concurrency: int, long_iterations: int) -> None:
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
                 total = time.perf_counter() - started
+                costs = Costs.now(server_pid) - before
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
                 long = await long_run(env, queue, long_iterations, settings.default_origin)
@@ -240,6 +311,20 @@ async def main(runs: int, concurrency: int, long_iterations: int) -> None:
     print(f"history events/run   {statistics.mean(r.history_events for r in results):.0f}")
     print(f"loop events/run      {statistics.mean(r.loop_events for r in results):.0f}")
     print(f"peak RSS (process)   {peak_mib:.0f} MiB")
+    print()
+    median = statistics.median(latencies)
+    print(f"model latency        {latency_ms} ms a request")
+    print(f"one run alone        {alone.latency:.2f} s")
+    print(f"slowdown (median)    {median / alone.latency:.2f}x one run alone")
+    cpu = costs.worker + costs.children + costs.server
+    print(f"CPU/run              {per_run(cpu):.2f} s (all below; noisy: shared machine)")
+    print(f"  worker             {per_run(costs.worker):.2f} s (this process)")
+    print(f"  worker's children  {per_run(costs.children):.2f} s (git, command checks)")
+    server = f"{per_run(costs.server):.2f} s" if server_pid else "not found"
+    print(f"  temporal server    {server}")
+    print(f"git processes/run    {per_run(costs.git.total()):.1f}")
+    shown = ", ".join(f"{cmd} {per_run(n):.1f}" for cmd, n in costs.git.most_common())
+    print(f"  by subcommand      {shown}")
     print()
     print(f"iterations/run       {per_run(iterations):.1f}")
     print(f"model calls/run      {per_run(calls):.1f}")
@@ -270,5 +355,6 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=5)
     parser.add_argument("--long-iterations", type=int, default=20)
+    parser.add_argument("--latency-ms", type=int, default=0, help="each model request waits")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.concurrency, args.long_iterations))
+    asyncio.run(main(args.runs, args.concurrency, args.long_iterations, args.latency_ms))

@@ -13,6 +13,7 @@ import tempfile
 import uuid
 from datetime import datetime
 from pathlib import Path
+from typing import ClassVar
 
 from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import (
@@ -33,6 +34,8 @@ from loopworks.workspace.runner import (
 logger = logging.getLogger(__name__)
 
 DEFAULT_BRANCH = "main"
+# Origin's branches, as a clone keeps them.
+_BRANCHES = "+refs/heads/*:refs/remotes/origin/*"
 
 _README = (
     "# loopworks runs\n\n"
@@ -43,6 +46,18 @@ _README = (
 
 class GitWorkspaces(OriginReader):
     """Working clones under `root`, one per run, plus read-only caches of remote origins."""
+
+    # Whether checkout also brings the clone's refs/remotes/origin/* up to date when it
+    # holds the commit already: a loop's step needs only its commit, but a merge queue
+    # reads task branches there (IntegrationWorkspaces sets this).
+    fetches_branches: ClassVar[bool] = False
+
+    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
+        super().__init__(root, author_name, author_email)
+        # The origin URL this instance last gave each clone (by clone or set-url), so a
+        # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:
+        # a clone it does not know, or knows by another URL, is set again.
+        self._origin_urls: dict[Path, str] = {}
 
     # -- origins -----------------------------------------------------------------------
 
@@ -124,52 +139,107 @@ class GitWorkspaces(OriginReader):
         return self.root / (f"{name}.{checked_run_id(slot)}" if slot else name)
 
     def checkout(self, run_id: str, origin: str, commit: str, slot: str | None = None) -> Path:
-        """The run's clone with its tree exactly at `commit`, whatever was there before."""
+        """The run's clone with its tree exactly at `commit`, whatever was there before.
+
+        The worker's clones are its cache: a commit already in the clone (commits never
+        change) is checked out without asking origin anything; a missing one is fetched,
+        from the run's own clone on this worker when that has it, else from origin.
+        """
         workdir = self.workdir(run_id, slot)
         checked_commit(commit)
         try:
-            self._sync(workdir, run_id, origin, commit)
+            self._sync(workdir, run_id, origin, commit, slot)
         except CommitNotFoundError:
             raise
         except GitError as exc:
             # A crashed attempt can leave locks or a corrupt clone; start over once.
             logger.warning("re-cloning workspace %s after: %s", workdir, exc)
-            _rmtree(workdir)
-            self._sync(workdir, run_id, origin, commit)
+            self._forget(workdir)
+            self._sync(workdir, run_id, origin, commit, slot)
         return workdir
 
     def _is_clone(self, workdir: Path) -> bool:
-        if not (workdir / ".git").is_dir():
-            return False
-        proc = self._git(["rev-parse", "--absolute-git-dir"], cwd=workdir, check=False)
-        return proc.returncode == 0 and Path(proc.stdout.strip()) == (workdir / ".git").resolve()
+        return self._probe(workdir, None)[0]
 
-    def _sync(self, workdir: Path, run_id: str, origin: str, commit: str) -> None:
+    def _probe(self, workdir: Path, commit: str | None) -> tuple[bool, bool]:
+        """(is `workdir` a clone of its own, does it hold `commit`), asked of git at once.
+
+        A clone of its own: its .git is a directory and git finds it there, not in some
+        repository above a broken one. Only a full sha counts as held: a short one could
+        name another commit once origin's are fetched too."""
+        if not (workdir / ".git").is_dir():
+            return False, False
+        wanted = commit is not None and FULL_SHA.match(commit) is not None
+        verify = ["--verify", "--quiet", f"{commit}^{{commit}}"] if wanted else []
+        proc = self._git(["rev-parse", "--absolute-git-dir", *verify], cwd=workdir, check=False)
+        lines = proc.stdout.splitlines()
+        is_clone = bool(lines) and Path(lines[0]) == (workdir / ".git").resolve()
+        return is_clone, is_clone and wanted and proc.returncode == 0 and len(lines) == 2
+
+    def _sync(self, workdir: Path, run_id: str, origin: str, commit: str, slot: str | None) -> None:
         url = self._local_origin(origin)
-        if not self._is_clone(workdir):
-            _rmtree(workdir)
+        is_clone, held = self._probe(workdir, commit)
+        if not is_clone:
+            self._forget(workdir)
             self._clone(url, workdir)
-        self._git(["remote", "set-url", "origin", url], cwd=workdir)
-        self._git(
-            ["fetch", "--quiet", "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
-            cwd=workdir,
-        )
-        if not self._has_commit(commit, cwd=workdir):
-            # The commit is not on a branch, so it must be the run's published work,
-            # whose ref is absent until the run's first publish.
-            ref = work_ref(run_id)
-            if any(row[1:] == [ref] for row in self._ls_remote(url, ref)):
-                self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{ref}:{ref}"], cwd=workdir)
-            if not self._has_commit(commit, cwd=workdir) and FULL_SHA.match(commit):
-                # A commit pushed by a step that was later superseded is no longer on the
-                # work ref; most servers (protocol v2) still serve it when asked by sha.
-                self._git(
-                    ["fetch", "--quiet", "--no-tags", "origin", commit], cwd=workdir, check=False
-                )
-            if not self._has_commit(commit, cwd=workdir):
-                raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
+            held = self._probe(workdir, commit)[1]
+        if not held:
+            self._fetch(workdir, run_id, url, commit, slot)
+        elif self.fetches_branches:
+            self._ensure_origin(workdir, url)
+            self._git(["fetch", "--quiet", "--no-tags", "origin", _BRANCHES], cwd=workdir)
+        else:
+            self._ensure_origin(workdir, url)
+        # Every step starts from exactly the commit it is handed, whatever an earlier
+        # attempt left behind: tracked files forced back, everything else removed.
         self._git(["checkout", "--quiet", "--detach", "--force", commit], cwd=workdir)
         self._git(["clean", "-ffdxq"], cwd=workdir)
+
+    def _fetch(self, workdir: Path, run_id: str, url: str, commit: str, slot: str | None) -> None:
+        """Bring `commit` into the clone, or raise CommitNotFoundError."""
+        main = self.workdir(run_id)
+        beside = slot is not None and not self.fetches_branches
+        if beside and FULL_SHA.match(commit) and (main / ".git").is_dir():
+            # A step running beside the run's clone (an evaluation group) most often wants
+            # the commit that clone just made: a local fetch, no round trip to origin. The
+            # slot gets the objects in its own store, no alternates: a sandboxed command
+            # sees its workspace and nothing else, so a clone must be whole on its own.
+            local = ["fetch", "--quiet", "--no-tags", str(main / ".git"), commit]
+            if self._git(local, cwd=workdir, check=False).returncode == 0 and self._holds(
+                workdir, commit
+            ):
+                self._ensure_origin(workdir, url)
+                return
+        self._ensure_origin(workdir, url)
+        ref = work_ref(run_id)
+        fetch = ["fetch", "--quiet", "--no-tags", "origin", _BRANCHES]
+        # The commit is on a branch or is the run's published work: both in one round trip.
+        # The work ref is absent until the run's first publish, and asking for a ref origin
+        # lacks fails the whole fetch, so then the branches alone.
+        if self._git([*fetch, f"+{ref}:{ref}"], cwd=workdir, check=False).returncode != 0:
+            self._git(fetch, cwd=workdir)
+        if self._holds(workdir, commit):
+            return
+        if FULL_SHA.match(commit):
+            # A commit pushed by a step that was later superseded is no longer on the
+            # work ref; most servers (protocol v2) still serve it when asked by sha.
+            self._git(["fetch", "--quiet", "--no-tags", "origin", commit], cwd=workdir, check=False)
+            if self._holds(workdir, commit):
+                return
+        raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
+
+    def _holds(self, workdir: Path, commit: str) -> bool:
+        return self._has_commit(commit, cwd=workdir)
+
+    def _ensure_origin(self, workdir: Path, url: str) -> None:
+        """The clone's `origin` (which fetches and publishing use) is `url`."""
+        if self._origin_urls.get(workdir) != url:
+            self._git(["remote", "set-url", "origin", url], cwd=workdir)
+            self._origin_urls[workdir] = url
+
+    def _forget(self, workdir: Path) -> None:
+        self._origin_urls.pop(workdir, None)
+        _rmtree(workdir)
 
     def _clone(self, url: str, workdir: Path) -> None:
         workdir.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +248,7 @@ class GitWorkspaces(OriginReader):
         try:
             self._git(["clone", "--quiet", "--no-checkout", url, str(staging)])
             os.rename(staging, workdir)
+            self._origin_urls[workdir] = url
         finally:
             _rmtree(staging)
 
@@ -199,6 +270,17 @@ class GitWorkspaces(OriginReader):
             cwd=workdir,
             env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
         )
+        return self._head(workdir)
+
+    def _head(self, workdir: Path) -> str:
+        """The sha HEAD is at. Steps commit on a detached HEAD, whose file holds just the
+        sha git wrote: read it rather than start a process; anything else, ask git."""
+        try:
+            text = (workdir / ".git" / "HEAD").read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        if FULL_SHA.match(text):
+            return text
         return self._git(["rev-parse", "HEAD"], cwd=workdir).stdout.strip()
 
     def changed_paths(self, workdir: Path) -> list[str]:

@@ -72,6 +72,9 @@ class Changes:
 class IntegrationWorkspaces(GitWorkspaces):
     """GitWorkspaces plus what a merge queue needs: branch heads, merges, leased pushes."""
 
+    # `fetched_branch` reads a task branch as the clone's checkout fetched it.
+    fetches_branches = True
+
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> IntegrationWorkspaces:
         """The same clones and identity as `workspaces` (the worker injects a GitWorkspaces)."""

@@ -4,7 +4,6 @@ in place, a remote one through a bare cache under the data directory."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,6 @@ from loopworks.workspace.refs import (
     safe_relpath,
 )
 from loopworks.workspace.runner import (
-    GIT_TIMEOUT_SECONDS,
     GitError,
     GitRunner,
     _file_lock,
@@ -29,26 +27,45 @@ class OriginReader(GitRunner):
         """Text of `path` at `commit` on origin, or None when that commit has no such file."""
         relpath = safe_relpath(path)
         checked_commit(commit)
+        spec = f"{commit}:{relpath}"
         with self._origin_git_dir(origin, commit=commit) as git_dir:
-            if not self._has_commit(commit, git_dir=git_dir):
-                raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-            spec = f"{commit}:{relpath}"
-            kind = self._git([f"--git-dir={git_dir}", "cat-file", "-t", spec], check=False)
-            if kind.returncode != 0 or kind.stdout.strip() != "blob":
-                return None
-            data = subprocess.run(
-                ["git", f"--git-dir={git_dir}", "cat-file", "blob", spec],
-                env=self._env(),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                check=False,
-                timeout=GIT_TIMEOUT_SECONDS,
-            )
-            if data.returncode != 0:
-                raise GitError(
-                    f"could not read {spec}: {data.stderr.decode(errors='replace').strip()}"
-                )
-            return data.stdout.decode("utf-8", errors="replace")
+            if "\n" in relpath:
+                # A name cat-file --batch cannot take on a line of its own: one at a time.
+                if not self._has_commit(commit, git_dir=git_dir):
+                    raise GitError(f"commit {commit} is not on origin {redact(origin)}")
+                kind = self._git([f"--git-dir={git_dir}", "cat-file", "-t", spec], check=False)
+                if kind.returncode != 0 or kind.stdout.strip() != "blob":
+                    return None
+                data = self._git_bytes([f"--git-dir={git_dir}", "cat-file", "blob", spec], b"")
+                return data.stdout.decode("utf-8", errors="replace")
+            # Whether the commit exists and what the path holds there: one git process.
+            found, blob = self._batch(git_dir, [f"{commit}^{{commit}}", spec])
+        if found is None or found[0] != "commit":
+            raise GitError(f"commit {commit} is not on origin {redact(origin)}")
+        if blob is None or blob[0] != "blob":
+            return None
+        return blob[1].decode("utf-8", errors="replace")
+
+    def _batch(self, git_dir: str, names: list[str]) -> list[tuple[str, bytes] | None]:
+        """(type, content) of each object `git cat-file --batch` finds, None for a missing
+        one, in the order asked."""
+        text = "".join(f"{name}\n" for name in names).encode()
+        out = self._git_bytes([f"--git-dir={git_dir}", "cat-file", "--batch"], text).stdout
+        found: list[tuple[str, bytes] | None] = []
+        pos = 0
+        for _ in names:
+            end = out.index(b"\n", pos)
+            # "<oid> <type> <size>" then the content and a newline, or "<name> missing"
+            # (or "ambiguous"): a name with spaces never ends in a number there.
+            header = out[pos:end].split(b" ")
+            pos = end + 1
+            if len(header) == 3 and header[2].isdigit():
+                size = int(header[2])
+                found.append((header[1].decode(), out[pos : pos + size]))
+                pos += size + 1
+            else:
+                found.append(None)
+        return found
 
     def read_file_at_ref(self, origin: str, ref: str, path: str) -> str | None:
         """Text of `path` where `ref` points on origin now; None without the ref or file."""
@@ -71,11 +88,12 @@ class OriginReader(GitRunner):
         under = [] if directory is None else ["--", f"{safe_relpath(directory)}/"]
         checked_commit(commit)
         with self._origin_git_dir(origin, commit=commit) as git_dir:
-            if not self._has_commit(commit, git_dir=git_dir):
-                raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-            args = ["ls-tree", "-r", "-z", "--name-only", commit, *under]
-            out = self._git([f"--git-dir={git_dir}", *args]).stdout
-        return sorted(path for path in out.split("\0") if path)
+            # ls-tree of `commit^{commit}` fails when there is no such commit: no check first.
+            args = ["ls-tree", "-r", "-z", "--name-only", f"{commit}^{{commit}}", *under]
+            listed = self._git([f"--git-dir={git_dir}", *args], check=False)
+        if listed.returncode != 0:
+            raise GitError(f"commit {commit} is not on origin {redact(origin)}")
+        return sorted(path for path in listed.stdout.split("\0") if path)
 
     def branch_log(self, origin: str, branch: str) -> list[str]:
         """Commit subjects of `branch` on origin, newest first."""

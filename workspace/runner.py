@@ -11,6 +11,8 @@ import logging
 import os
 import shutil
 import subprocess
+import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +38,43 @@ _STRIPPED_ENV = (
 )
 
 
+class GitSpawns:
+    """How many git processes this process started, by subcommand: what scripts/bench.py
+    reports per run and what tests assert a cached step does not do. Counting is a lock
+    and a dict update beside a process spawn, so it stays on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, args: Sequence[str]) -> None:
+        command = _subcommand(args)
+        with self._lock:
+            self._counts[command] += 1
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return self._counts.copy()
+
+
+def _subcommand(args: Sequence[str]) -> str:
+    """`cat-file` of `--git-dir=x -c k=v cat-file -e sha`: the first word not an option."""
+    words = iter(args)
+    for word in words:
+        if word == "-c":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return "?"
+
+
+GIT_SPAWNS = GitSpawns()
+
+# Ref names git has accepted (run branches, the playbook's), kept so each is checked once.
+_VALID_REFS: set[str] = set()
+_VALID_REFS_KEPT = 4096
+
+
 class GitError(RuntimeError):
     """A git command failed (the message carries git's stderr) or a ref is unusable."""
 
@@ -57,6 +96,21 @@ def _file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _shown(cmd: Sequence[str]) -> str:
+    return redact(" ".join(cmd))
+
+
+@contextmanager
+def _spawning(cmd: Sequence[str]) -> Iterator[None]:
+    """git's failures to start or finish in time, as GitError."""
+    try:
+        yield
+    except subprocess.TimeoutExpired as exc:
+        raise GitError(f"{_shown(cmd)} timed out after {GIT_TIMEOUT_SECONDS:.0f}s") from exc
+    except OSError as exc:
+        raise GitError(f"{_shown(cmd)} could not run: {exc}") from exc
 
 
 class GitRunner:
@@ -89,12 +143,8 @@ class GitRunner:
         env: dict[str, str] | None = None,
         check: bool = True,
     ) -> subprocess.CompletedProcess[str]:
-        # A workspace's hooks and fsmonitor are content the model could have written: never
-        # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
-        cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
-        shown = redact(" ".join(cmd))
-        logger.debug("git: %s (cwd=%s)", shown, cwd)
-        try:
+        cmd = self._command(args, cwd)
+        with _spawning(cmd):
             proc = subprocess.run(
                 cmd,
                 cwd=cwd,
@@ -104,15 +154,47 @@ class GitRunner:
                 text=True,
                 timeout=GIT_TIMEOUT_SECONDS,
             )
-        except subprocess.TimeoutExpired as exc:
-            raise GitError(f"{shown} timed out after {GIT_TIMEOUT_SECONDS:.0f}s") from exc
-        except OSError as exc:
-            raise GitError(f"{shown} could not run: {exc}") from exc
         if check and proc.returncode != 0:
             raise GitError(
-                f"{shown} failed with exit code {proc.returncode}: {redact(proc.stderr.strip())}"
+                f"{_shown(cmd)} failed with exit code {proc.returncode}: "
+                f"{redact(proc.stderr.strip())}"
             )
         return proc
+
+    def _git_bytes(
+        self, args: Sequence[str], stdin: bytes, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        """git with `stdin` fed in and stdout kept as bytes (`cat-file --batch`)."""
+        cmd = self._command(args, cwd)
+        with _spawning(cmd):
+            proc = subprocess.run(
+                cmd,
+                cwd=cwd,
+                env=self._env(),
+                input=stdin,
+                capture_output=True,
+                timeout=GIT_TIMEOUT_SECONDS,
+            )
+        if proc.returncode != 0:
+            raise GitError(
+                f"{_shown(cmd)} failed with exit code {proc.returncode}: "
+                f"{redact(proc.stderr.decode(errors='replace').strip())}"
+            )
+        return proc
+
+    @staticmethod
+    def _command(args: Sequence[str], cwd: Path | None) -> list[str]:
+        # Spawning git, not a library (pygit2, dulwich): measured with scripts/bench.py, a
+        # git process costs a few ms of CPU, and once a cached step spawns only what it
+        # must (see GitWorkspaces.checkout) git is a small share of a run's CPU; git itself
+        # stays the one implementation of checkout, clean, fetch and push that every
+        # origin (a path, a server by URL) and the crash tests already rely on.
+        # A workspace's hooks and fsmonitor are content the model could have written: never
+        # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
+        cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
+        logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
+        GIT_SPAWNS.add(args)
+        return cmd
 
     def _local_origin(self, origin: str) -> str:
         # A leading dash would be read as an option (e.g. --upload-pack=<command>).
@@ -132,5 +214,11 @@ class GitRunner:
         return self._git(args, cwd=cwd, check=False).returncode == 0
 
     def _check_ref(self, ref: str) -> None:
+        # Whether a name is a valid ref is a function of the name alone: ask git once.
+        if ref in _VALID_REFS:
+            return
         if self._git(["check-ref-format", ref], check=False).returncode != 0:
             raise GitError(f"{ref!r} is not a valid git ref name")
+        if len(_VALID_REFS) >= _VALID_REFS_KEPT:
+            _VALID_REFS.clear()
+        _VALID_REFS.add(ref)

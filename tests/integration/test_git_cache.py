@@ -1,0 +1,165 @@
+"""A worker's clones as its cache (issue 14): a step whose commit the clone holds asks
+origin nothing, and every git process a step spawns is counted through the runner."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from loopworks.workspace.git import GitError, GitWorkspaces
+from loopworks.workspace.integration import IntegrationWorkspaces
+from loopworks.workspace.runner import GIT_SPAWNS
+from tests.integration.stack import git
+
+pytestmark = pytest.mark.integration
+
+WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+# What asks origin (or rebuilds a clone): none of it when the commit is in the cache.
+ORIGIN_COMMANDS = {"fetch", "ls-remote", "clone", "remote"}
+
+
+def _ws(tmp_path: Path, name: str = "worker-a") -> GitWorkspaces:
+    return GitWorkspaces(tmp_path / name, "loopworks-test", "loops@example.com")
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> str:
+    return _ws(tmp_path).ensure_default_origin(tmp_path / "data" / "origin.git")
+
+
+@contextmanager
+def spawned() -> Iterator[Callable[[], Counter[str]]]:
+    """The git processes started inside the block, by subcommand."""
+    before = GIT_SPAWNS.snapshot()
+    yield lambda: GIT_SPAWNS.snapshot() - before
+
+
+def _step(ws: GitWorkspaces, run_id: str, origin: str, commit: str, text: str) -> str:
+    workdir = ws.checkout(run_id, origin, commit)
+    (workdir / "artifact.md").write_text(text)
+    sha = ws.commit(workdir, text.strip(), WHEN)
+    ws.publish(workdir, run_id, sha)
+    return sha
+
+
+def test_a_commit_in_the_clone_is_checked_out_without_asking_origin(
+    tmp_path: Path, origin: str
+) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    sha = _step(ws, "run-1", origin, base, "v1\n")
+    workdir = ws.workdir("run-1")
+    (workdir / "artifact.md").write_text("left by a crashed attempt\n")
+    (workdir / "junk.txt").write_text("x")
+
+    with spawned() as counted:
+        assert ws.checkout("run-1", origin, sha) == workdir
+    # One question (a clone? holding the commit?), then checkout --force and clean.
+    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
+    assert (workdir / "artifact.md").read_text() == "v1\n"
+    assert not (workdir / "junk.txt").exists()
+    assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
+
+    # The base is in the clone too: going back costs the same and asks origin nothing.
+    with spawned() as counted:
+        ws.checkout("run-1", origin, base)
+    assert not counted().keys() & ORIGIN_COMMANDS
+    assert git("rev-parse", "HEAD", cwd=workdir) == base
+
+
+def test_a_commit_made_elsewhere_is_fetched_in_one_round_trip(tmp_path: Path, origin: str) -> None:
+    worker_a, worker_b = _ws(tmp_path, "worker-a"), _ws(tmp_path, "worker-b")
+    _, base = worker_a.resolve_base(origin, None)
+    worker_b.checkout("run-2", origin, base)
+    sha = _step(worker_a, "run-2", origin, base, "from a\n")
+
+    with spawned() as counted:
+        other = worker_b.checkout("run-2", origin, sha)
+    # Branches and the run's work ref in one fetch; no ls-remote first.
+    assert counted()["fetch"] == 1
+    assert counted()["ls-remote"] == 0
+    assert (other / "artifact.md").read_text() == "from a\n"
+
+
+def test_an_evaluation_slot_takes_the_commit_from_the_runs_clone(
+    tmp_path: Path, origin: str
+) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    slot = ws.checkout("run-3", origin, base, "eval-exec")
+    sha = _step(ws, "run-3", origin, base, "draft\n")
+    # Origin out of reach: the run's clone on this worker is all the slot needs.
+    os.rename(origin, f"{origin}.away")
+
+    with spawned() as counted:
+        assert ws.checkout("run-3", origin, sha, "eval-exec") == slot
+    assert counted()["fetch"] == 1
+    assert counted()["ls-remote"] == 0
+    assert (slot / "artifact.md").read_text() == "draft\n"
+    # Its own object store, no alternates: a sandbox sees the slot and nothing else.
+    assert not (slot / ".git" / "objects" / "info" / "alternates").exists()
+    git("fsck", "--connectivity-only", "--no-dangling", cwd=slot)
+
+    with spawned() as counted:
+        ws.checkout("run-3", origin, sha, "eval-exec")
+    assert not counted().keys() & ORIGIN_COMMANDS
+
+
+def test_a_clone_given_another_origin_publishes_there(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    other = ws.ensure_default_origin(tmp_path / "data" / "other.git")
+    _, base = ws.resolve_base(origin, None)
+    _, other_base = ws.resolve_base(other, None)
+    _step(ws, "run-4", origin, base, "first\n")
+    # The same run id on another origin (a reused workflow id): the clone follows it.
+    sha = _step(ws, "run-4", other, other_base, "second\n")
+    assert git("rev-parse", "refs/loopworks/run-4", cwd=Path(other)) == sha
+    assert git("remote", "get-url", "origin", cwd=ws.workdir("run-4")) == other
+
+    # A new worker process on the same clones sets the origin once, then trusts it.
+    again = _ws(tmp_path)
+    with spawned() as counted:
+        again.checkout("run-4", other, sha)
+    assert counted()["remote"] == 1
+    with spawned() as counted:
+        again.checkout("run-4", other, sha)
+    assert counted()["remote"] == 0
+
+
+def test_reads_ask_git_once(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    sha = _step(ws, "run-5", origin, base, "text\n")
+    with spawned() as counted:
+        assert ws.read_file(origin, sha, "artifact.md") == "text\n"
+        assert ws.read_file(origin, sha, "missing.md") is None
+        assert ws.list_files(origin, sha) == ["README.md", "artifact.md"]
+    assert counted() == Counter({"cat-file": 2, "ls-tree": 1})
+    weird = "odd\nname.md"
+    workdir = ws.checkout("run-5", origin, sha)
+    (workdir / weird).write_text("still read\n")
+    named = ws.commit(workdir, "a name with a newline", WHEN)
+    with pytest.raises(GitError, match="not on origin"):
+        ws.read_file(origin, named, weird)  # not published yet
+    ws.publish(workdir, "run-5", named)
+    assert ws.read_file(origin, named, weird) == "still read\n"
+    assert ws.read_file(origin, named, "odd\nother.md") is None
+
+
+def test_a_merge_queue_clone_still_sees_origins_branches(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    queue = IntegrationWorkspaces.of(ws)
+    _, base = ws.resolve_base(origin, None)
+    queue.checkout("graph-1", origin, base, "merge")
+    # A task branch pushed after the queue's clone was made, its commit not in that clone.
+    task = _step(ws, "task-1", origin, base, "task\n")
+    ws.push_branch(ws.workdir("task-1"), "loops/task-1", task)
+
+    workdir = queue.checkout("graph-1", origin, base, "merge")
+    assert queue.fetched_branch(workdir, "loops/task-1") == task
