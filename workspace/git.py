@@ -213,10 +213,12 @@ class GitWorkspaces(OriginReader):
         self._ensure_origin(workdir, url)
         ref = work_ref(run_id)
         fetch = ["fetch", "--quiet", "--no-tags", "origin", _BRANCHES]
-        # The commit is on a branch or is the run's published work: both in one round trip.
-        # The work ref is absent until the run's first publish, and asking for a ref origin
-        # lacks fails the whole fetch, so then the branches alone.
-        if self._git([*fetch, f"+{ref}:{ref}"], cwd=workdir, check=False).returncode != 0:
+        # A loop's commit is on a branch or is the run's published work: both in one round
+        # trip. The work ref is absent until the run's first publish, and asking for a ref
+        # origin lacks fails the whole fetch, so then the branches alone. A merge queue's
+        # commits are on branches: it has no work ref to ask for.
+        with_ref = [*fetch, f"+{ref}:{ref}"]
+        if self.fetches_branches or self._git(with_ref, cwd=workdir, check=False).returncode != 0:
             self._git(fetch, cwd=workdir)
         if self._holds(workdir, commit):
             return
