@@ -181,7 +181,7 @@ class GitWorkspaces(OriginReader):
         is_clone, held = self._probe(workdir, commit)
         if not is_clone:
             self._forget(workdir)
-            self._clone(url, workdir)
+            self._clone(url, workdir, self._beside(run_id, slot))
             held = self._probe(workdir, commit)[1]
         if not held:
             self._fetch(workdir, run_id, url, commit, slot)
@@ -197,14 +197,11 @@ class GitWorkspaces(OriginReader):
 
     def _fetch(self, workdir: Path, run_id: str, url: str, commit: str, slot: str | None) -> None:
         """Bring `commit` into the clone, or raise CommitNotFoundError."""
-        main = self.workdir(run_id)
-        beside = slot is not None and not self.fetches_branches
-        if beside and FULL_SHA.match(commit) and (main / ".git").is_dir():
+        main = self._beside(run_id, slot)
+        if main is not None and FULL_SHA.match(commit):
             # A step running beside the run's clone (an evaluation group) most often wants
-            # the commit that clone just made: a local fetch, no round trip to origin. The
-            # slot gets the objects in its own store, no alternates: a sandboxed command
-            # sees its workspace and nothing else, so a clone must be whole on its own.
-            local = ["fetch", "--quiet", "--no-tags", str(main / ".git"), commit]
+            # the commit that clone just made: a local fetch, no round trip to origin.
+            local = ["fetch", "--quiet", "--no-tags", str(main), commit]
             if self._git(local, cwd=workdir, check=False).returncode == 0 and self._holds(
                 workdir, commit
             ):
@@ -230,6 +227,19 @@ class GitWorkspaces(OriginReader):
                 return
         raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
 
+    def _beside(self, run_id: str, slot: str | None) -> Path | None:
+        """The git dir of the run's own clone on this worker, for a slot beside it (an
+        evaluation group's clone) to take objects from without asking origin; None for
+        the run's clone itself, a merge queue's, or when there is none.
+
+        A slot gets those objects in its own store (a local clone's hardlinks, a fetch),
+        never through alternates or a worktree: a sandboxed command sees its workspace
+        and nothing else, so git inside it needs a clone that is whole on its own."""
+        if slot is None or self.fetches_branches:
+            return None
+        main = self.workdir(run_id) / ".git"
+        return main if main.is_dir() else None
+
     def _holds(self, workdir: Path, commit: str) -> bool:
         return self._has_commit(commit, cwd=workdir)
 
@@ -243,14 +253,24 @@ class GitWorkspaces(OriginReader):
         self._origin_urls.pop(workdir, None)
         _rmtree(workdir)
 
-    def _clone(self, url: str, workdir: Path) -> None:
+    def _clone(self, url: str, workdir: Path, beside: Path | None = None) -> None:
+        """Clone origin at `url` into `workdir`; from the run's clone `beside` instead when
+        there is one (a local clone, no round trip), its `origin` then set by checkout."""
         workdir.parent.mkdir(parents=True, exist_ok=True)
         # Clone aside and rename, so a directory at `workdir` is always a complete clone.
         staging = workdir.parent / f".{workdir.name}.clone-{uuid.uuid4().hex}"
         try:
-            self._git(["clone", "--quiet", "--no-checkout", url, str(staging)])
+            clone = ["clone", "--quiet", "--no-checkout"]
+            source = url
+            if beside is not None:
+                if self._git([*clone, str(beside), str(staging)], check=False).returncode == 0:
+                    source = str(beside)
+                else:
+                    _rmtree(staging)  # the run's clone is broken: origin, then
+            if source == url:
+                self._git([*clone, url, str(staging)])
             os.rename(staging, workdir)
-            self._origin_urls[workdir] = url
+            self._origin_urls[workdir] = source
         finally:
             _rmtree(staging)
 

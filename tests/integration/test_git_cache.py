@@ -110,6 +110,16 @@ def test_an_evaluation_slot_takes_the_commit_from_the_runs_clone(
         ws.checkout("run-3", origin, sha, "eval-exec")
     assert not counted().keys() & ORIGIN_COMMANDS
 
+    # A slot made after the run's clone is cloned from it, its origin still origin's.
+    judge = ws.checkout("run-3", origin, sha, "eval-judge")
+    assert (judge / "artifact.md").read_text() == "draft\n"
+    assert git("remote", "get-url", "origin", cwd=judge) == origin
+    git("fsck", "--connectivity-only", "--no-dangling", cwd=judge)
+    os.rename(f"{origin}.away", origin)
+    # A broken run's clone is no source: the slot comes from origin.
+    (ws.workdir("run-3") / ".git" / "HEAD").write_text("garbage\n")
+    assert ws.checkout("run-3", origin, sha, "eval-style") == ws.workdir("run-3", "eval-style")
+
 
 def test_a_clone_given_another_origin_publishes_there(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
