@@ -62,6 +62,6 @@ class PlaybookActivities:
         if self.client is None:
             raise RuntimeError("this worker was built without a Temporal client")
         async with heartbeating():
-            return await writer.send_batch(
+            return await writer.deliver_batch(
                 self.client, self.deps.settings, delivery.name, delivery.origin, delivery.batch
             )

@@ -8,6 +8,9 @@ to know which.
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -23,6 +26,9 @@ from loopworks.schemas.settings import Settings
 
 # By name, not by the class: the workflow's activities send batches through this module.
 WORKFLOW_TYPE = "PlaybookWorkflow"
+# How often a sender asks whether its batch is in: soon, then less and less often.
+POLL_SECONDS = 0.2
+POLL_SECONDS_MAX = 2.0
 
 
 def _start(settings: Settings, name: str, origin: str) -> WithStartWorkflowOperation:
@@ -41,6 +47,44 @@ async def send_batch(
 ) -> AppliedBatch:
     """Apply `batch` to the playbook `name` (of `origin`): once, however often it is sent."""
     return await _update(client, settings, name, origin, "apply", batch)
+
+
+async def deliver_batch(
+    client: Client,
+    settings: Settings,
+    name: str,
+    origin: str,
+    batch: DeltaBatch,
+    timeout_seconds: float = 600.0,
+) -> AppliedBatch:
+    """`send_batch` for runs: a signal-with-start, then the `applied` query until the
+    batch is applied. A playbook admits ten updates in flight; signals queue instead, so a
+    hundred runs finishing at once all get their batches in (in arrival order)."""
+    handle = await client.start_workflow(
+        WORKFLOW_TYPE,
+        PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
+        id=workflow_id(name),
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"playbook {name}",
+        start_signal="deliver",
+        start_signal_args=[batch],
+    )
+    deadline = time.monotonic() + timeout_seconds
+    delay = POLL_SECONDS
+    while True:
+        # The pydantic converter takes any type hint; the SDK's annotation says `type`.
+        applied: AppliedBatch | None = await handle.query(
+            "applied",
+            batch.batch_id,
+            result_type=AppliedBatch | None,  # type: ignore[arg-type]
+        )
+        if applied is not None:
+            return applied
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"playbook {name} did not apply batch {batch.batch_id}")
+        await asyncio.sleep(delay)
+        delay = min(delay * 1.5, POLL_SECONDS_MAX)
 
 
 async def rollback(

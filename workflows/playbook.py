@@ -1,11 +1,14 @@
 """PlaybookWorkflow: the one writer of a repository's delta playbook (seed 003, ACE).
 
 An entity workflow, one per playbook (`playbook/<name>`), that lives as long as the
-playbook does. Runs send it delta batches as updates; it applies them one at a time under
-a lock (code applies them: `loopworks.playbook.deltas`), commits every version that
-changes something on origin's playbook branch, and remembers the batches it applied so a
-batch sent twice (a retried activity, two clients) is applied once. Its history is kept
-short by continuing as new when the server suggests it, once every handler has finished.
+playbook does. Runs deliver their delta batches as signals and read the outcome with the
+`applied` query (a workflow admits only a few updates in flight at once, and a hundred
+runs may finish together); people send theirs as updates, which answer at once. Either
+way it applies them one at a time under a lock (code applies them:
+`loopworks.playbook.deltas`), commits every version that changes something on origin's
+playbook branch, and remembers the batches it applied so a batch sent twice (a retried
+activity, two clients) is applied once. Its history is kept short by continuing as new
+when the server suggests it, once every handler has finished.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.workflows.policies import GIT, execute
 
-# Batches remembered for exactly-once (carried through continue-as-new, so bounded): far
-# more than could be in flight, or retried, at once.
-REMEMBERED_BATCHES = 200
+# Batches remembered for exactly-once and for their senders' `applied` query (carried
+# through continue-as-new, so bounded): far more than could be in flight, or retried,
+# at once.
+REMEMBERED_BATCHES = 500
 
 
 @workflow.defn(name="PlaybookWorkflow")
@@ -59,9 +63,22 @@ class PlaybookWorkflow:
     def current(self) -> Playbook | None:
         return self._playbook
 
+    @workflow.query
+    def applied(self, batch_id: str) -> AppliedBatch | None:
+        """What the batch `batch_id` did; None until it is applied."""
+        return self._applied.get(batch_id)
+
+    @workflow.signal
+    async def deliver(self, batch: DeltaBatch) -> None:
+        """Apply `batch` once, without an update's limit on how many wait at once."""
+        await self._apply(batch)
+
     @workflow.update
     async def apply(self, batch: DeltaBatch) -> AppliedBatch:
         """Apply `batch` once: a batch id seen before answers what it did then."""
+        return await self._apply(batch)
+
+    async def _apply(self, batch: DeltaBatch) -> AppliedBatch:
         async with self._lock:
             playbook = await self._loaded()
             if batch.batch_id in self._applied:

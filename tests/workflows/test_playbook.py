@@ -182,12 +182,12 @@ async def test_twenty_concurrent_batches_some_sent_twice_are_each_applied_once(
         for n in range(1, 21)
     ]
     async with worker(harness):
-        sent = [*batches, *batches[::4]]  # five of them twice
+        # As runs send them (signals, then the `applied` query) and as a person does
+        # (updates), five of them twice, one of those both ways.
+        client, config = harness.env.client, settings(harness)
         applied = await asyncio.gather(
-            *(
-                writer.send_batch(harness.env.client, settings(harness), name, origin, b)
-                for b in sent
-            )
+            *(writer.deliver_batch(client, config, name, origin, b) for b in batches),
+            *(writer.send_batch(client, config, name, origin, b) for b in batches[::4]),
         )
         state = await writer.describe(harness.env.client, name)
 
