@@ -216,8 +216,8 @@ async def _record_playbook_run(client: Client, settings: Settings) -> WorkflowHi
 
 
 async def _record_playbook_writer(client: Client, settings: Settings) -> WorkflowHistory:
-    """The playbook's writer after two runs sent it their batches: loaded, applied,
-    committed, one batch sent again."""
+    """The playbook's writer after two runs delivered their batches (signals): loaded,
+    applied, committed, then one batch sent again by hand (an update)."""
     async with build_worker(client, settings, models=OfflineModels()):
         for n in (1, 2):
             run = await _start(

@@ -103,4 +103,6 @@ def test_playbook_histories_cover_curation_the_sub_loop_and_the_writer() -> None
     writer = (HISTORIES / "playbook_writer.json").read_text()
     for activity in ["read_playbook", "commit_playbook"]:
         assert f'"name": "{activity}"' in writer, activity
-    assert writer.count("WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 3
+    # Two runs' batches as signals, then one sent again by hand as an update.
+    assert writer.count("EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED") == 2
+    assert writer.count("EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 1
