@@ -290,7 +290,11 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
                 costs = Costs.now(server_pid) - before
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
-                long = await long_run(env, queue, long_iterations, settings.default_origin)
+                long = (
+                    await long_run(env, queue, long_iterations, settings.default_origin)
+                    if long_iterations
+                    else None
+                )
                 models.requests, models.attempts, models.prompt_chars = counted
     finally:
         await env.shutdown()
@@ -341,6 +345,8 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
             print(f"  {role.value:<18} {requests:>8.1f}  {attempts:>13.1f}")
     requests, attempts = per_run(models.requests.total()), per_run(models.attempts.total())
     print(f"  {'all':<18} {requests:>8.1f}  {attempts:>13.1f}")
+    if long is None:  # --long-iterations 0
+        return
     print()
     print(
         f"long run             {long.iterations} iterations, failing, {long.executions} executions"
@@ -354,7 +360,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=5)
-    parser.add_argument("--long-iterations", type=int, default=20)
+    parser.add_argument(
+        "--long-iterations", type=int, default=20, help="0: no long run (no payload figures)"
+    )
     parser.add_argument("--latency-ms", type=int, default=0, help="each model request waits")
     args = parser.parse_args()
     asyncio.run(main(args.runs, args.concurrency, args.long_iterations, args.latency_ms))
