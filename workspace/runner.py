@@ -132,6 +132,9 @@ class GitRunner:
             GIT_COMMITTER_NAME=self.author_name,
             GIT_COMMITTER_EMAIL=self.author_email,
             GIT_TERMINAL_PROMPT="0",
+            # A clone deleted under a running step (a worker's data directory is a cache)
+            # must make git fail, never find a repository above the clones and commit there.
+            GIT_CEILING_DIRECTORIES=str(Path(self.root).resolve()),
         )
         env.update(extra or {})
         return env

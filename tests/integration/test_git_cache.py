@@ -173,3 +173,17 @@ def test_a_merge_queue_clone_still_sees_origins_branches(tmp_path: Path, origin:
 
     workdir = queue.checkout("graph-1", origin, base, "merge")
     assert queue.fetched_branch(workdir, "loops/task-1") == task
+
+
+def test_git_never_finds_a_repository_above_a_vanished_clone(tmp_path: Path) -> None:
+    # The data directory inside someone's checkout, and a clone whose .git is gone (the
+    # directory is being deleted under a running step): git must not commit upward.
+    outer = tmp_path / "checkout"
+    git("init", "--quiet", str(outer))
+    ws = GitWorkspaces(outer / "data" / "workspaces", "t", "t@t")
+    workdir = ws.root / "run-1"
+    workdir.mkdir(parents=True)
+    (workdir / "artifact.md").write_text("# lost\n")
+    with pytest.raises(GitError, match="not a git repository"):
+        ws.commit(workdir, "would land in the outer checkout", datetime.now(UTC))
+    assert git("-C", str(outer), "status", "--porcelain").strip() == "?? data/"
