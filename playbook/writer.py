@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.schemas.playbook import (
@@ -29,17 +31,22 @@ WORKFLOW_TYPE = "PlaybookWorkflow"
 # How often a sender asks whether its batch is in: soon, then less and less often.
 POLL_SECONDS = 0.2
 POLL_SECONDS_MAX = 2.0
+START_ATTEMPTS = 3
 
 
 def _start(settings: Settings, name: str, origin: str) -> WithStartWorkflowOperation:
-    return WithStartWorkflowOperation(
-        WORKFLOW_TYPE,
-        PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
-        id=workflow_id(name),
-        task_queue=settings.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=f"playbook {name}",
-    )
+    return WithStartWorkflowOperation(WORKFLOW_TYPE, **_start_options(settings, name, origin))
+
+
+def _start_options(settings: Settings, name: str, origin: str) -> dict[str, Any]:
+    """How a playbook's workflow is started: by whichever caller comes first."""
+    return {
+        "arg": PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
+        "id": workflow_id(name),
+        "task_queue": settings.task_queue,
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "static_summary": f"playbook {name}",
+    }
 
 
 async def send_batch(
@@ -60,16 +67,21 @@ async def deliver_batch(
     """`send_batch` for runs: a signal-with-start, then the `applied` query until the
     batch is applied. A playbook admits ten updates in flight; signals queue instead, so a
     hundred runs finishing at once all get their batches in (in arrival order)."""
-    handle = await client.start_workflow(
-        WORKFLOW_TYPE,
-        PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
-        id=workflow_id(name),
-        task_queue=settings.task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary=f"playbook {name}",
-        start_signal="deliver",
-        start_signal_args=[batch],
-    )
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            handle = await client.start_workflow(
+                WORKFLOW_TYPE,
+                **_start_options(settings, name, origin),
+                start_signal="deliver",
+                start_signal_args=[batch],
+            )
+            break
+        except WorkflowAlreadyStartedError:
+            # Two first senders raced to start it (seen on the time-skipping test
+            # server): it runs now, so sending again signals it.
+            if attempt == START_ATTEMPTS:
+                raise
+
     deadline = time.monotonic() + timeout_seconds
     delay = POLL_SECONDS
     while True:

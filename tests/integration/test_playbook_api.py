@@ -33,19 +33,6 @@ def http(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
         stack.stop_all()
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    """A bare origin with one commit on `main` (a fresh one per test: a fresh playbook)."""
-    bare, scratch = tmp_path / "remote.git", tmp_path / "scratch"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
-    git("clone", "--quiet", str(bare), str(scratch))
-    (scratch / "README.md").write_text("# demo project\n")
-    git("add", "README.md", cwd=scratch)
-    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
-    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
-    return bare
-
-
 def _add(batch_id: str, *contents: str) -> dict[str, Any]:
     deltas = [
         {"op": "ADD", "kind": "constraint", "section": "testing", "content": c} for c in contents

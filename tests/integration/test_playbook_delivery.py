@@ -7,7 +7,6 @@ each applied once, in consecutive versions."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,38 +18,17 @@ from loopworks.schemas.playbook import AddDelta, DeltaBatch, ItemKind, playbook_
 from loopworks.schemas.settings import Settings
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.playbook import PlaybookStore
-from tests.integration.stack import DevServer, Stack, git
+from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration
 
 BATCHES = 30
 
 
-@pytest.fixture
-def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[Stack]:
-    stack = Stack(server=dev_server, data_dir=tmp_path / "data", logs=tmp_path / "logs")
-    try:
-        stack.start_worker()
-        yield stack
-    finally:
-        stack.stop_all()
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    bare, scratch = tmp_path / "remote.git", tmp_path / "scratch"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
-    git("clone", "--quiet", str(bare), str(scratch))
-    (scratch / "README.md").write_text("# demo\n")
-    git("add", "README.md", cwd=scratch)
-    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "init", cwd=scratch)
-    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
-    return bare
-
-
 async def test_thirty_runs_finishing_at_once_each_get_their_batch_in_once(
     stack: Stack, remote: Path, tmp_path: Path
 ) -> None:
+    stack.start_worker()
     client = await Client.connect(stack.server.address, data_converter=pydantic_data_converter)
     settings = Settings(LOOPS_DATA_DIR=stack.data_dir, LOOPS_TASK_QUEUE=stack.task_queue)
     origin = str(remote)
