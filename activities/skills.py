@@ -54,7 +54,7 @@ class SkillActivities:
         if step.playbook is not None:
             items = await current_items(deps, step.playbook.origin, step.playbook.name)
             existing = [item for item in items if item.kind == ItemKind.SKILL]
-        context = SkillGeneratorContext(
+        context = SkillGeneratorContext.asking(
             task=step.task,
             curator_summary=step.curator_summary,
             helper_paths=step.helper_paths,

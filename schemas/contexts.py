@@ -13,6 +13,7 @@ Fields that may hold nothing (`None`) default to it; every other field is requir
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
 from pydantic import (
@@ -186,12 +187,45 @@ class TaskCuratorContext(RoleContext):
 class SkillGeneratorContext(RoleContext):
     task: str = Field(description="The run's task, which the helpers come from.")
     curator_summary: str = Field(description="Why the task curator asked for them.")
+    assignment: str = Field(
+        description="What to write, one sentence per file, naming its exact path."
+    )
     helper_paths: list[str] = Field(description="Write one Python helper at each path.")
     reference_requests: list[str] = Field(description="Knowledge to write down, one note each.")
     reference_paths: list[str] = Field(description="Where each reference note goes, in order.")
     existing_skills: list[PlaybookItem] = Field(
         description="Skills the playbook already has: do not duplicate them."
     )
+
+    @classmethod
+    def asking(
+        cls,
+        task: str,
+        curator_summary: str,
+        helper_paths: list[str],
+        reference_requests: list[str],
+        reference_paths: list[str],
+        existing_skills: list[PlaybookItem],
+    ) -> SkillGeneratorContext:
+        """The context, with the files to write also as plain instructions naming their
+        paths: a model that follows sentences gets the same task as one that reads lists."""
+        lines = [
+            f"Write `{path}`: the Python helper `{PurePosixPath(path).stem}`."
+            for path in helper_paths
+        ]
+        lines += [
+            f"Write `{path}`: a reference note on: {request}"
+            for request, path in zip(reference_requests, reference_paths, strict=False)
+        ]
+        return cls(
+            task=task,
+            curator_summary=curator_summary,
+            assignment="\n".join(lines),
+            helper_paths=helper_paths,
+            reference_requests=reference_requests,
+            reference_paths=reference_paths,
+            existing_skills=existing_skills,
+        )
 
 
 class SkillReflectorContext(RoleContext):

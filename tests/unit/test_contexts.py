@@ -173,7 +173,7 @@ SAMPLES: dict[Role, RoleContext] = {
         acceptance_criteria=HYDRATION.acceptance_criteria,
         playbook_items=ITEMS,
     ),
-    Role.SKILL_GENERATOR: SkillGeneratorContext(
+    Role.SKILL_GENERATOR: SkillGeneratorContext.asking(
         task=TASK,
         curator_summary="Counting words was done by hand.",
         helper_paths=[HELPER],

@@ -130,7 +130,7 @@ NOTE = f"{REFERENCES_DIR}/how-a-rollback-is-run.md"
 
 
 def generate(task: str) -> Draft:
-    context = SkillGeneratorContext(
+    context = SkillGeneratorContext.asking(
         task=task,
         curator_summary="asked for by the curator",
         helper_paths=[HELPER, BROKEN],

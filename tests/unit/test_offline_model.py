@@ -372,7 +372,7 @@ def curate_task_context(task: str, outcome: str) -> TaskCuratorContext:
 
 
 def generate_skills_context() -> SkillGeneratorContext:
-    return SkillGeneratorContext(
+    return SkillGeneratorContext.asking(
         task=SKILL_TASK,
         curator_summary="asked for a helper and a note",
         helper_paths=[HELPER],

@@ -8,15 +8,23 @@ strict-output fallback.
 
 from __future__ import annotations
 
+import subprocess
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 
 from loopworks.llm.anthropic import AnthropicModels
+from loopworks.prompts.catalog import load_agents
+from loopworks.schemas.curation import CuratorPayload
+from loopworks.schemas.learning import SkillLoopInput
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import GitLocation
 from loopworks.worker.build import build_models, build_worker
+from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file
@@ -166,3 +174,58 @@ async def test_the_judged_checks_of_a_group_are_one_model_call(
     assert len(judged) == len(evaluations) >= 1
     assert all(check["question"] in str(r.messages) for r in judged for check in JUDGE_CHECKS)
     assert evaluations[0].payload.groups["judge"].checks == len(JUDGE_CHECKS)
+
+
+async def test_a_literal_model_curates_from_the_prompts_alone(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    # The playbook's steps too: the task curator and the reflector's tags are answered
+    # from their prompts and schemas alone, and the run learns without an error.
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, max_iterations=1, playbook=True)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    happened = names(events)
+    assert "failed" not in happened and "phase_error" not in happened, [
+        e.payload for e in events if e.status != "ok"
+    ]
+    assert {"playbook_loaded", "curated"} <= set(happened)
+    assert happened[-1] == "pushed"
+    assert state.playbook is not None
+    prompts = {request.system_text for request in api.requests}
+    agents = load_agents()
+    assert {agents["reflector"].prompt, agents["task-curator"].prompt} <= prompts
+
+
+async def test_a_literal_skill_generator_writes_the_helper_it_is_asked_for(
+    harness: LoopHarness, api: LiteralMessagesAPI, tmp_path: Path
+) -> None:
+    # The skill sub-loop on its own, asked for one helper: the generator, knowing only its
+    # prompt and context, writes it at the path it is given. (The literal reflector
+    # answers with required fields only, so no review: nothing is kept, and no error.)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("# a project\n")
+    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    params = SkillLoopInput(
+        run_id=f"literal-skill-{uuid.uuid4().hex[:6]}",
+        iteration=1,
+        task=TASK,
+        payload=CuratorPayload(summary="A word counter helps", python_helpers=["count_words"]),
+        workspace=GitLocation(origin=str(repo), commit=head),
+    )
+    async with literal_worker(harness, api):
+        result = await harness.env.client.execute_workflow(
+            SkillLoopWorkflow.run, params, id=params.run_id, task_queue=harness.task_queue
+        )
+    helper = ".loops/skills/count_words.py"
+    assert helper in result.rejected, result
+    assert result.rejected[helper] == "the reflector did not review it"
+    assert result.accepted == [] and result.deltas == []
