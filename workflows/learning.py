@@ -61,9 +61,20 @@ class Learning(OnRecord):
             version=self.request.playbook_version,
         )
 
+    def for_hydration(self) -> PlaybookRead | None:
+        """What a hydration round reads: the run's playbook, and after the first round the
+        version that round read, so that every round is given what the run records (a run
+        that finished meanwhile may have made a newer one). None: nothing to read."""
+        read, used = self.playbook_to_read(), self.state.playbook
+        if read is None or used is None:
+            return read
+        if used.version == 0:
+            return None  # the first round found no playbook: later rounds get none either
+        return read.model_copy(update={"version": used.version})
+
     def hydrated(self, output: HydrateOutput) -> None:
         """Record the version and the items hydration was given (the first round's: later
-        rounds read the same version)."""
+        rounds read the same version, `for_hydration`)."""
         if output.playbook is None or self.state.playbook is not None:
             return
         self.state.playbook = output.playbook

@@ -88,7 +88,7 @@ class LoopSteps(OnRecord):
                 user_rules=request.rules,
                 user_criteria=request.acceptance_criteria,
                 feedback=feedback,
-                playbook=self.learning.playbook_to_read(),
+                playbook=self.learning.for_hydration(),
             ),
             MODEL_CALL,
             "hydrate the task",

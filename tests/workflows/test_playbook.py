@@ -334,3 +334,45 @@ async def test_a_skill_sub_loop_that_fails_leaves_the_run_completed(
     assert ".loops/skills/count_words.py" not in files
     updated = [e.payload.batch_id for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
     assert updated == [f"{result.state.run_id}:run"]
+
+
+async def test_every_hydration_round_is_given_the_version_the_run_records(
+    harness: LoopHarness, repo: Path
+) -> None:
+    # The critic sends the plan back, slowly; meanwhile another run's batch makes a new
+    # version. The second round must be given the first round's version, the one the
+    # run's state and events name, not the newer one.
+    name, origin = playbook_name(str(repo)), str(repo)
+    first = DeltaBatch(
+        batch_id="earlier-run:run",
+        source="earlier-run",
+        deltas=[AddDelta(kind=ItemKind.CONSTRAINT, section="docs", content=distinct(1))],
+    )
+    later = DeltaBatch(
+        batch_id="other-run:run",
+        source="other-run",
+        deltas=[AddDelta(kind=ItemKind.CONSTRAINT, section="docs", content=distinct(2))],
+    )
+    script = {
+        "critic": {
+            "1": {
+                "answer": {"verdict": "REVISE", "issues": ["vague"], "feedback": "sharpen"},
+                "delay_ms": 3000,
+            }
+        }
+    }
+    models = RecordingModels()
+    models.script = OfflineScript.model_validate(script)
+    async with worker(harness, models):
+        await writer.send_batch(harness.env.client, settings(harness), name, origin, first)
+        handle = await harness.start(task=TASK, repo=origin, playbook=True)
+        while EventName.PLAYBOOK_LOADED not in {e.event for e in await harness.events(handle)}:
+            await asyncio.sleep(0.05)
+        newer = await writer.send_batch(harness.env.client, settings(harness), name, origin, later)
+        result = await handle.result()
+
+    assert newer.version == 2
+    assert result.state.playbook is not None and result.state.playbook.version == 1
+    rounds = [[item["id"] for item in c["playbook_items"]] for c in models.hydrator_contexts]
+    assert len(rounds) == 2
+    assert rounds == [result.state.playbook.item_ids] * 2
