@@ -28,9 +28,9 @@ def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> str:
 def latest_commit(workspaces: GitWorkspaces, state: RunState) -> str | None:
     """The run's latest work: its pushed branch, else its work ref while it runs (the skill
     sub-loop commits after the last artifact), else the last artifact's commit."""
-    for ref in (f"refs/heads/{state.branch}", work_ref(state.run_id)):
-        commit = workspaces.commit_at_ref(state.origin, ref) if state.branch else None
-        if commit:
+    refs = [f"refs/heads/{state.branch}"] if state.branch else []
+    for ref in [*refs, work_ref(state.run_id)]:
+        if commit := workspaces.commit_at_ref(state.origin, ref):
             return commit
     return state.artifact_commit
 
