@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.stack import DevServer, Stack, git
+from tests.integration.stack import DevServer, Stack, bare_remote
 
 
 @pytest.fixture(scope="session")
@@ -32,11 +32,4 @@ def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[Stack]:
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
     """A bare origin with one commit on `main` (a fresh one per test)."""
-    bare, scratch = tmp_path / "remote.git", tmp_path / "scratch"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
-    git("clone", "--quiet", str(bare), str(scratch))
-    (scratch / "README.md").write_text("# demo project\n")
-    git("add", "README.md", cwd=scratch)
-    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
-    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
-    return bare
+    return bare_remote(tmp_path)

@@ -44,6 +44,19 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return proc.stdout.strip()
 
 
+def bare_remote(root: Path) -> Path:
+    """A bare origin under `root` with one commit on `main` (a README), pushed from a
+    scratch clone."""
+    bare, scratch = root / "remote.git", root / "scratch"
+    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    git("clone", "--quiet", str(bare), str(scratch))
+    (scratch / "README.md").write_text("# demo project\n")
+    git("add", "README.md", cwd=scratch)
+    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
+    return bare
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

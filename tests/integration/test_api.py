@@ -18,7 +18,7 @@ import pytest
 from temporalio.client import Client
 
 from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
-from tests.integration.stack import DevServer, Stack, git
+from tests.integration.stack import DevServer, Stack, bare_remote, git
 
 pytestmark = pytest.mark.integration
 
@@ -82,16 +82,8 @@ def service(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A bare remote with one commit on `main`, pushed from a scratch clone."""
-    root = tmp_path_factory.mktemp("remote")
-    bare, scratch = root / "remote.git", root / "scratch"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
-    git("clone", "--quiet", str(bare), str(scratch))
-    (scratch / "README.md").write_text("# demo project\n")
-    git("add", "README.md", cwd=scratch)
-    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
-    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
-    return bare
+    """A bare remote with one commit on `main`, shared by the module's runs."""
+    return bare_remote(tmp_path_factory.mktemp("remote"))
 
 
 @dataclass

@@ -105,5 +105,16 @@ def harness(time_skipping_env: WorkflowEnvironment, tmp_path: Path) -> LoopHarne
     return LoopHarness(time_skipping_env, tmp_path / "data", f"q-{uuid.uuid4().hex[:8]}")
 
 
+def commit_all(repo: Path) -> str:
+    """Make the directory `repo` a git repository whose `main` holds its files in one
+    commit; that commit's sha."""
+    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
 def names(events: list[Event]) -> list[str]:
     return [e.event.value for e in events]

@@ -42,7 +42,7 @@ from loopworks.workflows.graph_record import (
     TASKS_FAILED,
 )
 from loopworks.workflows.loop import LoopWorkflow
-from tests.workflows.conftest import LoopHarness
+from tests.workflows.conftest import LoopHarness, commit_all
 
 pytestmark = pytest.mark.workflow
 
@@ -186,10 +186,7 @@ async def test_a_stale_prep_package_falls_back_to_planning_with_the_failure_list
     (loop_dir / "prep-package.json").write_text(json.dumps(package))
     (loop_dir / "prep-tasks.jsonl").write_text(json.dumps(task("T-001")) + "\n")
     (repo / "README.md").write_text("# a project\n")
-    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
-                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    commit_all(repo)
 
     async with harness.worker():
         graph_id = f"graph-{uuid.uuid4().hex[:8]}"

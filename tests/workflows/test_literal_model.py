@@ -8,7 +8,6 @@ strict-output fallback.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,7 @@ from loopworks.schemas.steps import GitLocation
 from loopworks.worker.build import build_models, build_worker
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
-from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.conftest import LoopHarness, commit_all, names
 from tests.workflows.test_loop import remote_file
 
 pytestmark = pytest.mark.workflow
@@ -207,13 +206,7 @@ async def test_a_literal_skill_generator_writes_the_helper_it_is_asked_for(
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README.md").write_text("# a project\n")
-    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
-                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    head = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    head = commit_all(repo)
     params = SkillLoopInput(
         run_id=f"literal-skill-{uuid.uuid4().hex[:6]}",
         iteration=1,

@@ -46,7 +46,7 @@ from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.playbook import PlaybookStore
-from tests.workflows.conftest import LoopHarness
+from tests.workflows.conftest import LoopHarness, commit_all
 
 pytestmark = pytest.mark.workflow
 
@@ -71,10 +71,7 @@ def repo(tmp_path: Path) -> Path:
     repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
     repo.mkdir()
     (repo / "README.md").write_text("# a project\n")
-    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
-                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    commit_all(repo)
     return repo
 
 
