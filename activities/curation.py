@@ -10,7 +10,7 @@ from temporalio import activity
 from loopworks.schemas.contexts import TaskCuratorContext
 from loopworks.schemas.curation import CuratorPayload
 from loopworks.schemas.learning import CurateInput, CurateOutput
-from loopworks.schemas.playbook import PlaybookItem
+from loopworks.schemas.playbook import PlaybookItem, PlaybookRead
 from loopworks.schemas.roles import Role
 from loopworks.worker.deps import StepDeps
 from loopworks.workspace.playbook import PlaybookStore
@@ -22,7 +22,7 @@ class CurationActivities:
 
     @activity.defn(name="curate_run")
     async def curate_run(self, step: CurateInput) -> CurateOutput:
-        items = await current_items(self.deps, step.playbook.origin, step.playbook.name)
+        items = await current_items(self.deps, step.playbook)
         context = TaskCuratorContext(
             task=step.task,
             outcome=step.outcome,
@@ -36,8 +36,11 @@ class CurationActivities:
         return CurateOutput(payload=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
 
-async def current_items(deps: StepDeps, origin: str, name: str) -> list[PlaybookItem]:
-    """The playbook's items now: a curator updates and removes them by id."""
+async def current_items(deps: StepDeps, read: PlaybookRead | None) -> list[PlaybookItem]:
+    """The playbook's items now (none without a playbook): a curator updates and removes
+    them by id."""
+    if read is None:
+        return []
     store = PlaybookStore.of(deps.workspaces)
-    playbook = await asyncio.to_thread(store.current, origin, name)
+    playbook = await asyncio.to_thread(store.current, read.origin, read.name)
     return playbook.items if playbook else []

@@ -50,10 +50,8 @@ class SkillActivities:
     @activity.defn(name="generate_skills")
     async def generate_skills(self, step: GenerateSkillsInput) -> GenerateSkillsOutput:
         deps, workspaces = self.deps, self.deps.workspaces
-        existing = []
-        if step.playbook is not None:
-            items = await current_items(deps, step.playbook.origin, step.playbook.name)
-            existing = [item for item in items if item.kind == ItemKind.SKILL]
+        items = await current_items(deps, step.playbook)
+        existing = [item for item in items if item.kind == ItemKind.SKILL]
         context = SkillGeneratorContext.asking(
             task=step.task,
             curator_summary=step.curator_summary,
@@ -140,9 +138,7 @@ class SkillActivities:
 
     @activity.defn(name="curate_skills")
     async def curate_skills(self, step: CurateSkillsInput) -> CurateSkillsOutput:
-        items = []
-        if step.playbook is not None:
-            items = await current_items(self.deps, step.playbook.origin, step.playbook.name)
+        items = await current_items(self.deps, step.playbook)
         context = SkillCuratorContext(task=step.task, accepted=step.accepted, playbook_items=items)
         answered = await self.deps.consult(Role.SKILL_CURATOR, step, context, SkillCuration)
         return CurateSkillsOutput(
