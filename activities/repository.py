@@ -63,9 +63,10 @@ class RepositoryActivities:
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at
             )
-            # Live readers find the run's record at its work ref until the branch is pushed.
-            await asyncio.to_thread(workspaces.publish, workdir, request.run_id, commit)
-        remote = await asyncio.to_thread(workspaces.push_branch, workdir, request.branch, commit)
+        # The work ref moves with the branch: a reader of either finds the run's record.
+        remote = await asyncio.to_thread(
+            workspaces.push_branch, workdir, request.branch, commit, request.run_id
+        )
         return CloseOutput(
             branch=request.branch,
             commit=commit,

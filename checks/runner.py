@@ -18,6 +18,7 @@ from loopworks.checks.output import collect
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
+from loopworks.workspace.origin import Absent
 
 logger = logging.getLogger(__name__)
 
@@ -129,13 +130,22 @@ def _line_of(text: str, match: re.Match[str]) -> tuple[int, str]:
 
 
 def run_pattern_check(check: PatternCheck, workdir: Path) -> CheckOutcome:
-    """Search the check's file for its pattern; passes when (found) == `must_match`."""
+    """The check against the file in a working directory."""
     target = _inside(workdir, check.path)
     if target is None:
-        return CheckOutcome(passed=False, detail=f"path {check.path!r} is outside the workspace")
+        return match_pattern(check, Absent.OUTSIDE)
     if not target.is_file():
+        return match_pattern(check, Absent.MISSING)
+    return match_pattern(check, target.read_text(encoding="utf-8", errors="replace"))
+
+
+def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:
+    """Search the check's file (its `text`, or why there is none) for its pattern; passes
+    when (found) == `must_match`, and never without a file."""
+    if text is Absent.OUTSIDE:
+        return CheckOutcome(passed=False, detail=f"path {check.path!r} is outside the workspace")
+    if text is Absent.MISSING:
         return CheckOutcome(passed=False, detail=f"file {check.path!r} does not exist")
-    text = target.read_text(encoding="utf-8", errors="replace")
     match = re.search(check.pattern, text, flags=re.MULTILINE)
     passed = (match is not None) == check.must_match
     if match is not None:

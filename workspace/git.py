@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
-from loopworks.workspace.origin import OriginReader
+from loopworks.workspace.origin import Absent, OriginReader
 from loopworks.workspace.refs import (
     FULL_SHA,
     checked_commit,
@@ -157,6 +157,25 @@ class GitWorkspaces(OriginReader):
             self._forget(workdir)
             self._sync(workdir, run_id, origin, commit, slot)
         return workdir
+
+    def read_files(
+        self, run_id: str, origin: str, commit: str, paths: list[str]
+    ) -> dict[str, str | Absent]:
+        """The text of each of `paths` at `commit`, without a checkout: from the run's
+        clone on this worker when it holds the commit (no round trip), else from origin.
+
+        For steps that only read the tree (EVALUATE's pattern and judge groups): a commit's
+        tree is what a checkout of it holds, so they need no working clone of their own."""
+        clone = self.workdir(run_id) / ".git"
+        if FULL_SHA.match(commit) and clone.is_dir():
+            read = self.read_tree_files(str(clone), commit, paths)
+            if read is not None:
+                return read
+        with self._origin_git_dir(origin, commit=commit) as git_dir:
+            read = self.read_tree_files(git_dir, commit, paths)
+        if read is None:
+            raise CommitNotFoundError(f"commit {commit} is not on origin {redact(origin)}")
+        return read
 
     def _is_clone(self, workdir: Path) -> bool:
         return self._probe(workdir, None)[0]
@@ -322,18 +341,25 @@ class GitWorkspaces(OriginReader):
             ["push", "--quiet", "--force", "--no-verify", "origin", f"{commit}:{ref}"], cwd=workdir
         )
 
-    def push_branch(self, workdir: Path, branch: str, commit: str) -> str:
-        """Force-push `commit` to `branch` on origin and return the sha origin now reports."""
+    def push_branch(
+        self, workdir: Path, branch: str, commit: str, run_id: str | None = None
+    ) -> str:
+        """Force-push `commit` to `branch` on origin (and, given `run_id`, to the run's work
+        ref in the same push, all or nothing) and return the sha origin now reports."""
         ref = f"refs/heads/{branch}"
         self._check_ref(ref)
         checked_commit(commit)
-        full = self._git(
-            ["rev-parse", "--verify", f"{commit}^{{commit}}"], cwd=workdir
-        ).stdout.strip()
-        self._git(
-            ["push", "--quiet", "--force", "--no-verify", "origin", f"{full}:{ref}"], cwd=workdir
-        )
-        url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
+        full = commit
+        if not FULL_SHA.match(commit):
+            args = ["rev-parse", "--verify", f"{commit}^{{commit}}"]
+            full = self._git(args, cwd=workdir).stdout.strip()
+        refspecs = [f"{full}:{ref}", *([f"{full}:{work_ref(run_id)}"] if run_id else [])]
+        push = ["push", "--quiet", "--force", "--no-verify", "--atomic", "origin", *refspecs]
+        self._git(push, cwd=workdir)
+        url = self._origin_urls.get(workdir)
+        if url is None:
+            url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
+        # Seed 000's close: the remote is asked what it has, not trusted from the push.
         remote = next(
             (r[0] for r in self._ls_remote(url, ref) if len(r) == 2 and r[1] == ref), None
         )

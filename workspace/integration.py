@@ -106,11 +106,12 @@ class IntegrationWorkspaces(GitWorkspaces):
         lease = f"--force-with-lease={ref}:{expected or ''}"
         args = ["push", "--quiet", "--no-verify", lease, "origin", f"{commit}:{ref}"]
         proc = self._git(args, cwd=workdir, check=False)
+        if proc.returncode == 0:
+            return  # the lease held: origin moved the branch to `commit`
         url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
         remote = self.branch_head(url, branch)
         if remote == commit:
-            # Pushed now, or by an earlier attempt that made the very same commit.
-            return
+            return  # an earlier attempt pushed the very same commit
         if proc.returncode != 0 and remote != expected:
             raise BranchMovedError(
                 f"{ref} on {redact(url)} is at {remote}, not {expected}: another writer moved it"

@@ -4,8 +4,10 @@ in place, a remote one through a bare cache under the data directory."""
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 
 from loopworks.workspace.refs import (
@@ -20,6 +22,27 @@ from loopworks.workspace.runner import (
     _file_lock,
     _rmtree,
 )
+
+
+class Absent(Enum):
+    """Why a tree has no file to read at a path."""
+
+    MISSING = "missing"  # nothing there, a directory, or a symlink to nothing
+    OUTSIDE = "outside"  # the path, or a symlink on it, leads out of the tree
+
+
+# cat-file --batch --follow-symlinks: what it says, instead of an object, of a symlink it
+# could not follow ("symlink": one pointing out of the tree), each followed by content.
+_UNFOLLOWED = {b"symlink", b"dangling", b"loop", b"notdir"}
+
+
+def tree_path(relpath: str) -> str | None:
+    """`relpath` as a path inside a tree, `..` and `.` resolved; None when it is absolute
+    or climbs out of the tree."""
+    if relpath.startswith("/"):
+        return None
+    path = posixpath.normpath(relpath)
+    return None if path == ".." or path.startswith("../") else path
 
 
 class OriginReader(GitRunner):
@@ -46,23 +69,51 @@ class OriginReader(GitRunner):
             return None
         return blob[1].decode("utf-8", errors="replace")
 
-    def _batch(self, git_dir: str, names: list[str]) -> list[tuple[str, bytes] | None]:
+    def read_tree_files(
+        self, git_dir: str, commit: str, paths: list[str]
+    ) -> dict[str, str | Absent] | None:
+        """The text of each of `paths` in `commit`'s tree, as a checkout of it would show
+        it (symlinks inside the tree followed), in one git process; None when `git_dir`
+        does not hold the commit or cannot be read."""
+        checked_commit(commit)
+        inside = {path: tree_path(path) for path in paths}
+        # A name cat-file --batch cannot take on a line of its own: never in a tree we read.
+        asked = sorted({p for p in inside.values() if p is not None and "\n" not in p})
+        names = [f"{commit}^{{commit}}", *(f"{commit}:{path}" for path in asked)]
+        try:
+            found = self._batch(git_dir, names, follow_symlinks=True)
+        except GitError:
+            return None  # e.g. a clone deleted under us: the caller asks elsewhere
+        if found[0] is None or found[0][0] != "commit":
+            return None
+        objects = dict(zip(asked, found[1:], strict=True))
+        return {path: _text(inside[path], objects) for path in paths}
+
+    def _batch(
+        self, git_dir: str, names: list[str], follow_symlinks: bool = False
+    ) -> list[tuple[str, bytes] | None]:
         """(type, content) of each object `git cat-file --batch` finds, None for a missing
-        one, in the order asked."""
+        one, in the order asked. With `follow_symlinks`, a symlink it could not follow is
+        (its word, e.g. "symlink" for one out of the tree, b"")."""
         text = "".join(f"{name}\n" for name in names).encode()
-        out = self._git_bytes([f"--git-dir={git_dir}", "cat-file", "--batch"], text).stdout
+        args = [f"--git-dir={git_dir}", "cat-file", "--batch"]
+        out = self._git_bytes([*args, "--follow-symlinks"] if follow_symlinks else args, text)
         found: list[tuple[str, bytes] | None] = []
         pos = 0
         for _ in names:
-            end = out.index(b"\n", pos)
-            # "<oid> <type> <size>" then the content and a newline, or "<name> missing"
-            # (or "ambiguous"): a name with spaces never ends in a number there.
-            header = out[pos:end].split(b" ")
+            end = out.stdout.index(b"\n", pos)
+            # "<oid> <type> <size>" then the content and a newline, "<word> <size>" then
+            # content for an unfollowed symlink, or "<name> missing" (or "ambiguous"): a
+            # name with spaces never ends in a number there.
+            header = out.stdout[pos:end].split(b" ")
             pos = end + 1
             if len(header) == 3 and header[2].isdigit():
                 size = int(header[2])
-                found.append((header[1].decode(), out[pos : pos + size]))
+                found.append((header[1].decode(), out.stdout[pos : pos + size]))
                 pos += size + 1
+            elif len(header) == 2 and header[0] in _UNFOLLOWED and header[1].isdigit():
+                found.append((header[0].decode(), b""))
+                pos += int(header[1]) + 1
             else:
                 found.append(None)
         return found
@@ -133,3 +184,14 @@ class OriginReader(GitRunner):
                     ]
                 )
             yield str(cache)
+
+
+def _text(path: str | None, objects: dict[str, tuple[str, bytes] | None]) -> str | Absent:
+    if path is None:
+        return Absent.OUTSIDE
+    found = objects.get(path)
+    if found is None or found[0] not in ("blob", "symlink"):
+        return Absent.MISSING
+    if found[0] == "symlink":
+        return Absent.OUTSIDE
+    return found[1].decode("utf-8", errors="replace")

@@ -178,9 +178,10 @@ class PlaybookStore(IntegrationWorkspaces):
         with self.locked(key, WRITE_SLOT):
             workdir = self._write_clone(key, origin)
             head = self._fetch_head(workdir, origin)
-            if head is not None and self._is_version(workdir, head, version, batch_id):
+            trailers = self.trailers(workdir, head) if head is not None else {}
+            if head is not None and _is_version(trailers, version, batch_id):
                 return head
-            self._check_follows(workdir, origin, head, version)
+            self._check_follows(origin, head, trailers, version)
             tree = self._tree(workdir, playbook.to_jsonl())
             message = commit_message(playbook, batch_id, source)
             commit = self.commit_merge(workdir, tree, [head] if head else [], message, when)
@@ -188,7 +189,9 @@ class PlaybookStore(IntegrationWorkspaces):
                 self.push_leased(workdir, PLAYBOOK_BRANCH, commit, expected=head)
             except BranchMovedError:
                 moved = self._fetch_head(workdir, origin)
-                if moved is not None and self._is_version(workdir, moved, version, batch_id):
+                if moved is not None and _is_version(
+                    self.trailers(workdir, moved), version, batch_id
+                ):
                     return moved
                 raise
             return commit
@@ -206,20 +209,16 @@ class PlaybookStore(IntegrationWorkspaces):
 
     def _fetch_head(self, workdir: Path, origin: str) -> str | None:
         """The branch's head on origin, fetched into the clone; None when it does not exist."""
-        if self.branch_head(origin, PLAYBOOK_BRANCH) is None:
-            return None
+        head = self.branch_head(origin, PLAYBOOK_BRANCH)
+        if head is None or self._has_commit(head, cwd=workdir):
+            return head  # most often the version this writer made last: nothing to fetch
         tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
         self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{_REF}:{tracking}"], cwd=workdir)
         return self.fetched_branch(workdir, PLAYBOOK_BRANCH)
 
-    def _is_version(self, workdir: Path, commit: str, version: int, batch_id: str) -> bool:
-        trailers = self.trailers(workdir, commit)
-        return (
-            trailers.get(VERSION_TRAILER) == str(version)
-            and trailers.get(BATCH_TRAILER) == batch_id
-        )
-
-    def _check_follows(self, workdir: Path, origin: str, head: str | None, version: int) -> None:
+    def _check_follows(
+        self, origin: str, head: str | None, trailers: dict[str, str], version: int
+    ) -> None:
         if head is None:
             if version == 1:
                 return
@@ -227,7 +226,7 @@ class PlaybookStore(IntegrationWorkspaces):
                 f"{PLAYBOOK_BRANCH} does not exist on {redact(origin)}, so v{version} cannot "
                 f"follow v{version - 1}: the playbook's writer and origin disagree"
             )
-        found = self.trailers(workdir, head).get(VERSION_TRAILER, "")
+        found = trailers.get(VERSION_TRAILER, "")
         if found != str(version - 1):
             at = f"v{found}" if found else "a commit without a version"
             raise PlaybookVersionError(
@@ -249,6 +248,10 @@ class PlaybookStore(IntegrationWorkspaces):
             cwd=workdir,
         )
         return self._git(["write-tree"], cwd=workdir).stdout.strip()
+
+
+def _is_version(trailers: dict[str, str], version: int, batch_id: str) -> bool:
+    return trailers.get(VERSION_TRAILER) == str(version) and trailers.get(BATCH_TRAILER) == batch_id
 
 
 def _line_delta(numstat: str) -> int:

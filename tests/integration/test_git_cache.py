@@ -4,6 +4,7 @@ origin nothing, and every git process a step spawns is counted through the runne
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.checks.runner import match_pattern, run_pattern_check
+from loopworks.schemas.rules import PatternCheck
 from loopworks.workspace.git import GitError, GitWorkspaces
 from loopworks.workspace.integration import IntegrationWorkspaces
-from loopworks.workspace.runner import GIT_SPAWNS
+from loopworks.workspace.origin import Absent
+from loopworks.workspace.runner import GIT_SPAWNS, CommitNotFoundError
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
@@ -119,6 +123,73 @@ def test_an_evaluation_slot_takes_the_commit_from_the_runs_clone(
     # A broken run's clone is no source: the slot comes from origin.
     (ws.workdir("run-3") / ".git" / "HEAD").write_text("garbage\n")
     assert ws.checkout("run-3", origin, sha, "eval-style") == ws.workdir("run-3", "eval-style")
+
+
+def _tree_with_links(ws: GitWorkspaces, run_id: str, origin: str, outside: Path) -> str:
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout(run_id, origin, base)
+    (workdir / "artifact.md").write_text("# Title\nbody\n")
+    (workdir / "docs").mkdir()
+    (workdir / "docs" / "notes.md").write_text("notes\n")
+    (workdir / "inside.md").symlink_to("docs/notes.md")
+    (workdir / "escape.md").symlink_to(outside)
+    (workdir / "dangling.md").symlink_to("nowhere.md")
+    sha = ws.commit(workdir, "links", WHEN)
+    ws.publish(workdir, run_id, sha)
+    return sha
+
+
+# Each path as run_pattern_check sees it in a checkout, and read_files at the commit.
+TREE_PATHS = [
+    "artifact.md",
+    "docs/notes.md",
+    "docs/../artifact.md",
+    "inside.md",
+    "escape.md",
+    "dangling.md",
+    "docs",
+    "missing.md",
+    "../outside.md",
+    "/etc/hostname",
+]
+
+
+def test_reading_a_commits_files_needs_no_checkout(tmp_path: Path, origin: str) -> None:
+    """EVALUATE's pattern and judge groups read the commit's files: one git process from
+    the run's clone, or from origin on a worker without one, and what they read is what
+    a checkout shows (symlinks inside followed, out of the tree refused)."""
+    outside = tmp_path / "outside.md"
+    outside.write_text("secret\n")
+    ws = _ws(tmp_path)
+    sha = _tree_with_links(ws, "run-6", origin, outside)
+    checkout = ws.checkout("run-6", origin, sha)
+
+    with spawned() as counted:
+        read = ws.read_files("run-6", origin, sha, TREE_PATHS)
+    assert counted() == Counter({"cat-file": 1})
+    assert read["artifact.md"] == read["docs/../artifact.md"] == "# Title\nbody\n"
+    assert read["docs/notes.md"] == read["inside.md"] == "notes\n"
+    for path in ("escape.md", "../outside.md", "/etc/hostname"):
+        assert read[path] is Absent.OUTSIDE, path
+    for path in ("dangling.md", "docs", "missing.md"):
+        assert read[path] is Absent.MISSING, path
+    for path in TREE_PATHS:
+        check = PatternCheck(pattern="e", path=path)
+        assert match_pattern(check, read[path]) == run_pattern_check(check, checkout), path
+
+    # Another worker, no clone of the run: origin, still one process and no clone.
+    other = _ws(tmp_path, "worker-b")
+    with spawned() as counted:
+        assert other.read_files("run-6", origin, sha, TREE_PATHS) == read
+    assert counted() == Counter({"cat-file": 1})
+    assert not other.workdir("run-6").exists()
+    # A run's clone deleted under the worker (a cache): origin answers.
+    shutil.rmtree(ws.workdir("run-6") / ".git" / "objects")
+    assert ws.read_files("run-6", origin, sha, ["artifact.md"]) == {
+        "artifact.md": "# Title\nbody\n"
+    }
+    with pytest.raises(CommitNotFoundError):
+        ws.read_files("run-6", origin, "0" * 40, ["artifact.md"])
 
 
 def test_a_clone_given_another_origin_publishes_there(tmp_path: Path, origin: str) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256
-from loopworks.workspace.refs import is_url
+from loopworks.workspace.refs import is_url, work_ref
+from loopworks.workspace.runner import GIT_SPAWNS
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
@@ -222,6 +223,19 @@ def test_push_branch_verifies_remote(tmp_path: Path, origin: str) -> None:
     assert ws.push_branch(workdir, "loops/run-7", base) == base
     with pytest.raises(GitError, match="not a valid"):
         ws.push_branch(workdir, "bad..name", sha)
+
+
+def test_close_moves_the_branch_and_the_work_ref_in_one_push(tmp_path: Path, origin: str) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-7b", origin, base)
+    (workdir / "artifact.md").write_text("final\n")
+    sha = ws.commit(workdir, "close: final artifact", WHEN)
+    before = GIT_SPAWNS.snapshot()
+    assert ws.push_branch(workdir, "loops/run-7b", sha, "run-7b") == sha
+    assert (GIT_SPAWNS.snapshot() - before)["push"] == 1
+    assert ws.commit_at_ref(origin, work_ref("run-7b")) == sha
+    assert ws.commit_at_ref(origin, "refs/heads/loops/run-7b") == sha
 
 
 def test_read_file(tmp_path: Path, origin: str) -> None:
