@@ -11,6 +11,7 @@ trajectory export: JSON lines tagged with the step and the iteration).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -126,28 +127,20 @@ async def run_agent(
     skill generator: its files are judged by the skill reflector) there is no nudge.
     """
     log = _ToolLog()
-    agent: Agent[None, str] = Agent(
-        source.model(call),
-        instructions=instructions,
-        tools=[_tool(spec, workspace, log) for spec in TOOLS.values()],
-        output_type=str,
-        # Bad tool arguments go back to the model; the turn limit bounds how often.
-        retries={"tools": max_turns, "output": NUDGES},
-    )
-
-    @agent.output_validator
-    def _deliverable_written(text: str) -> str:
-        if deliverable is not None and not (workspace / deliverable).is_file():
-            raise ModelRetry(NUDGE)
-        return text
-
+    agent = _tool_agent()
     limit_reached = False
     final_text = ""
     with capture_run_messages() as messages:
         try:
             with model_errors(call.role):
                 result = await agent.run(
-                    user_prompt(call.context), usage_limits=UsageLimits(request_limit=max_turns)
+                    user_prompt(call.context),
+                    model=source.model(call),
+                    instructions=instructions,
+                    deps=_Workspace(workspace, log, deliverable),
+                    usage_limits=UsageLimits(request_limit=max_turns),
+                    # Bad tool arguments go back to the model; the turn limit bounds how often.
+                    retries={"tools": max_turns},
                 )
             final_text = result.output
         except UsageLimitExceeded:
@@ -184,12 +177,48 @@ async def run_agent(
     )
 
 
-def _tool(spec: ToolSpec[Any], workspace: Path, log: _ToolLog) -> Tool[None]:
+@dataclass(frozen=True)
+class _Workspace:
+    """A run's own side of the shared agent: where its tools work, what they did, and the
+    file its answer must have written."""
+
+    root: Path
+    log: _ToolLog
+    deliverable: str | None
+
+
+# Building the agent generates every tool's JSON schema; the agent holds nothing of a run
+# (model, instructions, workspace and turn limit come with each run), so one serves all.
+@functools.cache
+def _tool_agent() -> Agent[_Workspace, str]:
+    return _new_tool_agent()
+
+
+def _new_tool_agent() -> Agent[_Workspace, str]:
+    agent: Agent[_Workspace, str] = Agent(
+        deps_type=_Workspace,
+        tools=[_tool(spec) for spec in TOOLS.values()],
+        output_type=str,
+        retries={"output": NUDGES},
+    )
+    agent.output_validator(_deliverable_written)
+    return agent
+
+
+def _deliverable_written(ctx: RunContext[_Workspace], text: str) -> str:
+    deliverable = ctx.deps.deliverable
+    if deliverable is not None and not (ctx.deps.root / deliverable).is_file():
+        raise ModelRetry(NUDGE)
+    return text
+
+
+def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
     """A workspace tool for pydantic-ai: the guarded `execute`, off the event loop (commands
     block) so heartbeats keep going; a refused or failed call is a failed tool result."""
 
-    async def run(ctx: RunContext[None], **arguments: Any) -> str:
-        result = await _execute(workspace, spec.name, arguments)
+    async def run(ctx: RunContext[_Workspace], **arguments: Any) -> str:
+        result = await _execute(ctx.deps.root, spec.name, arguments)
+        log = ctx.deps.log
         log.ok[ctx.tool_call_id or ""] = result.ok
         if not result.ok:
             raise ToolFailed(result.content)

@@ -8,13 +8,14 @@ second invalid answer is `InvalidOutput`, which the workflow turns into `phase_e
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, ToolOutput, capture_run_messages
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolOutput, capture_run_messages
 from pydantic_ai.exceptions import ModelHTTPError, UnexpectedModelBehavior
 from pydantic_ai.messages import (
     ModelMessage,
@@ -27,6 +28,7 @@ from pydantic_ai.messages import (
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import CUT_OFF, invalid_detail, model_errors
 from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,10 @@ Answer = TypeVar("Answer", bound=BaseModel)
 # Seed 001: an invalid answer is retried once. Here the retry is a repair: the model sees
 # its answer's errors.
 REPAIR_ATTEMPTS = 1
+
+# A run's deps: the step's own check of the answer, if it has one.
+_Check = Callable[[Any], None] | None
+_AnswerAgent = Agent[_Check, BaseModel]
 
 
 @dataclass
@@ -84,46 +90,65 @@ async def _run(
     check: Callable[[Answer], None] | None,
     strict: bool,
 ) -> Answered[Answer]:
-    agent: Agent[None, Answer] = Agent(
-        source.model(call),
-        instructions=instructions,
-        output_type=ToolOutput(
-            answer_type,
-            name=ANSWER_TOOL,
-            description=(
-                f"Give your whole answer as the {call.role.value}: the input of this tool is "
-                "the answer, and must match its schema"
-            ),
-            strict=strict,
-        ),
-        retries={"output": REPAIR_ATTEMPTS},
-    )
-    if check is not None:
-        agent.output_validator(_as_retry(check))
+    agent = _answer_agent(answer_type, call.role, strict)
     with capture_run_messages() as messages:
         try:
-            result = await agent.run(user_prompt(call.context))
+            result = await agent.run(
+                user_prompt(call.context),
+                model=source.model(call),
+                instructions=instructions,
+                deps=check,
+            )
         except UnexpectedModelBehavior as exc:
             if any(isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages):
                 # A cut-off answer fails validation like any other; say what would help.
                 raise InvalidOutput(call.role, f"{CUT_OFF}; {invalid_detail(exc)}") from exc
             raise
     return Answered(
-        answer=result.output,
+        answer=cast(Answer, result.output),
         usage=usage_of(result.usage),
         repairs=repairs_in(result.all_messages()),
     )
 
 
-def _as_retry(check: Callable[[Answer], None]) -> Callable[[Answer], Answer]:
-    def validate(answer: Answer) -> Answer:
-        try:
-            check(answer)
-        except ValueError as exc:
-            raise ModelRetry(str(exc)) from exc
-        return answer
+# Building an agent generates its answer's JSON schema, a large share of a call's CPU; an
+# agent holds nothing of a run (the model, instructions and check come with each run), so
+# one serves every call of its shape. Bounded because some answer types are
+# made per call (`judgements_model`): those miss, and age out.
+AGENT_CACHE_SIZE = 64
 
-    return validate
+
+@functools.lru_cache(maxsize=AGENT_CACHE_SIZE)
+def _answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
+    return _new_answer_agent(answer_type, role, strict)
+
+
+def _new_answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
+    agent: _AnswerAgent = Agent(
+        output_type=ToolOutput(
+            answer_type,
+            name=ANSWER_TOOL,
+            description=(
+                f"Give your whole answer as the {role.value}: the input of this tool is "
+                "the answer, and must match its schema"
+            ),
+            strict=strict,
+        ),
+        deps_type=_Check,
+        retries={"output": REPAIR_ATTEMPTS},
+    )
+    agent.output_validator(_checked)
+    return agent
+
+
+def _checked(ctx: RunContext[_Check], answer: BaseModel) -> BaseModel:
+    if ctx.deps is None:
+        return answer
+    try:
+        ctx.deps(answer)
+    except ValueError as exc:
+        raise ModelRetry(str(exc)) from exc
+    return answer
 
 
 def repairs_in(messages: list[ModelMessage]) -> list[str]:
