@@ -15,7 +15,9 @@ from loopworks.schemas.playbook import (
     Playbook,
     PlaybookDelivery,
     PlaybookRead,
+    PlaybookVersionsWrite,
     PlaybookWrite,
+    VersionWrite,
 )
 from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
@@ -37,23 +39,30 @@ class PlaybookActivities:
                 self.store.at_version, read.origin, read.name, read.version
             )
 
-    @activity.defn(name="commit_playbook")
-    async def commit_playbook(self, write: PlaybookWrite) -> str:
-        """Commit one version on origin's playbook branch; a retry finds it there. A branch
-        whose head is not the previous version was written by someone else: no retry
-        fixes that, so the batch fails and its sender hears why."""
+    @activity.defn(name="commit_playbook_versions")
+    async def commit_playbook_versions(self, write: PlaybookVersionsWrite) -> list[str]:
+        """Commit consecutive versions on origin's playbook branch in one push; a retry
+        finds them there. A branch whose head is not the version before was written by
+        someone else: no retry fixes that, so the batches fail and their senders hear why."""
         async with heartbeating():
             try:
                 return await asyncio.to_thread(
-                    self.store.write_version,
-                    write.origin,
-                    write.playbook,
-                    write.batch_id,
-                    write.source,
-                    write.committed_at,
+                    self.store.write_versions, write.origin, write.versions, write.committed_at
                 )
             except PlaybookVersionError as err:
                 raise ApplicationError(str(err), non_retryable=True) from err
+
+    @activity.defn(name="commit_playbook")
+    async def commit_playbook(self, write: PlaybookWrite) -> str:
+        """One version: what writers started before versions were committed together
+        still schedule (their histories replay with it)."""
+        versions = [
+            VersionWrite(playbook=write.playbook, batch_id=write.batch_id, source=write.source)
+        ]
+        batched = PlaybookVersionsWrite(
+            origin=write.origin, versions=versions, committed_at=write.committed_at
+        )
+        return (await self.commit_playbook_versions(batched))[0]
 
     @activity.defn(name="send_playbook_batch")
     async def send_playbook_batch(self, delivery: PlaybookDelivery) -> AppliedBatch:

@@ -264,6 +264,24 @@ class PlaybookWrite(BaseModel):
     committed_at: datetime
 
 
+class VersionWrite(BaseModel):
+    """One version to commit: the playbook as that version has it, and the batch that
+    made it."""
+
+    playbook: Playbook
+    batch_id: str
+    source: str
+
+
+class PlaybookVersionsWrite(BaseModel):
+    """Consecutive versions the writer commits in one push (the batches that arrived
+    while it was committing the ones before)."""
+
+    origin: str
+    versions: list[VersionWrite] = Field(min_length=1)
+    committed_at: datetime
+
+
 class PlaybookDelivery(BaseModel):
     """A batch for the playbook `name` of `origin`, sent through its workflow."""
 

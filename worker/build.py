@@ -111,6 +111,7 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
         skills.curate_skills,
         playbook.read_playbook,
         playbook.commit_playbook,
+        playbook.commit_playbook_versions,
         playbook.send_playbook_batch,
     ]
 

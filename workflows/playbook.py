@@ -4,11 +4,12 @@ An entity workflow, one per playbook (`playbook/<name>`), that lives as long as 
 playbook does. Runs deliver their delta batches as signals and read the outcome with the
 `applied` query (a workflow admits only a few updates in flight at once, and a hundred
 runs may finish together); people send theirs as updates, which answer at once. Either
-way it applies them one at a time under a lock (code applies them:
-`loopworks.playbook.deltas`), commits every version that changes something on origin's
-playbook branch, and remembers the batches it applied so a batch sent twice (a retried
-activity, two clients) is applied once. Its history is kept short by continuing as new
-when the server suggests it, once every handler has finished.
+way it applies them under a lock, in arrival order (code applies them:
+`loopworks.playbook.deltas`), each batch that changes something a version of its own, and
+commits the versions on origin's playbook branch: the batches that arrived while the last
+push ran go in one push. It remembers the batches it applied so a batch sent twice (a
+retried activity, two clients) is applied once. Its history is kept short by continuing
+as new when the server suggests it, once every handler has finished.
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ with workflow.unsafe.imports_passed_through():
         PlaybookInput,
         PlaybookRead,
         PlaybookState,
+        PlaybookVersionsWrite,
         PlaybookWrite,
+        VersionWrite,
     )
     from loopworks.workflows.policies import GIT, execute
+
+# Since this patch, batches waiting for the lock are applied and committed together.
+GROUP_COMMIT = "playbook-group-commit"
 
 # Batches remembered for exactly-once and for their senders' `applied` query (carried
 # through continue-as-new, so bounded): far more than could be in flight, or retried,
@@ -46,6 +52,9 @@ class PlaybookWorkflow:
         self._playbook = params.playbook
         self._applied = dict(params.applied)
         self._lock = asyncio.Lock()
+        # Batches delivered and not applied yet, by id, in arrival order: whichever handler
+        # holds the lock next applies them all.
+        self._pending: dict[str, DeltaBatch] = {}
         self._batches = 0  # applied by this execution, for the tests' continue-as-new
 
     @workflow.query
@@ -79,16 +88,48 @@ class PlaybookWorkflow:
         return await self._apply(batch)
 
     async def _apply(self, batch: DeltaBatch) -> AppliedBatch:
+        if batch.batch_id not in self._applied:
+            self._pending.setdefault(batch.batch_id, batch)
         async with self._lock:
             playbook = await self._loaded()
             if batch.batch_id in self._applied:
                 return self._applied[batch.batch_id]
+            if workflow.patched(GROUP_COMMIT):
+                await self._apply_pending(playbook)
+                return self._applied[batch.batch_id]
+            # Histories from before group commits: one commit per batch, in lock order.
+            del self._pending[batch.batch_id]
             updated, applied = apply_batch(playbook, batch, self._params.limits)
             if applied.changed:
                 applied.commit = await self._commit(updated, batch.batch_id, batch.source)
                 self._playbook = updated
             self._remember(applied)
             return applied
+
+    async def _apply_pending(self, playbook: Playbook) -> None:
+        """Apply every batch waiting, in arrival order, each a version of its own, and
+        commit those versions in one push: when a hundred runs finish together, the
+        writer makes a few pushes rather than a hundred in a row."""
+        batches = list(self._pending.values())
+        self._pending.clear()
+        writes: list[VersionWrite] = []
+        results: list[AppliedBatch] = []
+        for batch in batches:
+            updated, applied = apply_batch(playbook, batch, self._params.limits)
+            if applied.changed:
+                writes.append(
+                    VersionWrite(playbook=updated, batch_id=batch.batch_id, source=batch.source)
+                )
+                playbook = updated
+            results.append(applied)
+        if writes:
+            commits = await self._commit_versions(writes)
+            by_batch = dict(zip((w.batch_id for w in writes), commits, strict=True))
+            for applied in results:
+                applied.commit = by_batch.get(applied.batch_id)
+            self._playbook = playbook
+        for applied in results:
+            self._remember(applied)
 
     @workflow.update
     async def rollback(self, version: int) -> AppliedBatch:
@@ -156,6 +197,14 @@ class PlaybookWorkflow:
         )
         summary = f"commit playbook {playbook.name} v{playbook.version}"
         return await execute(PlaybookActivities.commit_playbook, write, GIT, summary)
+
+    async def _commit_versions(self, writes: list[VersionWrite]) -> list[str]:
+        write = PlaybookVersionsWrite(
+            origin=self._params.origin, versions=writes, committed_at=workflow.now()
+        )
+        first, last = writes[0].playbook, writes[-1].playbook
+        summary = f"commit playbook {first.name} v{first.version}..v{last.version}"
+        return await execute(PlaybookActivities.commit_playbook_versions, write, GIT, summary)
 
     def _remember(self, applied: AppliedBatch) -> None:
         self._applied[applied.batch_id] = applied

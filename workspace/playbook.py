@@ -26,10 +26,11 @@ from loopworks.schemas.playbook import (
     VERSION_TRAILER,
     Playbook,
     PlaybookVersion,
+    VersionWrite,
 )
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import _TRAILER, BranchMovedError, IntegrationWorkspaces
-from loopworks.workspace.refs import redact
+from loopworks.workspace.refs import checked_commit, redact
 from loopworks.workspace.runner import GitError, _rmtree
 
 # The one clone a playbook's writes use (under the data dir, beside the runs' clones).
@@ -164,37 +165,59 @@ class PlaybookStore(IntegrationWorkspaces):
     def write_version(
         self, origin: str, playbook: Playbook, batch_id: str, source: str, when: datetime
     ) -> str:
-        """Commit `playbook` as version `playbook.version` on top of the version before it
-        and push it only if the branch is still where it was read; the commit's sha.
+        """Commit `playbook` as version `playbook.version`: `write_versions` of one."""
+        write = VersionWrite(playbook=playbook, batch_id=batch_id, source=source)
+        return self.write_versions(origin, [write], when)[0]
 
-        The first version makes the branch, an orphan. A retry finds its own version at
-        the head and returns it; a head at any version but the one before raises
-        PlaybookVersionError; a branch moved meanwhile by someone else, BranchMovedError.
+    def write_versions(
+        self, origin: str, versions: list[VersionWrite], when: datetime
+    ) -> list[str]:
+        """Commit consecutive versions, each on the one before, on top of the version before
+        the first, and push them in one push only if the branch is still where it was
+        read; each version's commit sha.
+
+        The first version makes the branch, an orphan. A retry finds its own last version at
+        the head and returns the chain it pushed; a head at any version but the one before
+        the first raises PlaybookVersionError; a branch moved meanwhile by someone else,
+        BranchMovedError.
         """
-        version = playbook.version
-        if version < 1:
-            raise ValueError(f"playbook {playbook.name} v{version}: versions start at 1")
-        key = write_key(origin, playbook.name)
+        if not versions:
+            return []
+        first, last = versions[0].playbook.version, versions[-1].playbook.version
+        if first < 1:
+            raise ValueError(f"playbook {versions[0].playbook.name} v{first}: versions start at 1")
+        if [v.playbook.version for v in versions] != list(range(first, last + 1)):
+            raise ValueError(f"playbook versions {first}..{last} are not consecutive")
+        key = write_key(origin, versions[0].playbook.name)
         with self.locked(key, WRITE_SLOT):
             workdir = self._write_clone(key, origin)
             head = self._fetch_head(workdir, origin)
             trailers = self.trailers(workdir, head) if head is not None else {}
-            if head is not None and _is_version(trailers, version, batch_id):
-                return head
-            self._check_follows(origin, head, trailers, version)
-            tree = self._tree(workdir, playbook.to_jsonl())
-            message = commit_message(playbook, batch_id, source)
-            commit = self.commit_merge(workdir, tree, [head] if head else [], message, when)
+            if head is not None and _is_version(trailers, last, versions[-1].batch_id):
+                return self._chain(workdir, head, len(versions))
+            self._check_follows(origin, head, trailers, first)
+            commits: list[str] = []
+            parent = head
+            for write in versions:
+                tree = self._tree(workdir, write.playbook.to_jsonl())
+                message = commit_message(write.playbook, write.batch_id, write.source)
+                parent = self.commit_merge(workdir, tree, [parent] if parent else [], message, when)
+                commits.append(parent)
             try:
-                self.push_leased(workdir, PLAYBOOK_BRANCH, commit, expected=head)
+                self.push_leased(workdir, PLAYBOOK_BRANCH, commits[-1], expected=head)
             except BranchMovedError:
                 moved = self._fetch_head(workdir, origin)
                 if moved is not None and _is_version(
-                    self.trailers(workdir, moved), version, batch_id
+                    self.trailers(workdir, moved), last, versions[-1].batch_id
                 ):
-                    return moved
+                    return self._chain(workdir, moved, len(versions))
                 raise
-            return commit
+            return commits
+
+    def _chain(self, workdir: Path, head: str, count: int) -> list[str]:
+        """`head` and its first parents, `count` commits, oldest first."""
+        args = ["rev-list", "--first-parent", f"--max-count={count}", checked_commit(head)]
+        return self._git(args, cwd=workdir).stdout.split()[::-1]
 
     def _write_clone(self, key: str, origin: str) -> Path:
         """An empty repository whose `origin` is origin: only the playbook branch is ever

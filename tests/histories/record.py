@@ -28,7 +28,13 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.playbook import writer
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
-from loopworks.schemas.playbook import DeltaBatch, playbook_name, workflow_id
+from loopworks.schemas.playbook import (
+    AddDelta,
+    DeltaBatch,
+    ItemKind,
+    playbook_name,
+    workflow_id,
+)
 from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
@@ -231,6 +237,28 @@ async def _record_playbook_writer(client: Client, settings: Settings) -> Workflo
         return await client.get_workflow_handle(workflow_id(name)).fetch_history()
 
 
+async def _record_playbook_grouped(client: Client, settings: Settings) -> WorkflowHistory:
+    """The playbook's writer given six batches at once after a run's (signals): those that
+    waited while a push ran are committed together (the `playbook-group-commit` patch)."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await _start(client, settings.task_queue, "recorded-grouped", task="Write a guide")
+        await run.result()
+        origin = (await run.query(LoopWorkflow.status)).origin
+        name = playbook_name(origin)
+        batches = [
+            DeltaBatch(
+                batch_id=f"recorded-grouped-{n}",
+                source="recorder",
+                deltas=[AddDelta(kind=ItemKind.REFERENCE, section="docs", content=f"doc {n} " * n)],
+            )
+            for n in range(1, 7)
+        ]
+        await asyncio.gather(
+            *(writer.deliver_batch(client, settings, name, origin, b) for b in batches)
+        )
+        return await client.get_workflow_handle(workflow_id(name)).fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -239,6 +267,7 @@ RECORDERS = {
     "graph_run": _record_graph_run,
     "playbook_run": _record_playbook_run,
     "playbook_writer": _record_playbook_writer,
+    "playbook_grouped": _record_playbook_grouped,
 }
 
 

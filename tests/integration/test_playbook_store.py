@@ -14,11 +14,13 @@ from loopworks.schemas.playbook import (
     ItemKind,
     Playbook,
     PlaybookItem,
+    VersionWrite,
     item_id,
 )
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import BranchMovedError
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
+from loopworks.workspace.runner import GIT_SPAWNS
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
@@ -137,6 +139,31 @@ def test_a_retried_write_returns_the_same_commit_and_makes_none(
     assert again == sha
     assert store.write_version(origin, pb, "batch-1", "run-1", WHEN) == sha
     assert _git(origin, "rev-list", "--count", REF) == "1"
+
+
+def test_consecutive_versions_go_in_one_push_each_a_commit_of_its_own(
+    tmp_path: Path, origin: str
+) -> None:
+    store = _store(tmp_path)
+    store.write_version(origin, _version(1, "a"), "batch-1", "run-1", WHEN)
+    writes = [
+        VersionWrite(playbook=_version(2, "a", "b"), batch_id="batch-2", source="run-2"),
+        VersionWrite(playbook=_version(3, "a", "b", "c"), batch_id="batch-3", source="run-3"),
+    ]
+    before = GIT_SPAWNS.snapshot()
+    shas = store.write_versions(origin, writes, WHEN)
+    assert (GIT_SPAWNS.snapshot() - before)["push"] == 1
+    assert _git(origin, "rev-list", "--first-parent", REF).split()[:2] == shas[::-1]
+    assert [(v.version, v.batch_id, v.items) for v in store.versions(origin, NAME)] == [
+        (3, "batch-3", 3),
+        (2, "batch-2", 2),
+        (1, "batch-1", 1),
+    ]
+    # A retry, on a worker that never saw them: the same commits, nothing new.
+    assert _store(tmp_path, "worker-b").write_versions(origin, writes, WHEN) == shas
+    assert _git(origin, "rev-list", "--count", REF) == "3"
+    with pytest.raises(ValueError, match="not consecutive"):
+        store.write_versions(origin, writes[::-1], WHEN)
 
 
 def test_a_write_that_does_not_follow_the_head_raises(tmp_path: Path, origin: str) -> None:

@@ -36,6 +36,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "graph_run.json",
         "playbook_run.json",
         "playbook_writer.json",
+        "playbook_grouped.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
@@ -106,3 +107,16 @@ def test_playbook_histories_cover_curation_the_sub_loop_and_the_writer() -> None
     # Two runs' batches as signals, then one sent again by hand as an update.
     assert writer.count("EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED") == 2
     assert writer.count("EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 1
+
+
+def test_the_grouped_writer_history_commits_batches_together() -> None:
+    grouped = json.loads((HISTORIES / "playbook_grouped.json").read_text())["events"]
+    signals = [e for e in grouped if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"]
+    commits = [
+        e
+        for e in grouped
+        if e.get("activityTaskScheduledEventAttributes", {}).get("activityType", {}).get("name")
+        == "commit_playbook_versions"
+    ]
+    assert len(signals) == 7  # a run's batch, then six at once
+    assert 1 <= len(commits) < len(signals)
