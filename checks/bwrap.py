@@ -16,6 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopworks.workspace.git import borrowed_stores
+
 # bwrap ≥ 0.10 takes `--size BYTES` before `--tmpfs`.
 TMPFS_SIZE_SINCE = (0, 10)
 _NOBODY = 65534
@@ -181,6 +183,10 @@ def bwrap_args(
     # config or hooks could make the worker's own (unsandboxed) git run its code.
     git_dir = Path(workspace) / ".git"
     git_internals = ["--ro-bind", str(git_dir), str(git_dir)] if git_dir.is_dir() else []
+    for store in borrowed_stores(git_dir):
+        # A slot borrows its run's clone's objects: git inside needs them to read history.
+        if store.is_dir() and reachable(store, uid, gid):
+            git_internals += ["--ro-bind", str(store), str(store)]
     args = [
         bwrap,
         "--unshare-user",

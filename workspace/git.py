@@ -188,6 +188,8 @@ class GitWorkspaces(OriginReader):
         name another commit once origin's are fetched too."""
         if not (workdir / ".git").is_dir():
             return False, False
+        if not all(store.is_dir() for store in borrowed_stores(workdir / ".git")):
+            return False, False  # a slot whose run's clone is gone: cloned again, whole
         wanted = commit is not None and FULL_SHA.match(commit) is not None
         verify = ["--verify", "--quiet", f"{commit}^{{commit}}"] if wanted else []
         proc = self._git(["rev-parse", "--absolute-git-dir", *verify], cwd=workdir, check=False)
@@ -248,12 +250,13 @@ class GitWorkspaces(OriginReader):
 
     def _beside(self, run_id: str, slot: str | None) -> Path | None:
         """The git dir of the run's own clone on this worker, for a slot beside it (an
-        evaluation group's clone) to take objects from without asking origin; None for
+        evaluation group's clone) to borrow objects from without asking origin; None for
         the run's clone itself, a merge queue's, or when there is none.
 
-        A slot gets those objects in its own store (a local clone's hardlinks, a fetch),
-        never through alternates or a worktree: a sandboxed command sees its workspace
-        and nothing else, so git inside it needs a clone that is whole on its own."""
+        A slot borrows the run's clone's object store (git alternates), which the sandbox
+        binds read-only beside the slot (checks/bwrap.py). Should the run's clone vanish
+        (a worker's data directory is a cache), the slot's git fails and checkout clones
+        it again, from origin."""
         if slot is None or self.fetches_branches:
             return None
         main = self.workdir(run_id) / ".git"
@@ -279,10 +282,15 @@ class GitWorkspaces(OriginReader):
         # Clone aside and rename, so a directory at `workdir` is always a complete clone.
         staging = workdir.parent / f".{workdir.name}.clone-{uuid.uuid4().hex}"
         try:
-            clone = ["clone", "--quiet", "--no-checkout"]
+            # No automatic gc or maintenance after each commit and fetch: a clone lives as
+            # long as its run, and each would spawn one more process.
+            clone = ["clone", "--quiet", "--no-checkout", "-c", "maintenance.auto=false"]
             source = url
             if beside is not None:
-                if self._git([*clone, str(beside), str(staging)], check=False).returncode == 0:
+                # Borrowing the run's clone's objects (alternates): nothing copied, and every
+                # commit the run makes there is in the slot at once, no fetch.
+                shared = [*clone, "--shared", str(beside), str(staging)]
+                if self._git(shared, check=False).returncode == 0:
                     source = str(beside)
                 else:
                     _rmtree(staging)  # the run's clone is broken: origin, then
@@ -379,3 +387,13 @@ def file_sha256(workdir: Path, path: str) -> str | None:
     if not target.is_file():
         return None
     return hashlib.sha256(target.read_bytes()).hexdigest()
+
+
+def borrowed_stores(git_dir: Path) -> list[Path]:
+    """The object stores a clone borrows (its git alternates: an evaluation slot borrows
+    its run's clone's), whether they still exist or not."""
+    try:
+        lines = (git_dir / "objects" / "info" / "alternates").read_text().splitlines()
+    except OSError:
+        return []
+    return [(git_dir / "objects" / line.strip()).resolve() for line in lines if line.strip()]

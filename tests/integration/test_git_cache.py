@@ -91,38 +91,42 @@ def test_a_commit_made_elsewhere_is_fetched_in_one_round_trip(tmp_path: Path, or
     assert (other / "artifact.md").read_text() == "from a\n"
 
 
-def test_an_evaluation_slot_takes_the_commit_from_the_runs_clone(
-    tmp_path: Path, origin: str
-) -> None:
+def test_an_evaluation_slot_borrows_the_runs_clone_objects(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)
-    slot = ws.checkout("run-3", origin, base, "eval-exec")
-    sha = _step(ws, "run-3", origin, base, "draft\n")
-    # Origin out of reach: the run's clone on this worker is all the slot needs.
-    os.rename(origin, f"{origin}.away")
+    main = ws.checkout("run-3", origin, base)
+    with spawned() as counted:
+        slot = ws.checkout("run-3", origin, base, "eval-exec")
+    # Cloned from the run's clone, borrowing its objects: nothing asked of origin.
+    assert not counted().keys() & {"fetch", "ls-remote"}
+    alternates = slot / ".git" / "objects" / "info" / "alternates"
+    assert Path(alternates.read_text().strip()) == (main / ".git" / "objects").resolve()
+    assert git("remote", "get-url", "origin", cwd=slot) == origin
 
+    sha = _step(ws, "run-3", origin, base, "draft\n")
+    # Origin out of reach: the commit the run's clone just made is in the slot already.
+    os.rename(origin, f"{origin}.away")
     with spawned() as counted:
         assert ws.checkout("run-3", origin, sha, "eval-exec") == slot
-    assert counted()["fetch"] == 1
-    assert counted()["ls-remote"] == 0
+    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
     assert (slot / "artifact.md").read_text() == "draft\n"
-    # Its own object store, no alternates: a sandbox sees the slot and nothing else.
-    assert not (slot / ".git" / "objects" / "info" / "alternates").exists()
     git("fsck", "--connectivity-only", "--no-dangling", cwd=slot)
-
-    with spawned() as counted:
-        ws.checkout("run-3", origin, sha, "eval-exec")
-    assert not counted().keys() & ORIGIN_COMMANDS
-
-    # A slot made after the run's clone is cloned from it, its origin still origin's.
-    judge = ws.checkout("run-3", origin, sha, "eval-judge")
-    assert (judge / "artifact.md").read_text() == "draft\n"
-    assert git("remote", "get-url", "origin", cwd=judge) == origin
-    git("fsck", "--connectivity-only", "--no-dangling", cwd=judge)
     os.rename(f"{origin}.away", origin)
-    # A broken run's clone is no source: the slot comes from origin.
+
+    # The run's clone gone (a worker's data directory is a cache): the slot's git fails,
+    # and checkout clones it again from origin, whole on its own.
+    shutil.rmtree(main)
+    assert ws.checkout("run-3", origin, sha, "eval-exec") == slot
+    assert (slot / "artifact.md").read_text() == "draft\n"
+    assert not alternates.exists()
+    git("fsck", "--connectivity-only", "--no-dangling", cwd=slot)
+    # A broken run's clone is no source either: the slot comes from origin.
+    ws.checkout("run-3", origin, sha)
     (ws.workdir("run-3") / ".git" / "HEAD").write_text("garbage\n")
     assert ws.checkout("run-3", origin, sha, "eval-style") == ws.workdir("run-3", "eval-style")
+    assert not (
+        ws.workdir("run-3", "eval-style") / ".git" / "objects" / "info" / "alternates"
+    ).exists()
 
 
 def _tree_with_links(ws: GitWorkspaces, run_id: str, origin: str, outside: Path) -> str:

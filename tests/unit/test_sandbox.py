@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from loopworks.checks.sandbox import (
     run_sandboxed,
 )
 from loopworks.schemas.rules import CommandCheck
+from loopworks.workspace.git import GitWorkspaces
 
 pytestmark = pytest.mark.integration
 
@@ -495,3 +497,20 @@ def test_the_workspaces_git_directory_is_read_only_inside(workdir: Path) -> None
     assert (workdir / ".git" / "config").read_text() == config
     assert not (workdir / ".git" / "hooks" / "pre-commit").exists()
     assert (workdir / "file.txt").read_text() == "work\n"  # the work tree stays writable
+
+
+def test_git_reads_an_evaluation_slots_borrowed_objects_inside(workdir: Path) -> None:
+    """An evaluation slot borrows its run's clone's objects (git alternates): the store is
+    bound read-only, so a check can read the slot's history but not write the run's clone."""
+    ws = GitWorkspaces(workdir / "data", "loopworks-test", "loops@example.com")
+    origin = ws.ensure_default_origin(workdir / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    main = ws.checkout("run-1", origin, base)
+    (main / "artifact.md").write_text("draft\n")
+    sha = ws.commit(main, "a draft", datetime(2024, 5, 1, tzinfo=UTC))
+    slot = ws.checkout("run-1", origin, sha, "eval-exec")
+    store = main / ".git" / "objects"
+    result = _run(f"git log -1 --format=%s && git status --porcelain && touch {store}/x", slot)
+    assert result.output.startswith("a draft\n"), result.output
+    assert "Read-only file system" in result.output
+    assert not (store / "x").exists()
