@@ -2,13 +2,13 @@
 
 Evaluators are strict and non-creative (seed 001): commands and patterns are run, not
 judged; only `llm` checks ask a model, yes/no questions, all of a group's in one call.
-Only commands need a working clone; patterns and the judge read the commit's files.
+Two groups, as seed 001 has them: executable checks, in a working clone; content rules
+(patterns and judgements), read from the commit's files.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TypeVar
 
 from temporalio import activity
 
@@ -17,18 +17,10 @@ from loopworks.checks.runner import CheckOutcome, match_pattern, run_command_che
 from loopworks.schemas.contexts import EvaluatorContext, Question
 from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
-from loopworks.schemas.rules import (
-    CheckGroup,
-    CommandCheck,
-    JudgeCheck,
-    PatternCheck,
-    PreparedCheck,
-)
+from loopworks.schemas.rules import CheckGroup, CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
 from loopworks.worker.deps import StepDeps, heartbeating, now
 from loopworks.workspace.origin import Absent
-
-C = TypeVar("C", CommandCheck, PatternCheck, JudgeCheck)
 
 # A check's detail in history: the runner keeps 8 KiB of a command's output; a little more
 # leaves room for its status line, and bounds a judge's reason too.
@@ -46,10 +38,8 @@ class EvaluationActivities:
         async with heartbeating():
             if step.group is CheckGroup.EXEC:
                 outcomes = await self._run_commands(step)
-            elif step.group is CheckGroup.CONTENT:
-                outcomes = await self._match_patterns(step)
             else:
-                outcomes = await self._judge(step, output)
+                outcomes = await self._read_and_judge(step, output)
         secrets = worker_secrets()
         for prepared, outcome in zip(step.checks, outcomes, strict=True):
             # The detail enters history and events: redacted (a pattern check quotes a
@@ -62,8 +52,8 @@ class EvaluationActivities:
         return output
 
     async def _run_commands(self, step: EvaluateGroupInput) -> list[CheckOutcome]:
-        """Commands may write: they run in a clone of their own, beside the run's, so the
-        groups running in parallel never see each other's changes."""
+        """Commands may write: they run in a clone of their own, beside the run's, so
+        nothing they leave reaches the run's next commit."""
         workdir = await asyncio.to_thread(
             self.deps.workspaces.checkout,
             step.run_id,
@@ -71,35 +61,52 @@ class EvaluationActivities:
             step.workspace.commit,
             f"eval-{step.group.value}",
         )
-        return [
-            await asyncio.to_thread(run_command_check, _check(prepared, CommandCheck), workdir)
-            for prepared in step.checks
-        ]
+        outcomes = []
+        for prepared in step.checks:
+            if not isinstance(prepared.check, CommandCheck):
+                raise TypeError(f"a {prepared.check.kind} check in the exec group")
+            outcomes.append(await asyncio.to_thread(run_command_check, prepared.check, workdir))
+        return outcomes
 
-    async def _match_patterns(self, step: EvaluateGroupInput) -> list[CheckOutcome]:
-        """Patterns only read: the files at the commit, no checkout."""
-        checks = [_check(prepared, PatternCheck) for prepared in step.checks]
-        files = await self._read(step, [check.path for check in checks])
-        return [match_pattern(check, files[check.path]) for check in checks]
-
-    async def _read(self, step: EvaluateGroupInput, paths: list[str]) -> dict[str, str | Absent]:
-        return await asyncio.to_thread(
+    async def _read_and_judge(
+        self, step: EvaluateGroupInput, output: EvaluateGroupOutput
+    ) -> list[CheckOutcome]:
+        """Patterns and judgements only read: the commit's files, no checkout, in one git
+        process; every yes/no question in one model call."""
+        patterns = [p.check for p in step.checks if isinstance(p.check, PatternCheck)]
+        questions = {
+            p.rule_id: p.check.question for p in step.checks if isinstance(p.check, JudgeCheck)
+        }
+        paths = [check.path for check in patterns] + ([ARTIFACT_PATH] if questions else [])
+        files = await asyncio.to_thread(
             self.deps.workspaces.read_files,
             step.run_id,
             step.workspace.origin,
             step.workspace.commit,
             paths,
         )
+        judged = await self._judge(step, files, questions, output) if questions else {}
+        outcomes = []
+        for prepared in step.checks:
+            check = prepared.check
+            if isinstance(check, PatternCheck):
+                outcomes.append(match_pattern(check, files[check.path]))
+            elif isinstance(check, JudgeCheck):
+                outcomes.append(judged[prepared.rule_id])
+            else:
+                raise TypeError(f"a {check.kind} check in the {step.group.value} group")
+        return outcomes
 
     async def _judge(
-        self, step: EvaluateGroupInput, output: EvaluateGroupOutput
-    ) -> list[CheckOutcome]:
+        self,
+        step: EvaluateGroupInput,
+        files: dict[str, str | Absent],
+        questions: dict[str, str],
+        output: EvaluateGroupOutput,
+    ) -> dict[str, CheckOutcome]:
         """Every yes/no question of the group in one model call: the artifact is sent once,
         and each answer names the rule it belongs to."""
-        questions = {
-            prepared.rule_id: _check(prepared, JudgeCheck).question for prepared in step.checks
-        }
-        artifact = (await self._read(step, [ARTIFACT_PATH]))[ARTIFACT_PATH]
+        artifact = files[ARTIFACT_PATH]
         context = EvaluatorContext(
             task=step.task,
             questions=[
@@ -111,15 +118,7 @@ class EvaluationActivities:
         answer_type = judgements_model(questions)
         answered = await self.deps.consult(Role.EVALUATOR, step, context, answer_type)
         output.usage, output.repairs = answered.usage, answered.repairs
-        judged = judgements_of(answered.answer)
-        return [
-            CheckOutcome(passed=judged[p.rule_id].passed, detail=judged[p.rule_id].reason)
-            for p in step.checks
-        ]
-
-
-def _check(prepared: PreparedCheck, kind: type[C]) -> C:
-    """A group's check, of the one kind its group holds (decisions.group_checks)."""
-    if not isinstance(prepared.check, kind):
-        raise TypeError(f"a {type(prepared.check).__name__} in a group of {kind.__name__}")
-    return prepared.check
+        return {
+            rule_id: CheckOutcome(passed=judgement.passed, detail=judgement.reason)
+            for rule_id, judgement in judgements_of(answered.answer).items()
+        }

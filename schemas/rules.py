@@ -229,16 +229,20 @@ class PreparedCheck(BaseModel):
 
 
 class CheckGroup(StrEnum):
-    """Independent groups EVALUATE runs in parallel (seed 001: exec, content, judgement)."""
+    """Independent groups EVALUATE runs in parallel (seed 001: executable checks, and
+    content rules read from the artifact). JUDGE: runs started before `llm` checks joined
+    the content group evaluate them apart."""
 
     EXEC = "exec"
     CONTENT = "content"
     JUDGE = "judge"
 
 
-def group_of(check: CommandCheck | PatternCheck | JudgeCheck) -> CheckGroup:
+def group_of(check: CommandCheck | PatternCheck | JudgeCheck, judges_apart: bool) -> CheckGroup:
+    """Commands need a working clone of their own; patterns and judgements only read the
+    commit's files, so they are one group (unless `judges_apart`, as runs before were)."""
     if isinstance(check, CommandCheck):
         return CheckGroup.EXEC
-    if isinstance(check, PatternCheck):
-        return CheckGroup.CONTENT
-    return CheckGroup.JUDGE
+    if isinstance(check, JudgeCheck) and judges_apart:
+        return CheckGroup.JUDGE
+    return CheckGroup.CONTENT

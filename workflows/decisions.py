@@ -32,12 +32,14 @@ def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
     return list(rules)
 
 
-def group_checks(checks: list[PreparedCheck]) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
+def group_checks(
+    checks: list[PreparedCheck], judges_apart: bool = False
+) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
     """Checks by the group that runs them (independent groups run in parallel), in a
     fixed order so the workflow schedules them the same way on every replay."""
     groups: dict[CheckGroup, list[PreparedCheck]] = {}
     for check in checks:
-        groups.setdefault(group_of(check.check), []).append(check)
+        groups.setdefault(group_of(check.check, judges_apart), []).append(check)
     return sorted(groups.items())
 
 

@@ -63,6 +63,9 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.steering import Finished, Steering
     from loopworks.workflows.steps import StepRunner, describe, gather_all
 
+# Since this patch, `llm` checks are evaluated in the content group, with the patterns.
+CONTENT_GROUP = "judge-in-content-group"
+
 
 class LoopSteps(OnRecord):
     def __init__(
@@ -189,7 +192,9 @@ class LoopSteps(OnRecord):
         state, memory = self.state, self.memory
         runs = [
             self._evaluate_group(group, members)
-            for group, members in decisions.group_checks(checks)
+            for group, members in decisions.group_checks(
+                checks, judges_apart=not workflow.patched(CONTENT_GROUP)
+            )
         ]
         outputs = await gather_all(*runs)
         results = [result for output in outputs for result in output.results]
