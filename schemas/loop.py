@@ -10,6 +10,7 @@ from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.playbook import PlaybookItem
 from loopworks.schemas.roles import IterationPlan, Role
+from loopworks.schemas.rules import PreparedCheck
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import ArtifactOutput
 
@@ -49,6 +50,12 @@ class RunMemory(BaseModel):
     playbook: str = Field(default="", description="the origin's playbook name")
     playbook_items: list[PlaybookItem] = Field(
         default_factory=list, description="the playbook items hydration was given"
+    )
+    prepared_checks: list[PreparedCheck] = Field(
+        default_factory=list, description="PREPARE's latest checks"
+    )
+    prepared_for: str = Field(
+        default="", description="the active rules those checks were prepared from (rules_key)"
     )
 
     def unsaved(self) -> list[Event]:

@@ -59,6 +59,9 @@ class RefinementPayload(ArtifactPayload):
 class ChecksPreparedPayload(Timed):
     checks: int
     rules: list[str] = Field(default_factory=list)
+    reused: bool = Field(
+        default=False, description="the checks an earlier iteration prepared from these rules"
+    )
 
 
 class GroupTiming(Timed):

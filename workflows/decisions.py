@@ -6,6 +6,8 @@ workflow reads as a sequence of steps.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -30,6 +32,13 @@ def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
     if phase == Phase.A:
         return [rule for rule in rules if rule.phase == Phase.A]
     return list(rules)
+
+
+def rules_key(rules: list[Rule]) -> str:
+    """What PREPARE's checks are made from besides the task: the same active rules (ids,
+    texts, checks, phases, in order) give the same key."""
+    text = json.dumps([rule.model_dump(mode="json") for rule in rules], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def group_checks(

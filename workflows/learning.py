@@ -33,14 +33,12 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import RunRequest, Step
     from loopworks.schemas.steps import GitLocation, HydrateOutput, ModelOutput, ReflectOutput
+    from loopworks.workflows import patches
     from loopworks.workflows.policies import GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.skills import SkillLoopWorkflow
     from loopworks.workflows.steering import Finished
     from loopworks.workflows.steps import StepRunner, describe
-
-# Runs recorded before the playbook existed replay without its steps.
-PLAYBOOK_PATCH = "delta-playbook"
 
 
 class Learning(OnRecord):
@@ -90,7 +88,7 @@ class Learning(OnRecord):
     async def learn(self, reflected: ReflectOutput | None) -> None:
         """Curate, run the skill sub-loop if asked, send the deltas."""
         playbook = self.playbook_to_read()
-        if reflected is None or playbook is None or not workflow.patched(PLAYBOOK_PATCH):
+        if reflected is None or playbook is None or not workflow.patched(patches.DELTA_PLAYBOOK):
             return
         self.record.set_step(Step.CURATE)
         given = [item.id for item in self.memory.playbook_items]

@@ -56,15 +56,12 @@ with workflow.unsafe.imports_passed_through():
         ReviewInput,
         RunLog,
     )
-    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows import decisions, patches, step_events
     from loopworks.workflows.learning import Learning
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steering import Finished, Steering
     from loopworks.workflows.steps import StepRunner, describe, gather_all
-
-# Since this patch, `llm` checks are evaluated in the content group, with the patterns.
-CONTENT_GROUP = "judge-in-content-group"
 
 
 class LoopSteps(OnRecord):
@@ -172,8 +169,15 @@ class LoopSteps(OnRecord):
         return await self.evaluate(prepared)
 
     async def prepare(self, set_step: bool = True) -> list[PreparedCheck]:
-        state = self.state
+        """PREPARE makes checks from the task and the active rules alone: while those rules
+        stay the same, the checks do too (no model call), and scores of later iterations
+        compare like with like. New rules (the phase switch, an approval) prepare anew."""
+        state, memory = self.state, self.memory
         rules = decisions.active_rules(state.rules, state.phase)
+        key = decisions.rules_key(rules)
+        if memory.prepared_for == key and workflow.patched(patches.PREPARE_ONCE_PER_RULES):
+            self.record.emit(*step_events.reused(rules, memory.prepared_checks))
+            return memory.prepared_checks
         prepared = await self.runner.model_step(
             Step.PREPARE,
             R.PREPARER,
@@ -184,6 +188,7 @@ class LoopSteps(OnRecord):
             step_events.prepared(rules),
             set_step=set_step,
         )
+        memory.prepared_checks, memory.prepared_for = prepared.checks, key
         return prepared.checks
 
     async def evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
@@ -193,7 +198,7 @@ class LoopSteps(OnRecord):
         runs = [
             self._evaluate_group(group, members)
             for group, members in decisions.group_checks(
-                checks, judges_apart=not workflow.patched(CONTENT_GROUP)
+                checks, judges_apart=not workflow.patched(patches.JUDGE_IN_CONTENT_GROUP)
             )
         ]
         outputs = await gather_all(*runs)

@@ -33,10 +33,9 @@ with workflow.unsafe.imports_passed_through():
         PlaybookWrite,
         VersionWrite,
     )
+    from loopworks.workflows import patches
     from loopworks.workflows.policies import GIT, execute
 
-# Since this patch, batches waiting for the lock are applied and committed together.
-GROUP_COMMIT = "playbook-group-commit"
 
 # Batches remembered for exactly-once and for their senders' `applied` query (carried
 # through continue-as-new, so bounded): far more than could be in flight, or retried,
@@ -94,7 +93,7 @@ class PlaybookWorkflow:
             playbook = await self._loaded()
             if batch.batch_id in self._applied:
                 return self._applied[batch.batch_id]
-            if workflow.patched(GROUP_COMMIT):
+            if workflow.patched(patches.PLAYBOOK_GROUP_COMMIT):
                 await self._apply_pending(playbook)
                 return self._applied[batch.batch_id]
             # Histories from before group commits: one commit per batch, in lock order.

@@ -12,7 +12,7 @@ from loopworks.schemas import events as ev
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.events import EventName, Payload
 from loopworks.schemas.payloads import GroupTiming
-from loopworks.schemas.rules import Rule
+from loopworks.schemas.rules import PreparedCheck, Rule
 from loopworks.schemas.steps import (
     AuditOutput,
     CritiqueOutput,
@@ -66,6 +66,14 @@ def prepared(rules: Sequence[Rule]) -> Callable[[PrepareOutput], Announcement]:
         )
 
     return announce
+
+
+def reused(rules: Sequence[Rule], checks: Sequence[PreparedCheck]) -> Announcement:
+    """PREPARE skipped: the checks an earlier iteration made from the same rules."""
+    payload = ev.ChecksPreparedPayload(
+        checks=len(checks), rules=[rule.id for rule in rules], reused=True
+    )
+    return EventName.CHECKS_PREPARED, payload
 
 
 def evaluated(evaluation: Evaluation, outputs: Sequence[EvaluateGroupOutput]) -> Payload:

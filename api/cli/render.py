@@ -193,7 +193,8 @@ def event_detail(event: Event) -> str:
         case ArtifactCreated(payload=p) | RefinementDone(payload=p):
             return f"hash {p.hash[:8]}, changed: {_ids(p.changed)}"
         case ChecksPrepared(payload=p):
-            return f"{p.checks} checks for {len(p.rules)} rules"
+            again = ", as before (same rules)" if p.reused else ""
+            return f"{p.checks} checks for {len(p.rules)} rules{again}"
         case EvaluationDone(payload=p):
             verdict = "PASS" if p.passed else "FAIL"
             return (

@@ -176,6 +176,22 @@ def test_history_marks_errors() -> None:
     assert notice(error) == "· phase_error: PLAN: focus: field required"
 
 
+def test_reused_checks_read_as_such() -> None:
+    event = EVENT.validate_python(
+        {
+            "seq": 12,
+            "ts": "2026-02-18T12:00:00+00:00",
+            "run_id": RUN_ID,
+            "iteration": 2,
+            "phase": "B",
+            "step": "PRODUCE_PREPARE",
+            "event": "checks_prepared",
+            "payload": {"checks": 4, "rules": ["a", "b", "c"], "reused": True},
+        }
+    )
+    assert history_line(event).endswith("4 checks for 3 rules, as before (same rules)")
+
+
 def test_iteration_summaries_follow_seed_001_step_8() -> None:
     summaries = iteration_summaries(EVENTS, 4, ARTIFACT)
     assert [text.splitlines()[0] for text in summaries] == [

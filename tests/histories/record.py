@@ -95,6 +95,35 @@ async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistor
         return await full.fetch_history()
 
 
+# Each kind of check, so that EVALUATE runs its two groups (exec; content with the
+# judgement), and a command that fails the first iteration, so that the second reuses
+# PREPARE's checks.
+TWO_GROUP_RULES = [
+    {"id": "title", "description": "A title", "severity": "fail", "check": {
+        "kind": "pattern", "pattern": "^# \\S"}},
+    {"id": "second-draft", "description": "Fails the first iteration", "severity": "fail",
+     "check": {"kind": "command", "command": "test $(ls .loops/trajectory | wc -l) -ge 3"}},
+    {"id": "reads-well", "description": "Reads well", "severity": "warn",
+     "check": "Does it read well?"},
+]  # fmt: skip
+
+
+async def _record_two_group_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `judge-in-content-group` and `prepare-once-per-rules`: two evaluation
+    groups, and PREPARE only when the active rules change."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-two-groups",
+            task="Write a guide to caching",
+            rules=TWO_GROUP_RULES,
+            playbook=False,
+        )
+        await run.result()
+        return await run.fetch_history()
+
+
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
     slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
@@ -268,6 +297,7 @@ RECORDERS = {
     "playbook_run": _record_playbook_run,
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,
+    "two_group_run": _record_two_group_run,
 }
 
 

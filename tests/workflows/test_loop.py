@@ -313,6 +313,29 @@ async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
     assert _overlap(groups["exec"], groups["content"]) > 0.3
 
 
+async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarness) -> None:
+    """PREPARE reads the task and the active rules alone: a later iteration under the same
+    rules reuses its checks (no activity, no model call); the phase switch prepares anew."""
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+        history = await handle.fetch_history()
+
+    prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    reused = [p for p in prepared if p.reused]
+    fresh = [p for p in prepared if not p.reused]
+    assert state.iteration >= 2 and reused
+    assert scheduled.count("prepare_checks") == len(fresh)
+    assert all(p.rules in [f.rules for f in fresh] and p.checks for p in reused)
+    assert len({tuple(f.rules) for f in fresh}) == len(fresh)  # each fresh one: new rules
+
+
 @pytest.mark.parametrize(
     "budget", [{"max_tokens": 1500}, {"max_cost_usd": 0.002}], ids=["tokens", "cost"]
 )

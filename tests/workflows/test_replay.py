@@ -37,6 +37,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "playbook_run.json",
         "playbook_writer.json",
         "playbook_grouped.json",
+        "two_group_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
@@ -120,3 +121,26 @@ def test_the_grouped_writer_history_commits_batches_together() -> None:
     ]
     assert len(signals) == 7  # a run's batch, then six at once
     assert 1 <= len(commits) < len(signals)
+
+
+def test_the_two_group_history_prepares_once_and_evaluates_two_groups() -> None:
+    events = json.loads((HISTORIES / "two_group_run.json").read_text())["events"]
+    scheduled = [
+        e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
+        for e in events
+        if "activityTaskScheduledEventAttributes" in e
+    ]
+    assert scheduled.count("plan_iteration") == 2  # two iterations,
+    assert scheduled.count("prepare_checks") == 1  # one PREPARE: the same rules throughout
+    assert scheduled.count("evaluate_group") == 2 * 3  # three evaluations of two groups
+    patches = [
+        base64.b64decode(
+            e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"]
+        )
+        for e in events
+        if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_patch"
+    ]
+    assert [json.loads(p)["id"] for p in patches] == [
+        "judge-in-content-group",
+        "prepare-once-per-rules",
+    ]
