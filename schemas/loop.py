@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.playbook import PlaybookItem
 from loopworks.schemas.roles import IterationPlan, Role
@@ -56,6 +56,10 @@ class RunMemory(BaseModel):
     )
     prepared_for: str = Field(
         default="", description="the active rules those checks were prepared from (rules_key)"
+    )
+    checked_commit: str = Field(default="", description="the commit last evaluated")
+    checked: list[tuple[PreparedCheck, CheckResult]] = Field(
+        default_factory=list, description="each check run on that commit, and its result"
     )
 
     def unsaved(self) -> list[Event]:

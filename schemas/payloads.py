@@ -75,6 +75,9 @@ class EvaluationPayload(Payload):
     failed: list[str] = Field(default_factory=list, description="failed blocker rule ids")
     warnings: list[str] = Field(default_factory=list, description="failed warning rule ids")
     groups: dict[str, GroupTiming] = Field(default_factory=dict)
+    reused: int = Field(
+        default=0, description="checks not run again: their results on this commit were known"
+    )
 
 
 class AuditPayload(Payload):

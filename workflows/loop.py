@@ -192,7 +192,8 @@ class LoopWorkflow:
             decision = self._decide(evaluation)
             if decision.next == decisions.Next.SWITCH_TO_B:
                 self._switch_to_b()
-                evaluation = await self._do.evaluate(await self._do.prepare())
+                checking = self._do.checking
+                evaluation = await checking.evaluate(await checking.prepare())
                 memory.previous_evaluation = None
                 decision = self._decide(evaluation)
 

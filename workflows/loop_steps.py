@@ -7,17 +7,13 @@ Used from inside the workflow only.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.audit import AuditActivities
     from loopworks.activities.critique import CritiqueActivities
-    from loopworks.activities.evaluation import EvaluationActivities
     from loopworks.activities.hydration import HydrationActivities
-    from loopworks.activities.preparation import PreparationActivities
     from loopworks.activities.production import ProductionActivities
     from loopworks.activities.qa import QAActivities
     from loopworks.activities.reflection import ReflectionActivities
@@ -35,19 +31,15 @@ with workflow.unsafe.imports_passed_through():
         QAVerdict,
     )
     from loopworks.schemas.roles import Role as R
-    from loopworks.schemas.rules import CheckGroup, PreparedCheck
     from loopworks.schemas.run import RunRequest, RunState, Step, StopReason
     from loopworks.schemas.steps import (
         ArtifactOutput,
         AuditInput,
         CloseInput,
         CritiqueInput,
-        EvaluateGroupInput,
-        EvaluateGroupOutput,
         GitLocation,
         HydrateInput,
         PlanInput,
-        PrepareInput,
         ProduceInput,
         QAInput,
         RefineInput,
@@ -56,9 +48,10 @@ with workflow.unsafe.imports_passed_through():
         ReviewInput,
         RunLog,
     )
-    from loopworks.workflows import decisions, patches, step_events
+    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows.checking import Checking
     from loopworks.workflows.learning import Learning
-    from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, GIT, MODEL_CALL
+    from loopworks.workflows.policies import AGENT_STEP, GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steering import Finished, Steering
     from loopworks.workflows.steps import StepRunner, describe, gather_all
@@ -73,6 +66,7 @@ class LoopSteps(OnRecord):
         self.runner = runner
         self.request = request
         self.learning = Learning(record, runner, request)
+        self.checking = Checking(record, runner, request)
 
     async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
         """Step 1: the task becomes a plan, rules and acceptance criteria."""
@@ -164,71 +158,10 @@ class LoopSteps(OnRecord):
             f"iteration {state.iteration} · produce",
             set_step=False,
         )
-        produced, prepared = await gather_all(produce, self.prepare(set_step=False))
+        checking = self.checking
+        produced, prepared = await gather_all(produce, checking.prepare(set_step=False))
         self.accept_artifact(produced, EventName.ARTIFACT_CREATED)
-        return await self.evaluate(prepared)
-
-    async def prepare(self, set_step: bool = True) -> list[PreparedCheck]:
-        """PREPARE makes checks from the task and the active rules alone: while those rules
-        stay the same, the checks do too (no model call), and scores of later iterations
-        compare like with like. New rules (the phase switch, an approval) prepare anew."""
-        state, memory = self.state, self.memory
-        rules = decisions.active_rules(state.rules, state.phase)
-        key = decisions.rules_key(rules)
-        if memory.prepared_for == key and workflow.patched(patches.PREPARE_ONCE_PER_RULES):
-            self.record.emit(*step_events.reused(rules, memory.prepared_checks))
-            return memory.prepared_checks
-        prepared = await self.runner.model_step(
-            Step.PREPARE,
-            R.PREPARER,
-            PreparationActivities.prepare_checks,
-            lambda f: PrepareInput(**f, task=self.request.task, rules=rules),
-            MODEL_CALL,
-            f"iteration {state.iteration} · prepare · {len(rules)} rules",
-            step_events.prepared(rules),
-            set_step=set_step,
-        )
-        memory.prepared_checks, memory.prepared_for = prepared.checks, key
-        return prepared.checks
-
-    async def evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
-        """Step 6: one activity per independent check group, in parallel, then score."""
-        self.record.set_step(Step.EVALUATE)
-        state, memory = self.state, self.memory
-        runs = [
-            self._evaluate_group(group, members)
-            for group, members in decisions.group_checks(
-                checks, judges_apart=not workflow.patched(patches.JUDGE_IN_CONTENT_GROUP)
-            )
-        ]
-        outputs = await gather_all(*runs)
-        results = [result for output in outputs for result in output.results]
-        evaluation = decisions.score_results(state.rules, results, state.phase, state.thresholds)
-        memory.last_evaluation = evaluation
-        state.last_score = evaluation.score
-        self.record.sync_search_attributes()
-        self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact)
-        self.record.emit(EventName.EVALUATION_DONE, step_events.evaluated(evaluation, outputs))
-        return evaluation
-
-    def _evaluate_group(
-        self, group: CheckGroup, members: list[PreparedCheck]
-    ) -> Awaitable[EvaluateGroupOutput]:
-        return self.runner.model_step(
-            Step.EVALUATE,
-            R.EVALUATOR,
-            EvaluationActivities.evaluate_group,
-            lambda f: EvaluateGroupInput(
-                **f,
-                task=self.request.task,
-                group=group,
-                checks=members,
-                workspace=self.workspace(),
-            ),
-            CHECK_GROUP,
-            f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",
-            set_step=False,
-        )
+        return await checking.evaluate(prepared)
 
     async def maybe_audit(self, evaluation: Evaluation, plan_focus: str) -> None:
         """Step 7: the custodiet audits by chance; BLOCK parks the run until cleared."""

@@ -12,3 +12,6 @@ PLAYBOOK_GROUP_COMMIT = "playbook-group-commit"
 JUDGE_IN_CONTENT_GROUP = "judge-in-content-group"
 # PREPARE runs only when the active rules change; later iterations reuse its checks.
 PREPARE_ONCE_PER_RULES = "prepare-once-per-rules"
+# EVALUATE runs a check once per commit: re-evaluating the same artifact (the phase
+# switch) runs only the checks it has not run on it.
+EVALUATE_EACH_CHECK_ONCE_PER_COMMIT = "evaluate-each-check-once-per-commit"

@@ -76,8 +76,11 @@ def reused(rules: Sequence[Rule], checks: Sequence[PreparedCheck]) -> Announceme
     return EventName.CHECKS_PREPARED, payload
 
 
-def evaluated(evaluation: Evaluation, outputs: Sequence[EvaluateGroupOutput]) -> Payload:
+def evaluated(
+    evaluation: Evaluation, outputs: Sequence[EvaluateGroupOutput], reused: int = 0
+) -> Payload:
     return ev.EvaluationPayload(
+        reused=reused,
         score=evaluation.score,
         passed=evaluation.passed,
         threshold=evaluation.threshold,

@@ -197,9 +197,10 @@ def event_detail(event: Event) -> str:
             return f"{p.checks} checks for {len(p.rules)} rules{again}"
         case EvaluationDone(payload=p):
             verdict = "PASS" if p.passed else "FAIL"
+            known = f" ({p.reused} checks known on this commit)" if p.reused else ""
             return (
                 f"score {score(p.score)} / {score(p.threshold)} {verdict},"
-                f" failed: {_ids(p.failed)}, warnings: {_ids(p.warnings)}"
+                f" failed: {_ids(p.failed)}, warnings: {_ids(p.warnings)}{known}"
             )
         case CritiqueDone(payload=p):
             noun = "issue" if len(p.issues) == 1 else "issues"

@@ -176,7 +176,7 @@ def test_history_marks_errors() -> None:
     assert notice(error) == "· phase_error: PLAN: focus: field required"
 
 
-def test_reused_checks_read_as_such() -> None:
+def test_reused_checks_and_results_read_as_such() -> None:
     event = EVENT.validate_python(
         {
             "seq": 12,
@@ -190,6 +190,14 @@ def test_reused_checks_read_as_such() -> None:
         }
     )
     assert history_line(event).endswith("4 checks for 3 rules, as before (same rules)")
+    evaluated = EVENT.validate_python(
+        {
+            **event.model_dump(mode="json"),
+            "event": "evaluation_done",
+            "payload": {"score": 1.0, "passed": True, "threshold": 0.9, "reused": 3},
+        }
+    )
+    assert history_line(evaluated).endswith("(3 checks known on this commit)")
 
 
 def test_iteration_summaries_follow_seed_001_step_8() -> None:

@@ -336,6 +336,39 @@ async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarne
     assert len({tuple(f.rules) for f in fresh}) == len(fresh)  # each fresh one: new rules
 
 
+async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(
+    harness: LoopHarness,
+) -> None:
+    """Re-evaluating the same commit reuses the results of the checks already run on it:
+    phase B adds a pattern, so only the content group runs again, and the exec group's
+    command does not."""
+    rules = [
+        TITLE_RULE,
+        {"id": "written", "description": "Not empty", "severity": "fail",
+         "check": {"kind": "command", "command": "test -s artifact.md"}},
+        {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
+         "check": {"kind": "pattern", "pattern": "\\w+"}},
+    ]  # fmt: skip
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", rules=rules, max_iterations=1)
+        await handle.result()
+        events = await harness.events(handle)
+        history = await handle.fetch_history()
+
+    evaluations = [e.payload for e in events if isinstance(e, EvaluationDone)]
+    groups = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ].count("evaluate_group")
+    assert len(evaluations) == 2  # phase A, then B on the same artifact
+    assert set(evaluations[0].groups) == {"exec", "content"} and evaluations[0].reused == 0
+    assert set(evaluations[1].groups) == {"content"}
+    assert evaluations[1].groups["content"].checks == 1 and evaluations[1].reused == 2
+    assert groups == 3
+    assert evaluations[1].passed
+
+
 @pytest.mark.parametrize(
     "budget", [{"max_tokens": 1500}, {"max_cost_usd": 0.002}], ids=["tokens", "cost"]
 )

@@ -123,7 +123,7 @@ def test_the_grouped_writer_history_commits_batches_together() -> None:
     assert 1 <= len(commits) < len(signals)
 
 
-def test_the_two_group_history_prepares_once_and_evaluates_two_groups() -> None:
+def test_the_two_group_history_prepares_and_evaluates_each_check_once() -> None:
     events = json.loads((HISTORIES / "two_group_run.json").read_text())["events"]
     scheduled = [
         e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
@@ -132,7 +132,9 @@ def test_the_two_group_history_prepares_once_and_evaluates_two_groups() -> None:
     ]
     assert scheduled.count("plan_iteration") == 2  # two iterations,
     assert scheduled.count("prepare_checks") == 1  # one PREPARE: the same rules throughout
-    assert scheduled.count("evaluate_group") == 2 * 3  # three evaluations of two groups
+    # Three evaluations; the last (the phase switch, on the same commit, with the same
+    # rules) runs no check again: two of two groups.
+    assert scheduled.count("evaluate_group") == 2 * 2
     patches = [
         base64.b64decode(
             e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"]
@@ -143,4 +145,5 @@ def test_the_two_group_history_prepares_once_and_evaluates_two_groups() -> None:
     assert [json.loads(p)["id"] for p in patches] == [
         "judge-in-content-group",
         "prepare-once-per-rules",
+        "evaluate-each-check-once-per-commit",
     ]
