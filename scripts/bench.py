@@ -20,6 +20,10 @@ starts them (workspace/runner.py). `--latency-ms N` makes each model request wai
 (waiting costs no CPU, as with a real model); the slowdown is the median run of the batch
 against one run alone on the same worker. On a shared machine every figure is noisy.
 
+Machine figures: the CPU a fixed piece of work costs now (a `git --version` spawn, a
+loop of pydantic round trips). A shared machine's speed drifts; compare CPU figures
+taken at different times only together with these.
+
 Payload figures: one long run, scripted to keep failing until its iteration limit and
 to continue-as-new every few iterations, shows the largest payload any of its histories
 holds (inputs, results, the memory continue-as-new carries) against Temporal's limits.
@@ -33,6 +37,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 import tempfile
 import time
 import uuid
@@ -166,6 +171,28 @@ def _server_pid(binary: Path) -> int | None:
     return None
 
 
+@dataclass(frozen=True)
+class MachineSpeed:
+    """CPU a fixed piece of work costs on this machine now: on a shared machine the same
+    run costs more or less from one minute to the next, so figures taken at different
+    times compare only next to these."""
+
+    git_spawn_ms: float
+    python_ms: float
+
+    @classmethod
+    def measure(cls, spawns: int = 100) -> MachineSpeed:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(spawns):
+            subprocess.run(["git", "--version"], capture_output=True, check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        spawned = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        started = time.process_time()
+        for n in range(20_000):
+            RunRequest.model_validate_json(RunRequest(task=f"task {n}").model_dump_json())
+        return cls(git_spawn_ms=spawned / spawns * 1000, python_ms=time.process_time() - started)
+
+
 @dataclass
 class RunFigures:
     latency: float
@@ -261,6 +288,7 @@ async def long_run(
 
 
 async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: int) -> None:
+    speed = MachineSpeed.measure()
     models = CountingModels(latency_ms / 1000)
     binary = find_binary("temporal")
     env = await WorkflowEnvironment.start_local(
@@ -307,6 +335,10 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
     calls = sum(r.calls for r in results)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     unseen_tokens = models.prompt_chars / CHARS_PER_TOKEN
+    print(
+        f"machine now          git spawn {speed.git_spawn_ms:.2f} ms CPU,"
+        f" reference Python work {speed.python_ms * 1000:.0f} ms"
+    )
     print(f"runs                 {runs} (concurrency {concurrency})")
     print(f"wall time            {total:.2f} s")
     print(f"throughput           {runs / total:.2f} runs/s")

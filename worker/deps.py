@@ -204,9 +204,11 @@ async def heartbeating() -> AsyncIterator[None]:
         return
 
     async def beat() -> None:
+        # Not at once: a step done within the interval needs none (each heartbeat is a
+        # call to the server), and a longer one is still reached by a stop within it.
         while True:
-            activity.heartbeat()
             await asyncio.sleep(HEARTBEAT_EVERY_SECONDS)
+            activity.heartbeat()
 
     task = asyncio.create_task(beat())
     try:
