@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -172,13 +173,21 @@ def judgements_model(questions: Mapping[str, str]) -> type[BaseModel]:
     The rule ids are a closed set known only per call, so they become the schema's
     property names: a model cannot leave a question out, answer it twice or misname its
     rule without the answer failing validation (and being repaired).
+
+    The same questions give the same class: a later iteration asks them again (PREPARE's
+    checks are reused), and the model layer keeps one agent, and its schema, per class.
     """
+    return _judgements_model(tuple(questions.items()))
+
+
+@functools.lru_cache(maxsize=256)
+def _judgements_model(questions: tuple[tuple[str, str], ...]) -> type[BaseModel]:
     fields: dict[str, Any] = {
         f"q{number}": (
             RuleJudgement,
             Field(alias=rule_id, description=f"Rule `{rule_id}`: {question}"),
         )
-        for number, (rule_id, question) in enumerate(questions.items())
+        for number, (rule_id, question) in enumerate(questions)
     }
     return create_model(
         "Judgements",

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -176,14 +176,25 @@ async def test_a_run_without_a_deliverable_is_not_nudged_after_one_with(tmp_path
     assert outcome.repairs == [] and outcome.turns == 1
 
 
+def _answer_type(n: int) -> type[BaseModel]:
+    return create_model(f"Answer{n}", ok=(bool, ...))
+
+
 def test_answer_types_made_per_call_do_not_pile_up() -> None:
-    first = judgements_model({"rule-0": "Is it so?"})
+    first = _answer_type(0)
     structured._answer_agent(first, Role.EVALUATOR, False)
     gone = weakref.ref(first)
     del first
     for n in range(1, structured.AGENT_CACHE_SIZE + 1):
-        structured._answer_agent(judgements_model({f"rule-{n}": "?"}), Role.EVALUATOR, False)
+        structured._answer_agent(_answer_type(n), Role.EVALUATOR, False)
 
     assert structured._answer_agent.cache_info().currsize == structured.AGENT_CACHE_SIZE
     gc.collect()
     assert gone() is None
+
+
+def test_the_same_questions_make_the_same_answer_type() -> None:
+    """So an evaluation asking what an earlier one asked finds its agent in the cache."""
+    questions = {"clear": "Is it clear?", "short": "Is it short?"}
+    assert judgements_model(questions) is judgements_model(dict(questions))
+    assert judgements_model(questions) is not judgements_model({"clear": "Is it clear?"})
