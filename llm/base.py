@@ -1,9 +1,9 @@
 """What every model source offers, and how a step's inputs are put to a model.
 
-The model layer is pydantic-ai: a step builds an `Agent` for its role (the agent
-definition's prompt as instructions, the answer model as a forced output tool, or the
-workspace tools for PRODUCE and REFINE) and runs it on the `Model` a `ModelSource` gives
-for the call. Sources are the Anthropic Messages API (`loopworks.llm.anthropic`) and the
+The model layer is pydantic-ai: a step runs an `Agent` (kept per answer type and role,
+or one for the workspace tools of PRODUCE and REFINE) with its role's agent definition
+as instructions, the answer model as a forced output tool, on the `Model` a
+`ModelSource` gives for the call. Sources are the Anthropic Messages API (`loopworks.llm.anthropic`) and the
 offline model (`loopworks.llm.offline`, a pydantic-ai `FunctionModel`).
 """
 
