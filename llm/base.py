@@ -3,8 +3,9 @@
 The model layer is pydantic-ai: a step runs an `Agent` (kept per answer type and role,
 or one for the workspace tools of PRODUCE and REFINE) with its role's agent definition
 as instructions, the answer model as a forced output tool, on the `Model` a
-`ModelSource` gives for the call. Sources are the Anthropic Messages API (`loopworks.llm.anthropic`) and the
-offline model (`loopworks.llm.offline`, a pydantic-ai `FunctionModel`).
+`ModelSource` gives for the call. Sources are the Anthropic Messages API
+(`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline`, a pydantic-ai
+`FunctionModel`).
 """
 
 from __future__ import annotations
