@@ -320,14 +320,9 @@ async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarne
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
-        history = await handle.fetch_history()
+        scheduled = await harness.scheduled_activities(handle)
 
     prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
     reused = [p for p in prepared if p.reused]
     fresh = [p for p in prepared if not p.reused]
     assert state.iteration >= 2 and reused
@@ -353,14 +348,9 @@ async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(
         handle = await harness.start(task="Write a guide", rules=rules, max_iterations=1)
         await handle.result()
         events = await harness.events(handle)
-        history = await handle.fetch_history()
+        groups = (await harness.scheduled_activities(handle)).count("evaluate_group")
 
     evaluations = [e.payload for e in events if isinstance(e, EvaluationDone)]
-    groups = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ].count("evaluate_group")
     assert len(evaluations) == 2  # phase A, then B on the same artifact
     assert set(evaluations[0].groups) == {"exec", "content"} and evaluations[0].reused == 0
     assert set(evaluations[1].groups) == {"content"}

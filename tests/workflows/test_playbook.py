@@ -200,12 +200,8 @@ async def test_twenty_concurrent_batches_some_sent_twice_are_each_applied_once(
     assert sorted(v.batch_id or "" for v in history) == [b.batch_id for b in batches]
     # The batches that waited while a push ran went out together: fewer pushes than
     # versions, each version still a commit of its own.
-    written = await harness.env.client.get_workflow_handle(workflow_id(name)).fetch_history()
-    pushes = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in written.events
-        if e.HasField("activity_task_scheduled_event_attributes")
-    ]
+    written = harness.env.client.get_workflow_handle(workflow_id(name))
+    pushes = await harness.scheduled_activities(written)
     assert 1 <= pushes.count("commit_playbook_versions") < len(batches)
     assert "commit_playbook" not in pushes
 
