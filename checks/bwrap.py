@@ -5,6 +5,7 @@ from, and the options `checks.sandbox` runs it with."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import resource
@@ -17,6 +18,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopworks.workspace.git import borrowed_stores
+
+logger = logging.getLogger(__name__)
 
 # bwrap ≥ 0.10 takes `--size BYTES` before `--tmpfs`.
 TMPFS_SIZE_SINCE = (0, 10)
@@ -185,8 +188,12 @@ def bwrap_args(
     git_internals = ["--ro-bind", str(git_dir), str(git_dir)] if git_dir.is_dir() else []
     for store in borrowed_stores(git_dir):
         # A slot borrows its run's clone's objects: git inside needs them to read history.
-        if store.is_dir() and reachable(store, uid, gid):
+        if not store.is_dir():
+            continue
+        if reachable(store, uid, gid):
             git_internals += ["--ro-bind", str(store), str(store)]
+        else:
+            logger.warning("the sandbox cannot reach %s: git inside reads no history", store)
     args = [
         bwrap,
         "--unshare-user",

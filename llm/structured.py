@@ -113,8 +113,8 @@ async def _run(
 
 # Building an agent generates its answer's JSON schema, a large share of a call's CPU; an
 # agent holds nothing of a run (the model, instructions and check come with each run), so
-# one serves every call of its shape. Bounded because some answer types are
-# made per call (`judgements_model`): those miss, and age out.
+# one serves every call of its shape. Bounded because some answer types are made per
+# set of questions (`judgements_model`): a new set misses, and old ones age out.
 AGENT_CACHE_SIZE = 64
 
 

@@ -160,6 +160,11 @@ class PlaybookLimits(BaseModel):
     similarity: float = Field(
         default=0.85, gt=0, le=1, description="At or above this, an ADD merges into an item."
     )
+    # Not a setting: what keeps a group commit's activity input (whole playbooks, one a
+    # version) well under Temporal's payload limits (2 MiB, a warning at 512 KiB).
+    group_bytes: int = Field(
+        default=256 * 1024, ge=1, description="A group commit's versions, at most, in bytes."
+    )
 
 
 class Playbook(BaseModel):

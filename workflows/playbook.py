@@ -92,9 +92,14 @@ class PlaybookWorkflow:
         async with self._lock:
             playbook = await self._loaded()
             if batch.batch_id in self._applied:
+                # Sent again while it was being committed: applied once, and not again.
+                self._pending.pop(batch.batch_id, None)
                 return self._applied[batch.batch_id]
             if workflow.patched(patches.PLAYBOOK_GROUP_COMMIT):
-                await self._apply_pending(playbook)
+                # Each group takes the oldest batches waiting, until this one's.
+                while batch.batch_id not in self._applied:
+                    self._pending.setdefault(batch.batch_id, batch)
+                    await self._apply_pending(batch.batch_id)
                 return self._applied[batch.batch_id]
             # Histories from before group commits: one commit per batch, in lock order.
             del self._pending[batch.batch_id]
@@ -105,24 +110,44 @@ class PlaybookWorkflow:
             self._remember(applied)
             return applied
 
-    async def _apply_pending(self, playbook: Playbook) -> None:
-        """Apply every batch waiting, in arrival order, each a version of its own, and
-        commit those versions in one push: when a hundred runs finish together, the
-        writer makes a few pushes rather than a hundred in a row."""
-        batches = list(self._pending.values())
-        self._pending.clear()
+    async def _apply_pending(self, own: str) -> None:
+        """Apply the batches waiting, oldest first, each a version of its own, and commit
+        those versions in one push: when a hundred runs finish together, the writer makes
+        a few pushes rather than a hundred in a row. A group stops at `limits.group_bytes`
+        of playbooks (the activity's input). Should its commit fail, the handler of batch
+        `own` answers with the failure and the group's other batches wait again, first in
+        line, for their own handlers."""
+        playbook = await self._loaded()
+        taken: list[DeltaBatch] = []
         writes: list[VersionWrite] = []
         results: list[AppliedBatch] = []
-        for batch in batches:
+        size = 0
+        for batch in list(self._pending.values()):
+            if batch.batch_id in self._applied:  # sent again while it was being committed
+                del self._pending[batch.batch_id]
+                continue
             updated, applied = apply_batch(playbook, batch, self._params.limits)
             if applied.changed:
+                grows = len(updated.model_dump_json())
+                if writes and size + grows > self._params.limits.group_bytes:
+                    break
+                size += grows
                 writes.append(
                     VersionWrite(playbook=updated, batch_id=batch.batch_id, source=batch.source)
                 )
                 playbook = updated
+            taken.append(batch)
             results.append(applied)
+            del self._pending[batch.batch_id]
         if writes:
-            commits = await self._commit_versions(writes)
+            try:
+                commits = await self._commit_versions(writes)
+            except BaseException:
+                waiting = {b.batch_id: b for b in taken if b.batch_id != own}
+                self._pending = waiting | {
+                    k: b for k, b in self._pending.items() if k not in waiting
+                }
+                raise
             by_batch = dict(zip((w.batch_id for w in writes), commits, strict=True))
             for applied in results:
                 applied.commit = by_batch.get(applied.batch_id)

@@ -255,8 +255,9 @@ class GitWorkspaces(OriginReader):
 
         A slot borrows the run's clone's object store (git alternates), which the sandbox
         binds read-only beside the slot (checks/bwrap.py). Should the run's clone vanish
-        (a worker's data directory is a cache), the slot's git fails and checkout clones
-        it again, from origin."""
+        (a worker's data directory is a cache), checkout finds the slot's borrowed store
+        gone and clones the slot again: from the run's clone if one is back, else from
+        origin, whole."""
         if slot is None or self.fetches_branches:
             return None
         main = self.workdir(run_id) / ".git"
@@ -353,7 +354,7 @@ class GitWorkspaces(OriginReader):
         self, workdir: Path, branch: str, commit: str, run_id: str | None = None
     ) -> str:
         """Force-push `commit` to `branch` on origin (and, given `run_id`, to the run's work
-        ref in the same push, all or nothing) and return the sha origin now reports."""
+        ref in the same push) and return the sha origin now reports."""
         ref = f"refs/heads/{branch}"
         self._check_ref(ref)
         checked_commit(commit)
@@ -362,7 +363,9 @@ class GitWorkspaces(OriginReader):
             args = ["rev-parse", "--verify", f"{commit}^{{commit}}"]
             full = self._git(args, cwd=workdir).stdout.strip()
         refspecs = [f"{full}:{ref}", *([f"{full}:{work_ref(run_id)}"] if run_id else [])]
-        push = ["push", "--quiet", "--force", "--no-verify", "--atomic", "origin", *refspecs]
+        # Not --atomic (some servers lack it): should one ref fail, the push fails and
+        # close is retried, which pushes both again.
+        push = ["push", "--quiet", "--force", "--no-verify", "origin", *refspecs]
         self._git(push, cwd=workdir)
         url = self._origin_urls.get(workdir)
         if url is None:
@@ -396,4 +399,7 @@ def borrowed_stores(git_dir: Path) -> list[Path]:
         lines = (git_dir / "objects" / "info" / "alternates").read_text().splitlines()
     except OSError:
         return []
-    return [(git_dir / "objects" / line.strip()).resolve() for line in lines if line.strip()]
+    # As git reads them: not resolved, for a symlink on the way stays in the path git uses
+    # (and the sandbox must bind that path).
+    objects = git_dir / "objects"
+    return [Path(os.path.normpath(objects / line.strip())) for line in lines if line.strip()]

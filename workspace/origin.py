@@ -194,4 +194,7 @@ def _text(path: str | None, objects: dict[str, tuple[str, bytes] | None]) -> str
         return Absent.MISSING
     if found[0] == "symlink":
         return Absent.OUTSIDE
-    return found[1].decode("utf-8", errors="replace")
+    # As a checkout reads it (Path.read_text): universal newlines, so `^`/`$` patterns
+    # match a CRLF file's lines the same way.
+    text = found[1].decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -231,7 +231,8 @@ class PlaybookStore(IntegrationWorkspaces):
         return workdir
 
     def _fetch_head(self, workdir: Path, origin: str) -> str | None:
-        """The branch's head on origin, fetched into the clone; None when it does not exist."""
+        """The branch's head on origin, its commit in the clone (fetched when missing; the
+        clone's remote-tracking ref is not kept up to date); None when it does not exist."""
         head = self.branch_head(origin, PLAYBOOK_BRANCH)
         if head is None or self._has_commit(head, cwd=workdir):
             return head  # most often the version this writer made last: nothing to fetch

@@ -138,6 +138,7 @@ def _tree_with_links(ws: GitWorkspaces, run_id: str, origin: str, outside: Path)
     (workdir / "inside.md").symlink_to("docs/notes.md")
     (workdir / "escape.md").symlink_to(outside)
     (workdir / "dangling.md").symlink_to("nowhere.md")
+    (workdir / "crlf.md").write_bytes(b"line one\r\nline two\r\n")
     sha = ws.commit(workdir, "links", WHEN)
     ws.publish(workdir, run_id, sha)
     return sha
@@ -153,6 +154,7 @@ TREE_PATHS = [
     "dangling.md",
     "docs",
     "missing.md",
+    "crlf.md",
     "../outside.md",
     "/etc/hostname",
 ]
@@ -180,6 +182,11 @@ def test_reading_a_commits_files_needs_no_checkout(tmp_path: Path, origin: str) 
     for path in TREE_PATHS:
         check = PatternCheck(pattern="e", path=path)
         assert match_pattern(check, read[path]) == run_pattern_check(check, checkout), path
+    # CRLF lines read as a checkout reads them (universal newlines): `$` ends each line.
+    assert read["crlf.md"] == "line one\nline two\n"
+    check = PatternCheck(pattern="^line one$", path="crlf.md")
+    assert match_pattern(check, read["crlf.md"]) == run_pattern_check(check, checkout)
+    assert match_pattern(check, read["crlf.md"]).passed
 
     # Another worker, no clone of the run: origin, still one process and no clone.
     other = _ws(tmp_path, "worker-b")

@@ -499,10 +499,19 @@ def test_the_workspaces_git_directory_is_read_only_inside(workdir: Path) -> None
     assert (workdir / "file.txt").read_text() == "work\n"  # the work tree stays writable
 
 
-def test_git_reads_an_evaluation_slots_borrowed_objects_inside(workdir: Path) -> None:
+@pytest.mark.parametrize("via_symlink", [False, True], ids=["path", "symlinked-path"])
+def test_git_reads_an_evaluation_slots_borrowed_objects_inside(
+    workdir: Path, via_symlink: bool
+) -> None:
     """An evaluation slot borrows its run's clone's objects (git alternates): the store is
-    bound read-only, so a check can read the slot's history but not write the run's clone."""
-    ws = GitWorkspaces(workdir / "data", "loopworks-test", "loops@example.com")
+    bound read-only, so a check can read the slot's history but not write the run's clone;
+    at the path git reads, a data directory reached through a symlink included."""
+    data = workdir / "data"
+    if via_symlink:
+        (workdir / "real").mkdir()
+        (workdir / "real").chmod(0o755)
+        data.symlink_to(workdir / "real")
+    ws = GitWorkspaces(data, "loopworks-test", "loops@example.com")
     origin = ws.ensure_default_origin(workdir / "origin.git")
     _, base = ws.resolve_base(origin, None)
     main = ws.checkout("run-1", origin, base)

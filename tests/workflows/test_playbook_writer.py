@@ -1,0 +1,183 @@
+"""The playbook's one writer under races its group commits open: a batch delivered again
+while it is being committed, and a group whose commit fails. The writer runs on the
+time-skipping server with its real activities, but for a commit held at a gate the test
+opens (and told to fail once when the test says so)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from temporalio import activity
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from loopworks.activities.playbook import PlaybookActivities
+from loopworks.playbook import writer
+from loopworks.schemas.playbook import (
+    AddDelta,
+    AppliedBatch,
+    DeltaBatch,
+    ItemKind,
+    PlaybookInput,
+    PlaybookLimits,
+    PlaybookVersionsWrite,
+    playbook_name,
+    workflow_id,
+)
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_deps
+from loopworks.workflows.playbook import PlaybookWorkflow
+from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.playbook import PlaybookStore
+from tests.workflows.conftest import LoopHarness, commit_all
+
+
+class GatedCommits:
+    """`commit_playbook_versions` held until `gate` opens; call number `fail_call` fails
+    for good (as a branch moved by someone else would)."""
+
+    def __init__(self, real: PlaybookActivities) -> None:
+        self.real = real
+        self.gate = asyncio.Event()
+        self.calls: list[list[str]] = []
+        self.fail_call: int | None = None
+
+    @activity.defn(name="commit_playbook_versions")
+    async def commit(self, write: PlaybookVersionsWrite) -> list[str]:
+        self.calls.append([version.batch_id for version in write.versions])
+        call = len(self.calls)
+        await self.gate.wait()
+        if call == self.fail_call:
+            raise ApplicationError("told to fail", non_retryable=True)
+        return await self.real.commit_playbook_versions(write)
+
+    async def in_flight(self, count: int) -> None:
+        while len(self.calls) < count:
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> str:
+    repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
+    repo.mkdir()
+    (repo / "README.md").write_text("# a project\n")
+    commit_all(repo)
+    return str(repo)
+
+
+@asynccontextmanager
+async def gated_writer(harness: LoopHarness) -> AsyncIterator[tuple[GatedCommits, Settings]]:
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    real = PlaybookActivities(build_deps(settings))
+    gated = GatedCommits(real)
+    async with Worker(
+        harness.env.client,
+        task_queue=harness.task_queue,
+        workflows=[PlaybookWorkflow],
+        activities=[real.read_playbook, gated.commit],
+    ):
+        yield gated, settings
+
+
+def batch(name: str) -> DeltaBatch:
+    content = f"Lesson {name}: {uuid.uuid4().hex}"
+    return DeltaBatch(
+        batch_id=name,
+        source="test",
+        deltas=[AddDelta(kind=ItemKind.CONSTRAINT, section="s", content=content)],
+    )
+
+
+async def applied(handle: WorkflowHandle[PlaybookWorkflow, None], batch_id: str) -> AppliedBatch:
+    while True:
+        found: AppliedBatch | None = await handle.query(PlaybookWorkflow.applied, batch_id)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.05)
+
+
+def versions(harness: LoopHarness, origin: str) -> list[tuple[int, str | None]]:
+    store = PlaybookStore.of(GitWorkspaces(harness.data_dir / "reader", "t", "t@t"))
+    return [(v.version, v.batch_id) for v in store.versions(origin, playbook_name(origin))]
+
+
+async def test_a_batch_delivered_again_while_it_is_committed_is_applied_once(
+    harness: LoopHarness, origin: str
+) -> None:
+    name = playbook_name(origin)
+    async with gated_writer(harness) as (gated, settings):
+        client = harness.env.client
+        first = asyncio.create_task(
+            writer.deliver_batch(client, settings, name, origin, batch("x"))
+        )
+        await gated.in_flight(1)
+        handle = client.get_workflow_handle_for(PlaybookWorkflow.run, workflow_id(name))
+        again = batch("x")
+        await handle.signal(PlaybookWorkflow.deliver, again)
+        await handle.signal(PlaybookWorkflow.deliver, batch("y"))
+        gated.gate.set()
+        x, y = await first, await applied(handle, "y")
+
+    assert (x.version, y.version) == (1, 2)
+    assert gated.calls == [["x"], ["y"]]
+    assert versions(harness, origin) == [(2, "y"), (1, "x")]
+
+
+async def test_a_failed_group_fails_its_handler_and_the_others_wait_for_the_next(
+    harness: LoopHarness, origin: str
+) -> None:
+    name = playbook_name(origin)
+    async with gated_writer(harness) as (gated, settings):
+        client = harness.env.client
+        handle = client.get_workflow_handle_for(PlaybookWorkflow.run, workflow_id(name))
+        first = asyncio.create_task(
+            writer.deliver_batch(client, settings, name, origin, batch("q"))
+        )
+        await gated.in_flight(1)
+        # While q's commit runs: a person's batch p (an update), then a run's r (a signal).
+        person = asyncio.create_task(writer.send_batch(client, settings, name, origin, batch("p")))
+        await asyncio.sleep(0.5)
+        await handle.signal(PlaybookWorkflow.deliver, batch("r"))
+        gated.fail_call = 2  # the group of p and r
+        gated.gate.set()
+        q = await first
+        with pytest.raises(WorkflowUpdateFailedError):
+            await person
+        r = await applied(handle, "r")
+        p = await handle.query(PlaybookWorkflow.applied, "p")
+        committed = versions(harness, origin)
+        # The writer goes on: p sent again is applied, once.
+        again = await writer.send_batch(client, settings, name, origin, batch("p"))
+
+    assert gated.calls == [["q"], ["p", "r"], ["r"], ["p"]]
+    assert (q.version, r.version, p, again.version) == (1, 2, None, 3)
+    assert committed == [(2, "r"), (1, "q")]
+
+
+async def test_a_group_stops_at_its_size(harness: LoopHarness, origin: str) -> None:
+    """Whole playbooks, one a version, make the commit's input: a group holds no more
+    than `group_bytes` of them (here, one), and the rest wait for the next."""
+    name = playbook_name(origin)
+    async with gated_writer(harness) as (gated, _):
+        client = harness.env.client
+        handle = await client.start_workflow(
+            PlaybookWorkflow.run,
+            PlaybookInput(name=name, origin=origin, limits=PlaybookLimits(group_bytes=1)),
+            id=workflow_id(name),
+            task_queue=harness.task_queue,
+        )
+        await handle.signal(PlaybookWorkflow.deliver, batch("a"))
+        await gated.in_flight(1)
+        for later in ("b", "c"):
+            await handle.signal(PlaybookWorkflow.deliver, batch(later))
+        gated.gate.set()
+        c = await applied(handle, "c")
+
+    assert gated.calls == [["a"], ["b"], ["c"]]
+    assert c.version == 3
