@@ -30,6 +30,7 @@ from loopworks.schemas.steps import (
     trajectory_path,
 )
 from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, now
+from loopworks.workspace.git import file_sha256
 from loopworks.workspace.run_log import write_run_log
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
@@ -81,7 +82,7 @@ class ProductionActivities:
         workdir = await asyncio.to_thread(
             workspaces.checkout, step.run_id, workspace.origin, workspace.commit
         )
-        previous_hash = workspaces.file_sha256(workdir, ARTIFACT_PATH)
+        previous_hash = file_sha256(workdir, ARTIFACT_PATH)
         current = workdir / ARTIFACT_PATH
         context = context.model_copy(
             update={"current_artifact": current.read_text() if current.exists() else None}
@@ -114,7 +115,7 @@ class ProductionActivities:
         return ArtifactOutput(
             commit=commit,
             saved_seq=saved_seq,
-            artifact_hash=workspaces.file_sha256(workdir, ARTIFACT_PATH) or "",
+            artifact_hash=file_sha256(workdir, ARTIFACT_PATH) or "",
             previous_artifact_hash=previous_hash,
             changed=changed,
             summary=outcome.final_text[:SUMMARY_CHARS],

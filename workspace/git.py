@@ -378,11 +378,6 @@ class GitWorkspaces(OriginReader):
             raise GitError(f"origin has {ref} at {remote}, expected {full} after push")
         return remote
 
-    @staticmethod
-    def file_sha256(workdir: Path, path: str) -> str | None:
-        """Hex SHA-256 of a workspace file's bytes, or None when it is absent."""
-        return file_sha256(workdir, path)
-
 
 def file_sha256(workdir: Path, path: str) -> str | None:
     """Hex SHA-256 of a workspace file's bytes, or None when it is absent."""

@@ -100,7 +100,7 @@ def test_commit_publish_and_another_worker_checks_out(tmp_path: Path, origin: st
     assert (other / "artifact.md").read_text() == "# Draft\n"
     assert git("rev-parse", "HEAD", cwd=other) == sha
     assert file_sha256(other, "artifact.md") == file_sha256(workdir, "artifact.md")
-    assert worker_b.file_sha256(other, "missing.md") is None
+    assert file_sha256(other, "missing.md") is None
     author = git("log", "-1", "--format=%an <%ae> %cn <%ce>", cwd=other)
     assert author == "loopworks-test <loops@example.com> loopworks-test <loops@example.com>"
 
