@@ -1,13 +1,13 @@
 """Step 10: the Framework Reflection and the session-insights record (seed 000).
 
-Both are written into the run's branch (`.loops/`) and, for trend analysis across runs,
-under the data directory's `insights/`.
+Both are written into the run's branch (`.loops/`: by close, in the run's last commit,
+for runs since the `reflection-recorded-at-close` patch) and, for trend analysis across
+runs, under the data directory's `insights/`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 from temporalio import activity
 
@@ -16,9 +16,7 @@ from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
 from loopworks.worker.deps import StepDeps
-from loopworks.workspace.run_log import write_run_log
-
-RECORD_DIR = ".loops"
+from loopworks.workspace.run_log import insights_json, write_reflection, write_run_log
 
 
 class ReflectionActivities:
@@ -84,19 +82,20 @@ class ReflectionActivities:
     def _record(
         self, step: ReflectInput, reflection: FrameworkReflection, insights: SessionInsights
     ) -> tuple[str, int]:
+        """The insights archived under the data directory; the reflection and insights
+        committed and published too, unless close records them in its own commit (then
+        the commit is the one reflected on, and no event is saved)."""
         workspaces = self.deps.workspaces
-        insights_json = json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
         archive = self.deps.settings.insights_dir
         archive.mkdir(parents=True, exist_ok=True)
         # A task graph's loops have ids `<graph>/<task>/<attempt>`: one flat file each.
         name = insights.session_id.replace("/", "--")
-        (archive / f"{insights.date}-{name}.json").write_text(insights_json)
+        (archive / f"{insights.date}-{name}.json").write_text(insights_json(insights))
+        if not step.commit_record:
+            return step.workspace.commit, 0
 
         workdir = workspaces.checkout(step.run_id, step.workspace.origin, step.workspace.commit)
-        records = workdir / RECORD_DIR
-        records.mkdir(exist_ok=True)
-        (records / "reflection.md").write_text(reflection.to_markdown())
-        (records / "insights.json").write_text(insights_json)
+        write_reflection(workdir, reflection, insights)
         saved_seq = write_run_log(workdir, step.log) if step.log else 0
         commit = workspaces.commit(
             workdir, f"iteration {step.iteration} · reflect: {insights.outcome}", step.committed_at

@@ -8,10 +8,16 @@ from temporalio import activity
 
 from loopworks.checks.runner import sandboxed
 from loopworks.schemas.playbook import playbook_name
-from loopworks.schemas.steps import CloseInput, CloseOutput, WorkspaceInfo, WorkspaceRequest
+from loopworks.schemas.steps import (
+    CloseInput,
+    CloseOutput,
+    RecordAndCloseInput,
+    WorkspaceInfo,
+    WorkspaceRequest,
+)
 from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.default_origin import ensure_default_origin
-from loopworks.workspace.run_log import write_run_log
+from loopworks.workspace.run_log import write_reflection, write_run_log
 
 
 def run_branch(run_id: str) -> str:
@@ -52,6 +58,13 @@ class RepositoryActivities:
         async with heartbeating():
             return await self._close(request)
 
+    @activity.defn(name="record_and_close_run")
+    async def record_and_close_run(self, request: RecordAndCloseInput) -> CloseOutput:
+        """`close_run`, with the run's reflection and insights in the same commit as its
+        last events: one commit and push for both."""
+        async with heartbeating():
+            return await self._close(request)
+
     async def _close(self, request: CloseInput) -> CloseOutput:
         workspaces = self.deps.workspaces
         workdir = await asyncio.to_thread(
@@ -59,6 +72,8 @@ class RepositoryActivities:
         )
         commit, saved_seq = request.commit, 0
         if request.log is not None and request.committed_at is not None:
+            if isinstance(request, RecordAndCloseInput) and request.reflection and request.insights:
+                write_reflection(workdir, request.reflection, request.insights)
             saved_seq = write_run_log(workdir, request.log)
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at

@@ -118,6 +118,14 @@ class CloseInput(BaseModel):
     committed_at: datetime | None = None
 
 
+class RecordAndCloseInput(CloseInput):
+    """Close, writing the run's reflection and insights (step 10's answer) into the same
+    commit as its last events."""
+
+    reflection: FrameworkReflection | None = None
+    insights: SessionInsights | None = None
+
+
 class CloseOutput(BaseModel):
     branch: str
     commit: str
@@ -273,6 +281,8 @@ class ReflectInput(ModelStep):
     workspace: GitLocation
     committed_at: datetime
     log: RunLog | None = None
+    # False: close records the reflection in its commit (`RecordAndCloseInput`).
+    commit_record: bool = True
 
 
 class ReflectOutput(ModelOutput):

@@ -129,7 +129,7 @@ class LoopWorkflow:
         if memory.commit:
             reflected = await self._do.reflect()
             await self._do.learning.learn(reflected)
-            await self._do.close()
+            await self._do.close(reflected)
         record.set_status(record.final_status())
         record.set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)

@@ -35,20 +35,20 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.steps import (
         ArtifactOutput,
         AuditInput,
-        CloseInput,
         CritiqueInput,
         GitLocation,
         HydrateInput,
         PlanInput,
         ProduceInput,
         QAInput,
+        RecordAndCloseInput,
         RefineInput,
         ReflectInput,
         ReflectOutput,
         ReviewInput,
         RunLog,
     )
-    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows import decisions, patches, step_events
     from loopworks.workflows.checking import Checking
     from loopworks.workflows.learning import Learning
     from loopworks.workflows.policies import AGENT_STEP, GIT, MODEL_CALL
@@ -277,6 +277,7 @@ class LoopSteps(OnRecord):
                     workspace=self.workspace(),
                     committed_at=workflow.now(),
                     log=self.log(),
+                    commit_record=not workflow.patched(patches.REFLECTION_RECORDED_AT_CLOSE),
                 ),
                 MODEL_CALL,
                 "reflect and write insights",
@@ -292,24 +293,30 @@ class LoopSteps(OnRecord):
         self.record.saved(reflected.saved_seq)
         return reflected
 
-    async def close(self) -> None:
-        """Step 11: commit the run's record, push the run branch, verify the remote has it."""
+    async def close(self, reflected: ReflectOutput | None) -> None:
+        """Step 11: commit the run's record (its reflection too), push the run branch,
+        verify the remote has it."""
         self.record.set_step(Step.CLOSE)
         state = self.state
         final = state.model_copy(
             update={"status": self.record.final_status(), "current_step": Step.DONE}
         )
-        request = CloseInput(
+        request = RecordAndCloseInput(
             run_id=state.run_id,
             origin=state.origin,
             branch=state.branch,
             commit=self.memory.commit,
             log=self.log(final),
             committed_at=workflow.now(),
+            reflection=reflected.reflection if reflected else None,
+            insights=reflected.insights if reflected else None,
         )
+        close = RepositoryActivities.record_and_close_run
+        if not workflow.patched(patches.REFLECTION_RECORDED_AT_CLOSE):
+            close = RepositoryActivities.close_run  # the reflection is in reflect's commit
         try:
             closed = await self.runner.activity(
-                RepositoryActivities.close_run, request, GIT, f"push {state.branch}", gated=False
+                close, request, GIT, f"push {state.branch}", gated=False
             )
         except ActivityError as err:
             self.record.fail(f"push failed: {describe(err)}")

@@ -15,3 +15,5 @@ PREPARE_ONCE_PER_RULES = "prepare-once-per-rules"
 # EVALUATE runs a check once per commit: re-evaluating the same artifact (the phase
 # switch) runs only the checks it has not run on it.
 EVALUATE_EACH_CHECK_ONCE_PER_COMMIT = "evaluate-each-check-once-per-commit"
+# The reflection and insights go into close's commit: reflect makes no commit or push.
+REFLECTION_RECORDED_AT_CLOSE = "reflection-recorded-at-close"

@@ -1,6 +1,6 @@
 """The run's record in its workspace: seed 001's `history.jsonl` and `run.json` under
 `.loops/`, written by the steps that commit, so the events live in git, not in the
-workflow's memory.
+workflow's memory; and seed 000's reflection and insights beside them.
 
 Appending is idempotent: only events with a higher seq than the file's last line are
 added, so a retried step that starts again from the same commit writes the same bytes.
@@ -12,7 +12,10 @@ import json
 from pathlib import Path
 
 from loopworks.schemas.events import EVENT, Event
+from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
+
+RECORD_DIR = ".loops"
 
 
 def write_run_log(workdir: Path, log: RunLog) -> int:
@@ -28,6 +31,20 @@ def write_run_log(workdir: Path, log: RunLog) -> int:
     state = log.state.model_dump_json(indent=2) + "\n"
     (workdir / RUN_STATE_PATH).write_text(state, encoding="utf-8")
     return last
+
+
+def write_reflection(
+    workdir: Path, reflection: FrameworkReflection, insights: SessionInsights
+) -> None:
+    """Step 10's record: `reflection.md` and `insights.json`."""
+    records = workdir / RECORD_DIR
+    records.mkdir(exist_ok=True)
+    (records / "reflection.md").write_text(reflection.to_markdown())
+    (records / "insights.json").write_text(insights_json(insights))
+
+
+def insights_json(insights: SessionInsights) -> str:
+    return json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
 
 
 def last_seq(history: Path) -> int:

@@ -109,9 +109,10 @@ TWO_GROUP_RULES = [
 
 
 async def _record_two_group_run(client: Client, settings: Settings) -> WorkflowHistory:
-    """A run since `judge-in-content-group`, `prepare-once-per-rules` and
-    `evaluate-each-check-once-per-commit`: two evaluation groups, PREPARE only when the
-    active rules change, and the phase switch re-running no check on the same commit."""
+    """A run since `judge-in-content-group`, `prepare-once-per-rules`,
+    `evaluate-each-check-once-per-commit` and `reflection-recorded-at-close`: two
+    evaluation groups, PREPARE only when the active rules change, the phase switch
+    re-running no check on the same commit, and the reflection in close's commit."""
     async with build_worker(client, settings, models=OfflineModels()):
         run = await _start(
             client,

@@ -151,7 +151,7 @@ async def test_critic_halt_ends_the_run_halted(harness: LoopHarness) -> None:
     assert state.stop.message == "the task is unsafe"
     assert "plan_iteration" not in scheduled and "produce_artifact" not in scheduled
     # Halting still reflects and pushes the (empty-handed) branch.
-    assert scheduled[-2:] == ["reflect_on_run", "close_run"]
+    assert scheduled[-2:] == ["reflect_on_run", "record_and_close_run"]
 
 
 async def test_audit_block_parks_the_run_until_cleared(harness: LoopHarness) -> None:
@@ -357,6 +357,25 @@ async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(
     assert evaluations[1].groups["content"].checks == 1 and evaluations[1].reused == 2
     assert groups == 3
     assert evaluations[1].passed
+
+
+async def test_close_commits_the_reflection_with_the_runs_last_events(
+    harness: LoopHarness,
+) -> None:
+    """Reflect makes no commit and no push of its own: the reflection and the insights
+    join the run's record in close's one commit."""
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        scheduled = await harness.scheduled_activities(handle)
+
+    log = ["git", "--git-dir", str(harness.origin), "log", "--format=%s", state.branch]
+    subjects = subprocess.run(log, capture_output=True, text=True, check=True).stdout
+    assert subjects.splitlines()[0] == "close: the run's record"
+    assert "· reflect:" not in subjects
+    assert remote_file(harness.origin, state.branch, ".loops/reflection.md").startswith("#")
+    assert remote_file(harness.origin, state.branch, ".loops/insights.json")
+    assert "record_and_close_run" in scheduled and "close_run" not in scheduled
 
 
 @pytest.mark.parametrize(

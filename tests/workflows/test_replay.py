@@ -146,4 +146,6 @@ def test_the_two_group_history_prepares_and_evaluates_each_check_once() -> None:
         "judge-in-content-group",
         "prepare-once-per-rules",
         "evaluate-each-check-once-per-commit",
+        "reflection-recorded-at-close",
     ]
+    assert "record_and_close_run" in scheduled and "close_run" not in scheduled
