@@ -105,6 +105,16 @@ def harness(time_skipping_env: WorkflowEnvironment, tmp_path: Path) -> LoopHarne
     return LoopHarness(time_skipping_env, tmp_path / "data", f"q-{uuid.uuid4().hex[:8]}")
 
 
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A user's repository with one commit: a run's origin when it is given `repo`."""
+    repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
+    repo.mkdir()
+    (repo / "README.md").write_text("# a project\n")
+    commit_all(repo)
+    return repo
+
+
 def commit_all(repo: Path) -> str:
     """Make the directory `repo` a git repository whose `main` holds its files in one
     commit; that commit's sha."""

@@ -12,7 +12,6 @@ import asyncio
 import hashlib
 import json
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -46,7 +45,7 @@ from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.playbook import PlaybookStore
-from tests.workflows.conftest import LoopHarness, commit_all
+from tests.workflows.conftest import LoopHarness
 
 pytestmark = pytest.mark.workflow
 
@@ -64,15 +63,6 @@ class RecordingModels(OfflineModels):
         if call.role == Role.HYDRATOR:
             self.hydrator_contexts.append(call.context)
         return await super().respond(call, messages, info)
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
-    repo.mkdir()
-    (repo / "README.md").write_text("# a project\n")
-    commit_all(repo)
-    return repo
 
 
 def settings(harness: LoopHarness) -> Settings:

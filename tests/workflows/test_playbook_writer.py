@@ -35,7 +35,7 @@ from loopworks.worker.build import build_deps
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.playbook import PlaybookStore
-from tests.workflows.conftest import LoopHarness, commit_all
+from tests.workflows.conftest import LoopHarness
 
 
 class GatedCommits:
@@ -63,11 +63,7 @@ class GatedCommits:
 
 
 @pytest.fixture
-def origin(tmp_path: Path) -> str:
-    repo = tmp_path / f"project-{uuid.uuid4().hex[:6]}"
-    repo.mkdir()
-    (repo / "README.md").write_text("# a project\n")
-    commit_all(repo)
+def origin(repo: Path) -> str:
     return str(repo)
 
 
