@@ -30,8 +30,10 @@ ARTIFACT_PATH = "artifact.md"
 # The ApplicationError type of an answer that does not fit its role's schema: never
 # retried by Temporal, because the workflow owns seed 001's "retry the phase once".
 INVALID_OUTPUT = "InvalidOutput"
+# The run's records on its branch: events, state, trajectories, reflection and insights.
+RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.
-TRAJECTORY_DIR = ".loops/trajectory"
+TRAJECTORY_DIR = f"{RECORDS_DIR}/trajectory"
 
 
 def trajectory_path(iteration: int, step: str) -> str:
@@ -42,8 +44,8 @@ def trajectory_path(iteration: int, step: str) -> str:
 
 # Seed 001's persistence contract, on the run's branch: the append-only event log and the
 # run's state, written by the steps that commit.
-HISTORY_PATH = ".loops/history.jsonl"
-RUN_STATE_PATH = ".loops/run.json"
+HISTORY_PATH = f"{RECORDS_DIR}/history.jsonl"
+RUN_STATE_PATH = f"{RECORDS_DIR}/run.json"
 
 
 class RunLog(BaseModel):

@@ -27,7 +27,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.steps import (
         EvaluateGroupInput,
         EvaluateGroupOutput,
-        GitLocation,
         PrepareInput,
     )
     from loopworks.workflows import decisions, patches, step_events
@@ -111,7 +110,7 @@ class Checking(OnRecord):
                 task=self.request.task,
                 group=group,
                 checks=members,
-                workspace=GitLocation(origin=self.state.origin, commit=self.memory.commit),
+                workspace=self.workspace(),
             ),
             CHECK_GROUP,
             f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",

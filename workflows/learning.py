@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.playbook import Delta, DeltaBatch, PlaybookDelivery, PlaybookRead
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import RunRequest, Step
-    from loopworks.schemas.steps import GitLocation, HydrateOutput, ModelOutput, ReflectOutput
+    from loopworks.schemas.steps import HydrateOutput, ModelOutput, ReflectOutput
     from loopworks.workflows import patches
     from loopworks.workflows.policies import GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
@@ -149,7 +149,7 @@ class Learning(OnRecord):
             iteration=state.iteration,
             task=self.request.task,
             payload=payload,
-            workspace=GitLocation(origin=state.origin, commit=self.memory.commit),
+            workspace=self.workspace(),
             playbook=playbook,
         )
         try:

@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         ArtifactOutput,
         AuditInput,
         CritiqueInput,
-        GitLocation,
         HydrateInput,
         PlanInput,
         ProduceInput,
@@ -330,9 +329,6 @@ class LoopSteps(OnRecord):
         self.memory.last_artifact = output
         self.record.accept_artifact(output, event)
         self.record.saved(output.saved_seq)
-
-    def workspace(self) -> GitLocation:
-        return GitLocation(origin=self.state.origin, commit=self.memory.commit)
 
     def log(self, state: RunState | None = None) -> RunLog:
         """The events git lacks, and the state for run.json, for a step that commits."""

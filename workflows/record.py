@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         TokenUsage,
     )
-    from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, ModelOutput
+    from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, GitLocation, ModelOutput
     from loopworks.schemas.summary import IterationSummary, render_summary
     from loopworks.workflows import decisions
 
@@ -221,3 +221,7 @@ class OnRecord:
     @property
     def state(self) -> RunState:
         return self.record.state
+
+    def workspace(self) -> GitLocation:
+        """Where the run's work is now: its origin and latest commit."""
+        return GitLocation(origin=self.state.origin, commit=self.memory.commit)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from loopworks.schemas.steps import ARTIFACT_PATH, RECORDS_DIR
 from loopworks.schemas.tasks import (
     ARCHIVE_AFTER,
     ARCHIVE_PATH,
@@ -30,10 +31,10 @@ from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import checked_commit, checked_run_id, git_date, redact
 from loopworks.workspace.runner import GitError, _file_lock, _rmtree
 
-# Every loop writes these at its repository root (schemas/steps.py's ARTIFACT_PATH and
-# its records); in a task graph they are moved under the task's own directory.
-ROOT_ARTIFACT = "artifact.md"
-ROOT_RECORDS = ".loops"
+# Every loop writes these at its repository root; in a task graph they are moved under
+# the task's own directory.
+ROOT_ARTIFACT = ARTIFACT_PATH
+ROOT_RECORDS = RECORDS_DIR
 _RELOCATED = {ROOT_ARTIFACT: "artifact.md", ROOT_RECORDS: "loops"}
 _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.*)$")
 

@@ -13,9 +13,7 @@ from pathlib import Path
 
 from loopworks.schemas.events import EVENT, Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
-from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
-
-RECORD_DIR = ".loops"
+from loopworks.schemas.steps import HISTORY_PATH, RECORDS_DIR, RUN_STATE_PATH, RunLog
 
 
 def write_run_log(workdir: Path, log: RunLog) -> int:
@@ -37,7 +35,7 @@ def write_reflection(
     workdir: Path, reflection: FrameworkReflection, insights: SessionInsights
 ) -> None:
     """Step 10's record: `reflection.md` and `insights.json`."""
-    records = workdir / RECORD_DIR
+    records = workdir / RECORDS_DIR
     records.mkdir(exist_ok=True)
     (records / "reflection.md").write_text(reflection.to_markdown())
     (records / "insights.json").write_text(insights_json(insights))
