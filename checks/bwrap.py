@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopworks.workspace.git import borrowed_stores
+from loopworks.workspace.stores import borrowed_stores
 
 logger = logging.getLogger(__name__)
 

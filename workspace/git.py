@@ -11,16 +11,15 @@ import logging
 import os
 import tempfile
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
-from loopworks.workspace.origin import Absent, OriginReader
+from loopworks.workspace.commits import CommitPublisher, detached_head
+from loopworks.workspace.origin import Absent
 from loopworks.workspace.refs import (
     FULL_SHA,
     checked_commit,
     checked_run_id,
-    git_date,
     redact,
     safe_relpath,
     work_ref,
@@ -30,6 +29,7 @@ from loopworks.workspace.runner import (
     GitError,
     _rmtree,
 )
+from loopworks.workspace.stores import borrowed_stores, mark_own_origin, own_origin_store
 
 logger = logging.getLogger(__name__)
 
@@ -44,20 +44,13 @@ _README = (
 )
 
 
-class GitWorkspaces(OriginReader):
+class GitWorkspaces(CommitPublisher):
     """Working clones under `root`, one per run, plus read-only caches of remote origins."""
 
     # Whether checkout also brings the clone's refs/remotes/origin/* up to date when it
     # holds the commit already: a loop's step needs only its commit, but a merge queue
     # reads task branches there (IntegrationWorkspaces sets this).
     fetches_branches: ClassVar[bool] = False
-
-    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
-        super().__init__(root, author_name, author_email)
-        # The origin URL this instance last gave each clone (by clone or set-url), so a
-        # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:
-        # a clone it does not know, or knows by another URL, is set again.
-        self._origin_urls: dict[Path, str] = {}
 
     # -- origins -----------------------------------------------------------------------
 
@@ -77,6 +70,7 @@ class GitWorkspaces(OriginReader):
             )
             self._git(["clone", "--quiet", str(bare), str(clone)])
             (clone / "README.md").write_text(_README, encoding="utf-8")
+            mark_own_origin(bare)
             self._git(["add", "README.md"], cwd=clone)
             self._git(
                 [
@@ -147,6 +141,8 @@ class GitWorkspaces(OriginReader):
         """
         workdir = self.workdir(run_id, slot)
         checked_commit(commit)
+        if self._resume(workdir, origin, commit):
+            return workdir
         try:
             self._sync(workdir, run_id, origin, commit, slot)
         except CommitNotFoundError:
@@ -157,6 +153,22 @@ class GitWorkspaces(OriginReader):
             self._forget(workdir)
             self._sync(workdir, run_id, origin, commit, slot)
         return workdir
+
+    def _resume(self, workdir: Path, origin: str, commit: str) -> bool:
+        """Whether the clone is ready at the commit this instance made there last, nothing
+        having been handed out since (the step after PRODUCE, REFINE, close): its tracked
+        files are that commit; removing what is left beside them (ignored files, empty
+        directories) is all a checkout would change. No question to git, no checkout.
+        A merge queue's clone is moved by its merges between commits: never resumed."""
+        committed = self._committed.pop(workdir, None)
+        if self.fetches_branches or committed != commit or detached_head(workdir) != commit:
+            return False
+        try:
+            self._ensure_origin(workdir, self._local_origin(origin))
+            self._git(["clean", "-ffdxq"], cwd=workdir)
+        except GitError:
+            return False  # the clone went away meanwhile: checkout as ever
+        return True
 
     def read_files(
         self, run_id: str, origin: str, commit: str, paths: list[str]
@@ -286,6 +298,10 @@ class GitWorkspaces(OriginReader):
             # No automatic gc or maintenance after each commit and fetch: a clone lives as
             # long as its run, and each would spawn one more process.
             clone = ["clone", "--quiet", "--no-checkout", "-c", "maintenance.auto=false"]
+            if beside is None and own_origin_store(url) is not None:
+                # The service's own origin: borrow its store, and write commits into it
+                # (workspace/commits.py), nothing copied either way.
+                clone.append("--shared")
             source = url
             if beside is not None:
                 # Borrowing the run's clone's objects (alternates): nothing copied, and every
@@ -302,82 +318,6 @@ class GitWorkspaces(OriginReader):
         finally:
             _rmtree(staging)
 
-    def commit(self, workdir: Path, message: str, when: datetime) -> str:
-        """Commit the whole tree; same parent, content, message and `when` give the same sha."""
-        date = git_date(when)
-        self._git(["add", "-A"], cwd=workdir)
-        self._git(
-            [
-                "-c",
-                "commit.gpgsign=false",
-                "commit",
-                "--quiet",
-                "--allow-empty",
-                "--no-verify",
-                "-m",
-                message,
-            ],
-            cwd=workdir,
-            env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
-        )
-        return self._head(workdir)
-
-    def _head(self, workdir: Path) -> str:
-        """The sha HEAD is at. Steps commit on a detached HEAD, whose file holds just the
-        sha git wrote: read it rather than start a process; anything else, ask git."""
-        try:
-            text = (workdir / ".git" / "HEAD").read_text(encoding="ascii").strip()
-        except (OSError, UnicodeDecodeError):
-            text = ""
-        if FULL_SHA.match(text):
-            return text
-        return self._git(["rev-parse", "HEAD"], cwd=workdir).stdout.strip()
-
-    def changed_paths(self, workdir: Path) -> list[str]:
-        """Paths (relative, sorted) whose content differs from HEAD: what `commit` would record."""
-        out = self._git(
-            ["status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"],
-            cwd=workdir,
-        ).stdout
-        # Each entry is "XY <path>"; without renames there is no second path.
-        return sorted(entry[3:] for entry in out.split("\0") if len(entry) > 3)
-
-    def publish(self, workdir: Path, run_id: str, commit: str) -> None:
-        """Force-push `commit` to the run's work ref so any worker can fetch it."""
-        ref = work_ref(run_id)
-        checked_commit(commit)
-        self._git(
-            ["push", "--quiet", "--force", "--no-verify", "origin", f"{commit}:{ref}"], cwd=workdir
-        )
-
-    def push_branch(
-        self, workdir: Path, branch: str, commit: str, run_id: str | None = None
-    ) -> str:
-        """Force-push `commit` to `branch` on origin (and, given `run_id`, to the run's work
-        ref in the same push) and return the sha origin now reports."""
-        ref = f"refs/heads/{branch}"
-        self._check_ref(ref)
-        checked_commit(commit)
-        full = commit
-        if not FULL_SHA.match(commit):
-            args = ["rev-parse", "--verify", f"{commit}^{{commit}}"]
-            full = self._git(args, cwd=workdir).stdout.strip()
-        refspecs = [f"{full}:{ref}", *([f"{full}:{work_ref(run_id)}"] if run_id else [])]
-        # Not --atomic (some servers lack it): should one ref fail, the push fails and
-        # close is retried, which pushes both again.
-        push = ["push", "--quiet", "--force", "--no-verify", "origin", *refspecs]
-        self._git(push, cwd=workdir)
-        url = self._origin_urls.get(workdir)
-        if url is None:
-            url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
-        # Seed 000's close: the remote is asked what it has, not trusted from the push.
-        remote = next(
-            (r[0] for r in self._ls_remote(url, ref) if len(r) == 2 and r[1] == ref), None
-        )
-        if remote != full:
-            raise GitError(f"origin has {ref} at {remote}, expected {full} after push")
-        return remote
-
 
 def file_sha256(workdir: Path, path: str) -> str | None:
     """Hex SHA-256 of a workspace file's bytes, or None when it is absent."""
@@ -385,16 +325,3 @@ def file_sha256(workdir: Path, path: str) -> str | None:
     if not target.is_file():
         return None
     return hashlib.sha256(target.read_bytes()).hexdigest()
-
-
-def borrowed_stores(git_dir: Path) -> list[Path]:
-    """The object stores a clone borrows (its git alternates: an evaluation slot borrows
-    its run's clone's), whether they still exist or not."""
-    try:
-        lines = (git_dir / "objects" / "info" / "alternates").read_text().splitlines()
-    except OSError:
-        return []
-    # As git reads them: not resolved, for a symlink on the way stays in the path git uses
-    # (and the sandbox must bind that path).
-    objects = git_dir / "objects"
-    return [Path(os.path.normpath(objects / line.strip())) for line in lines if line.strip()]

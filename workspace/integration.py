@@ -39,6 +39,12 @@ _RELOCATED = {ROOT_ARTIFACT: "artifact.md", ROOT_RECORDS: "loops"}
 _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.*)$")
 
 
+def message_trailers(message: str) -> dict[str, str]:
+    """The `Key: value` lines of a commit message (the last of a repeated key wins)."""
+    found = (_TRAILER.match(line) for line in message.splitlines())
+    return {m.group(1): m.group(2).strip() for m in found if m}
+
+
 def integration_branch(graph_id: str) -> str:
     return f"graphs/{graph_id}"
 
@@ -156,8 +162,7 @@ class IntegrationWorkspaces(GitWorkspaces):
     def trailers(self, workdir: Path, commit: str) -> dict[str, str]:
         """The `Key: value` lines of a commit's message (the last of a repeated key wins)."""
         text = self._git(["show", "-s", "--format=%B", checked_commit(commit)], cwd=workdir)
-        found = (_TRAILER.match(line) for line in text.stdout.splitlines())
-        return {m.group(1): m.group(2).strip() for m in found if m}
+        return message_trailers(text.stdout)
 
     def first_parent(self, workdir: Path, commit: str) -> str:
         ref = f"{checked_commit(commit)}^1"

@@ -29,7 +29,11 @@ from loopworks.schemas.playbook import (
     VersionWrite,
 )
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.integration import _TRAILER, BranchMovedError, IntegrationWorkspaces
+from loopworks.workspace.integration import (
+    BranchMovedError,
+    IntegrationWorkspaces,
+    message_trailers,
+)
 from loopworks.workspace.refs import checked_commit, redact
 from loopworks.workspace.runner import GitError, _rmtree
 
@@ -98,17 +102,23 @@ class PlaybookStore(IntegrationWorkspaces):
     # -- reading -----------------------------------------------------------------------
 
     def current(self, origin: str, name: str) -> Playbook | None:
-        """The version at the branch's head; None when origin has no playbook branch."""
-        commits = self._history(origin)
-        if not commits:
+        """The version at the branch's head; None when origin has no playbook branch.
+
+        The head commit and its file in one `cat-file`, whatever the length of the history
+        (every run's hydration and curation reads this)."""
+        with self._origin_git_dir(origin, commit=None) as git_dir:
+            head, text = self._batch(git_dir, [_REF, f"{_REF}:{PLAYBOOK_PATH}"])
+        if head is None or head[0] != "commit":
             return None
-        head = commits[0]
-        if head.version is None:
+        message = head[1].decode("utf-8", errors="replace").partition("\n\n")[2]
+        version = message_trailers(message).get(VERSION_TRAILER, "")
+        if not version.isdigit():
             raise GitError(
-                f"{PLAYBOOK_BRANCH} on {redact(origin)} is at {head.sha}, which carries no "
+                f"{PLAYBOOK_BRANCH} on {redact(origin)} is at a commit that carries no "
                 f"{VERSION_TRAILER} trailer: it was not written by the playbook's writer"
             )
-        return self._read(origin, name, head.sha, head.version)
+        content = text[1].decode("utf-8") if text is not None and text[0] == "blob" else ""
+        return Playbook.from_jsonl(name, int(version), content)
 
     def at_version(self, origin: str, name: str, version: int) -> Playbook | None:
         """The version `version` as its commit holds it; None when no commit is that version."""
@@ -150,8 +160,7 @@ class PlaybookStore(IntegrationWorkspaces):
         parsed: list[tuple[str, str, dict[str, str], int]] = []
         for record in out.split("\x1e")[1:]:
             sha, date, body, stats = [*record.split("\x1f", 3), "", "", ""][:4]
-            found_trailers = (_TRAILER.match(line) for line in body.splitlines())
-            trailers = {m.group(1): m.group(2).strip() for m in found_trailers if m}
+            trailers = message_trailers(body)
             parsed.append((sha.strip(), date.strip(), trailers, _line_delta(stats)))
         commits: list[_Commit] = []
         items = 0

@@ -19,7 +19,7 @@ from loopworks.workspace.git import GitError, GitWorkspaces
 from loopworks.workspace.integration import IntegrationWorkspaces
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.runner import GIT_SPAWNS, CommitNotFoundError
-from tests.integration.stack import git
+from tests.integration.stack import bare_remote, git
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,9 @@ def _ws(tmp_path: Path, name: str = "worker-a") -> GitWorkspaces:
 
 @pytest.fixture
 def origin(tmp_path: Path) -> str:
-    return _ws(tmp_path).ensure_default_origin(tmp_path / "data" / "origin.git")
+    """A repository the service did not create (a user's, or a git server's on another
+    machine in all but the URL): reached by fetch and push, what a cache saves."""
+    return str(bare_remote(tmp_path / "data"))
 
 
 @contextmanager
@@ -58,7 +60,8 @@ def test_a_commit_in_the_clone_is_checked_out_without_asking_origin(
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)
     sha = _step(ws, "run-1", origin, base, "v1\n")
-    workdir = ws.workdir("run-1")
+    # The next step takes the clone: then crashes, leaving its writes behind.
+    workdir = ws.checkout("run-1", origin, sha)
     (workdir / "artifact.md").write_text("left by a crashed attempt\n")
     (workdir / "junk.txt").write_text("x")
 
@@ -269,3 +272,44 @@ def test_git_never_finds_a_repository_above_a_vanished_clone(tmp_path: Path) -> 
     with pytest.raises(GitError, match="not a git repository"):
         ws.commit(workdir, "would land in the outer checkout", datetime.now(UTC))
     assert git("-C", str(outer), "status", "--porcelain").strip() == "?? data/"
+
+
+def test_the_step_after_a_commit_resumes_the_clone_as_it_was_committed(
+    tmp_path: Path, origin: str
+) -> None:
+    """The clone a step committed in is the next step's at that commit with one `clean`:
+    its tracked files are the commit, and what a checkout would remove besides (ignored
+    files, empty directories) goes. Only once: a step handed the clone may change it."""
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-6", origin, base)
+    (workdir / ".gitignore").write_text("build/\n")
+    (workdir / "artifact.md").write_text("v1\n")
+    (workdir / "build").mkdir()
+    (workdir / "build" / "out.o").write_text("ignored, so not committed\n")
+    (workdir / "empty").mkdir()
+    sha = ws.commit(workdir, "v1", WHEN)
+    ws.publish(workdir, "run-6", sha)
+
+    with spawned() as counted:
+        assert ws.checkout("run-6", origin, sha) == workdir
+    assert counted() == Counter({"clean": 1})
+    assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
+    assert not (workdir / "empty").exists()
+    (workdir / "artifact.md").write_text("changed by the step handed the clone\n")
+
+    # Handed out once: the next checkout of the same commit is a whole one.
+    with spawned() as counted:
+        ws.checkout("run-6", origin, sha)
+    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
+    assert (workdir / "artifact.md").read_text() == "v1\n"
+
+    # Another commit's checkout, or another process's (a restarted worker), is whole too.
+    assert ws.commit(workdir, "v1 again", WHEN) != sha
+    with spawned() as counted:
+        ws.checkout("run-6", origin, sha)
+    assert counted()["checkout"] == 1
+    again = ws.commit(workdir, "v1 again", WHEN)
+    with spawned() as counted:
+        _ws(tmp_path).checkout("run-6", origin, again)
+    assert counted()["checkout"] == 1

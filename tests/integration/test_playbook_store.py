@@ -20,7 +20,7 @@ from loopworks.schemas.playbook import (
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import BranchMovedError
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
-from loopworks.workspace.runner import GIT_SPAWNS
+from loopworks.workspace.runner import GIT_SPAWNS, GitError
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
@@ -121,9 +121,25 @@ def test_versions_newest_first_and_any_version_readable(tmp_path: Path, origin: 
     second = store.at_version(origin, NAME, 2)
     assert second == _version(2, "a", "b")
     assert store.at_version(origin, NAME, 4) is None
+    before = GIT_SPAWNS.snapshot()
     current = store.current(origin, NAME)
     assert current is not None and current.version == 3
     assert [item.content for item in current.items] == ["a", "b", "c"]
+    # The head and its file in one process, not a walk of the branch's history: every
+    # run's hydration reads this. (A URL's cache fetches first: branches move.)
+    spawned = GIT_SPAWNS.snapshot() - before
+    assert spawned["cat-file"] == 1 and not spawned.keys() - {"cat-file", "fetch"}, spawned
+
+
+def test_a_head_without_a_version_is_refused(tmp_path: Path, origin: str) -> None:
+    store = _store(tmp_path)
+    _write_three(store, origin)
+    head = _git(origin, "rev-parse", REF)
+    tree = _git(origin, "rev-parse", f"{head}^{{tree}}")
+    stray = _git(origin, "commit-tree", tree, "-p", head, "-m", "edited by hand")
+    _git(origin, "update-ref", REF, stray)
+    with pytest.raises(GitError, match="not written by the playbook's writer"):
+        store.current(origin, NAME)
 
 
 def test_a_retried_write_returns_the_same_commit_and_makes_none(

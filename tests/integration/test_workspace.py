@@ -9,7 +9,7 @@ import pytest
 from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256
 from loopworks.workspace.refs import is_url, work_ref
 from loopworks.workspace.runner import GIT_SPAWNS
-from tests.integration.stack import git
+from tests.integration.stack import bare_remote, git
 
 pytestmark = pytest.mark.integration
 
@@ -149,6 +149,7 @@ def test_checkout_discards_garbage(tmp_path: Path, origin: str) -> None:
     workdir = ws.checkout("run-4", origin, base)
     (workdir / "artifact.md").write_text("v1\n")
     sha = ws.commit(workdir, "v1", WHEN)
+    ws.checkout("run-4", origin, sha)  # handed to the next step, which crashes midway
 
     # A crashed attempt: modified, staged, untracked, ignored files and a deleted one.
     (workdir / "artifact.md").write_text("half written")
@@ -225,7 +226,8 @@ def test_push_branch_verifies_remote(tmp_path: Path, origin: str) -> None:
         ws.push_branch(workdir, "bad..name", sha)
 
 
-def test_close_moves_the_branch_and_the_work_ref_in_one_push(tmp_path: Path, origin: str) -> None:
+def test_close_moves_the_branch_and_the_work_ref_in_one_push(tmp_path: Path) -> None:
+    origin = str(bare_remote(tmp_path / "data"))  # not the service's own: pushed to
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)
     workdir = ws.checkout("run-7b", origin, base)

@@ -523,3 +523,11 @@ def test_git_reads_an_evaluation_slots_borrowed_objects_inside(
     assert result.output.startswith("a draft\n"), result.output
     assert "Read-only file system" in result.output
     assert not (store / "x").exists()
+    # The run's clone borrows the service's own origin's store in turn: readable inside,
+    # from the slot and from the run's clone, never writable.
+    origin_store = Path(origin) / "objects"
+    for clone in (slot, main):
+        result = _run(f"git log --format=%s | tail -1 && touch {origin_store}/x", clone)
+        assert result.output.startswith("Initial commit\n"), result.output
+        assert "Read-only file system" in result.output
+    assert not (origin_store / "x").exists()
