@@ -296,8 +296,10 @@ class GitWorkspaces(CommitPublisher):
         staging = workdir.parent / f".{workdir.name}.clone-{uuid.uuid4().hex}"
         try:
             # No automatic gc or maintenance after each commit and fetch: a clone lives as
-            # long as its run, and each would spawn one more process.
-            clone = ["clone", "--quiet", "--no-checkout", "-c", "maintenance.auto=false"]
+            # long as its run, and each would spawn one more process. No template either:
+            # its sample hooks never run here, and copying them was a third of a clone.
+            clone = ["clone", "--quiet", "--no-checkout", "--template="]
+            clone += ["-c", "maintenance.auto=false"]
             if beside is None and own_origin_store(url) is not None:
                 # The service's own origin: borrow its store, and write commits into it
                 # (workspace/commits.py), nothing copied either way.

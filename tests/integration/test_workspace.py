@@ -422,6 +422,7 @@ def test_hooks_in_a_workspace_never_run(tmp_path: Path) -> None:
     workdir = workspaces.checkout("hooked", origin, base)
     marker = tmp_path / "hook-ran"
     hook = workdir / ".git" / "hooks" / "post-commit"
+    hook.parent.mkdir(exist_ok=True)  # clones are made without git's template
     hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
     hook.chmod(0o755)
     (workdir / "file.txt").write_text("x")
@@ -438,6 +439,7 @@ def test_the_workers_git_never_runs_a_workspaces_fsmonitor_or_hooks(
     workdir = ws.checkout("run-fsmonitor", origin, base)
     owned = tmp_path / "owned"
     hook = workdir / ".git" / "hooks" / "pre-commit"
+    hook.parent.mkdir(exist_ok=True)  # clones are made without git's template
     hook.write_text(f"#!/bin/sh\ntouch {owned}-hook\n")
     hook.chmod(0o755)
     with (workdir / ".git" / "config").open("a") as config:
