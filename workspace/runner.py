@@ -17,10 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from loopworks.workspace.refs import (
-    is_url,
-    redact,
-)
+from loopworks.workspace.refs import is_url, redact, valid_ref_name
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +66,6 @@ def _subcommand(args: Sequence[str]) -> str:
 
 
 GIT_SPAWNS = GitSpawns()
-
-# Ref names git has accepted (run branches, the playbook's), kept so each is checked once.
-_VALID_REFS: set[str] = set()
-_VALID_REFS_KEPT = 4096
 
 
 class GitError(RuntimeError):
@@ -220,11 +213,5 @@ class GitRunner:
         return self._git(args, cwd=cwd, check=False).returncode == 0
 
     def _check_ref(self, ref: str) -> None:
-        # Whether a name is a valid ref is a function of the name alone: ask git once.
-        if ref in _VALID_REFS:
-            return
-        if self._git(["check-ref-format", ref], check=False).returncode != 0:
+        if not valid_ref_name(ref):
             raise GitError(f"{ref!r} is not a valid git ref name")
-        if len(_VALID_REFS) >= _VALID_REFS_KEPT:
-            _VALID_REFS.clear()
-        _VALID_REFS.add(ref)
