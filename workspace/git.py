@@ -221,8 +221,9 @@ class GitWorkspaces(CommitPublisher):
         elif self.fetches_branches:
             self._ensure_origin(workdir, url)
             self._git(["fetch", "--quiet", "--no-tags", "origin", _BRANCHES], cwd=workdir)
-        else:
-            self._ensure_origin(workdir, url)
+        elif slot is None:
+            self._ensure_origin(workdir, url)  # what the run's commits are published to
+        # An evaluation slot publishes nothing: its remote is set when it must fetch.
         # Every step starts from exactly the commit it is handed, whatever an earlier
         # attempt left behind: tracked files forced back, everything else removed.
         self._git(["checkout", "--quiet", "--detach", "--force", commit], cwd=workdir)

@@ -104,7 +104,8 @@ def test_an_evaluation_slot_borrows_the_runs_clone_objects(tmp_path: Path, origi
     assert not counted().keys() & {"fetch", "ls-remote"}
     alternates = slot / ".git" / "objects" / "info" / "alternates"
     assert Path(alternates.read_text().strip()) == (main / ".git" / "objects").resolve()
-    assert git("remote", "get-url", "origin", cwd=slot) == origin
+    # It publishes nothing: its remote stays the run's clone until it must ask origin.
+    assert not counted().keys() & {"remote"}
 
     sha = _step(ws, "run-3", origin, base, "draft\n")
     # Origin out of reach: the commit the run's clone just made is in the slot already.
@@ -313,3 +314,18 @@ def test_the_step_after_a_commit_resumes_the_clone_as_it_was_committed(
     with spawned() as counted:
         _ws(tmp_path).checkout("run-6", origin, again)
     assert counted()["checkout"] == 1
+
+
+def test_a_slot_asks_origin_for_a_commit_its_runs_clone_lacks(tmp_path: Path, origin: str) -> None:
+    """A slot's remote is its run's clone until a commit is missing there too: then it is
+    pointed at origin and fetches."""
+    worker_a, worker_b = _ws(tmp_path, "worker-a"), _ws(tmp_path, "worker-b")
+    _, base = worker_b.resolve_base(origin, None)
+    worker_b.checkout("run-7", origin, base)
+    slot = worker_b.checkout("run-7", origin, base, "eval-exec")
+    worker_a.checkout("run-7", origin, base)
+    sha = _step(worker_a, "run-7", origin, base, "made on worker a\n")
+
+    assert worker_b.checkout("run-7", origin, sha, "eval-exec") == slot
+    assert (slot / "artifact.md").read_text() == "made on worker a\n"
+    assert git("remote", "get-url", "origin", cwd=slot) == origin
