@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import ClassVar
 
 from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import FULL_SHA, checked_commit, git_date, work_ref
@@ -23,6 +24,11 @@ from loopworks.workspace.stores import writes_into
 
 class CommitPublisher(OriginReader):
     """Commits in a run's clone and gets them onto its origin."""
+
+    # Whether a clone of the service's own origin writes its commits into origin's store.
+    # Only where `commit` is the one thing that writes objects (a run's clone): a merge
+    # queue's merges write them too, so it pushes, which carries whatever is needed.
+    writes_through: ClassVar[bool] = True
 
     def __init__(self, root: Path, author_name: str, author_email: str) -> None:
         super().__init__(root, author_name, author_email)
@@ -149,7 +155,9 @@ class CommitPublisher(OriginReader):
         """The object store of the clone's origin when the clone writes into it directly:
         its origin is the one this service created, and the clone borrows its store."""
         url = self._origin_urls.get(workdir)
-        return None if url is None else writes_into(workdir / ".git", url)
+        if url is None or not self.writes_through:
+            return None
+        return writes_into(workdir / ".git", url)
 
 
 def detached_head(workdir: Path) -> str | None:

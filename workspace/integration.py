@@ -81,6 +81,7 @@ class IntegrationWorkspaces(GitWorkspaces):
 
     # `fetched_branch` reads a task branch as the clone's checkout fetched it.
     fetches_branches = True
+    writes_through = False
 
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> IntegrationWorkspaces:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.integration import IntegrationWorkspaces
 from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GIT_SPAWNS
 from loopworks.workspace.stores import OWN_ORIGIN_MARK, borrowed_stores, own_origin_store
@@ -122,3 +123,24 @@ def test_borrowed_stores_follow_alternates_of_alternates(tmp_path: Path) -> None
     # both read-only (checks/bwrap.py), or git inside finds no history.
     assert borrowed_stores(slot / ".git") == [main / ".git" / "objects", Path(origin) / "objects"]
     assert Counter(git("log", "--format=%s", cwd=slot).splitlines()) == Counter(["Initial commit"])
+
+
+def test_a_merge_queue_clone_of_the_own_origin_still_pushes(tmp_path: Path) -> None:
+    """A merge queue writes objects outside `commit` (merges, a forced add): it never
+    writes into origin's store, so whatever it moves onto origin is carried by a push."""
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    queue = IntegrationWorkspaces.of(ws)
+    _, base = queue.resolve_base(origin, None)
+    workdir = queue.checkout("queue-1", origin, base, "merge")
+    (workdir / "tasks").mkdir()
+    (workdir / "tasks" / "T-1.md").write_text("merged work\n")
+    git("add", "--all", "--force", "--", "tasks", cwd=workdir)  # objects in the clone's store
+    sha = queue.commit(workdir, "merge T-1", WHEN)
+
+    before = GIT_SPAWNS.snapshot()
+    assert queue.push_branch(workdir, "loops/integration", sha) == sha
+    spawned = GIT_SPAWNS.snapshot() - before
+    assert spawned["push"] == 1 and spawned["update-ref"] == 0, spawned
+    git("fsck", "--connectivity-only", "--no-dangling", cwd=Path(origin))
+    assert ws.read_file(origin, sha, "tasks/T-1.md") == "merged work\n"
