@@ -29,7 +29,7 @@ from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
-from loopworks.worker.deps import StepDeps
+from loopworks.worker.deps import HEARTBEAT_EVERY_SECONDS, StepDeps
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
@@ -135,8 +135,8 @@ def build_worker(
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.
         graceful_shutdown_timeout=timedelta(seconds=30),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_seconds),
-        # Cancellation reaches an activity only with a heartbeat's reply: send them
-        # often, so a stop ends a long model call in about a second.
-        max_heartbeat_throttle_interval=timedelta(seconds=1),
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        # Cancellation reaches an activity only with a heartbeat's reply: the SDK sends
+        # each beat the step makes (worker/deps.py heartbeating) rather than hold it back.
+        max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
+        default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
     )

@@ -29,7 +29,13 @@ from loopworks.workspace.git import GitWorkspaces
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
-HEARTBEAT_EVERY_SECONDS = 1.0
+# How often a running step tells Temporal it is alive. Cancellation (a stop) reaches a
+# step only in a heartbeat's reply, so this is how long a stop waits on a model call; and
+# each beat is a call the server records: the benchmark's run makes 17 model calls, which
+# at 20 s each and a beat a second would be 340 calls; at 3 s a stop still lands within
+# seconds, for a third of them.
+# Three beats fit in the steps' 10-second heartbeat timeout (workflows/policies.py).
+HEARTBEAT_EVERY_SECONDS = 3.0
 WORKSPACE_LOST = "WorkspaceLost"
 
 # Follows the process-wide provider (`worker.telemetry.configure_tracing`); no-op without one.
