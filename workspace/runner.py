@@ -182,10 +182,10 @@ class GitRunner:
     def _command(args: Sequence[str], cwd: Path | None) -> list[str]:
         # Spawning git, not a library (pygit2, dulwich), on measured numbers (2 cores,
         # shared, so roughly): starting git costs about 1.2 ms of CPU, rev-parse 1.4 ms,
-        # checkout 3.6, a fetch with nothing new 8; scripts/bench.py counts about 95
-        # processes a 2-iteration run once a cached step spawns only what it must (see
-        # GitWorkspaces.checkout), a few tenths of the run's 1.7 CPU seconds, and a library
-        # would save only the spawn part of that. Git stays the one implementation of
+        # checkout 3.6, a fetch with nothing new 8; scripts/bench.py counts about 48
+        # processes a 2-iteration run (cached clones, no push to the embedded origin),
+        # about 0.14 of the run's 0.6 CPU seconds, and a library would save only the
+        # spawn part of that. Git stays the one implementation of
         # checkout, clean, fetch and push for every origin (a path, a server by URL) that
         # the crash tests pin, with no native dependency added.
         # A workspace's hooks and fsmonitor are content the model could have written: never
