@@ -59,8 +59,7 @@ class _Commit:
 
     @property
     def version(self) -> int | None:
-        value = self.trailers.get(VERSION_TRAILER, "")
-        return int(value) if value.isdigit() else None
+        return _version_in(self.trailers)
 
     def entry(self) -> PlaybookVersion | None:
         if self.version is None:
@@ -111,14 +110,14 @@ class PlaybookStore(IntegrationWorkspaces):
         if head is None or head[0] != "commit":
             return None
         message = head[1].decode("utf-8", errors="replace").partition("\n\n")[2]
-        version = message_trailers(message).get(VERSION_TRAILER, "")
-        if not version.isdigit():
+        version = _version_in(message_trailers(message))
+        if version is None:
             raise GitError(
                 f"{PLAYBOOK_BRANCH} on {redact(origin)} is at a commit that carries no "
                 f"{VERSION_TRAILER} trailer: it was not written by the playbook's writer"
             )
         content = text[1].decode("utf-8") if text is not None and text[0] == "blob" else ""
-        return Playbook.from_jsonl(name, int(version), content)
+        return Playbook.from_jsonl(name, version, content)
 
     def at_version(self, origin: str, name: str, version: int) -> Playbook | None:
         """The version `version` as its commit holds it; None when no commit is that version."""
@@ -281,6 +280,12 @@ class PlaybookStore(IntegrationWorkspaces):
             cwd=workdir,
         )
         return self._git(["write-tree"], cwd=workdir).stdout.strip()
+
+
+def _version_in(trailers: dict[str, str]) -> int | None:
+    """The playbook version a commit's trailers name, None when they name none."""
+    value = trailers.get(VERSION_TRAILER, "")
+    return int(value) if value.isdigit() else None
 
 
 def _is_version(trailers: dict[str, str], version: int, batch_id: str) -> bool:
