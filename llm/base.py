@@ -1,9 +1,9 @@
 """What every model source offers, and how a step's inputs are put to a model.
 
-The model layer is pydantic-ai: a step runs an `Agent` (kept per answer type and role,
-or one for the workspace tools of PRODUCE and REFINE) with its role's agent definition
-as instructions, the answer model as a forced output tool, on the `Model` a
-`ModelSource` gives for the call. Sources are the Anthropic Messages API
+The model layer is pydantic-ai's `Model`, which a `ModelSource` gives for each call: a
+structured role sends its requests to it directly, with its agent definition as
+instructions and the answer model as a forced tool (`loopworks.llm.structured`); PRODUCE
+and REFINE run an `Agent` with the workspace tools (`loopworks.agent.loop`). Sources are the Anthropic Messages API
 (`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline`, a pydantic-ai
 `FunctionModel`).
 """

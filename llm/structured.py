@@ -1,9 +1,17 @@
-"""A structured role's answer: one pydantic-ai agent run whose output is the answer model.
+"""A structured role's answer: a forced tool call whose input is the answer model.
 
-The model answers by calling one forced tool (`ANSWER_TOOL`) whose input schema is the
-answer model's; pydantic-ai validates the input and, when it does not fit, sends the model
-its answer's validation errors once so it can repair it (seed 001's "retry once"). A
-second invalid answer is `InvalidOutput`, which the workflow turns into `phase_error`.
+The model answers by calling one tool (`ANSWER_TOOL`) whose input schema is the answer
+model's. An answer that does not fit the schema, or that the step's own check refuses, is
+sent back once as the call's failed result, with its errors, so the model can repair it
+(seed 001's "retry once"); a second invalid answer is `InvalidOutput`, which the workflow
+turns into `phase_error`.
+
+Each request goes out through pydantic-ai's direct `model_request`, on the same `Model`
+(Anthropic or offline) and with the same tool definition an `Agent` would send: the
+conversation is at most two requests with no tools to run, and an agent run's machinery
+cost about 2.5 ms of CPU a call against 0.1 ms for the request itself (a third of a
+worker's CPU in the 100-run benchmark). PRODUCE and REFINE, which run tools, keep
+the agent (`loopworks.agent.loop`).
 """
 
 from __future__ import annotations
@@ -12,21 +20,25 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Generic, TypeVar
 
-from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext, ToolOutput, capture_run_messages
-from pydantic_ai.exceptions import ModelHTTPError, UnexpectedModelBehavior
+from pydantic import BaseModel, ValidationError
+from pydantic_ai.direct import model_request
+from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
-    ModelMessage,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
-    RetryFeedbackPart,
+    ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import GenerateToolJsonSchema, ToolDefinition
+from pydantic_ai.usage import RunUsage
 
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from loopworks.llm.errors import CUT_OFF, invalid_detail, model_errors
+from loopworks.llm.errors import CUT_OFF, model_errors
 from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
@@ -39,9 +51,11 @@ Answer = TypeVar("Answer", bound=BaseModel)
 # its answer's errors.
 REPAIR_ATTEMPTS = 1
 
-# A run's deps: the step's own check of the answer, if it has one.
-_Check = Callable[[Any], None] | None
-_AnswerAgent = Agent[_Check, BaseModel]
+# What a model that answered in prose is told.
+USE_THE_TOOL = (
+    f"Give your answer by calling the `{ANSWER_TOOL}` tool: its input is the whole answer, "
+    "and must match its schema."
+)
 
 
 @dataclass
@@ -68,9 +82,10 @@ async def ask(
     request again without it, once per source.
     """
     strict = source.strict_output
+    conversation = _Conversation(call, instructions, answer_type, check)
     with model_errors(call.role):
         try:
-            return await _run(source, call, instructions, answer_type, check, strict)
+            return await conversation.run(source.model(call), strict)
         except ModelHTTPError as exc:
             if not (strict and is_strict_rejection(exc)):
                 raise
@@ -79,91 +94,155 @@ async def ask(
                 exc.message,
             )
             source.strict_rejected()
-        return await _run(source, call, instructions, answer_type, check, strict=False)
+        return await conversation.run(source.model(call), strict=False)
 
 
-async def _run(
-    source: ModelSource,
-    call: ModelCall,
-    instructions: str,
-    answer_type: type[Answer],
-    check: Callable[[Answer], None] | None,
-    strict: bool,
-) -> Answered[Answer]:
-    agent = _answer_agent(answer_type, call.role, strict)
-    with capture_run_messages() as messages:
-        try:
-            result = await agent.run(
-                user_prompt(call.context),
-                model=source.model(call),
-                instructions=instructions,
-                deps=check,
-            )
-        except UnexpectedModelBehavior as exc:
-            if any(isinstance(m, ModelResponse) and m.finish_reason == "length" for m in messages):
-                # A cut-off answer fails validation like any other; say what would help.
-                raise InvalidOutput(call.role, f"{CUT_OFF}; {invalid_detail(exc)}") from exc
-            raise
-    return Answered(
-        answer=cast(Answer, result.output),
-        usage=usage_of(result.usage),
-        repairs=repairs_in(result.all_messages()),
-    )
+class _Conversation(Generic[Answer]):
+    """One call's requests: the question, then at most `REPAIR_ATTEMPTS` repairs."""
 
+    def __init__(
+        self,
+        call: ModelCall,
+        instructions: str,
+        answer_type: type[Answer],
+        check: Callable[[Answer], None] | None,
+    ) -> None:
+        self.role = call.role
+        self.instructions = instructions
+        self.prompt = user_prompt(call.context)
+        self.answer_type = answer_type
+        self.check = check
 
-# Building an agent generates its answer's JSON schema, a large share of a call's CPU; an
-# agent holds nothing of a run (the model, instructions and check come with each run), so
-# one serves every call of its shape. Bounded because some answer types are made per
-# set of questions (`judgements_model`): a new set misses, and old ones age out.
-AGENT_CACHE_SIZE = 64
+    async def run(self, model: Model, strict: bool) -> Answered[Answer]:
+        tool = answer_tool(self.answer_type, self.role, strict)
+        parameters = ModelRequestParameters(
+            output_mode="tool", output_tools=[tool], allow_text_output=False
+        )
+        messages: list[ModelRequest | ModelResponse] = [self._request(UserPromptPart(self.prompt))]
+        usage = RunUsage()
+        repairs: list[str] = []
+        cut_off = False
+        while True:
+            response = await model_request(model, messages, model_request_parameters=parameters)
+            usage.requests += 1
+            usage.incr(response.usage)
+            cut_off = cut_off or response.finish_reason == "length"
+            messages.append(response)
+            answer, feedback = self._read(response)
+            if answer is not None:
+                return Answered(answer=answer, usage=usage_of(usage), repairs=repairs)
+            repairs.append(_feedback_text(feedback))
+            if len(repairs) > REPAIR_ATTEMPTS:
+                detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {repairs[-1][:1000]}"
+                raise InvalidOutput(self.role, f"{CUT_OFF}; {detail}" if cut_off else detail)
+            messages.append(self._request(*feedback))
 
+    def _request(self, *parts: ModelRequestPart) -> ModelRequest:
+        # Every request carries the agent definition: a model reads the system prompt of
+        # the last request.
+        return ModelRequest(parts=list(parts), instructions=self.instructions)
 
-@functools.lru_cache(maxsize=AGENT_CACHE_SIZE)
-def _answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
-    return _new_answer_agent(answer_type, role, strict)
+    def _read(self, response: ModelResponse) -> tuple[Answer | None, list[ModelRequestPart]]:
+        """The first valid answer among the response's answer calls; else what the model
+        is sent back, one failed result for each of its tool calls (the Messages API
+        wants every `tool_use` answered)."""
+        calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
+        if not calls and response.finish_reason == "content_filter":
+            # A refusal asked again is refused again.
+            raise InvalidOutput(self.role, _refusal(response))
+        if not calls:
+            return None, [UserPromptPart(USE_THE_TOOL)]
+        feedback: list[ModelRequestPart] = []
+        for call in calls:
+            if call.tool_name != ANSWER_TOOL:
+                feedback.append(
+                    _retried(call, f"There is no tool `{call.tool_name}`. {USE_THE_TOOL}")
+                )
+                continue
+            try:
+                answer = self._valid(call)
+            except ValidationError as exc:
+                errors = exc.errors(include_url=False, include_context=False)
+                feedback.append(_retried(call, errors))
+            except ValueError as exc:
+                feedback.append(_retried(call, str(exc)))
+            else:
+                return answer, []
+        return None, feedback
 
-
-def _new_answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
-    agent: _AnswerAgent = Agent(
-        output_type=ToolOutput(
-            answer_type,
-            name=ANSWER_TOOL,
-            description=(
-                f"Give your whole answer as the {role.value}: the input of this tool is "
-                "the answer, and must match its schema"
-            ),
-            strict=strict,
-        ),
-        deps_type=_Check,
-        retries={"output": REPAIR_ATTEMPTS},
-    )
-    agent.output_validator(_checked)
-    return agent
-
-
-def _checked(ctx: RunContext[_Check], answer: BaseModel) -> BaseModel:
-    if ctx.deps is None:
+    def _valid(self, call: ToolCallPart) -> Answer:
+        if isinstance(call.args, str):
+            answer = self.answer_type.model_validate_json(unfenced(call.args) or "{}")
+        else:
+            answer = self.answer_type.model_validate(call.args or {})
+        if self.check is not None:
+            self.check(answer)
         return answer
-    try:
-        ctx.deps(answer)
-    except ValueError as exc:
-        raise ModelRetry(str(exc)) from exc
-    return answer
 
 
-def repairs_in(messages: list[ModelMessage]) -> list[str]:
-    """What the model was asked to fix during a run: the feedback of each retried answer
-    (validation errors of an output tool's input, an output validator's message)."""
-    repairs = []
-    for message in messages:
-        if not isinstance(message, ModelRequest):
-            continue
-        for part in message.parts:
-            if isinstance(part, ToolReturnPart) and part.outcome == "retried":
-                repairs.append(part.model_response_str())
-            elif isinstance(part, RetryFeedbackPart):
-                repairs.append(part.model_response())
-    return repairs
+def unfenced(text: str) -> str:
+    """JSON arguments a compatible server wrapped in a Markdown fence, unwrapped (an
+    unclosed fence too)."""
+    text = text.strip()
+    if not text.startswith("```"):
+        return text
+    _, _, body = text.partition("\n")
+    body = body.rstrip()
+    return body.removesuffix("```")
+
+
+def _refusal(response: ModelResponse) -> str:
+    details = response.provider_details or {}
+    reason = details.get("finish_reason", "content_filter")
+    said = f": {details['refusal']!r}" if details.get("refusal") else ""
+    return f"the model refused to answer (stop reason {reason!r}){said}"
+
+
+def _retried(call: ToolCallPart, content: object) -> ToolReturnPart:
+    """The call's failed result: the Messages API's `tool_result` with `is_error`."""
+    return ToolReturnPart(
+        tool_name=call.tool_name,
+        content=content,
+        tool_call_id=call.tool_call_id,
+        outcome="retried",
+    )
+
+
+def _feedback_text(feedback: list[ModelRequestPart]) -> str:
+    """What the model was asked to fix, as the run's events keep it."""
+    texts = []
+    for part in feedback:
+        if isinstance(part, ToolReturnPart):
+            texts.append(part.model_response_str(wrap_if_error=False))
+        elif isinstance(part, UserPromptPart) and isinstance(part.content, str):
+            texts.append(part.content)
+    return "\n".join(texts)
+
+
+# An answer's tool definition: its JSON schema is generated once per answer type, the
+# larger share of building a request. Bounded because some answer types are made per set
+# of questions (`judgements_model`): a new set misses, and old ones age out.
+TOOL_CACHE_SIZE = 64
+
+
+@functools.lru_cache(maxsize=TOOL_CACHE_SIZE)
+def answer_tool(answer_type: type[BaseModel], role: Role, strict: bool) -> ToolDefinition:
+    """The forced tool a role answers with: the answer model's schema as its input, and
+    the model's docstring after what the tool is for."""
+    schema = answer_type.model_json_schema(schema_generator=GenerateToolJsonSchema)
+    description = (
+        f"Give your whole answer as the {role.value}: the input of this tool is the answer, "
+        "and must match its schema"
+    )
+    if docstring := schema.pop("description", None):
+        description = f"{description}. {docstring}"
+    return ToolDefinition(
+        name=ANSWER_TOOL,
+        parameters_json_schema=schema,
+        description=description,
+        strict=strict,
+        kind="output",
+    )
 
 
 def is_strict_rejection(exc: ModelHTTPError) -> bool:

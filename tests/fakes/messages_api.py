@@ -179,6 +179,25 @@ def answer(
     return respond
 
 
+def tool_calls(*calls: tuple[str | None, dict[str, Any]]) -> Responder:
+    """A reply of several tool_use blocks, each `(name, input)`; a None name is the
+    forced tool's."""
+
+    def respond(api: FakeMessagesAPI, request: RecordedRequest) -> Reply:
+        blocks = [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                "name": name or request.tool["name"],
+                "input": tool_input,
+            }
+            for name, tool_input in calls
+        ]
+        return api.message(request, blocks, "tool_use", None, 0.0)
+
+    return respond
+
+
 def truncated(partial_input: dict[str, Any]) -> Responder:
     """An answer cut off at max_tokens: the tool input is what was generated so far."""
     return answer(partial_input, stop_reason="max_tokens")

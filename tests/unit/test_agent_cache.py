@@ -1,6 +1,7 @@
-"""The pydantic-ai agents are built once per shape and shared by calls: each call still
-sees only its own instructions, check, workspace and tool log, run after run and when
-runs interleave."""
+"""What a model call is built from is made once per shape and shared by calls (the
+answer tools of structured roles, the pydantic-ai agent of PRODUCE and REFINE): each call
+still sees only its own instructions, check, workspace and tool log, run after run and
+when runs interleave."""
 
 from __future__ import annotations
 
@@ -83,10 +84,10 @@ def counting(monkeypatch: pytest.MonkeyPatch, module: Any, factory: str) -> list
 
 @pytest.fixture(autouse=True)
 def empty_caches() -> Iterator[None]:
-    structured._answer_agent.cache_clear()
+    structured.answer_tool.cache_clear()
     loop._tool_agent.cache_clear()
     yield
-    structured._answer_agent.cache_clear()
+    structured.answer_tool.cache_clear()
     loop._tool_agent.cache_clear()
 
 
@@ -99,23 +100,22 @@ def refusing(refused: str, seen: list[str]) -> Callable[[Verdict], None]:
     return check
 
 
-async def test_one_answer_agent_per_answer_type_role_and_strictness(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    built = counting(monkeypatch, structured, "_new_answer_agent")
+async def test_one_answer_tool_per_answer_type_role_and_strictness() -> None:
     source = Turns(*(answers("ok") for _ in range(5)))
 
     for _ in range(3):
         await structured.ask(source, call(), "Judge.", Verdict)
-    assert built == [(Verdict, Role.CRITIC, False)]
+    assert structured.answer_tool.cache_info().misses == 1
 
     await structured.ask(source, call(Role.PLANNER), "Plan.", Verdict)
     source.strict_output = True
     await structured.ask(source, call(), "Judge.", Verdict)
-    assert built[1:] == [(Verdict, Role.PLANNER, False), (Verdict, Role.CRITIC, True)]
+    assert structured.answer_tool.cache_info().misses == 3
+    critic_strict = structured.answer_tool(Verdict, Role.CRITIC, True)
+    assert critic_strict.strict is True and "as the critic" in (critic_strict.description or "")
 
 
-async def test_a_shared_answer_agent_runs_each_calls_own_instructions_and_check() -> None:
+async def test_concurrent_calls_each_get_their_own_instructions_and_check() -> None:
     first_seen: list[str] = []
     second_seen: list[str] = []
     first = Turns(answers("no"), answers("yes"))
@@ -182,19 +182,19 @@ def _answer_type(n: int) -> type[BaseModel]:
 
 def test_answer_types_made_per_call_do_not_pile_up() -> None:
     first = _answer_type(0)
-    structured._answer_agent(first, Role.EVALUATOR, False)
+    structured.answer_tool(first, Role.EVALUATOR, False)
     gone = weakref.ref(first)
     del first
-    for n in range(1, structured.AGENT_CACHE_SIZE + 1):
-        structured._answer_agent(_answer_type(n), Role.EVALUATOR, False)
+    for n in range(1, structured.TOOL_CACHE_SIZE + 1):
+        structured.answer_tool(_answer_type(n), Role.EVALUATOR, False)
 
-    assert structured._answer_agent.cache_info().currsize == structured.AGENT_CACHE_SIZE
+    assert structured.answer_tool.cache_info().currsize == structured.TOOL_CACHE_SIZE
     gc.collect()
     assert gone() is None
 
 
 def test_the_same_questions_make_the_same_answer_type() -> None:
-    """So an evaluation asking what an earlier one asked finds its agent in the cache."""
+    """So an evaluation asking what an earlier one asked finds its answer tool in the cache."""
     questions = {"clear": "Is it clear?", "short": "Is it short?"}
     assert judgements_model(questions) is judgements_model(dict(questions))
     assert judgements_model(questions) is not judgements_model({"clear": "Is it clear?"})

@@ -41,6 +41,7 @@ from tests.fakes.messages_api import (
     refusal,
     result_text,
     text_only,
+    tool_calls,
     truncated,
 )
 
@@ -226,19 +227,50 @@ async def test_a_check_refusing_an_answer_is_repaired_with_its_message(
     answered = await plan(models, check=check)
 
     assert answered.answer.focus == "first complete draft"
-    assert answered.repairs == ['{"error":"`focus` must name a rule of the evaluation"}']
+    assert answered.repairs == ["`focus` must name a rule of the evaluation"]
     [result] = api.requests[1].tool_results
     assert result["is_error"] is True
     assert result_text(result) == "`focus` must name a rule of the evaluation"
 
 
+async def test_the_first_valid_answer_of_several_calls_is_kept(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    api.script(
+        Role.PLANNER,
+        tool_calls((None, {"focus": ""}), (None, {"focus": "second", "steps": ["do it"]})),
+    )
+    answered = await plan(models)
+    assert answered.answer == IterationPlan(focus="second", steps=["do it"])
+    assert answered.repairs == [] and len(api.requests) == 1
+
+
+async def test_every_tool_call_of_an_unusable_answer_gets_its_failed_result(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    # The Messages API refuses a conversation in which a tool_use has no tool_result.
+    api.script(Role.PLANNER, tool_calls((None, {"focus": ""}), ("write_file", {"path": "x"})))
+    answered = await plan(models)
+
+    assert answered.answer.focus == "first complete draft"
+    uses = [b for b in api.requests[1].body["messages"][1]["content"] if b["type"] == "tool_use"]
+    results = api.requests[1].tool_results
+    assert [r["tool_use_id"] for r in results] == [u["id"] for u in uses]
+    assert all(r["is_error"] is True for r in results)
+    invalid, unknown = (result_text(r) for r in results)
+    assert "steps" in invalid
+    assert "no tool `write_file`" in unknown and f"`{ANSWER_TOOL}`" in unknown
+    [repair] = answered.repairs
+    assert "steps" in repair and "write_file" in repair
+
+
 @pytest.mark.parametrize(
     ("responder", "detail"),
     [
-        (refusal(), "Content filter triggered"),
+        (refusal(), "the model refused to answer"),
         # A compatible server that ignores tool_choice: told to use the tool, it answers
         # in prose again.
-        (text_only("I would rather write prose."), "Exceeded maximum output retries"),
+        (text_only("I would rather write prose."), "no valid answer after 1 repair: Give"),
     ],
     ids=["refusal", "no-tool-call"],
 )
