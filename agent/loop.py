@@ -1,7 +1,7 @@
 """The agent loop of PRODUCE and REFINE: a model working in the run's workspace with tools.
 
-A pydantic-ai agent with the workspace tools (`loopworks.agent.tools`) runs until the model
-answers without a tool call, or the turn limit. A call the guard refuses comes back to the
+The model, offered the workspace tools (`loopworks.agent.tools`), works turn by turn until
+it answers without a tool call, or the turn limit. A call the guard refuses comes back to the
 model as a failed tool result it can adapt to, never as an exception. An answer given
 before `artifact.md` exists is sent back once with a reminder (the nudge); ending without
 it again is invalid output. The conversation becomes the step's trajectory (seed 003's
@@ -19,23 +19,26 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, capture_run_messages
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.direct import model_request
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
+    ModelRequestPart,
     ModelResponse,
     RetryFeedbackPart,
+    RetryInfo,
     TextPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.usage import UsageLimits
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import ToolDefinition
 
-from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
+from loopworks.agent.tools import TOOLS, ToolResult, execute
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
-from loopworks.llm.errors import model_errors
+from loopworks.llm.errors import CUT_OFF, model_errors
+from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
 
@@ -103,14 +106,6 @@ def from_jsonl(text: str) -> list[TrajectoryRecord]:
     return [TrajectoryRecord.model_validate_json(line) for line in text.splitlines() if line]
 
 
-@dataclass
-class _ToolLog:
-    """What the tools did, by call: whether each succeeded, and the files written."""
-
-    ok: dict[str, bool] = field(default_factory=dict)
-    written: dict[str, None] = field(default_factory=dict)  # an ordered set
-
-
 async def run_agent(
     source: ModelSource,
     call: ModelCall,
@@ -126,37 +121,13 @@ async def run_agent(
     retry starts the whole loop again from the same commit. Without a `deliverable` (the
     skill generator: its files are judged by the skill reflector) there is no nudge.
     """
-    log = _ToolLog()
-    agent = _tool_agent()
-    limit_reached = False
-    final_text = ""
-    with capture_run_messages() as messages:
-        try:
-            with model_errors(call.role):
-                result = await agent.run(
-                    user_prompt(call.context),
-                    model=source.model(call),
-                    instructions=instructions,
-                    deps=_Workspace(workspace, log, deliverable),
-                    usage_limits=UsageLimits(request_limit=max_turns),
-                    # Bad tool arguments go back to the model; the turn limit bounds how often.
-                    retries={"tools": max_turns},
-                )
-            final_text = result.output
-        except UsageLimitExceeded:
-            limit_reached = True
-        except InvalidOutput as exc:
-            # Only the nudge's retries running out means the deliverable was never written;
-            # a refusal or a cut-off turn keeps its own message.
-            if NUDGE in exc.detail and not (workspace / ARTIFACT_PATH).is_file():
-                raise InvalidOutput(
-                    call.role, f"it ended without writing {ARTIFACT_PATH}, even when reminded"
-                ) from exc
-            raise
+    agent = _AgentRun(call.role, instructions, user_prompt(call.context), workspace, deliverable)
+    with model_errors(call.role):
+        answer = await agent.run(source.model(call), max_turns)
+    messages = agent.messages
     records = trajectory(messages, call, instructions, step_label)
     turns = sum(isinstance(m, ModelResponse) for m in messages)
-    if limit_reached:
-        final_text = _last_text(messages)
+    if answer is None:
         records.append(
             _record(
                 call,
@@ -167,74 +138,109 @@ async def run_agent(
             )
         )
     return AgentOutcome(
-        final_text=final_text,
+        final_text=answer if answer is not None else _last_text(messages),
         turns=turns,
         usage=_usage(messages),
         records=records,
-        files_written=list(log.written),
-        limit_reached=limit_reached,
+        files_written=list(agent.written),
+        limit_reached=answer is None,
         repairs=[r.output or "" for r in records if r.kind == "retry"],
     )
 
 
-@dataclass(frozen=True)
-class _Workspace:
-    """A run's own side of the shared agent: where its tools work, what they did, and the
-    file its answer must have written."""
+class _AgentRun:
+    """One agent conversation: requests with the tools offered, each turn's tool calls run
+    in order and answered, until a turn without a tool call.
 
-    root: Path
-    log: _ToolLog
-    deliverable: str | None
+    Requests go out through pydantic-ai's direct `model_request` with the tool definitions
+    an `Agent` sent: an agent run's machinery cost more CPU than the request itself.
+    """
+
+    def __init__(
+        self, role: Role, instructions: str, prompt: str, root: Path, deliverable: str | None
+    ) -> None:
+        self.role = role
+        self.instructions = instructions
+        self.root = root
+        self.deliverable = deliverable
+        self.messages: list[ModelMessage] = [self._request(UserPromptPart(prompt))]
+        self.written: dict[str, None] = {}  # an ordered set
+        self.nudges = 0
+
+    async def run(self, model: Model, max_turns: int) -> str | None:
+        """The final answer's text; None when the turn limit came first."""
+        parameters = ModelRequestParameters(function_tools=_tool_definitions())
+        for _ in range(max_turns):
+            response = await model_request(
+                model, self.messages, model_request_parameters=parameters
+            )
+            self.messages.append(response)
+            calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
+            if calls:
+                results = [await self._result(c) for c in calls]
+                self.messages.append(self._request(*results))
+                continue
+            answer = self._answer(response)
+            if answer is not None:
+                return answer
+            self.nudges += 1
+            self.messages.append(
+                self._request(
+                    RetryFeedbackPart(content=NUDGE, retry=RetryInfo(cause="model_retry"))
+                )
+            )
+        return None
+
+    def _answer(self, response: ModelResponse) -> str | None:
+        """A turn without tool calls: its text is the answer once the deliverable exists;
+        None when the model is to be reminded of it."""
+        text = _text_of(response)
+        if response.finish_reason == "content_filter":
+            raise InvalidOutput(self.role, f"the model refused to go on: {text.strip()[:500]}")
+        if response.finish_reason == "length" and not text.strip():
+            raise InvalidOutput(self.role, CUT_OFF)
+        if self.deliverable is None or (self.root / self.deliverable).is_file():
+            return text
+        if self.nudges < NUDGES:
+            return None
+        raise InvalidOutput(
+            self.role, f"it ended without writing {self.deliverable}, even when reminded"
+        )
+
+    async def _result(self, call: ToolCallPart) -> ToolReturnPart:
+        """Run one tool call (off the event loop: commands block, and heartbeats must go
+        on); a refused or failed call is a failed result the model can adapt to."""
+        arguments = call.args_as_dict()
+        result = await _execute(self.root, call.tool_name, arguments)
+        if result.ok and call.tool_name in _WRITING_TOOLS:
+            path = arguments.get("path")
+            if isinstance(path, str):
+                self.written[path] = None
+        return ToolReturnPart(
+            tool_name=call.tool_name,
+            content=result.content,
+            tool_call_id=call.tool_call_id,
+            outcome="success" if result.ok else "failed",
+        )
+
+    def _request(self, *parts: ModelRequestPart) -> ModelRequest:
+        # Every request carries the agent definition: a model reads the system prompt of
+        # the last request.
+        return ModelRequest(parts=list(parts), instructions=self.instructions)
 
 
-# Building the agent generates every tool's JSON schema; the agent holds nothing of a run
-# (model, instructions, workspace and turn limit come with each run), so one serves all.
 @functools.cache
-def _tool_agent() -> Agent[_Workspace, str]:
-    return _new_tool_agent()
-
-
-def _new_tool_agent() -> Agent[_Workspace, str]:
-    agent: Agent[_Workspace, str] = Agent(
-        deps_type=_Workspace,
-        tools=[_tool(spec) for spec in TOOLS.values()],
-        output_type=str,
-        retries={"output": NUDGES},
-    )
-    agent.output_validator(_deliverable_written)
-    return agent
-
-
-def _deliverable_written(ctx: RunContext[_Workspace], text: str) -> str:
-    deliverable = ctx.deps.deliverable
-    if deliverable is not None and not (ctx.deps.root / deliverable).is_file():
-        raise ModelRetry(NUDGE)
-    return text
-
-
-def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
-    """A workspace tool for pydantic-ai: the guarded `execute`, off the event loop (commands
-    block) so heartbeats keep going; a refused or failed call is a failed tool result."""
-
-    async def run(ctx: RunContext[_Workspace], **arguments: Any) -> str:
-        result = await _execute(ctx.deps.root, spec.name, arguments)
-        log = ctx.deps.log
-        log.ok[ctx.tool_call_id or ""] = result.ok
-        if not result.ok:
-            raise ToolFailed(result.content)
-        if spec.name in _WRITING_TOOLS and isinstance(arguments.get("path"), str):
-            log.written[arguments["path"]] = None
-        return result.content
-
-    # One call at a time: two edits of one file must not race.
-    return Tool.from_schema(
-        run,
-        name=spec.name,
-        description=spec.description,
-        json_schema=spec.input_schema,
-        takes_ctx=True,
-        sequential=True,
-    )
+def _tool_definitions() -> list[ToolDefinition]:
+    """The workspace tools as the model is offered them; their JSON schemas are made once."""
+    return [
+        ToolDefinition(
+            name=spec.name,
+            description=spec.description,
+            parameters_json_schema=spec.input_schema,
+            sequential=True,
+        )
+        for spec in TOOLS.values()
+    ]
 
 
 async def _execute(workspace: Path, name: str, arguments: dict[str, Any]) -> ToolResult:

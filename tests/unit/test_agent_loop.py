@@ -31,6 +31,7 @@ from loopworks.agent.loop import (
 )
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
+from loopworks.llm.errors import CUT_OFF
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.llm.offline_answers import closing_line, default_answer
 from loopworks.schemas.roles import Role
@@ -312,6 +313,25 @@ async def test_an_existing_artifact_needs_no_nudge(tmp_path: Path) -> None:
     model = ScriptedModels(says("Nothing to change."))
     outcome = await run(model, tmp_path, step="refine")
     assert outcome.turns == 1 and outcome.repairs == [] and outcome.files_written == []
+
+
+async def test_a_turn_cut_off_before_any_output_is_invalid_output(tmp_path: Path) -> None:
+    (tmp_path / ARTIFACT_PATH).write_text("# Kept\n")
+    model = ScriptedModels(ModelResponse(parts=[], finish_reason="length"))
+    with pytest.raises(InvalidOutput) as raised:
+        await run(model, tmp_path, step="refine")
+    assert raised.value.detail == CUT_OFF
+    assert len(model.seen) == 1
+
+
+async def test_the_tool_calls_of_the_last_turn_run_before_the_limit_stops_the_loop(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModels(calls(("write_file", {"path": ARTIFACT_PATH, "content": "# T\n"})))
+    outcome = await run(model, tmp_path, max_turns=1)
+    assert outcome.limit_reached and outcome.turns == 1
+    assert (tmp_path / ARTIFACT_PATH).read_text() == "# T\n"
+    assert [r.kind for r in outcome.records][-2:] == ["tool_result", "limit"]
 
 
 # --- the offline model as an agent --------------------------------------------------------
