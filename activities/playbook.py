@@ -41,7 +41,7 @@ class PlaybookActivities:
 
     @activity.defn(name="commit_playbook_versions")
     async def commit_playbook_versions(self, write: PlaybookVersionsWrite) -> list[str]:
-        """Commit consecutive versions on origin's playbook branch in one push; a retry
+        """Commit consecutive versions on origin's playbook branch in one update; a retry
         finds them there. A branch whose head is not the version before was written by
         someone else: no retry fixes that, so the batches fail and their senders hear why."""
         async with heartbeating():

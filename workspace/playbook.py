@@ -2,8 +2,12 @@
 `PLAYBOOK_BRANCH`, one commit per version, its number and batch in the commit's trailers.
 
 Git is the store, so every version is diffable and a rollback is just another version.
-`PlaybookWorkflow` is the only writer; a write is a compare-and-swap push of a commit that
-a retry makes again to the same sha, so a retried activity changes nothing twice.
+`PlaybookWorkflow` is the only writer; a write is a compare-and-swap of the branch to a
+commit that a retry makes again to the same sha, so a retried activity changes nothing
+twice. On an origin reached by URL or named by a user, the swap is a leased push from a
+write clone; on the service's own origin (workspace/stores.py), as for a run's commits,
+the objects go straight into its store and the swap is `update-ref` with the old value:
+no clone, no fetch, no push.
 
 Plain synchronous code (no Temporal imports), like workspace/integration.py, whose branch
 heads, leased pushes and trailers it reuses. Reads go through OriginReader's access (the
@@ -36,6 +40,7 @@ from loopworks.workspace.integration import (
 )
 from loopworks.workspace.refs import checked_commit, redact
 from loopworks.workspace.runner import GitError, _rmtree
+from loopworks.workspace.stores import own_origin_store
 
 # The one clone a playbook's writes use (under the data dir, beside the runs' clones).
 WRITE_SLOT = "playbook"
@@ -198,19 +203,16 @@ class PlaybookStore(IntegrationWorkspaces):
             raise ValueError(f"playbook versions {first}..{last} are not consecutive")
         key = write_key(origin, versions[0].playbook.name)
         with self.locked(key, WRITE_SLOT):
+            own = own_origin_store(origin)
+            if own is not None:
+                return self._write_in_place(origin, own.parent, versions, when)
             workdir = self._write_clone(key, origin)
             head = self._fetch_head(workdir, origin)
             trailers = self.trailers(workdir, head) if head is not None else {}
             if head is not None and _is_version(trailers, last, versions[-1].batch_id):
                 return self._chain(workdir, head, len(versions))
             self._check_follows(origin, head, trailers, first)
-            commits: list[str] = []
-            parent = head
-            for write in versions:
-                tree = self._tree(workdir, write.playbook.to_jsonl())
-                message = commit_message(write.playbook, write.batch_id, write.source)
-                parent = self.commit_merge(workdir, tree, [parent] if parent else [], message, when)
-                commits.append(parent)
+            commits = self._commits(workdir, head, versions, when)
             try:
                 self.push_leased(workdir, PLAYBOOK_BRANCH, commits[-1], expected=head)
             except BranchMovedError:
@@ -221,6 +223,55 @@ class PlaybookStore(IntegrationWorkspaces):
                     return self._chain(workdir, moved, len(versions))
                 raise
             return commits
+
+    def _write_in_place(
+        self, origin: str, git_dir: Path, versions: list[VersionWrite], when: datetime
+    ) -> list[str]:
+        """`write_versions` on the service's own origin: the commits made in its store, the
+        branch moved by `update-ref` only from the head that was read."""
+        last = versions[-1]
+        head, trailers = self._head_in(git_dir)
+        if head is not None and _is_version(trailers, last.playbook.version, last.batch_id):
+            return self._chain(git_dir, head, len(versions))
+        self._check_follows(origin, head, trailers, versions[0].playbook.version)
+        commits = self._commits(git_dir, head, versions, when)
+        # The old value makes it a compare-and-swap ("" when the branch must not exist yet).
+        swap = [f"--git-dir={git_dir}", "update-ref", _REF, commits[-1], head or ""]
+        if self._git(swap, check=False).returncode == 0:
+            return commits
+        moved, moved_trailers = self._head_in(git_dir)
+        if moved is not None and _is_version(moved_trailers, last.playbook.version, last.batch_id):
+            return self._chain(git_dir, moved, len(versions))
+        raise BranchMovedError(
+            f"{_REF} on {redact(origin)} is at {moved}, not {head}: another writer moved it"
+        )
+
+    def _head_in(self, git_dir: Path) -> tuple[str | None, dict[str, str]]:
+        """The branch's head in a repository this process reads in place, and its trailers:
+        one process, and (None, {}) when the branch does not exist."""
+        out = self._git(
+            [
+                f"--git-dir={git_dir}",
+                "for-each-ref",
+                "--format=%(objectname)%00%(contents)",
+                _REF,
+            ]
+        ).stdout
+        sha, _, message = out.partition("\0")
+        return (sha.strip(), message_trailers(message)) if sha.strip() else (None, {})
+
+    def _commits(
+        self, cwd: Path, head: str | None, versions: list[VersionWrite], when: datetime
+    ) -> list[str]:
+        """One commit per version, each on the one before, the first on `head`."""
+        commits: list[str] = []
+        parent = head
+        for write in versions:
+            tree = self._tree(cwd, write.playbook.to_jsonl())
+            message = commit_message(write.playbook, write.batch_id, write.source)
+            parent = self.commit_merge(cwd, tree, [parent] if parent else [], message, when)
+            commits.append(parent)
+        return commits
 
     def _chain(self, workdir: Path, head: str, count: int) -> list[str]:
         """`head` and its first parents, `count` commits, oldest first."""
@@ -266,20 +317,16 @@ class PlaybookStore(IntegrationWorkspaces):
                 f"cannot follow v{version - 1}: the playbook's writer and origin disagree"
             )
 
-    def _tree(self, workdir: Path, jsonl: str) -> str:
-        """A tree holding only PLAYBOOK_PATH with `jsonl`, built in the clone's index."""
-        scratch = workdir / PLAYBOOK_PATH
-        scratch.parent.mkdir(parents=True, exist_ok=True)
-        scratch.write_text(jsonl, encoding="utf-8")
-        blob = self._git(
-            ["hash-object", "-w", "--no-filters", "--", PLAYBOOK_PATH], cwd=workdir
-        ).stdout.strip()
-        self._git(["read-tree", "--empty"], cwd=workdir)
-        self._git(
-            ["update-index", "--add", "--cacheinfo", f"100644,{blob},{PLAYBOOK_PATH}"],
-            cwd=workdir,
-        )
-        return self._git(["write-tree"], cwd=workdir).stdout.strip()
+    def _tree(self, cwd: Path, jsonl: str) -> str:
+        """A tree holding only PLAYBOOK_PATH with `jsonl`, its objects written in the
+        repository at `cwd` (a write clone, or a bare origin: no index or work tree needed)."""
+        *folders, leaf = PLAYBOOK_PATH.split("/")
+        sha = self._git_bytes(["hash-object", "-w", "--stdin"], jsonl.encode(), cwd=cwd)
+        entry = f"100644 blob {sha.stdout.decode().strip()}\t{leaf}\0"
+        for folder in reversed(folders):
+            made = self._git_bytes(["mktree", "-z"], entry.encode(), cwd=cwd)
+            entry = f"040000 tree {made.stdout.decode().strip()}\t{folder}\0"
+        return self._git_bytes(["mktree", "-z"], entry.encode(), cwd=cwd).stdout.decode().strip()
 
 
 def _version_in(trailers: dict[str, str]) -> int | None:

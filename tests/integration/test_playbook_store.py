@@ -21,6 +21,7 @@ from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import BranchMovedError
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
 from loopworks.workspace.runner import GIT_SPAWNS, GitError
+from loopworks.workspace.stores import own_origin_store
 from tests.integration.stack import git
 
 pytestmark = pytest.mark.integration
@@ -34,13 +35,16 @@ def _store(tmp_path: Path, name: str = "worker-a") -> PlaybookStore:
     return PlaybookStore.of(GitWorkspaces(tmp_path / name, "loopworks-test", "loops@example.com"))
 
 
-@pytest.fixture(params=["bare", "non-bare"])
+@pytest.fixture(params=["bare", "non-bare", "own"])
 def origin(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A `file://` URL of a bare origin, or the path of a non-bare one; both with `main`."""
+    """A `file://` URL of a bare origin, the path of a non-bare one, or the path of the
+    service's own origin (written in place, workspace/stores.py); all with `main`."""
     bare = tmp_path / "origin.git"
     GitWorkspaces(tmp_path / "setup", "t", "t@example.com").ensure_default_origin(bare)
     if request.param == "bare":
         return bare.as_uri()
+    if request.param == "own":
+        return str(bare)
     work = tmp_path / "work"
     git("clone", "--quiet", str(bare), str(work))
     return str(work)
@@ -104,6 +108,26 @@ def test_first_write_makes_an_orphan_branch_with_only_the_playbook(
     assert "Playbook-Version: 1\nPlaybook-Batch: batch-1\nPlaybook-Source: run-1" in message
     assert _git(origin, "show", "-s", "--format=%cI", sha) == "2024-05-01T12:00:00+00:00"
     assert store.current(origin, NAME) == first
+    git("--git-dir", _git_dir(origin), "fsck", "--strict", "--no-dangling")
+
+
+def test_in_place_and_pushed_writes_make_the_same_commits(tmp_path: Path) -> None:
+    """The service's own origin and an origin pushed to get the very same objects: a
+    version's sha does not depend on how it reached origin."""
+    made = []
+    for name in ("own", "pushed"):
+        bare = tmp_path / name / "origin.git"
+        GitWorkspaces(tmp_path / name / "setup", "t", "t@example.com").ensure_default_origin(bare)
+        origin = str(bare) if name == "own" else bare.as_uri()
+        store = _store(tmp_path / name)
+        made.append(
+            [
+                store.write_version(origin, pb, f"b-{pb.version}", "run", WHEN)
+                for pb in (_version(1, "a"), _version(2, "a", "b"))
+            ]
+        )
+    assert own_origin_store(str(tmp_path / "own" / "origin.git")) is not None
+    assert made[0] == made[1]
 
 
 def test_versions_newest_first_and_any_version_readable(tmp_path: Path, origin: str) -> None:
@@ -157,7 +181,7 @@ def test_a_retried_write_returns_the_same_commit_and_makes_none(
     assert _git(origin, "rev-list", "--count", REF) == "1"
 
 
-def test_consecutive_versions_go_in_one_push_each_a_commit_of_its_own(
+def test_consecutive_versions_go_in_one_swap_each_a_commit_of_its_own(
     tmp_path: Path, origin: str
 ) -> None:
     store = _store(tmp_path)
@@ -168,7 +192,13 @@ def test_consecutive_versions_go_in_one_push_each_a_commit_of_its_own(
     ]
     before = GIT_SPAWNS.snapshot()
     shas = store.write_versions(origin, writes, WHEN)
-    assert (GIT_SPAWNS.snapshot() - before)["push"] == 1
+    spawned = GIT_SPAWNS.snapshot() - before
+    if own_origin_store(origin) is None:
+        assert spawned["push"] == 1
+    else:
+        # In place: one compare-and-swap of the ref, and no clone, fetch or push at all.
+        assert spawned["update-ref"] == 1
+        assert not {"push", "fetch", "ls-remote", "clone", "init"} & set(spawned)
     assert _git(origin, "rev-list", "--first-parent", REF).split()[:2] == shas[::-1]
     assert [(v.version, v.batch_id, v.items) for v in store.versions(origin, NAME)] == [
         (3, "batch-3", 3),
@@ -204,9 +234,14 @@ def test_a_branch_moved_between_read_and_push_is_not_overwritten(
     theirs = _store(tmp_path, "worker-b").write_version(
         origin, _version(2, "theirs"), "batch-x", "run-x", WHEN
     )
-    reads = iter([first])
-    real = store._fetch_head
-    monkeypatch.setattr(store, "_fetch_head", lambda w, o: next(reads, None) or real(w, o))
+    if own_origin_store(origin) is None:
+        reads = iter([first])
+        real = store._fetch_head
+        monkeypatch.setattr(store, "_fetch_head", lambda w, o: next(reads, None) or real(w, o))
+    else:
+        stale = iter([(first, {"Playbook-Version": "1", "Playbook-Batch": "batch-1"})])
+        read = store._head_in
+        monkeypatch.setattr(store, "_head_in", lambda g: next(stale, None) or read(g))
     with pytest.raises(BranchMovedError):
         store.write_version(origin, _version(2, "mine"), "batch-2", "run-1", WHEN)
     assert _git(origin, "rev-parse", REF) == theirs
