@@ -235,9 +235,20 @@ async def one_run(env: WorkflowEnvironment, queue: str) -> RunFigures:
     )
 
 
-async def history_length(env: WorkflowEnvironment, run_id: str) -> int:
+@dataclass
+class HistoryFigures:
+    events: int
+    activities: Counter[str]  # activities scheduled, by type
+
+
+async def read_history(env: WorkflowEnvironment, run_id: str) -> HistoryFigures:
     history = await env.client.get_workflow_handle(run_id).fetch_history()
-    return len(history.events)
+    activities = Counter(
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    )
+    return HistoryFigures(events=len(history.events), activities=activities)
 
 
 @dataclass
@@ -322,7 +333,7 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
                 costs = Costs.now(server_pid) - before
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
-                history_events = [await history_length(env, r.run_id) for r in results]
+                histories = [await read_history(env, r.run_id) for r in results]
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
                 long = (
@@ -351,7 +362,11 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
     print(f"throughput           {runs / total:.2f} runs/s")
     print(f"run latency median   {statistics.median(latencies):.2f} s")
     print(f"run latency max      {latencies[-1]:.2f} s")
-    print(f"history events/run   {statistics.mean(history_events):.0f}")
+    print(f"history events/run   {statistics.mean(h.events for h in histories):.0f}")
+    activities = sum((h.activities for h in histories), Counter[str]())
+    print(f"activities/run       {activities.total() / runs:.1f} (the playbook's writer apart)")
+    by_type = ", ".join(f"{name} {count / runs:.1f}" for name, count in activities.most_common())
+    print(f"  by type            {by_type}")
     print(f"loop events/run      {statistics.mean(r.loop_events for r in results):.0f}")
     print(f"peak RSS (process)   {peak_mib:.0f} MiB")
     print()

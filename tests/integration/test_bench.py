@@ -1,0 +1,55 @@
+"""The benchmark the README quotes still runs and prints every figure it names: a script
+nothing runs goes stale without anyone noticing. Its figures are not checked: they are
+measurements, not targets (scripts/bench.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.stack import ROOT
+
+pytestmark = pytest.mark.integration
+
+FIGURES = [
+    "history events/run",
+    "activities/run",
+    "one run alone",
+    "slowdown (median)",
+    "CPU/run",
+    "temporal server",
+    "git processes/run",
+    "model calls/run",
+]
+
+
+def test_the_benchmark_runs_and_prints_its_figures() -> None:
+    env = {**os.environ, "LOOPS_SANDBOX": "off"}
+    env.pop("ANTHROPIC_API_KEY", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--runs",
+            "2",
+            "--concurrency",
+            "2",
+            "--long-iterations",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for figure in FIGURES:
+        assert re.search(rf"^\s*{re.escape(figure)}\s+\S", done.stdout, re.MULTILINE), figure
+    # Two iterations a run, each with its activities: the history was read, not skipped.
+    activities = re.search(r"^activities/run\s+([\d.]+)", done.stdout, re.MULTILINE)
+    assert activities is not None and float(activities.group(1)) > 10
