@@ -6,7 +6,7 @@ from temporalio import activity
 
 from loopworks.schemas.contexts import PreparerContext
 from loopworks.schemas.roles import Preparation, Role
-from loopworks.schemas.rules import PreparedCheck
+from loopworks.schemas.rules import PreparedCheck, concrete_checks, described_rules
 from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
 from loopworks.worker.deps import StepDeps, now
 
@@ -19,12 +19,8 @@ class PreparationActivities:
     async def prepare_checks(self, step: PrepareInput) -> PrepareOutput:
         started = now()
         # Rules that already carry a concrete check need no model: only sentences do.
-        concrete = [
-            PreparedCheck(rule_id=r.id, check=r.check)
-            for r in step.rules
-            if not isinstance(r.check, str)
-        ]
-        described = [r for r in step.rules if isinstance(r.check, str)]
+        concrete = concrete_checks(step.rules)
+        described = described_rules(step.rules)
         output = PrepareOutput(checks=concrete)
         if described:
             context = PreparerContext(task=step.task, rules=described)

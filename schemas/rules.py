@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -226,6 +227,21 @@ class PreparedCheck(BaseModel):
     check: Check = Field(description="The concrete check.")
 
     _normalise_rule_id = field_validator("rule_id", mode="before")(rule_id_before)
+
+
+def concrete_checks(rules: Sequence[Rule]) -> list[PreparedCheck]:
+    """The checks of the rules that carry a concrete one: PREPARE asks a model only for
+    the rules that describe theirs in a sentence (`described_rules`)."""
+    return [
+        PreparedCheck(rule_id=rule.id, check=rule.check)
+        for rule in rules
+        if not isinstance(rule.check, str)
+    ]
+
+
+def described_rules(rules: Sequence[Rule]) -> list[Rule]:
+    """The rules whose check is a sentence, for PREPARE's model to make concrete."""
+    return [rule for rule in rules if isinstance(rule.check, str)]
 
 
 class CheckGroup(StrEnum):

@@ -22,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.evaluation import CheckResult, Evaluation
     from loopworks.schemas.events import EventName
     from loopworks.schemas.roles import Role as R
-    from loopworks.schemas.rules import CheckGroup, PreparedCheck
+    from loopworks.schemas.rules import (
+        CheckGroup,
+        PreparedCheck,
+        concrete_checks,
+        described_rules,
+    )
     from loopworks.schemas.run import RunRequest, Step
     from loopworks.schemas.steps import (
         EvaluateGroupInput,
@@ -44,13 +49,24 @@ class Checking(OnRecord):
     async def prepare(self, set_step: bool = True) -> list[PreparedCheck]:
         """Step 5's PREPARE: checks from the task and the active rules, made anew only when
         those rules change (the first iteration, the phase switch, an approval), so later
-        iterations make no model call and their scores compare like with like."""
+        iterations make no model call and their scores compare like with like; rules that
+        all carry their check need no model at all, and no activity."""
         state, memory = self.state, self.memory
         rules = decisions.active_rules(state.rules, state.phase)
         key = decisions.rules_key(rules)
         if memory.prepared_for == key and workflow.patched(patches.PREPARE_ONCE_PER_RULES):
-            self.record.emit(*step_events.reused(rules, memory.prepared_checks))
+            self.record.emit(
+                *step_events.prepared_without_activity(rules, memory.prepared_checks, reused=True)
+            )
             return memory.prepared_checks
+        if not described_rules(rules) and workflow.patched(patches.PREPARE_WITHOUT_A_MODEL):
+            # Every rule carries its check: nothing for a model to do, so no activity.
+            if set_step:
+                self.record.set_step(Step.PREPARE)
+            checks = concrete_checks(rules)
+            self.record.emit(*step_events.prepared_without_activity(rules, checks, reused=False))
+            memory.prepared_checks, memory.prepared_for = checks, key
+            return checks
         prepared = await self.runner.model_step(
             Step.PREPARE,
             R.PREPARER,

@@ -17,3 +17,5 @@ PREPARE_ONCE_PER_RULES = "prepare-once-per-rules"
 EVALUATE_EACH_CHECK_ONCE_PER_COMMIT = "evaluate-each-check-once-per-commit"
 # The reflection and insights go into close's commit: reflect makes no commit or push.
 REFLECTION_RECORDED_AT_CLOSE = "reflection-recorded-at-close"
+# PREPARE asks no activity when every active rule carries a concrete check.
+PREPARE_WITHOUT_A_MODEL = "prepare-without-a-model"

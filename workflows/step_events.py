@@ -68,10 +68,13 @@ def prepared(rules: Sequence[Rule]) -> Callable[[PrepareOutput], Announcement]:
     return announce
 
 
-def reused(rules: Sequence[Rule], checks: Sequence[PreparedCheck]) -> Announcement:
-    """PREPARE skipped: the checks an earlier iteration made from the same rules."""
+def prepared_without_activity(
+    rules: Sequence[Rule], checks: Sequence[PreparedCheck], *, reused: bool
+) -> Announcement:
+    """PREPARE without a model: the checks an earlier iteration made from the same rules
+    (`reused`), or the rules' own concrete checks."""
     payload = ev.ChecksPreparedPayload(
-        checks=len(checks), rules=[rule.id for rule in rules], reused=True
+        checks=len(checks), rules=[rule.id for rule in rules], reused=reused
     )
     return EventName.CHECKS_PREPARED, payload
 

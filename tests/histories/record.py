@@ -126,6 +126,25 @@ async def _record_two_group_run(client: Client, settings: Settings) -> WorkflowH
         return await run.fetch_history()
 
 
+async def _record_concrete_rules_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `prepare-without-a-model`: its rules all carry their checks, so PREPARE
+    makes them without an activity, on the first iteration and at the phase switch."""
+    rules = [rule for rule in TWO_GROUP_RULES if not isinstance(rule["check"], str)]
+    rules.append({"id": "has-body", "description": "A body", "severity": "warn",
+                  "phase": "B", "check": {"kind": "pattern", "pattern": "\\w+"}})  # fmt: skip
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-concrete-rules",
+            task="Write a guide to caching",
+            rules=rules,
+            playbook=False,
+        )
+        await run.result()
+        return await run.fetch_history()
+
+
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
     slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
@@ -300,6 +319,7 @@ RECORDERS = {
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,
     "two_group_run": _record_two_group_run,
+    "concrete_rules_run": _record_concrete_rules_run,
 }
 
 

@@ -325,10 +325,41 @@ async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarne
     prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
     reused = [p for p in prepared if p.reused]
     fresh = [p for p in prepared if not p.reused]
-    assert state.iteration >= 2 and reused
-    assert scheduled.count("prepare_checks") == len(fresh)
+    described = {rule.id for rule in state.rules if isinstance(rule.check, str)}
+    asked = [f for f in fresh if described & set(f.rules)]  # a model had rules to make
+    assert state.iteration >= 2 and reused and asked
+    assert scheduled.count("prepare_checks") == len(asked)
     assert all(p.rules in [f.rules for f in fresh] and p.checks for p in reused)
     assert len({tuple(f.rules) for f in fresh}) == len(fresh)  # each fresh one: new rules
+
+
+async def test_rules_that_all_carry_their_check_are_prepared_without_an_activity(
+    harness: LoopHarness,
+) -> None:
+    """PREPARE's model only turns sentences into checks: when every active rule carries
+    its check (here in both phases), the workflow takes them as they are."""
+    rules = [
+        TITLE_RULE,
+        {"id": "written", "description": "Not empty", "severity": "fail",
+         "check": {"kind": "command", "command": "test -s artifact.md"}},
+        {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
+         "check": {"kind": "pattern", "pattern": "\\w+"}},
+    ]  # fmt: skip
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", rules=rules, max_iterations=1)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+        scheduled = await harness.scheduled_activities(handle)
+
+    prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
+    assert [(p.rules, p.checks, p.reused) for p in prepared] == [
+        (["has-title", "written"], 2, False),
+        (["has-title", "written", "has-body"], 3, False),
+    ]
+    assert "prepare_checks" not in scheduled
+    evaluations = [e.payload for e in events if isinstance(e, EvaluationDone)]
+    assert len(evaluations) == 2 and evaluations[-1].passed
+    assert state.usage.calls > 0 and state.status == RunStatus.COMPLETED
 
 
 async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowHistory
@@ -38,6 +39,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "playbook_writer.json",
         "playbook_grouped.json",
         "two_group_run.json",
+        "concrete_rules_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
@@ -123,18 +125,15 @@ def test_the_grouped_writer_history_commits_batches_together() -> None:
     assert 1 <= len(commits) < len(signals)
 
 
-def test_the_two_group_history_prepares_and_evaluates_each_check_once() -> None:
-    events = json.loads((HISTORIES / "two_group_run.json").read_text())["events"]
-    scheduled = [
+def _scheduled(events: list[dict[str, Any]]) -> list[str]:
+    return [
         e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
         for e in events
         if "activityTaskScheduledEventAttributes" in e
     ]
-    assert scheduled.count("plan_iteration") == 2  # two iterations,
-    assert scheduled.count("prepare_checks") == 1  # one PREPARE: the same rules throughout
-    # Three evaluations; the last (the phase switch, on the same commit, with the same
-    # rules) runs no check again: two of two groups.
-    assert scheduled.count("evaluate_group") == 2 * 2
+
+
+def _patch_ids(events: list[dict[str, Any]]) -> list[str]:
     patches = [
         base64.b64decode(
             e["markerRecordedEventAttributes"]["details"]["patch-data"]["payloads"][0]["data"]
@@ -142,10 +141,35 @@ def test_the_two_group_history_prepares_and_evaluates_each_check_once() -> None:
         for e in events
         if e.get("markerRecordedEventAttributes", {}).get("markerName") == "core_patch"
     ]
-    assert [json.loads(p)["id"] for p in patches] == [
+    return [json.loads(p)["id"] for p in patches]
+
+
+def test_the_two_group_history_prepares_and_evaluates_each_check_once() -> None:
+    events = json.loads((HISTORIES / "two_group_run.json").read_text())["events"]
+    scheduled = _scheduled(events)
+    assert scheduled.count("plan_iteration") == 2  # two iterations,
+    assert scheduled.count("prepare_checks") == 1  # one PREPARE: the same rules throughout
+    # Three evaluations; the last (the phase switch, on the same commit, with the same
+    # rules) runs no check again: two of two groups.
+    assert scheduled.count("evaluate_group") == 2 * 2
+    assert _patch_ids(events) == [
         "judge-in-content-group",
         "prepare-once-per-rules",
         "evaluate-each-check-once-per-commit",
         "reflection-recorded-at-close",
     ]
     assert "record_and_close_run" in scheduled and "close_run" not in scheduled
+
+
+def test_the_concrete_rules_history_prepares_without_an_activity() -> None:
+    """Recorded since `prepare-without-a-model`: PREPARE on the first iteration and at the
+    phase switch, neither an activity; the two-group history above (recorded before)
+    replays with its PREPARE activity."""
+    events = json.loads((HISTORIES / "concrete_rules_run.json").read_text())["events"]
+    scheduled = _scheduled(events)
+    assert "prepare_checks" not in scheduled
+    assert scheduled.count("plan_iteration") == 2 and "evaluate_group" in scheduled
+    assert "prepare-without-a-model" in _patch_ids(events)
+    assert "prepare-without-a-model" not in _patch_ids(
+        json.loads((HISTORIES / "two_group_run.json").read_text())["events"]
+    )
