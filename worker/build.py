@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
@@ -36,6 +38,8 @@ from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
+
+log = logging.getLogger(__name__)
 
 
 def build_models(settings: Settings) -> ModelSource:
@@ -139,4 +143,13 @@ def build_worker(
         # each beat the step makes (worker/deps.py heartbeating) rather than hold it back.
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
         default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
+        workflow_runner=workflow_runner(settings),
     )
+
+
+def workflow_runner(settings: Settings) -> WorkflowRunner:
+    """The SDK's sandbox unless `LOOPS_WORKFLOW_SANDBOX=false`."""
+    if settings.workflow_sandbox:
+        return SandboxedWorkflowRunner()
+    log.warning("LOOPS_WORKFLOW_SANDBOX=false: workflow code runs without Temporal's sandbox")
+    return UnsandboxedWorkflowRunner()

@@ -30,6 +30,7 @@ FIGURES = [
 def test_the_benchmark_runs_and_prints_its_figures() -> None:
     env = {**os.environ, "LOOPS_SANDBOX": "off"}
     env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("LOOPS_WORKFLOW_SANDBOX", None)
     done = subprocess.run(
         [
             sys.executable,
@@ -50,6 +51,7 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     for figure in FIGURES:
         assert re.search(rf"^\s*{re.escape(figure)}\s+\S", done.stdout, re.MULTILINE), figure
+    assert re.search(r"^workflow sandbox\s+on$", done.stdout, re.MULTILINE)
     # Two iterations a run, each with its activities: the history was read, not skipped.
     activities = re.search(r"^activities/run\s+([\d.]+)", done.stdout, re.MULTILINE)
     assert activities is not None and float(activities.group(1)) > 10

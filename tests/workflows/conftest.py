@@ -38,9 +38,16 @@ class LoopHarness:
 
     @asynccontextmanager
     async def worker(
-        self, script: dict[str, Any] | None = None, latency_ms: int = 0
+        self,
+        script: dict[str, Any] | None = None,
+        latency_ms: int = 0,
+        workflow_sandbox: bool = True,
     ) -> AsyncIterator[None]:
-        settings = Settings(LOOPS_DATA_DIR=self.data_dir, LOOPS_TASK_QUEUE=self.task_queue)
+        settings = Settings(
+            LOOPS_DATA_DIR=self.data_dir,
+            LOOPS_TASK_QUEUE=self.task_queue,
+            LOOPS_WORKFLOW_SANDBOX=workflow_sandbox,
+        )
         model = OfflineModels(
             latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})
         )

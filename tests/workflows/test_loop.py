@@ -9,10 +9,15 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from loopworks.schemas.events import ArtifactCreated, ChecksPrepared, EvaluationDone
 from loopworks.schemas.payloads import Timed
 from loopworks.schemas.run import RunStatus, StopReason
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import workflow_runner
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names
 
@@ -450,3 +455,23 @@ async def test_stop_while_reflecting_does_not_cancel_the_close(harness: LoopHarn
     assert state.status == RunStatus.COMPLETED
     assert state.stop_reason == StopReason.THRESHOLD_REACHED
     assert events[-2:] == ["reflection_done", "pushed"]
+
+
+def test_the_worker_keeps_temporals_workflow_sandbox_unless_told_not_to() -> None:
+    assert isinstance(workflow_runner(Settings()), SandboxedWorkflowRunner)
+    unguarded = Settings(LOOPS_WORKFLOW_SANDBOX="false")
+    assert isinstance(workflow_runner(unguarded), UnsandboxedWorkflowRunner)
+
+
+async def test_a_run_on_a_worker_without_the_sandbox_replays_inside_it(
+    harness: LoopHarness,
+) -> None:
+    """`LOOPS_WORKFLOW_SANDBOX=false` drops the run-time guard only: the same workflow code
+    runs, and its history replays inside the sandbox, as the replay tests do."""
+    async with harness.worker(workflow_sandbox=False):
+        handle = await harness.start(task="Write a guide")
+        state = (await handle.result()).state
+        history = await handle.fetch_history()
+    assert state.status == RunStatus.COMPLETED and state.iteration >= 2
+    replayer = Replayer(workflows=[LoopWorkflow], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history)).replay_failure is None
