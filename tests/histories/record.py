@@ -17,6 +17,7 @@ import logging
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -98,7 +99,7 @@ async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistor
 # Each kind of check, so that EVALUATE runs its two groups (exec; content with the
 # judgement), and a command that fails the first iteration, so that the second reuses
 # PREPARE's checks.
-TWO_GROUP_RULES = [
+TWO_GROUP_RULES: list[dict[str, Any]] = [
     {"id": "title", "description": "A title", "severity": "fail", "check": {
         "kind": "pattern", "pattern": "^# \\S"}},
     {"id": "second-draft", "description": "Fails the first iteration", "severity": "fail",
@@ -113,17 +114,7 @@ async def _record_two_group_run(client: Client, settings: Settings) -> WorkflowH
     `evaluate-each-check-once-per-commit` and `reflection-recorded-at-close`: two
     evaluation groups, PREPARE only when the active rules change, the phase switch
     re-running no check on the same commit, and the reflection in close's commit."""
-    async with build_worker(client, settings, models=OfflineModels()):
-        run = await _start(
-            client,
-            settings.task_queue,
-            "recorded-two-groups",
-            task="Write a guide to caching",
-            rules=TWO_GROUP_RULES,
-            playbook=False,
-        )
-        await run.result()
-        return await run.fetch_history()
+    return await _record_with_rules(client, settings, "recorded-two-groups", TWO_GROUP_RULES)
 
 
 async def _record_concrete_rules_run(client: Client, settings: Settings) -> WorkflowHistory:
@@ -132,11 +123,17 @@ async def _record_concrete_rules_run(client: Client, settings: Settings) -> Work
     rules = [rule for rule in TWO_GROUP_RULES if not isinstance(rule["check"], str)]
     rules.append({"id": "has-body", "description": "A body", "severity": "warn",
                   "phase": "B", "check": {"kind": "pattern", "pattern": "\\w+"}})  # fmt: skip
+    return await _record_with_rules(client, settings, "recorded-concrete-rules", rules)
+
+
+async def _record_with_rules(
+    client: Client, settings: Settings, run_id: str, rules: list[dict[str, Any]]
+) -> WorkflowHistory:
     async with build_worker(client, settings, models=OfflineModels()):
         run = await _start(
             client,
             settings.task_queue,
-            "recorded-concrete-rules",
+            run_id,
             task="Write a guide to caching",
             rules=rules,
             playbook=False,

@@ -35,6 +35,14 @@ TITLE_RULE = {
     "severity": "fail",
     "check": {"kind": "pattern", "pattern": "^# \\S"},
 }
+# Each carries its check: a command and a pattern in phase A, a pattern in phase B.
+PHASED_RULES = [
+    TITLE_RULE,
+    {"id": "written", "description": "Not empty", "severity": "fail",
+     "check": {"kind": "command", "command": "test -s artifact.md"}},
+    {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
+     "check": {"kind": "pattern", "pattern": "\\w+"}},
+]  # fmt: skip
 # No example: the offline refiner has nothing to add, so this rule never passes.
 IMPOSSIBLE_RULE = {
     "id": "impossible",
@@ -343,15 +351,8 @@ async def test_rules_that_all_carry_their_check_are_prepared_without_an_activity
 ) -> None:
     """PREPARE's model only turns sentences into checks: when every active rule carries
     its check (here in both phases), the workflow takes them as they are."""
-    rules = [
-        TITLE_RULE,
-        {"id": "written", "description": "Not empty", "severity": "fail",
-         "check": {"kind": "command", "command": "test -s artifact.md"}},
-        {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
-         "check": {"kind": "pattern", "pattern": "\\w+"}},
-    ]  # fmt: skip
     async with harness.worker():
-        handle = await harness.start(task="Write a guide", rules=rules, max_iterations=1)
+        handle = await harness.start(task="Write a guide", rules=PHASED_RULES, max_iterations=1)
         state = (await handle.result()).state
         events = await harness.events(handle)
         scheduled = await harness.scheduled_activities(handle)
@@ -373,15 +374,8 @@ async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(
     """Re-evaluating the same commit reuses the results of the checks already run on it:
     phase B adds a pattern, so only the content group runs again, and the exec group's
     command does not."""
-    rules = [
-        TITLE_RULE,
-        {"id": "written", "description": "Not empty", "severity": "fail",
-         "check": {"kind": "command", "command": "test -s artifact.md"}},
-        {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
-         "check": {"kind": "pattern", "pattern": "\\w+"}},
-    ]  # fmt: skip
     async with harness.worker():
-        handle = await harness.start(task="Write a guide", rules=rules, max_iterations=1)
+        handle = await harness.start(task="Write a guide", rules=PHASED_RULES, max_iterations=1)
         await handle.result()
         events = await harness.events(handle)
         groups = (await harness.scheduled_activities(handle)).count("evaluate_group")
