@@ -59,8 +59,8 @@ class Settings(BaseSettings):
     sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
     # Temporal's workflow sandbox re-imports workflow code per run and guards it against
     # non-deterministic calls at run time. It costs CPU on every step (the SDK enters it for
-    # each payload it converts: see README, "Scaling out"); `false` trades that guard for
-    # the CPU. The replay tests replay recorded histories inside it either way.
+    # each payload it converts: the README's benchmark figures); `false` trades that guard
+    # for the CPU. The replay tests replay recorded histories inside it either way.
     workflow_sandbox: bool = Field(default=True, alias="LOOPS_WORKFLOW_SANDBOX")
     # Where runs' working clones live; default `<LOOPS_DATA_DIR>/workspaces`. The sandbox's
     # user must reach them (`loops up` picks a place when the data directory is private).

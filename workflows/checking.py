@@ -65,20 +65,20 @@ class Checking(OnRecord):
                 self.record.set_step(Step.PREPARE)
             checks = concrete_checks(rules)
             self.record.emit(*step_events.prepared_without_activity(rules, checks, reused=False))
-            memory.prepared_checks, memory.prepared_for = checks, key
-            return checks
-        prepared = await self.runner.model_step(
-            Step.PREPARE,
-            R.PREPARER,
-            PreparationActivities.prepare_checks,
-            lambda f: PrepareInput(**f, task=self.request.task, rules=rules),
-            MODEL_CALL,
-            f"iteration {state.iteration} · prepare · {len(rules)} rules",
-            step_events.prepared(rules),
-            set_step=set_step,
-        )
-        memory.prepared_checks, memory.prepared_for = prepared.checks, key
-        return prepared.checks
+        else:
+            prepared = await self.runner.model_step(
+                Step.PREPARE,
+                R.PREPARER,
+                PreparationActivities.prepare_checks,
+                lambda f: PrepareInput(**f, task=self.request.task, rules=rules),
+                MODEL_CALL,
+                f"iteration {state.iteration} · prepare · {len(rules)} rules",
+                step_events.prepared(rules),
+                set_step=set_step,
+            )
+            checks = prepared.checks
+        memory.prepared_checks, memory.prepared_for = checks, key
+        return checks
 
     async def evaluate(self, checks: list[PreparedCheck]) -> Evaluation:
         """Step 6: one activity per independent check group, in parallel, then score. On a

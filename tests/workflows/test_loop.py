@@ -15,6 +15,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from loopworks.schemas.events import ArtifactCreated, ChecksPrepared, EvaluationDone
 from loopworks.schemas.payloads import Timed
+from loopworks.schemas.rules import described_rules
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import workflow_runner
@@ -338,7 +339,7 @@ async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarne
     prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
     reused = [p for p in prepared if p.reused]
     fresh = [p for p in prepared if not p.reused]
-    described = {rule.id for rule in state.rules if isinstance(rule.check, str)}
+    described = {rule.id for rule in described_rules(state.rules)}
     asked = [f for f in fresh if described & set(f.rules)]  # a model had rules to make
     assert state.iteration >= 2 and reused and asked
     assert scheduled.count("prepare_checks") == len(asked)
