@@ -57,11 +57,14 @@ class Settings(BaseSettings):
     # Agent commands and command checks run in the bubblewrap sandbox (checks/sandbox.py);
     # a worker that cannot sandbox refuses to start unless this is `off`.
     sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
-    # Temporal's workflow sandbox re-imports workflow code per run and guards it against
-    # non-deterministic calls at run time. It costs CPU on every step (the SDK enters it for
-    # each payload it converts: the README's benchmark figures); `false` trades that guard
-    # for the CPU. The replay tests replay recorded histories inside it either way.
-    workflow_sandbox: bool = Field(default=True, alias="LOOPS_WORKFLOW_SANDBOX")
+    # Temporal's workflow sandbox guards workflow code against non-deterministic calls at
+    # run time, and costs a fifth of the worker's CPU (the SDK enters it for each payload
+    # it converts: the README's benchmark figures). The only workflow code a worker runs
+    # is loopworks' own, and the tests run it all inside the sandbox (every workflow test,
+    # every recorded history replayed, tests/workflows/conftest.py) and check its modules
+    # for the calls it would stop (tests/unit/test_workflow_determinism.py): the guard is
+    # kept where a mistake can be made, before release. `true` keeps it at run time too.
+    workflow_sandbox: bool = Field(default=False, alias="LOOPS_WORKFLOW_SANDBOX")
     # Where runs' working clones live; default `<LOOPS_DATA_DIR>/workspaces`. The sandbox's
     # user must reach them (`loops up` picks a place when the data directory is private).
     workspaces_root: Path | None = Field(default=None, alias="LOOPS_WORKSPACES_DIR")

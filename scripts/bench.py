@@ -21,8 +21,8 @@ starts them (workspace/runner.py). `--latency-ms N` makes each model request wai
 against one run alone on the same worker. On a shared machine every figure is noisy.
 
 The worker takes its settings from the environment like any worker:
-`LOOPS_WORKFLOW_SANDBOX=false` measures it without Temporal's workflow sandbox, and the
-first line of figures says which.
+`LOOPS_WORKFLOW_SANDBOX=true` measures it with Temporal's workflow sandbox on (a worker
+runs workflows outside it by default), and the first lines of figures say which.
 
 Machine figures: the CPU a fixed piece of work costs now (a `git --version` spawn, a
 loop of pydantic round trips). A shared machine's speed drifts; compare CPU figures
@@ -361,7 +361,7 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
         f"machine now          git spawn {speed.git_spawn_ms:.2f} ms CPU,"
         f" reference Python work {speed.python_ms * 1000:.0f} ms"
     )
-    guard = "on" if settings.workflow_sandbox else "off (LOOPS_WORKFLOW_SANDBOX=false)"
+    guard = "on (LOOPS_WORKFLOW_SANDBOX=true)" if settings.workflow_sandbox else "off"
     print(f"workflow sandbox     {guard}")
     print(f"runs                 {runs} (concurrency {concurrency})")
     print(f"wall time            {total:.2f} s")

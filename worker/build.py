@@ -148,8 +148,9 @@ def build_worker(
 
 
 def workflow_runner(settings: Settings) -> WorkflowRunner:
-    """The SDK's sandbox unless `LOOPS_WORKFLOW_SANDBOX=false`."""
+    """Workflow code outside Temporal's sandbox unless `LOOPS_WORKFLOW_SANDBOX=true`
+    (why: the setting's comment in schemas/settings.py)."""
     if settings.workflow_sandbox:
+        log.info("LOOPS_WORKFLOW_SANDBOX=true: workflow code runs inside Temporal's sandbox")
         return SandboxedWorkflowRunner()
-    log.warning("LOOPS_WORKFLOW_SANDBOX=false: workflow code runs without Temporal's sandbox")
     return UnsandboxedWorkflowRunner()

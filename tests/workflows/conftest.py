@@ -107,6 +107,14 @@ class LoopHarness:
         ]
 
 
+@pytest.fixture(autouse=True)
+def inside_the_workflow_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every workflow test runs its workflows inside Temporal's sandbox, whatever Settings
+    it builds: the guard a worker leaves off by default is kept here, where a
+    non-deterministic call would be made (schemas/settings.py, LOOPS_WORKFLOW_SANDBOX)."""
+    monkeypatch.setenv("LOOPS_WORKFLOW_SANDBOX", "true")
+
+
 @pytest.fixture
 def harness(time_skipping_env: WorkflowEnvironment, tmp_path: Path) -> LoopHarness:
     return LoopHarness(time_skipping_env, tmp_path / "data", f"q-{uuid.uuid4().hex[:8]}")

@@ -452,17 +452,25 @@ async def test_stop_while_reflecting_does_not_cancel_the_close(harness: LoopHarn
     assert events[-2:] == ["reflection_done", "pushed"]
 
 
-def test_the_worker_keeps_temporals_workflow_sandbox_unless_told_not_to() -> None:
+def test_a_worker_runs_workflows_outside_the_sandbox_unless_told_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("LOOPS_WORKFLOW_SANDBOX")
+    assert isinstance(workflow_runner(Settings()), UnsandboxedWorkflowRunner)
+    guarded = Settings(LOOPS_WORKFLOW_SANDBOX="true")
+    assert isinstance(workflow_runner(guarded), SandboxedWorkflowRunner)
+
+
+def test_the_workflow_tests_run_inside_the_sandbox() -> None:
+    """Whatever Settings a workflow test builds (tests/workflows/conftest.py)."""
     assert isinstance(workflow_runner(Settings()), SandboxedWorkflowRunner)
-    unguarded = Settings(LOOPS_WORKFLOW_SANDBOX="false")
-    assert isinstance(workflow_runner(unguarded), UnsandboxedWorkflowRunner)
 
 
 async def test_a_run_on_a_worker_without_the_sandbox_replays_inside_it(
     harness: LoopHarness,
 ) -> None:
-    """`LOOPS_WORKFLOW_SANDBOX=false` drops the run-time guard only: the same workflow code
-    runs, and its history replays inside the sandbox, as the replay tests do."""
+    """What a worker does by default: the same workflow code runs, and its history
+    replays inside the sandbox, as the replay tests do."""
     async with harness.worker(workflow_sandbox=False):
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
