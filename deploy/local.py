@@ -27,7 +27,7 @@ from typing import Any
 
 from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.processes import API_COMMAND, WORKER_COMMAND, dev_server_flags
+from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.local")
@@ -121,7 +121,8 @@ class LocalStack:
                 "--namespace", self.settings.temporal_namespace,
                 "--log-level", "warn",
             ]  # fmt: skip
-            command += dev_server_flags()
+            for name, kind in SEARCH_ATTRIBUTES.items():
+                command += ["--search-attribute", f"{name}={kind}"]
             self._spawn("temporal", command, dict(os.environ))
             _wait(lambda: _port_open(host, self.temporal_port), "the Temporal dev server")
 

@@ -7,8 +7,6 @@ docker-compose.yml agrees.
 
 from __future__ import annotations
 
-import json
-
 API_MODULE = "loopworks.api"
 WORKER_MODULE = "loopworks.worker"
 
@@ -51,24 +49,3 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "GraphTasksCompleted": "Int",
     "GraphTasksFailed": "Int",
 }
-
-# Dynamic config the loop's Temporal runs with: the dev server takes it as flags
-# (`dev_server_flags`), the compose server from deploy/temporal/dynamicconfig.yaml (a test
-# checks they agree). Eager activities: a workflow task that schedules an activity gets it
-# back in the server's reply and the same worker starts it at once, no trip through the
-# task queue: a run's steps stay on the worker that has its clone cached, and the server
-# does a database write and a dispatch fewer per step (about 5 to 10% of a run's CPU at a hundred
-# runs, README "Running the tests" figures). The SDK asks for it only with a free slot.
-SERVER_DYNAMIC_CONFIG: dict[str, bool] = {
-    "system.enableActivityEagerExecution": True,
-}
-
-
-def dev_server_flags() -> list[str]:
-    """`temporal server start-dev` flags: the loop's search attributes and dynamic config."""
-    flags: list[str] = []
-    for name, kind in SEARCH_ATTRIBUTES.items():
-        flags += ["--search-attribute", f"{name}={kind}"]
-    for key, value in SERVER_DYNAMIC_CONFIG.items():
-        flags += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
-    return flags

@@ -56,7 +56,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
-from loopworks.deploy.processes import dev_server_flags
+from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels
 from loopworks.schemas.events import EventName
@@ -313,11 +313,10 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=binary,
-        # The server `loops up` runs: the loop's search attributes and dynamic config.
-        dev_server_extra_args=dev_server_flags(),
     )
     server_pid = _server_pid(Path(binary))
     try:
+        await register_search_attributes(env.client, "default")
         with tempfile.TemporaryDirectory() as data:
             queue = f"bench-{uuid.uuid4().hex[:6]}"
             settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)

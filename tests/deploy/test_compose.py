@@ -27,10 +27,8 @@ from loopworks.deploy.processes import (
     GIT_SERVER_COMMAND,
     GIT_SERVER_SCRIPT,
     SEARCH_ATTRIBUTES,
-    SERVER_DYNAMIC_CONFIG,
     WORKER_COMMAND,
     WORKER_ENV,
-    dev_server_flags,
 )
 from tests.deploy._support import (
     ENV_FILE_NAMES,
@@ -412,15 +410,6 @@ def test_server_mounts_the_dynamic_config(services: dict[str, Any]) -> None:
         assert isinstance(entries, list) and entries, key
         for entry in entries:
             assert set(entry) == {"value", "constraints"}, key
-
-
-def test_the_compose_server_runs_with_the_dev_servers_dynamic_config() -> None:
-    config = yaml.safe_load((REPO / "deploy" / "temporal" / "dynamicconfig.yaml").read_text())
-    for key, value in SERVER_DYNAMIC_CONFIG.items():
-        assert config.get(key) == [{"value": value, "constraints": {}}], key
-    flags = dev_server_flags()
-    for key, value in SERVER_DYNAMIC_CONFIG.items():
-        assert f"{key}={json.dumps(value)}" in flags, key
 
 
 # ---------------------------------------------------------------- tracing

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.processes import API_COMMAND, WORKER_COMMAND, dev_server_flags
+from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,30 +129,14 @@ class DevServer:
     port: int
     ui_port: int
     process: Process
-    metrics_port: int = 0
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def metric(self, name: str, **labels: str) -> float:
-        """The sum of a Prometheus counter the server exports, over the series whose
-        labels include `labels`."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            series, _, value = line.rpartition(" ")
-            if not series.startswith(f"{name}{{") and series != name:
-                continue
-            if all(f'{key}="{want}"' in series for key, want in labels.items()):
-                total += float(value)
-        return total
-
     @classmethod
     def start(cls, workdir: Path) -> DevServer:
-        port, ui_port, metrics_port = free_port(), free_port(), free_port()
+        port, ui_port = free_port(), free_port()
         command = [
             find_binary("temporal"),
             "server",
@@ -163,19 +147,18 @@ class DevServer:
             str(port),
             "--ui-port",
             str(ui_port),
-            "--metrics-port",
-            str(metrics_port),
             "--db-filename",
             str(workdir / "temporal.db"),
             "--log-level",
             "error",
         ]
-        command += dev_server_flags()
+        for name, kind in SEARCH_ATTRIBUTES.items():
+            command += ["--search-attribute", f"{name}={kind}"]
         # A namespace of its own for a test that must see only its own runs.
         command += ["--namespace", FUZZ_NAMESPACE]
         process = start("temporal", command, os.environ, workdir / "logs")
         wait_for_port(port)
-        return cls(port, ui_port, process, metrics_port)
+        return cls(port, ui_port, process)
 
 
 @dataclass

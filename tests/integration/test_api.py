@@ -138,18 +138,6 @@ def test_run_completes_and_pushes_its_branch(repo_run: FinishedRun, remote: Path
     git("--git-dir", str(remote), "cat-file", "-e", f"loops/{run_id}:.loops/insights.json")
 
 
-def test_the_server_hands_steps_to_the_worker_eagerly(
-    service: Service, repo_run: FinishedRun
-) -> None:
-    """The dev server runs with the loop's dynamic config (deploy/processes.py): a
-    workflow task that schedules a step gets it back, and the worker starts it at once."""
-    server = service.stack.server
-    # The server's metrics write a task queue's '-' as '_'.
-    queue = service.stack.task_queue.replace("-", "_")
-    eager = server.metric("activity_eager_execution", taskqueue=queue)
-    assert eager >= 5
-
-
 def test_artifact_route_returns_the_pushed_text(
     service: Service, repo_run: FinishedRun, remote: Path
 ) -> None:
