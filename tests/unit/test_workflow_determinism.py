@@ -55,7 +55,7 @@ ALLOWED_MODULES = (
     *(f"loopworks.playbook.{name.removesuffix('.py')}" for name in PURE),
 )
 
-# Attribute calls that read the clock, draw random numbers, or leave the event loop.
+# Attributes that read the clock, reach threads, processes, the network or the disk.
 FORBIDDEN_ATTRIBUTES = {
     "now": "the real clock (workflow.now())",
     "utcnow": "the real clock (workflow.now())",
@@ -99,15 +99,15 @@ def violations(source: str, name: str = "<source>") -> list[str]:
             module = node.module or ""
             if not _allowed(module):
                 found.append(f"{name}:{line}: imports from {module}")
+        elif isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+            # Called or handed on (`default_factory=datetime.now`): either way it runs.
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id == "workflow":
+                continue  # workflow.now(): the workflow's own, replayed clock
+            found.append(f"{name}:{line}: .{node.attr} reads {FORBIDDEN_ATTRIBUTES[node.attr]}")
         elif isinstance(node, ast.Call):
             func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in FORBIDDEN_ATTRIBUTES:
-                owner = func.value
-                if isinstance(owner, ast.Name) and owner.id == "workflow":
-                    continue  # workflow.now(): the workflow's own, replayed clock
-                why = FORBIDDEN_ATTRIBUTES[func.attr]
-                found.append(f"{name}:{line}: .{func.attr}() reads {why}")
-            elif isinstance(func, ast.Name) and func.id in FORBIDDEN_NAMES:
+            if isinstance(func, ast.Name) and func.id in FORBIDDEN_NAMES:
                 found.append(f"{name}:{line}: {func.id}() reaches {FORBIDDEN_NAMES[func.id]}")
     return found
 
@@ -134,6 +134,8 @@ def test_the_code_a_workflow_runs_makes_no_call_the_sandbox_would_stop() -> None
         "from loopworks.workspace.git import GitWorkspaces\n",
         "from datetime import datetime\nstamp = datetime.now()\n",
         "import datetime\nstamp = datetime.datetime.utcnow()\n",
+        "from datetime import datetime\nfrom pydantic import BaseModel, Field\n\n"
+        "class Stamped(BaseModel):\n    at: datetime = Field(default_factory=datetime.now)\n",
         "import asyncio\nasync def f():\n    await asyncio.to_thread(len, [])\n",
         "import asyncio\nclock = asyncio.get_event_loop().time()\n",
         "from pathlib import Path\ntext = Path('x').read_text()\n",
