@@ -75,6 +75,10 @@ FORBIDDEN_ATTRIBUTES = {
     "exists": "the file system",
     "iterdir": "the file system",
     "glob": "the file system",
+    "open": "the file system",
+    "mkdir": "the file system",
+    "unlink": "the file system",
+    "rename": "the file system",
 }
 FORBIDDEN_NAMES = {"open": "the file system", "input": "the terminal", "print": "stdout"}
 
