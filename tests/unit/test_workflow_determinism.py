@@ -99,7 +99,7 @@ def violations(source: str, name: str = "<source>") -> list[str]:
                 if not _allowed(alias.name)
             ]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            # datetime's types are fine: its clock is reached through them (calls below).
+            # datetime's types are fine: its clock is reached through them (attributes below).
             module = node.module or ""
             if not _allowed(module):
                 found.append(f"{name}:{line}: imports from {module}")
