@@ -54,12 +54,12 @@ class Checking(OnRecord):
         state, memory = self.state, self.memory
         rules = decisions.active_rules(state.rules, state.phase)
         key = decisions.rules_key(rules)
-        if memory.prepared_for == key and workflow.patched(patches.PREPARE_ONCE_PER_RULES):
+        if memory.prepared_for == key and patches.applies(patches.PREPARE_ONCE_PER_RULES):
             self.record.emit(
                 *step_events.prepared_without_activity(rules, memory.prepared_checks, reused=True)
             )
             return memory.prepared_checks
-        if not described_rules(rules) and workflow.patched(patches.PREPARE_WITHOUT_A_MODEL):
+        if not described_rules(rules) and patches.applies(patches.PREPARE_WITHOUT_A_MODEL):
             # Every rule carries its check: nothing for a model to do, so no activity.
             if set_step:
                 self.record.set_step(Step.PREPARE)
@@ -88,7 +88,7 @@ class Checking(OnRecord):
         known = self._known_results()
         pending = [check for check in checks if _key(check) not in known]
         groups = decisions.group_checks(
-            pending, judges_apart=not workflow.patched(patches.JUDGE_IN_CONTENT_GROUP)
+            pending, judges_apart=not patches.applies(patches.JUDGE_IN_CONTENT_GROUP)
         )
         outputs = await gather_all(*(self._evaluate_group(g, members) for g, members in groups))
         for (_, members), output in zip(groups, outputs, strict=True):
@@ -110,7 +110,7 @@ class Checking(OnRecord):
         memory = self.memory
         if memory.checked_commit != memory.commit or not memory.checked:
             return {}
-        if not workflow.patched(patches.EVALUATE_EACH_CHECK_ONCE_PER_COMMIT):
+        if not patches.applies(patches.EVALUATE_EACH_CHECK_ONCE_PER_COMMIT):
             return {}
         return {_key(check): result for check, result in memory.checked}
 

@@ -88,7 +88,7 @@ class Learning(OnRecord):
     async def learn(self, reflected: ReflectOutput | None) -> None:
         """Curate, run the skill sub-loop if asked, send the deltas."""
         playbook = self.playbook_to_read()
-        if reflected is None or playbook is None or not workflow.patched(patches.DELTA_PLAYBOOK):
+        if reflected is None or playbook is None or not patches.applies(patches.DELTA_PLAYBOOK):
             return
         self.record.set_step(Step.CURATE)
         given = [item.id for item in self.memory.playbook_items]

@@ -276,7 +276,7 @@ class LoopSteps(OnRecord):
                     workspace=self.workspace(),
                     committed_at=workflow.now(),
                     log=self.log(),
-                    commit_record=not workflow.patched(patches.REFLECTION_RECORDED_AT_CLOSE),
+                    commit_record=not patches.applies(patches.REFLECTION_RECORDED_AT_CLOSE),
                 ),
                 MODEL_CALL,
                 "reflect and write insights",
@@ -311,7 +311,7 @@ class LoopSteps(OnRecord):
             insights=reflected.insights if reflected else None,
         )
         close = RepositoryActivities.record_and_close_run
-        if not workflow.patched(patches.REFLECTION_RECORDED_AT_CLOSE):
+        if not patches.applies(patches.REFLECTION_RECORDED_AT_CLOSE):
             close = RepositoryActivities.close_run  # the reflection is in reflect's commit
         try:
             closed = await self.runner.activity(

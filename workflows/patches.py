@@ -1,8 +1,15 @@
 """Every `workflow.patched` id, in the order the changes came: a run started before a
 change replays its old path, a run started after takes the new one (deploy/README.md,
-"Changing a workflow"). Once no run from before a change is open, its patch can be
+"Upgrading safely"). Once no run from before a change is open, its patch can be
 deprecated and the old path deleted.
+
+Ask through `applies`, not `workflow.patched`: a run started after every change below
+records one marker for them all instead of one per change. Each marker is a history
+event, and the SDK upserts `TemporalChangeVersion` with it: another event and a
+visibility write on the server, six of them a run before they were bundled.
 """
+
+from temporalio import workflow
 
 # Runs read the delta playbook at hydration and send their deltas after reflection.
 DELTA_PLAYBOOK = "delta-playbook"
@@ -19,3 +26,33 @@ EVALUATE_EACH_CHECK_ONCE_PER_COMMIT = "evaluate-each-check-once-per-commit"
 REFLECTION_RECORDED_AT_CLOSE = "reflection-recorded-at-close"
 # PREPARE asks no activity when every active rule carries a concrete check.
 PREPARE_WITHOUT_A_MODEL = "prepare-without-a-model"
+
+# Every change above at once. A later change gets its own id, asked with
+# `workflow.patched`: runs that recorded this marker predate it.
+ALL_TO_2026_11 = "all-changes-to-2026-11"
+BUNDLED = frozenset(
+    {
+        DELTA_PLAYBOOK,
+        PLAYBOOK_GROUP_COMMIT,
+        JUDGE_IN_CONTENT_GROUP,
+        PREPARE_ONCE_PER_RULES,
+        EVALUATE_EACH_CHECK_ONCE_PER_COMMIT,
+        REFLECTION_RECORDED_AT_CLOSE,
+        PREPARE_WITHOUT_A_MODEL,
+    }
+)
+
+
+def applies(patch_id: str) -> bool:
+    """Whether this run takes the change `patch_id` (one of BUNDLED).
+
+    The bundle is asked first, so its answer is fixed (the SDK memoizes a patch per run)
+    before any single change is: a run that replays from before the bundle answers no
+    to it and then asks each change as it always did, with the markers in its history;
+    a run that first asks after the bundle existed answers yes to it, records its one
+    marker, and never asks a single change, exactly as it would have answered yes to
+    each on first asking.
+    """
+    if patch_id not in BUNDLED:
+        raise ValueError(f"{patch_id!r} is not in the bundle: ask workflow.patched")
+    return workflow.patched(ALL_TO_2026_11) or workflow.patched(patch_id)

@@ -95,7 +95,7 @@ class PlaybookWorkflow:
                 # Sent again while it was being committed: applied once, and not again.
                 self._pending.pop(batch.batch_id, None)
                 return self._applied[batch.batch_id]
-            if workflow.patched(patches.PLAYBOOK_GROUP_COMMIT):
+            if patches.applies(patches.PLAYBOOK_GROUP_COMMIT):
                 # Each group takes the oldest batches waiting, until this one's.
                 while batch.batch_id not in self._applied:
                     self._pending.setdefault(batch.batch_id, batch)

@@ -142,6 +142,27 @@ async def _record_with_rules(
         return await run.fetch_history()
 
 
+async def _record_bundled_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `all-changes-to-2026-11`: one marker for every earlier change. The full
+    run's branches (REVISE, a failed evaluation, the phase switch, an audit BLOCK
+    cleared) with the two-group rules and the playbook, so that each bundled change is
+    asked."""
+    model = OfflineModels(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
+    async with build_worker(client, settings, models=model):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-bundled-run",
+            task="Write a guide to caching",
+            rules=TWO_GROUP_RULES,
+            audit_probability=1.0,
+        )
+        await _wait_status(run, RunStatus.BLOCKED)
+        await run.execute_update(LoopWorkflow.clear_block, "reviewed")
+        await run.result()
+        return await run.fetch_history()
+
+
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
     slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
@@ -317,6 +338,7 @@ RECORDERS = {
     "playbook_grouped": _record_playbook_grouped,
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
+    "bundled_run": _record_bundled_run,
 }
 
 

@@ -40,6 +40,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "playbook_grouped.json",
         "two_group_run.json",
         "concrete_rules_run.json",
+        "bundled_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
