@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 
 from loopworks.workspace.refs import is_url, redact, valid_ref_name
@@ -117,6 +118,11 @@ class GitRunner:
 
     # -- running git -------------------------------------------------------------------
 
+    @cached_property
+    def _ceiling(self) -> str:
+        # Resolved once: resolving walks every component with a syscall, on every spawn.
+        return str(self.root.resolve())
+
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _STRIPPED_ENV}
         env.update(
@@ -127,7 +133,7 @@ class GitRunner:
             GIT_TERMINAL_PROMPT="0",
             # A clone deleted under a running step (a worker's data directory is a cache)
             # must make git fail, never find a repository above the clones and commit there.
-            GIT_CEILING_DIRECTORIES=str(Path(self.root).resolve()),
+            GIT_CEILING_DIRECTORIES=self._ceiling,
         )
         env.update(extra or {})
         return env
