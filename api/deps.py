@@ -6,18 +6,39 @@ import re
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.convertors import Convertor, register_url_convertor
 from temporalio.client import Client, WorkflowHandle
 
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import RunNotFound
+from loopworks.schemas.graph import TASK_LOOP_SUFFIX
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 
 # The workspace refuses any other run id (it names a directory and a git ref), so an id
-# outside this alphabet cannot belong to a run: answer 404 without asking Temporal.
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# outside this alphabet cannot belong to a run: answer 404 without asking Temporal. A
+# graph's task loops are runs too: `<graph id>/<task id>/<attempt>`.
+RUN_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}(?:{TASK_LOOP_SUFFIX})?")
+
+
+class RunIdConvertor(Convertor[str]):
+    """`{run_id:run_id}` in a route: one path segment, or a task loop's three. A plain
+    `{run_id}` stops at the first `/`; `:path` would also take `/events` and the like, so
+    `GET /runs/{run_id}` would shadow the other run routes. Any one segment matches (the
+    dependency answers an impossible id 404 with its name), so that test is RUN_ID's."""
+
+    regex = rf"[^/]+(?:{TASK_LOOP_SUFFIX})?"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("run_id", RunIdConvertor())
 
 LoopHandle = WorkflowHandle[LoopWorkflow, LoopResult]
 

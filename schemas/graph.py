@@ -9,7 +9,16 @@ from enum import StrEnum
 from pydantic import BaseModel, Field, field_validator
 
 from loopworks.schemas.run import Mode, Thresholds
-from loopworks.schemas.tasks import LedgerLine, Task, TaskStatus
+from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
+
+# A task's loops are runs of their own, named after the graph, the task and the attempt.
+TASK_LOOP_SUFFIX = rf"/{TASK_ID_PATTERN.strip('^$').replace('(', '(?:')}/[1-9][0-9]*"
+
+
+def task_loop_id(graph_id: str, task_id: str, attempt: int) -> str:
+    """The run id of a task's `attempt`th loop (it matches `TASK_LOOP_SUFFIX` after the
+    graph's id)."""
+    return f"{graph_id}/{task_id}/{attempt}"
 
 
 class PrepUpload(BaseModel):

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         GraphState,
         GraphStatus,
         TaskState,
+        task_loop_id,
     )
     from loopworks.schemas.integration import (
         IntegrationInfo,
@@ -243,7 +244,7 @@ class TaskGraphWorkflow:
         state = self._state
         task_state = state.task(task_id)
         task_state.attempts += 1
-        child_id = f"{self._state.graph_id}/{task_id}/{task_state.attempts}"
+        child_id = task_loop_id(self._state.graph_id, task_id, task_state.attempts)
         task_state.run_ids.append(child_id)
         self._running[task_id] = await workflow.start_child_workflow(
             LoopWorkflow.run,

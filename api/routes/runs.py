@@ -88,13 +88,13 @@ async def list_runs(
     return await listing.list_runs(client, limit, status_filter)
 
 
-@router.get("/{run_id}", responses=NOT_FOUND)
+@router.get("/{run_id:run_id}", responses=NOT_FOUND)
 async def get_run(handle: RunHandle) -> RunState:
     return await runs.read_state(handle)
 
 
 @router.get(
-    "/{run_id}/events",
+    "/{run_id:run_id}/events",
     response_model=list[Event],
     responses={
         **NOT_FOUND,
@@ -143,7 +143,7 @@ async def get_events(
 
 
 @router.get(
-    "/{run_id}/artifact",
+    "/{run_id:run_id}/artifact",
     response_class=PlainTextResponse,
     responses={**NOT_FOUND, 200: {"content": {"text/markdown": {}}}},
 )
@@ -166,7 +166,7 @@ async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTex
 
 
 @router.get(
-    "/{run_id}/trajectory",
+    "/{run_id:run_id}/trajectory",
     response_class=Response,
     responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
 )
@@ -195,29 +195,31 @@ async def get_trajectory(
 
 
 @router.post(
-    "/{run_id}/stop", status_code=status.HTTP_202_ACCEPTED, responses={**NOT_FOUND, **CONFLICT}
+    "/{run_id:run_id}/stop",
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={**NOT_FOUND, **CONFLICT},
 )
 async def stop_run(handle: RunHandle, body: StopRequest | None = None) -> RunState:
     return await runs.request_stop(handle, body.reason if body else None)
 
 
-@router.post("/{run_id}/clear-block", responses={**NOT_FOUND, **CONFLICT})
+@router.post("/{run_id:run_id}/clear-block", responses={**NOT_FOUND, **CONFLICT})
 async def clear_block(handle: RunHandle, body: ClearBlockRequest) -> RunState:
     return await runs.clear_block(handle, body.note)
 
 
-@router.post("/{run_id}/pause", responses={**NOT_FOUND, **CONFLICT})
+@router.post("/{run_id:run_id}/pause", responses={**NOT_FOUND, **CONFLICT})
 async def pause_run(handle: RunHandle) -> RunState:
     """The current step finishes, then the run waits in status `paused` until resumed."""
     return await runs.pause(handle)
 
 
-@router.post("/{run_id}/resume", responses={**NOT_FOUND, **CONFLICT})
+@router.post("/{run_id:run_id}/resume", responses={**NOT_FOUND, **CONFLICT})
 async def resume_run(handle: RunHandle) -> RunState:
     return await runs.resume(handle)
 
 
-@router.post("/{run_id}/approve", responses={**NOT_FOUND, **CONFLICT})
+@router.post("/{run_id:run_id}/approve", responses={**NOT_FOUND, **CONFLICT})
 async def approve_run(handle: RunHandle, body: Approval | None = None) -> RunState:
     """Interactive mode: start iterating, optionally with edited rules, thresholds and
     max iterations (validated as in a new run request)."""

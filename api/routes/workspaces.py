@@ -42,13 +42,13 @@ router = APIRouter(
 )
 
 
-@router.get("/{run_id}/workspace", responses={**NOT_FOUND, **BAD_ID})
+@router.get("/{run_id:run_id}/workspace", responses={**NOT_FOUND, **BAD_ID})
 async def get_workspace(handle: RunHandle, clones: WorkspacesDep) -> RunWorkspace:
     """The run's clones and their sizes, and whether the run has finished."""
     return await workspaces.inspect(handle, clones)
 
 
-@router.delete("/{run_id}/workspace", responses={**NOT_FOUND, **CONFLICT, **BAD_ID})
+@router.delete("/{run_id:run_id}/workspace", responses={**NOT_FOUND, **CONFLICT, **BAD_ID})
 async def delete_workspace(handle: RunHandle, clones: WorkspacesDep) -> WorkspaceRemoved:
     """Remove a finished run's clones (409 while it runs); answers what went and its size.
     Removing an absent workspace removes nothing and is not an error."""

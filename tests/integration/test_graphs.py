@@ -123,6 +123,11 @@ def test_a_prep_package_graph_fixes_the_repository_and_pushes_its_ledger(
         state = wait_for_graph(http, graph_id)
         ledger = http.get(f"/graphs/{graph_id}/ledger").text
         streamed = sse(http, f"/graphs/{graph_id}/ledger", {"Last-Event-ID": "2"})
+        # Each task's loop is a run the run routes read, under its three-segment id.
+        task_loop = state["tasks"][0]["run_ids"][-1]
+        loop = http.get(f"/runs/{task_loop}")
+        loop_events = http.get(f"/runs/{task_loop}/events")
+        loop_artifact = http.get(f"/runs/{task_loop}/artifact")
 
     # The ledger streams like a run's events: numbered lines, resumable, then `end`.
     lines = ledger.splitlines()
@@ -131,6 +136,11 @@ def test_a_prep_package_graph_fixes_the_repository_and_pushes_its_ledger(
     ]
     assert streamed[-1]["event"] == "end"
     assert state["status"] == "completed", state
+    assert task_loop == f"{graph_id}/T-001/1"
+    assert loop.status_code == 200, loop.text
+    assert loop.json()["run_id"] == task_loop and loop.json()["status"] == "completed"
+    assert loop_events.status_code == 200 and loop_events.json()[-1]["event"] == "pushed"
+    assert loop_artifact.status_code == 200 and "Document add" in loop_artifact.text
     assert state["source"].startswith("prep package (test-prep, sha256 ")
     assert state["prep_rejected"] == []
     assert [t["task"]["id"] for t in state["tasks"]] == ["T-001", "T-002", "T-003"]
