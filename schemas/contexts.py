@@ -2,8 +2,8 @@
 
 An activity builds its role's context; `StepDeps.for_role` dumps it (JSON mode) into
 `ModelCall.context`, which `llm.base.user_prompt` renders as one labelled section per
-field, in field order, then as the same JSON in a `context` fence. The offline model reads
-the dict back through the same model (`llm.offline_answers.default_answer`). Field names are the
+field, in field order (strings as they are, anything else as JSON). The offline model
+reads the dict back through the same model (`llm.offline_answers.default_answer`). Field names are the
 section titles the prompts in `prompts/agents/*.md` name (`acceptance_criteria` is
 **Acceptance Criteria**), so a field is renamed on every side at once or the tests fail.
 
@@ -50,8 +50,8 @@ class RoleContext(BaseModel):
 
     @model_serializer(mode="wrap")
     def _note_last(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # The note is the last section the model reads, and absent without one: pydantic
-        # puts a base's fields first, and a null would show in the JSON fence.
+        # The note is the last section the model reads (pydantic puts a base's fields
+        # first), and no key at all without one.
         data: dict[str, Any] = handler(self)
         note = data.pop(OPERATOR_NOTE, None)
         if note is not None:

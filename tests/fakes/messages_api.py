@@ -8,7 +8,7 @@ answer for that role and context. A request that offers tools without forcing on
 agent's turn (PRODUCE, REFINE): it is answered as the offline model converses, with
 `write_file` calls for the role's draft first and a closing text once tool results are
 in. The role is recognised from the system prompt (the agent definition's prompt), the
-context from the first user message's `context` block.
+context from the first user message's sections (`tests.fakes.sections`).
 
     with FakeMessagesAPI(api_key="test-key") as api:
         api.script(Role.PLANNER, error(429, headers={"retry-after": "1"}))
@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from loopworks.llm.base import CONTEXT_FENCE
 from loopworks.llm.offline import WRITE_FILE_TOOL
 from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
 from loopworks.prompts.catalog import AgentDefinition, load_agents
 from loopworks.schemas.roles import Role
+from tests.fakes.sections import context_from_sections
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -84,14 +84,11 @@ class RecordedRequest:
 
     @property
     def context(self) -> dict[str, Any]:
-        """The inputs as sent in the `context` block at the end of the first user message."""
+        """The inputs, read back from the sections of the first user message."""
         first = next((m for m in self.body.get("messages") or [] if m.get("role") == "user"), None)
-        _, fence, rest = (_text_of(first) if first else "").rpartition(CONTEXT_FENCE + "\n")
-        if not fence:
+        if first is None or self.role is None:
             return {}
-        document = rest.rsplit("\n```", 1)[0]
-        parsed = json.loads(document)
-        return parsed if isinstance(parsed, dict) else {}
+        return context_from_sections(_text_of(first), self.role)
 
     @property
     def tool(self) -> dict[str, Any]:

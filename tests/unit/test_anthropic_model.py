@@ -163,8 +163,7 @@ async def test_structured_output_is_one_forced_tool_call(
     [message] = body["messages"]
     assert message["role"] == "user"
     [block] = message["content"]
-    assert block["text"] == user_prompt(PLAN_CONTEXT)
-    assert block["text"].startswith(render_context(PLAN_CONTEXT) + "\n\n```context\n")
+    assert block["text"] == user_prompt(PLAN_CONTEXT) == render_context(PLAN_CONTEXT)
     assert cached(block)
     assert request.context == PLAN_CONTEXT
     assert request.role == Role.PLANNER

@@ -1,21 +1,19 @@
 """Role contexts (`schemas/contexts.py`): what an activity sends is what the model reads.
 
-An activity builds its role's context model; the model layer gets its JSON, renders it as
-labelled sections and a `context` fence; the offline model validates that JSON with the
+An activity builds its role's context model; the model layer gets its JSON and renders it
+as labelled sections, each input once; the offline model validates that JSON with the
 same model. A key renamed, dropped or added on one side fails here.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from loopworks.llm.base import CONTEXT_FENCE, user_prompt
+from loopworks.llm.base import NO_INPUTS, user_prompt
 from loopworks.llm.offline import OfflineModels
 from loopworks.llm.offline_answers import default_answer
 from loopworks.prompts.catalog import load_agents, load_templates
@@ -53,6 +51,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ModelStep
 from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
+from tests.fakes.sections import context_from_sections, title
 
 pytestmark = pytest.mark.unit
 
@@ -207,20 +206,8 @@ SAMPLES: dict[Role, RoleContext] = {
 ROLES = list(SAMPLES)
 
 
-def fenced(prompt: str) -> Any:
-    """The JSON document of the `context` fence that ends a first user message."""
-    _, fence, rest = prompt.rpartition(CONTEXT_FENCE + "\n")
-    assert fence, "no context fence"
-    return json.loads(rest.removesuffix("\n```"))
-
-
 def headings(prompt: str) -> list[str]:
     return re.findall(r"^## (.+)$", prompt, flags=re.MULTILINE)
-
-
-def title(field: str) -> str:
-    """A field's section title, as `render_context` writes it."""
-    return field.replace("_", " ").title()
 
 
 def with_note(context: RoleContext) -> RoleContext:
@@ -235,15 +222,29 @@ def test_every_role_has_a_context_model_and_a_sample() -> None:
 
 @pytest.mark.parametrize("role", ROLES, ids=str)
 @pytest.mark.parametrize("note", [False, True], ids=["no-note", "note"])
-def test_context_round_trips_through_the_prompts_json_fence(role: Role, note: bool) -> None:
+def test_context_round_trips_through_the_prompts_sections(role: Role, note: bool) -> None:
+    """What the fakes of the Messages API read back from the sections is what was sent
+    (a None or empty field has no section and reads back as its default)."""
     context = with_note(SAMPLES[role]) if note else SAMPLES[role]
     sent = context.model_dump(mode="json")
-    document = fenced(user_prompt(sent))
-    assert document == sent
-    assert list(document) == list(sent)  # the order of the sections
-    assert CONTEXTS[role].model_validate(document) == context
-    # What the offline model makes of it is what it makes of the context itself.
-    assert default_answer(role, document) == default_answer(role, sent)
+    read = context_from_sections(user_prompt(sent), role)
+    assert read == sent
+    assert CONTEXTS[role].model_validate(read) == context
+    assert default_answer(role, read) == default_answer(role, sent)
+
+
+def test_each_input_is_sent_once() -> None:
+    """No second copy of the inputs (a JSON fence did that until 2026-11): a real model's
+    input tokens are paid for once."""
+    tasked = [role for role in ROLES if "task" in CONTEXTS[role].model_fields]
+    assert len(tasked) > len(ROLES) / 2
+    for role in tasked:
+        sent = SAMPLES[role].model_dump(mode="json")
+        assert user_prompt(sent).count(sent["task"]) == 1, role
+
+
+def test_a_step_without_inputs_still_sends_a_message() -> None:
+    assert user_prompt({}) == user_prompt({"note": None}) == NO_INPUTS
 
 
 @pytest.mark.parametrize("role", ROLES, ids=str)
