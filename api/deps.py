@@ -26,8 +26,9 @@ RUN_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,127}}(?:{TASK_LOOP_SUFFIX})?
 class RunIdConvertor(Convertor[str]):
     """`{run_id:run_id}` in a route: one path segment, or a task loop's three. A plain
     `{run_id}` stops at the first `/`; `:path` would also take `/events` and the like, so
-    `GET /runs/{run_id}` would shadow the other run routes. Any one segment matches (the
-    dependency answers an impossible id 404 with its name), so that test is RUN_ID's."""
+    `GET /runs/{run_id}` would shadow the other run routes. Any single segment matches
+    here, so that an impossible id still reaches the dependency, which answers 404 naming
+    it: RUN_ID decides what a run id is."""
 
     regex = rf"[^/]+(?:{TASK_LOOP_SUFFIX})?"
 
