@@ -3,9 +3,10 @@
 An activity builds its role's context; `StepDeps.for_role` dumps it (JSON mode) into
 `ModelCall.context`, which `llm.base.user_prompt` renders as one labelled section per
 field, in field order (strings as they are, anything else as JSON). The offline model
-reads the dict back through the same model (`llm.offline_answers.default_answer`). Field names are the
-section titles the prompts in `prompts/agents/*.md` name (`acceptance_criteria` is
-**Acceptance Criteria**), so a field is renamed on every side at once or the tests fail.
+reads the dict back through the same model (`llm.offline_answers.default_answer`). Field
+names are the section titles the prompts in `prompts/agents/*.md` name
+(`acceptance_criteria` is **Acceptance Criteria**), so a field is renamed on every side at
+once or the tests fail.
 
 Fields that may hold nothing (`None`) default to it; every other field is required.
 """

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -66,6 +67,7 @@ from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.worker.build import build_worker
+from loopworks.worker.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.runner import GIT_SPAWNS
 
@@ -209,10 +211,10 @@ class RunFigures:
     repairs: int
 
 
-async def one_run(env: WorkflowEnvironment, queue: str) -> RunFigures:
+async def one_run(client: Client, queue: str) -> RunFigures:
     run_id = f"bench-{uuid.uuid4().hex[:10]}"
     started = time.perf_counter()
-    handle = await env.client.start_workflow(
+    handle = await client.start_workflow(
         LoopWorkflow.run,
         LoopInput(
             run_id=run_id,
@@ -245,8 +247,8 @@ class HistoryFigures:
     activities: Counter[str]  # activities scheduled, by type
 
 
-async def read_history(env: WorkflowEnvironment, run_id: str) -> HistoryFigures:
-    history = await env.client.get_workflow_handle(run_id).fetch_history()
+async def read_history(client: Client, run_id: str) -> HistoryFigures:
+    history = await client.get_workflow_handle(run_id).fetch_history()
     activities = Counter(
         event.activity_task_scheduled_event_attributes.activity_type.name
         for event in history.events
@@ -265,11 +267,9 @@ class LongRunFigures:
     largest_carry: int
 
 
-async def long_run(
-    env: WorkflowEnvironment, queue: str, iterations: int, origin: Path
-) -> LongRunFigures:
+async def long_run(client: Client, queue: str, iterations: int, origin: Path) -> LongRunFigures:
     run_id = f"bench-long-{uuid.uuid4().hex[:8]}"
-    handle = await env.client.start_workflow(
+    handle = await client.start_workflow(
         LoopWorkflow.run,
         LoopInput(
             run_id=run_id,
@@ -287,7 +287,7 @@ async def long_run(
         task_queue=queue,
     )
     result = await handle.result()
-    histories = await executions(env.client, run_id)
+    histories = await executions(client, run_id)
     carried = [
         len(json.dumps(c, separators=(",", ":"))) for h in histories for c in continued_inputs(h)
     ]
@@ -319,17 +319,23 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
         await register_search_attributes(env.client, "default")
         with tempfile.TemporaryDirectory() as data:
             queue = f"bench-{uuid.uuid4().hex[:6]}"
-            settings = Settings(LOOPS_DATA_DIR=Path(data), LOOPS_TASK_QUEUE=queue)
-            async with build_worker(env.client, settings, models=models):
-                await one_run(env, queue)  # warm-up: imports, first clone
-                alone = await one_run(env, queue)
+            settings = Settings(
+                LOOPS_DATA_DIR=Path(data),
+                LOOPS_TASK_QUEUE=queue,
+                TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+            )
+            # Connected as the worker and the API connect (compression included).
+            client = await connect(settings, interceptors=[])
+            async with build_worker(client, settings, models=models):
+                await one_run(client, queue)  # warm-up: imports, first clone
+                alone = await one_run(client, queue)
                 models.reset()
                 before = Costs.now(server_pid)
                 limit = asyncio.Semaphore(concurrency)
 
                 async def bounded() -> RunFigures:
                     async with limit:
-                        return await one_run(env, queue)
+                        return await one_run(client, queue)
 
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
@@ -337,11 +343,11 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
                 costs = Costs.now(server_pid) - before
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
-                histories = [await read_history(env, r.run_id) for r in results]
+                histories = [await read_history(client, r.run_id) for r in results]
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
                 long = (
-                    await long_run(env, queue, long_iterations, settings.default_origin)
+                    await long_run(client, queue, long_iterations, settings.default_origin)
                     if long_iterations
                     else None
                 )
@@ -363,6 +369,7 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
     )
     guard = "on (LOOPS_WORKFLOW_SANDBOX=true)" if settings.workflow_sandbox else "off"
     print(f"workflow sandbox     {guard}")
+    print(f"gRPC compression     {settings.temporal_compression} (LOOPS_TEMPORAL_COMPRESSION)")
     print(f"runs                 {runs} (concurrency {concurrency})")
     print(f"wall time            {total:.2f} s")
     print(f"throughput           {runs / total:.2f} runs/s")

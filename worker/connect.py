@@ -8,9 +8,12 @@ from typing import Any
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
+from temporalio.service import GrpcCompression
 
 from loopworks.schemas.settings import Settings
 from loopworks.worker.telemetry import client_interceptors
+
+COMPRESSION = {"none": GrpcCompression.NONE, "gzip": GrpcCompression.GZIP}
 
 
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None = None) -> Client:
@@ -23,6 +26,7 @@ async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None
     config: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
     config["target_host"] = settings.temporal_address
     config["namespace"] = settings.temporal_namespace
+    config["grpc_compression"] = COMPRESSION[settings.temporal_compression]
     chosen = client_interceptors() if interceptors is None else list(interceptors)
     return await Client.connect(
         **config, data_converter=pydantic_data_converter, interceptors=chosen
