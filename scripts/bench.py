@@ -1,11 +1,13 @@
 """Benchmark: how fast one worker drives offline runs end to end, and what it costs.
 
     .venv/bin/python scripts/bench.py [--runs 10] [--concurrency 5] [--long-iterations 20]
-                                      [--latency-ms 0]
+                                      [--latency-ms 0] [--server-db memory|file]
 
 Runs on the Temporal dev server (real time: the time-skipping server would skip past
 activity timeouts under load) with a real worker, real git and the offline model, and
-prints figures (no pass/fail: targets belong here, not in timed tests).
+prints figures (no pass/fail: targets belong here, not in timed tests). The server keeps
+its SQLite database in memory, as the figures have always been taken; `--server-db file`
+keeps it in a file, as `loops up` runs it (deploy/local.py).
 
 Model figures: calls and tokens come from each finished run's status `usage`. The
 offline model's token counts are pydantic-ai's estimates (words of the messages, plus 50
@@ -57,6 +59,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
+from loopworks.deploy.local import SQLITE_PRAGMAS
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels
@@ -306,13 +309,18 @@ async def long_run(client: Client, queue: str, iterations: int, origin: Path) ->
     )
 
 
-async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: int) -> None:
+async def main(
+    runs: int, concurrency: int, long_iterations: int, latency_ms: int, server_db: str
+) -> None:
     speed = MachineSpeed.measure()
     models = CountingModels(latency_ms / 1000)
     binary = find_binary("temporal")
+    database = tempfile.TemporaryDirectory()
+    on_disk = ["--db-filename", f"{database.name}/temporal.db", *SQLITE_PRAGMAS]
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=binary,
+        dev_server_extra_args=on_disk if server_db == "file" else [],
     )
     server_pid = _server_pid(Path(binary))
     try:
@@ -354,6 +362,7 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
                 models.requests, models.attempts, models.prompt_chars = counted
     finally:
         await env.shutdown()
+        database.cleanup()
 
     def per_run(amount: float) -> float:
         return amount / runs
@@ -370,6 +379,10 @@ async def main(runs: int, concurrency: int, long_iterations: int, latency_ms: in
     guard = "on (LOOPS_WORKFLOW_SANDBOX=true)" if settings.workflow_sandbox else "off"
     print(f"workflow sandbox     {guard}")
     print(f"gRPC compression     {settings.temporal_compression} (LOOPS_TEMPORAL_COMPRESSION)")
+    print(
+        f"server database      {server_db}"
+        + (f" {' '.join(SQLITE_PRAGMAS)}" if server_db == "file" else "")
+    )
     print(f"runs                 {runs} (concurrency {concurrency})")
     print(f"wall time            {total:.2f} s")
     print(f"throughput           {runs / total:.2f} runs/s")
@@ -431,5 +444,10 @@ if __name__ == "__main__":
         "--long-iterations", type=int, default=20, help="0: no long run (no payload figures)"
     )
     parser.add_argument("--latency-ms", type=int, default=0, help="each model request waits")
+    parser.add_argument(
+        "--server-db", choices=["memory", "file"], default="memory", help="the dev server's SQLite"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.concurrency, args.long_iterations, args.latency_ms))
+    asyncio.run(
+        main(args.runs, args.concurrency, args.long_iterations, args.latency_ms, args.server_db)
+    )

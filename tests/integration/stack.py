@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.local import SQLITE_PRAGMAS
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,6 +150,7 @@ class DevServer:
             str(ui_port),
             "--db-filename",
             str(workdir / "temporal.db"),
+            *SQLITE_PRAGMAS,  # as `loops up` runs it
             "--log-level",
             "error",
         ]
