@@ -81,19 +81,27 @@ async def _wait_status(handle: WorkflowHandle, status: RunStatus) -> None:
 
 
 async def _record_full_run(client: Client, settings: Settings) -> WorkflowHistory:
+    return await _record_blocked_run(client, settings, "recorded-full-run")
+
+
+async def _record_blocked_run(
+    client: Client, settings: Settings, run_id: str, **request: object
+) -> WorkflowHistory:
+    """A run on the full run's script, its audit BLOCK cleared by an update."""
     model = OfflineModels(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
     async with build_worker(client, settings, models=model):
-        full = await _start(
+        run = await _start(
             client,
             settings.task_queue,
-            "recorded-full-run",
+            run_id,
             task="Write a guide to caching",
             audit_probability=1.0,
+            **request,
         )
-        await _wait_status(full, RunStatus.BLOCKED)
-        await full.execute_update(LoopWorkflow.clear_block, "reviewed")
-        await full.result()
-        return await full.fetch_history()
+        await _wait_status(run, RunStatus.BLOCKED)
+        await run.execute_update(LoopWorkflow.clear_block, "reviewed")
+        await run.result()
+        return await run.fetch_history()
 
 
 # Each kind of check, so that EVALUATE runs its two groups (exec; content with the
@@ -147,20 +155,9 @@ async def _record_bundled_run(client: Client, settings: Settings) -> WorkflowHis
     run's branches (REVISE, a failed evaluation, the phase switch, an audit BLOCK
     cleared) with the two-group rules and the playbook, so that each bundled change is
     asked."""
-    model = OfflineModels(script=OfflineScript.model_validate(FULL_RUN_SCRIPT))
-    async with build_worker(client, settings, models=model):
-        run = await _start(
-            client,
-            settings.task_queue,
-            "recorded-bundled-run",
-            task="Write a guide to caching",
-            rules=TWO_GROUP_RULES,
-            audit_probability=1.0,
-        )
-        await _wait_status(run, RunStatus.BLOCKED)
-        await run.execute_update(LoopWorkflow.clear_block, "reviewed")
-        await run.result()
-        return await run.fetch_history()
+    return await _record_blocked_run(
+        client, settings, "recorded-bundled-run", rules=TWO_GROUP_RULES
+    )
 
 
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
