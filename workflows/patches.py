@@ -47,11 +47,11 @@ def applies(patch_id: str) -> bool:
     """Whether this run takes the change `patch_id` (one of BUNDLED).
 
     The bundle is asked first, so its answer is fixed (the SDK memoizes a patch per run)
-    before any single change is: a run that replays from before the bundle answers no
-    to it and then asks each change as it always did, with the markers in its history;
-    a run that first asks after the bundle existed answers yes to it, records its one
-    marker, and never asks a single change, exactly as it would have answered yes to
-    each on first asking.
+    before any single change is. A run whose first asking is replayed from a history
+    without the bundle's marker answers no to it for good, then asks each change as it
+    always did, against the markers in its history. A run whose first asking is new
+    answers yes, records the one marker and asks no single change: what it would have
+    answered each of them, asked new.
     """
     if patch_id not in BUNDLED:
         raise ValueError(f"{patch_id!r} is not in the bundle: ask workflow.patched")
