@@ -48,11 +48,11 @@ class Settings(BaseSettings):
 
     temporal_address: str = Field(default="127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")
-    # gRPC compression to Temporal. The SDK gzips by default; on a host or a cluster's
-    # network that is CPU spent in the worker, the API and the server for bytes that cost
-    # nothing to send (measured: scripts/bench.py). `gzip` for a server far away (Cloud).
-    temporal_compression: Literal["none", "gzip"] = Field(
-        default="none", alias="LOOPS_TEMPORAL_COMPRESSION"
+    # gRPC compression to Temporal. The SDK always gzips; on a host or a cluster's network
+    # that is CPU spent in the worker, the API and the server for bytes that cost nothing
+    # to send. `auto`: gzip over TLS (Temporal Cloud, a server far away), none without.
+    temporal_compression: Literal["auto", "none", "gzip"] = Field(
+        default="auto", alias="LOOPS_TEMPORAL_COMPRESSION"
     )
     task_queue: str = Field(default="loopworks", alias="LOOPS_TASK_QUEUE")
     # How long a run's next task (or a query) waits for the worker that has it cached

@@ -16,18 +16,32 @@ from loopworks.worker.telemetry import client_interceptors
 COMPRESSION = {"none": GrpcCompression.NONE, "gzip": GrpcCompression.GZIP}
 
 
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """`Client.connect`'s options but the converter and interceptors: address, namespace
+    and compression from Settings; TLS and API key (Temporal Cloud) from the SDK's
+    environment configuration (TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_*)."""
+    options: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
+    options["target_host"] = settings.temporal_address
+    options["namespace"] = settings.temporal_namespace
+    options["grpc_compression"] = compression(settings, tls=bool(options.get("tls")))
+    return options
+
+
+def compression(settings: Settings, tls: bool) -> GrpcCompression:
+    """gzip when asked, or by default over TLS: a server reached over TLS is usually far
+    away (Temporal Cloud), where bytes cost more than the CPU to shrink them."""
+    if settings.temporal_compression == "auto":
+        return GrpcCompression.GZIP if tls else GrpcCompression.NONE
+    return COMPRESSION[settings.temporal_compression]
+
+
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None = None) -> Client:
-    """Address and namespace from Settings; TLS and API key (Temporal Cloud) from the
-    SDK's environment configuration (TEMPORAL_API_KEY, TEMPORAL_TLS, TEMPORAL_TLS_*).
+    """A client on `connect_options`, with the pydantic converter.
 
     `interceptors` default to tracing when `configure_tracing` installed a provider (a
     worker built on the client inherits them); pass `[]` for none.
     """
-    config: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
-    config["target_host"] = settings.temporal_address
-    config["namespace"] = settings.temporal_namespace
-    config["grpc_compression"] = COMPRESSION[settings.temporal_compression]
     chosen = client_interceptors() if interceptors is None else list(interceptors)
     return await Client.connect(
-        **config, data_converter=pydantic_data_converter, interceptors=chosen
+        **connect_options(settings), data_converter=pydantic_data_converter, interceptors=chosen
     )
