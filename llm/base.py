@@ -94,5 +94,10 @@ def render_context(context: dict[str, Any]) -> str:
         if value in (None, [], {}, ""):
             continue
         body = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
-        parts.append(f"## {key.replace('_', ' ').title()}\n{body}")
+        parts.append(f"## {section_title(key)}\n{body}")
     return "\n\n".join(parts)
+
+
+def section_title(key: str) -> str:
+    """An input's section title: `acceptance_criteria` is `Acceptance Criteria`."""
+    return key.replace("_", " ").title()

@@ -16,13 +16,9 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from loopworks.llm.base import section_title
 from loopworks.schemas.contexts import CONTEXTS, OPERATOR_NOTE
 from loopworks.schemas.roles import Role
-
-
-def title(field: str) -> str:
-    """A field's section title, as `render_context` writes it."""
-    return field.replace("_", " ").title()
 
 
 def context_from_sections(text: str, role: Role) -> dict[str, Any]:
@@ -34,12 +30,12 @@ def context_from_sections(text: str, role: Role) -> dict[str, Any]:
     found: list[tuple[str, int, int]] = []  # field, where its heading starts, body start
     at, position = 0, 0
     while position < len(fields):
-        pattern = "|".join(re.escape(title(name)) for name in fields[position:])
+        pattern = "|".join(re.escape(section_title(name)) for name in fields[position:])
         heading = re.compile(rf"(?:^|\n\n)## ({pattern})\n")
         match = heading.search(text, at)
         if match is None:
             break
-        name = next(n for n in fields[position:] if title(n) == match.group(1))
+        name = next(n for n in fields[position:] if section_title(n) == match.group(1))
         found.append((name, match.start(), match.end()))
         position, at = fields.index(name) + 1, match.end()
     values: dict[str, Any] = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from loopworks.llm.base import NO_INPUTS, user_prompt
+from loopworks.llm.base import NO_INPUTS, section_title, user_prompt
 from loopworks.llm.offline import OfflineModels
 from loopworks.llm.offline_answers import default_answer
 from loopworks.prompts.catalog import load_agents, load_templates
@@ -51,7 +51,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ModelStep
 from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
-from tests.fakes.sections import context_from_sections, title
+from tests.fakes.sections import context_from_sections
 
 pytestmark = pytest.mark.unit
 
@@ -255,7 +255,7 @@ def test_sections_follow_the_fields_and_the_note_comes_last(role: Role) -> None:
     # Every field is sent, a None as null (the JSON is exact); the note is the last key.
     assert list(sent) == [*fields, OPERATOR_NOTE]
     # A section is rendered for every field with something in it, in field order.
-    shown = [title(name) for name in fields if sent[name] not in (None, [], {}, "")]
+    shown = [section_title(name) for name in fields if sent[name] not in (None, [], {}, "")]
     assert headings(user_prompt(sent)) == [*shown, "Operator Note"]
 
 

@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from loopworks.agent.tools import TOOLS
+from loopworks.llm.base import section_title
 from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG, prompt_facts
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
 from loopworks.schemas.contexts import CONTEXTS, AcceptedFile
@@ -445,13 +446,13 @@ def test_prompt_asks_for_no_shape_the_code_does_not_read(
 def test_prompt_lists_the_sections_of_its_context(
     agents: dict[str, AgentDefinition], role: Role
 ) -> None:
-    """The first message has one section per field of the role's context, titled as
-    `llm.base.render_context` titles it (`plan_focus` is `## Plan Focus`); the prompt's
-    list of inputs names each of them, and no other."""
+    """The first message has one section per field of the role's context, titled by
+    `llm.base.section_title` (`plan_focus` is `## Plan Focus`); the prompt's list of
+    inputs names each of them, and no other."""
     found = _INPUTS.search(agents[role.value].prompt)
     assert found, f"{role}: no 'Your inputs ...:' list"
     listed = set(_BOLD.findall(found.group(1)))
-    sections = {name.replace("_", " ").title() for name in CONTEXTS[role].model_fields}
+    sections = {section_title(name) for name in CONTEXTS[role].model_fields}
     assert listed == sections, (
         f"{role}: inputs listed but not sent {sorted(listed - sections)}, "
         f"sent but not listed {sorted(sections - listed)}"
