@@ -52,8 +52,7 @@ def context_from_sections(text: str, role: Role) -> dict[str, Any]:
 def _empty(model: type[BaseModel], name: str) -> Any:
     """What an input with no section held: None, or an empty string, list or object."""
     annotation = model.model_fields[name].annotation
-    kinds = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else ()
-    if type(None) in kinds:
+    if type(None) in _alternatives(annotation):
         return None
     origin = get_origin(annotation) or annotation
     if origin in (list, tuple, set, frozenset):
@@ -64,10 +63,14 @@ def _empty(model: type[BaseModel], name: str) -> Any:
 
 
 def _is_text(model: type[BaseModel], name: str) -> bool:
-    annotation = model.model_fields[name].annotation
+    return str in _alternatives(model.model_fields[name].annotation)
+
+
+def _alternatives(annotation: Any) -> tuple[Any, ...]:
+    """A union's members, or the one type."""
     if get_origin(annotation) in (Union, types.UnionType):
-        return str in get_args(annotation)
-    return annotation is str
+        return get_args(annotation)
+    return (annotation,)
 
 
 def _json_or_text(body: str) -> Any:
