@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace.commits import CommitPublisher, detached_head
+from loopworks.workspace.objects import commit_of, open_repository
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.refs import (
     FULL_SHA,
@@ -193,7 +194,7 @@ class GitWorkspaces(CommitPublisher):
         return self._probe(workdir, None)[0]
 
     def _probe(self, workdir: Path, commit: str | None) -> tuple[bool, bool]:
-        """(is `workdir` a clone of its own, does it hold `commit`), asked of git at once.
+        """(is `workdir` a clone of its own, does it hold `commit`), asked in one opening.
 
         A clone of its own: its .git is a directory and git finds it there, not in some
         repository above a broken one. Only a full sha counts as held: a short one could
@@ -203,11 +204,13 @@ class GitWorkspaces(CommitPublisher):
         if not all(store.is_dir() for store in borrowed_stores(workdir / ".git")):
             return False, False  # a slot whose run's clone is gone: cloned again, whole
         wanted = commit is not None and FULL_SHA.match(commit) is not None
-        verify = ["--verify", "--quiet", f"{commit}^{{commit}}"] if wanted else []
-        proc = self._git(["rev-parse", "--absolute-git-dir", *verify], cwd=workdir, check=False)
-        lines = proc.stdout.splitlines()
-        is_clone = bool(lines) and Path(lines[0]) == (workdir / ".git").resolve()
-        return is_clone, is_clone and wanted and proc.returncode == 0 and len(lines) == 2
+        try:
+            repo = open_repository(workdir)
+        except GitError:
+            return False, False
+        is_clone = Path(repo.path).resolve() == (workdir / ".git").resolve()
+        held = is_clone and wanted and commit_of(repo, f"{commit}^{{commit}}") is not None
+        return is_clone, held
 
     def _sync(self, workdir: Path, run_id: str, origin: str, commit: str, slot: str | None) -> None:
         url = self._local_origin(origin)
@@ -277,7 +280,7 @@ class GitWorkspaces(CommitPublisher):
         return main if main.is_dir() else None
 
     def _holds(self, workdir: Path, commit: str) -> bool:
-        return self._has_commit(commit, cwd=workdir)
+        return self._has_commit(commit, workdir)
 
     def _ensure_origin(self, workdir: Path, url: str) -> None:
         """The clone's `origin` (which fetches and publishing use) is `url`."""

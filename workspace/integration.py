@@ -28,7 +28,15 @@ from loopworks.schemas.tasks import (
     task_file,
 )
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.refs import checked_commit, checked_run_id, git_date, redact
+from loopworks.workspace.objects import (
+    commit_message_of,
+    commit_of,
+    open_repository,
+    read_path,
+    tree_of,
+    write_commit,
+)
+from loopworks.workspace.refs import checked_commit, checked_run_id, redact
 from loopworks.workspace.runner import GitError, _file_lock, _rmtree
 
 # Every loop writes these at its repository root; in a task graph they are moved under
@@ -130,10 +138,7 @@ class IntegrationWorkspaces(GitWorkspaces):
         """The sha of origin's `branch` as the clone's last fetch saw it (None: absent)."""
         ref = f"refs/remotes/origin/{branch}"
         self._check_ref(ref)
-        proc = self._git(
-            ["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=workdir, check=False
-        )
-        return proc.stdout.strip() if proc.returncode == 0 else None
+        return commit_of(open_repository(workdir), f"{ref}^{{commit}}")
 
     # -- merging -----------------------------------------------------------------------
 
@@ -162,12 +167,15 @@ class IntegrationWorkspaces(GitWorkspaces):
 
     def trailers(self, workdir: Path, commit: str) -> dict[str, str]:
         """The `Key: value` lines of a commit's message (the last of a repeated key wins)."""
-        text = self._git(["show", "-s", "--format=%B", checked_commit(commit)], cwd=workdir)
-        return message_trailers(text.stdout)
+        message = commit_message_of(open_repository(workdir), checked_commit(commit))
+        return message_trailers(message)
 
     def first_parent(self, workdir: Path, commit: str) -> str:
         ref = f"{checked_commit(commit)}^1"
-        return self._git(["rev-parse", "--verify", ref], cwd=workdir).stdout.strip()
+        found = commit_of(open_repository(workdir), ref)
+        if found is None:
+            raise GitError(f"{commit} has no first parent in {workdir}")
+        return found
 
     def relocate_records(
         self, workdir: Path, task_commit: str, onto: str, task_id: str, when: datetime
@@ -236,15 +244,10 @@ class IntegrationWorkspaces(GitWorkspaces):
         Made from the tree written before the verification command ran, so nothing the
         command leaves in the workdir can slip into it.
         """
-        date = git_date(when)
-        args = ["commit-tree", checked_commit(tree)]
-        for parent in parents:
-            args += ["-p", checked_commit(parent)]
-        return self._git(
-            [*args, "-m", message],
-            cwd=workdir,
-            env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
-        ).stdout.strip()
+        author = (self.author_name, self.author_email)
+        repo = open_repository(workdir)
+        checked = [checked_commit(parent) for parent in parents]
+        return write_commit(repo, checked_commit(tree), checked, message, author, when)
 
     def changes(self, workdir: Path, old: str, new: str, excluded: str) -> Changes:
         """Paths added, modified and deleted from `old` to `new`, outside `excluded/`."""
@@ -273,8 +276,9 @@ class IntegrationWorkspaces(GitWorkspaces):
         )
 
     def _has_path(self, workdir: Path, commit: str, path: str) -> bool:
-        spec = f"{checked_commit(commit)}:{path}"
-        return self._git(["cat-file", "-e", spec], cwd=workdir, check=False).returncode == 0
+        repo = open_repository(workdir)
+        tree = tree_of(repo, checked_commit(commit))
+        return tree is not None and read_path(repo, tree, path) is not None
 
 
 def _remove(path: Path) -> None:

@@ -10,6 +10,13 @@ from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 
+from loopworks.workspace.objects import (
+    commit_of,
+    holds_commit,
+    open_repository,
+    read_path,
+    tree_of,
+)
 from loopworks.workspace.refs import (
     checked_commit,
     is_url,
@@ -31,11 +38,6 @@ class Absent(Enum):
     OUTSIDE = "outside"  # the path, or a symlink on it, leads out of the tree
 
 
-# cat-file --batch --follow-symlinks: what it says, instead of an object, of a symlink it
-# could not follow ("symlink": one pointing out of the tree), each followed by content.
-_UNFOLLOWED = {b"symlink", b"dangling", b"loop", b"notdir"}
-
-
 def tree_path(relpath: str) -> str | None:
     """`relpath` as a path inside a tree, `..` and `.` resolved; None when it is absolute
     or climbs out of the tree."""
@@ -50,73 +52,41 @@ class OriginReader(GitRunner):
         """Text of `path` at `commit` on origin, or None when that commit has no such file."""
         relpath = safe_relpath(path)
         checked_commit(commit)
-        spec = f"{commit}:{relpath}"
         with self._origin_git_dir(origin, commit=commit) as git_dir:
-            if "\n" in relpath:
-                # A name cat-file --batch cannot take on a line of its own: one at a time.
-                if not self._has_commit(commit, git_dir=git_dir):
-                    raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-                kind = self._git([f"--git-dir={git_dir}", "cat-file", "-t", spec], check=False)
-                if kind.returncode != 0 or kind.stdout.strip() != "blob":
-                    return None
-                data = self._git_bytes([f"--git-dir={git_dir}", "cat-file", "blob", spec], b"")
-                return data.stdout.decode("utf-8", errors="replace")
-            # Whether the commit exists and what the path holds there: one git process.
-            found, blob = self._batch(git_dir, [f"{commit}^{{commit}}", spec])
-        if found is None or found[0] != "commit":
-            raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-        if blob is None or blob[0] != "blob":
+            repo = open_repository(git_dir)
+            tree = tree_of(repo, f"{commit}^{{commit}}")
+            if tree is None:
+                raise GitError(f"commit {commit} is not on origin {redact(origin)}")
+            found = read_path(repo, tree, relpath)
+        if found is None or found[0] != "blob":
             return None
-        return blob[1].decode("utf-8", errors="replace")
+        return found[1].decode("utf-8", errors="replace")
 
     def read_tree_files(
         self, git_dir: str, commit: str, paths: list[str]
     ) -> dict[str, str | Absent] | None:
         """The text of each of `paths` in `commit`'s tree, as a checkout of it would show
-        it (symlinks inside the tree followed), in one git process; None when `git_dir`
-        does not hold the commit or cannot be read."""
+        it (symlinks inside the tree followed); None when `git_dir` does not hold the
+        commit or cannot be read."""
         checked_commit(commit)
-        inside = {path: tree_path(path) for path in paths}
-        # A name cat-file --batch cannot take on a line of its own: never in a tree we read.
-        asked = sorted({p for p in inside.values() if p is not None and "\n" not in p})
-        names = [f"{commit}^{{commit}}", *(f"{commit}:{path}" for path in asked)]
         try:
-            found = self._batch(git_dir, names, follow_symlinks=True)
+            repo = open_repository(git_dir)
         except GitError:
             return None  # e.g. a clone deleted under us: the caller asks elsewhere
-        if found[0] is None or found[0][0] != "commit":
+        tree = tree_of(repo, f"{commit}^{{commit}}")
+        if tree is None:
             return None
-        objects = dict(zip(asked, found[1:], strict=True))
-        return {path: _text(inside[path], objects) for path in paths}
+        read: dict[str, str | Absent] = {}
+        for path in paths:
+            inside = tree_path(path)
+            found = None if inside is None else read_path(repo, tree, inside, True)
+            read[path] = _text(inside, found)
+        return read
 
-    def _batch(
-        self, git_dir: str, names: list[str], follow_symlinks: bool = False
-    ) -> list[tuple[str, bytes] | None]:
-        """(type, content) of each object `git cat-file --batch` finds, None for a missing
-        one, in the order asked. With `follow_symlinks`, a symlink it could not follow is
-        (its word, e.g. "symlink" for one out of the tree, b"")."""
-        text = "".join(f"{name}\n" for name in names).encode()
-        args = [f"--git-dir={git_dir}", "cat-file", "--batch"]
-        out = self._git_bytes([*args, "--follow-symlinks"] if follow_symlinks else args, text)
-        found: list[tuple[str, bytes] | None] = []
-        pos = 0
-        for _ in names:
-            end = out.stdout.index(b"\n", pos)
-            # "<oid> <type> <size>" then the content and a newline, "<word> <size>" then
-            # content for an unfollowed symlink, or "<name> missing" (or "ambiguous"): a
-            # name with spaces never ends in a number there.
-            header = out.stdout[pos:end].split(b" ")
-            pos = end + 1
-            if len(header) == 3 and header[2].isdigit():
-                size = int(header[2])
-                found.append((header[1].decode(), out.stdout[pos : pos + size]))
-                pos += size + 1
-            elif len(header) == 2 and header[0] in _UNFOLLOWED and header[1].isdigit():
-                found.append((header[0].decode(), b""))
-                pos += int(header[1]) + 1
-            else:
-                found.append(None)
-        return found
+    def _has_commit(self, commit: str, repository: str | Path) -> bool:
+        """Whether the repository at `repository` (a work tree or a git dir) exists and
+        holds `commit`."""
+        return holds_commit(repository, f"{commit}^{{commit}}")
 
     def read_file_at_ref(self, origin: str, ref: str, path: str) -> str | None:
         """Text of `path` where `ref` points on origin now; None without the ref or file."""
@@ -127,11 +97,7 @@ class OriginReader(GitRunner):
         """The commit `ref` points to on origin now; None without the ref."""
         self._check_ref(ref)
         with self._origin_git_dir(origin, commit=None) as git_dir:
-            found = self._git(
-                [f"--git-dir={git_dir}", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                check=False,
-            )
-        return found.stdout.strip() if found.returncode == 0 else None
+            return commit_of(open_repository(git_dir), f"{ref}^{{commit}}")
 
     def list_files(self, origin: str, commit: str, directory: str | None = None) -> list[str]:
         """Paths of the files under `directory` (None: the whole tree) at `commit` on
@@ -170,7 +136,7 @@ class OriginReader(GitRunner):
                 _rmtree(cache)
                 self._git(["init", "--quiet", "--bare", str(cache)])
             # Commits never change, so a cached one needs no fetch; branches do move.
-            if commit is None or not self._has_commit(commit, git_dir=str(cache)):
+            if commit is None or not self._has_commit(commit, cache):
                 self._git(
                     [
                         f"--git-dir={cache}",
@@ -186,10 +152,9 @@ class OriginReader(GitRunner):
             yield str(cache)
 
 
-def _text(path: str | None, objects: dict[str, tuple[str, bytes] | None]) -> str | Absent:
+def _text(path: str | None, found: tuple[str, bytes] | None) -> str | Absent:
     if path is None:
         return Absent.OUTSIDE
-    found = objects.get(path)
     if found is None or found[0] not in ("blob", "symlink"):
         return Absent.MISSING
     if found[0] == "symlink":

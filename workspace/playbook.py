@@ -38,6 +38,16 @@ from loopworks.workspace.integration import (
     IntegrationWorkspaces,
     message_trailers,
 )
+from loopworks.workspace.objects import (
+    commit_message_of,
+    commit_of,
+    open_repository,
+    read_path,
+    ref_target,
+    tree_of,
+    update_refs,
+    write_file_tree,
+)
 from loopworks.workspace.refs import checked_commit, redact
 from loopworks.workspace.runner import GitError, _rmtree
 from loopworks.workspace.stores import own_origin_store
@@ -108,13 +118,16 @@ class PlaybookStore(IntegrationWorkspaces):
     def current(self, origin: str, name: str) -> Playbook | None:
         """The version at the branch's head; None when origin has no playbook branch.
 
-        The head commit and its file in one `cat-file`, whatever the length of the history
-        (every run's hydration and curation reads this)."""
+        The head commit and its file, whatever the length of the history (every run's
+        hydration and curation reads this)."""
         with self._origin_git_dir(origin, commit=None) as git_dir:
-            head, text = self._batch(git_dir, [_REF, f"{_REF}:{PLAYBOOK_PATH}"])
-        if head is None or head[0] != "commit":
-            return None
-        message = head[1].decode("utf-8", errors="replace").partition("\n\n")[2]
+            repo = open_repository(git_dir)
+            head = commit_of(repo, f"{_REF}^{{commit}}")
+            if head is None:
+                return None
+            message = commit_message_of(repo, head)
+            tree = tree_of(repo, head)
+            text = None if tree is None else read_path(repo, tree, PLAYBOOK_PATH)
         version = _version_in(message_trailers(message))
         if version is None:
             raise GitError(
@@ -143,10 +156,8 @@ class PlaybookStore(IntegrationWorkspaces):
         item count there (its lines, summed from the root's numstat: one git process)."""
         with self._origin_git_dir(origin, commit=None) as git_dir:
             prefix = [f"--git-dir={git_dir}"]
-            found = self._git(
-                [*prefix, "rev-parse", "--verify", "--quiet", f"{_REF}^{{commit}}"], check=False
-            )
-            if found.returncode != 0:
+            head = commit_of(open_repository(git_dir), f"{_REF}^{{commit}}")
+            if head is None:
                 return []
             out = self._git(
                 [
@@ -157,7 +168,7 @@ class PlaybookStore(IntegrationWorkspaces):
                     "--no-renames",
                     "--numstat",
                     f"--format={_LOG_FORMAT}",
-                    found.stdout.strip(),
+                    head,
                     "--",
                 ]
             ).stdout
@@ -235,10 +246,12 @@ class PlaybookStore(IntegrationWorkspaces):
             return self._chain(git_dir, head, len(versions))
         self._check_follows(origin, head, trailers, versions[0].playbook.version)
         commits = self._commits(git_dir, head, versions, when)
-        # The old value makes it a compare-and-swap ("" when the branch must not exist yet).
-        swap = [f"--git-dir={git_dir}", "update-ref", _REF, commits[-1], head or ""]
-        if self._git(swap, check=False).returncode == 0:
+        # The old value makes it a compare-and-swap (None: the branch must not exist yet).
+        try:
+            update_refs(open_repository(git_dir), {_REF: commits[-1]}, expected={_REF: head})
             return commits
+        except GitError:
+            pass  # moved meanwhile, or locked by a writer moving it
         moved, moved_trailers = self._head_in(git_dir)
         if moved is not None and _is_version(moved_trailers, last.playbook.version, last.batch_id):
             return self._chain(git_dir, moved, len(versions))
@@ -247,18 +260,13 @@ class PlaybookStore(IntegrationWorkspaces):
         )
 
     def _head_in(self, git_dir: Path) -> tuple[str | None, dict[str, str]]:
-        """The branch's head in a repository this process reads in place, and its trailers:
-        one process, and (None, {}) when the branch does not exist."""
-        out = self._git(
-            [
-                f"--git-dir={git_dir}",
-                "for-each-ref",
-                "--format=%(objectname)%00%(contents)",
-                _REF,
-            ]
-        ).stdout
-        sha, _, message = out.partition("\0")
-        return (sha.strip(), message_trailers(message)) if sha.strip() else (None, {})
+        """The branch's head in a repository this process reads in place, and its trailers;
+        (None, {}) when the branch does not exist."""
+        repo = open_repository(git_dir)
+        head = ref_target(repo, _REF)
+        if head is None:
+            return None, {}
+        return head, message_trailers(commit_message_of(repo, head))
 
     def _commits(
         self, cwd: Path, head: str | None, versions: list[VersionWrite], when: datetime
@@ -293,7 +301,7 @@ class PlaybookStore(IntegrationWorkspaces):
         """The branch's head on origin, its commit in the clone (fetched when missing; the
         clone's remote-tracking ref is not kept up to date); None when it does not exist."""
         head = self.branch_head(origin, PLAYBOOK_BRANCH)
-        if head is None or self._has_commit(head, cwd=workdir):
+        if head is None or self._has_commit(head, workdir):
             return head  # most often the version this writer made last: nothing to fetch
         tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
         self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{_REF}:{tracking}"], cwd=workdir)
@@ -320,13 +328,7 @@ class PlaybookStore(IntegrationWorkspaces):
     def _tree(self, cwd: Path, jsonl: str) -> str:
         """A tree holding only PLAYBOOK_PATH with `jsonl`, its objects written in the
         repository at `cwd` (a write clone, or a bare origin: no index or work tree needed)."""
-        *folders, leaf = PLAYBOOK_PATH.split("/")
-        sha = self._git_bytes(["hash-object", "-w", "--stdin"], jsonl.encode(), cwd=cwd)
-        entry = f"100644 blob {sha.stdout.decode().strip()}\t{leaf}\0"
-        for folder in reversed(folders):
-            made = self._git_bytes(["mktree", "-z"], entry.encode(), cwd=cwd)
-            entry = f"040000 tree {made.stdout.decode().strip()}\t{folder}\0"
-        return self._git_bytes(["mktree", "-z"], entry.encode(), cwd=cwd).stdout.decode().strip()
+        return write_file_tree(open_repository(cwd), PLAYBOOK_PATH, jsonl.encode())
 
 
 def _version_in(trailers: dict[str, str]) -> int | None:

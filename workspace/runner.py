@@ -36,10 +36,10 @@ _STRIPPED_ENV = (
 )
 
 
-class GitSpawns:
-    """How many git processes this process started, by subcommand: what scripts/bench.py
+class GitCounts:
+    """How many git commands this process ran, by subcommand: what scripts/bench.py
     reports per run and what tests assert a cached step does not do. Counting is a lock
-    and a dict update beside a process spawn, so it stays on."""
+    and a dict update beside the command, so it stays on."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -66,7 +66,10 @@ def _subcommand(args: Sequence[str]) -> str:
     return "?"
 
 
-GIT_SPAWNS = GitSpawns()
+# git processes started (this module), and git's plumbing answered in-process instead
+# (workspace/objects.py), each by the git command it is.
+GIT_SPAWNS = GitCounts()
+GIT_IN_PROCESS = GitCounts()
 
 
 class GitError(RuntimeError):
@@ -186,14 +189,9 @@ class GitRunner:
 
     @staticmethod
     def _command(args: Sequence[str], cwd: Path | None) -> list[str]:
-        # Spawning git, not a library (pygit2, dulwich), on measured numbers (2 cores,
-        # shared, so roughly): starting git costs about 1.2 ms of CPU, rev-parse 1.4 ms,
-        # checkout 3.6, a fetch with nothing new 8; scripts/bench.py counts about 48
-        # processes a 2-iteration run (cached clones, no push to the embedded origin),
-        # about 0.14 of the run's 0.6 CPU seconds, and a library would save only the
-        # spawn part of that. Git stays the one implementation of
-        # checkout, clean, fetch and push for every origin (a path, a server by URL) that
-        # the crash tests pin, with no native dependency added.
+        # Processes for what touches a work tree or the network; git's plumbing (object
+        # and ref reads, ref moves, status, trees) is asked in-process: workspace/objects.py
+        # says why, on measured numbers.
         # A workspace's hooks and fsmonitor are content the model could have written: never
         # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
         cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
@@ -212,11 +210,6 @@ class GitRunner:
         args = ["ls-remote", *(["--symref"] if symref else []), self._local_origin(origin)]
         out = self._git([*args, *patterns]).stdout
         return [line.split("\t") for line in out.splitlines() if line.strip()]
-
-    def _has_commit(self, commit: str, cwd: Path | None = None, git_dir: str | None = None) -> bool:
-        prefix = [f"--git-dir={git_dir}"] if git_dir else []
-        args = [*prefix, "cat-file", "-e", f"{commit}^{{commit}}"]
-        return self._git(args, cwd=cwd, check=False).returncode == 0
 
     def _check_ref(self, ref: str) -> None:
         if not valid_ref_name(ref):

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.local import SQLITE_PRAGMAS
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
+from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,6 +45,26 @@ def git(*args: str, cwd: Path | None = None) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
+
+
+class GitCalls:
+    """The git commands run inside a `with` block, by subcommand: `processes` started, and
+    plumbing asked `in_process` (workspace/objects.py)."""
+
+    def __enter__(self) -> GitCalls:
+        self._spawns, self._in_process = GIT_SPAWNS.snapshot(), GIT_IN_PROCESS.snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @property
+    def processes(self) -> Counter[str]:
+        return GIT_SPAWNS.snapshot() - self._spawns
+
+    @property
+    def in_process(self) -> Counter[str]:
+        return GIT_IN_PROCESS.snapshot() - self._in_process
 
 
 def bare_remote(root: Path) -> Path:

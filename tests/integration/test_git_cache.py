@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,8 +16,8 @@ from loopworks.schemas.rules import PatternCheck
 from loopworks.workspace.git import GitError, GitWorkspaces
 from loopworks.workspace.integration import IntegrationWorkspaces
 from loopworks.workspace.origin import Absent
-from loopworks.workspace.runner import GIT_SPAWNS, CommitNotFoundError
-from tests.integration.stack import bare_remote, git
+from loopworks.workspace.runner import CommitNotFoundError
+from tests.integration.stack import GitCalls, bare_remote, git
 
 pytestmark = pytest.mark.integration
 
@@ -37,13 +35,6 @@ def origin(tmp_path: Path) -> str:
     """A repository the service did not create (a user's, or a git server's on another
     machine in all but the URL): reached by fetch and push, what a cache saves."""
     return str(bare_remote(tmp_path / "data"))
-
-
-@contextmanager
-def spawned() -> Iterator[Callable[[], Counter[str]]]:
-    """The git processes started inside the block, by subcommand."""
-    before = GIT_SPAWNS.snapshot()
-    yield lambda: GIT_SPAWNS.snapshot() - before
 
 
 def _step(ws: GitWorkspaces, run_id: str, origin: str, commit: str, text: str) -> str:
@@ -65,18 +56,19 @@ def test_a_commit_in_the_clone_is_checked_out_without_asking_origin(
     (workdir / "artifact.md").write_text("left by a crashed attempt\n")
     (workdir / "junk.txt").write_text("x")
 
-    with spawned() as counted:
+    with GitCalls() as calls:
         assert ws.checkout("run-1", origin, sha) == workdir
     # One question (a clone? holding the commit?), then checkout --force and clean.
-    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
+    assert calls.processes == Counter({"checkout": 1, "clean": 1})
+    assert calls.in_process == Counter({"rev-parse": 1})
     assert (workdir / "artifact.md").read_text() == "v1\n"
     assert not (workdir / "junk.txt").exists()
     assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
 
     # The base is in the clone too: going back costs the same and asks origin nothing.
-    with spawned() as counted:
+    with GitCalls() as calls:
         ws.checkout("run-1", origin, base)
-    assert not counted().keys() & ORIGIN_COMMANDS
+    assert not calls.processes.keys() & ORIGIN_COMMANDS
     assert git("rev-parse", "HEAD", cwd=workdir) == base
 
 
@@ -86,11 +78,11 @@ def test_a_commit_made_elsewhere_is_fetched_in_one_round_trip(tmp_path: Path, or
     worker_b.checkout("run-2", origin, base)
     sha = _step(worker_a, "run-2", origin, base, "from a\n")
 
-    with spawned() as counted:
+    with GitCalls() as calls:
         other = worker_b.checkout("run-2", origin, sha)
     # Branches and the run's work ref in one fetch; no ls-remote first.
-    assert counted()["fetch"] == 1
-    assert counted()["ls-remote"] == 0
+    assert calls.processes["fetch"] == 1
+    assert calls.processes["ls-remote"] == 0
     assert (other / "artifact.md").read_text() == "from a\n"
 
 
@@ -98,21 +90,22 @@ def test_an_evaluation_slot_borrows_the_runs_clone_objects(tmp_path: Path, origi
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)
     main = ws.checkout("run-3", origin, base)
-    with spawned() as counted:
+    with GitCalls() as calls:
         slot = ws.checkout("run-3", origin, base, "eval-exec")
     # Cloned from the run's clone, borrowing its objects: nothing asked of origin.
-    assert not counted().keys() & {"fetch", "ls-remote"}
+    assert not calls.processes.keys() & {"fetch", "ls-remote"}
     alternates = slot / ".git" / "objects" / "info" / "alternates"
     assert Path(alternates.read_text().strip()) == (main / ".git" / "objects").resolve()
     # It publishes nothing: its remote stays the run's clone until it must ask origin.
-    assert not counted().keys() & {"remote"}
+    assert not calls.processes.keys() & {"remote"}
 
     sha = _step(ws, "run-3", origin, base, "draft\n")
     # Origin out of reach: the commit the run's clone just made is in the slot already.
     os.rename(origin, f"{origin}.away")
-    with spawned() as counted:
+    with GitCalls() as calls:
         assert ws.checkout("run-3", origin, sha, "eval-exec") == slot
-    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
+    assert calls.processes == Counter({"checkout": 1, "clean": 1})
+    assert calls.in_process == Counter({"rev-parse": 1})
     assert (slot / "artifact.md").read_text() == "draft\n"
     git("fsck", "--connectivity-only", "--no-dangling", cwd=slot)
     os.rename(f"{origin}.away", origin)
@@ -165,18 +158,18 @@ TREE_PATHS = [
 
 
 def test_reading_a_commits_files_needs_no_checkout(tmp_path: Path, origin: str) -> None:
-    """EVALUATE's pattern and judge groups read the commit's files: one git process from
-    the run's clone, or from origin on a worker without one, and what they read is what
-    a checkout shows (symlinks inside followed, out of the tree refused)."""
+    """EVALUATE's pattern and judge groups read the commit's files: in-process, no git
+    process, from the run's clone or from origin on a worker without one, and what they
+    read is what a checkout shows (symlinks inside followed, out of the tree refused)."""
     outside = tmp_path / "outside.md"
     outside.write_text("secret\n")
     ws = _ws(tmp_path)
     sha = _tree_with_links(ws, "run-6", origin, outside)
     checkout = ws.checkout("run-6", origin, sha)
 
-    with spawned() as counted:
+    with GitCalls() as calls:
         read = ws.read_files("run-6", origin, sha, TREE_PATHS)
-    assert counted() == Counter({"cat-file": 1})
+    assert calls.processes == Counter()
     assert read["artifact.md"] == read["docs/../artifact.md"] == "# Title\nbody\n"
     assert read["docs/notes.md"] == read["inside.md"] == "notes\n"
     for path in ("escape.md", "../outside.md", "/etc/hostname"):
@@ -192,11 +185,11 @@ def test_reading_a_commits_files_needs_no_checkout(tmp_path: Path, origin: str) 
     assert match_pattern(check, read["crlf.md"]) == run_pattern_check(check, checkout)
     assert match_pattern(check, read["crlf.md"]).passed
 
-    # Another worker, no clone of the run: origin, still one process and no clone.
+    # Another worker, no clone of the run: origin (a bare cache of it), still no clone.
     other = _ws(tmp_path, "worker-b")
-    with spawned() as counted:
+    with GitCalls() as calls:
         assert other.read_files("run-6", origin, sha, TREE_PATHS) == read
-    assert counted() == Counter({"cat-file": 1})
+    assert not calls.processes.keys() - {"init", "fetch"}, calls.processes
     assert not other.workdir("run-6").exists()
     # A run's clone deleted under the worker (a cache): origin answers.
     shutil.rmtree(ws.workdir("run-6") / ".git" / "objects")
@@ -220,23 +213,23 @@ def test_a_clone_given_another_origin_publishes_there(tmp_path: Path, origin: st
 
     # A new worker process on the same clones sets the origin once, then trusts it.
     again = _ws(tmp_path)
-    with spawned() as counted:
+    with GitCalls() as calls:
         again.checkout("run-4", other, sha)
-    assert counted()["remote"] == 1
-    with spawned() as counted:
+    assert calls.processes["remote"] == 1
+    with GitCalls() as calls:
         again.checkout("run-4", other, sha)
-    assert counted()["remote"] == 0
+    assert calls.processes["remote"] == 0
 
 
-def test_reads_ask_git_once(tmp_path: Path, origin: str) -> None:
+def test_reads_start_no_git_process_but_a_listing(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)
     sha = _step(ws, "run-5", origin, base, "text\n")
-    with spawned() as counted:
+    with GitCalls() as calls:
         assert ws.read_file(origin, sha, "artifact.md") == "text\n"
         assert ws.read_file(origin, sha, "missing.md") is None
         assert ws.list_files(origin, sha) == ["README.md", "artifact.md"]
-    assert counted() == Counter({"cat-file": 2, "ls-tree": 1})
+    assert calls.processes == Counter({"ls-tree": 1})
     weird = "odd\nname.md"
     workdir = ws.checkout("run-5", origin, sha)
     (workdir / weird).write_text("still read\n")
@@ -292,28 +285,29 @@ def test_the_step_after_a_commit_resumes_the_clone_as_it_was_committed(
     sha = ws.commit(workdir, "v1", WHEN)
     ws.publish(workdir, "run-6", sha)
 
-    with spawned() as counted:
+    with GitCalls() as calls:
         assert ws.checkout("run-6", origin, sha) == workdir
-    assert counted() == Counter({"clean": 1})
+    assert calls.processes == Counter({"clean": 1})
     assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
     assert not (workdir / "empty").exists()
     (workdir / "artifact.md").write_text("changed by the step handed the clone\n")
 
     # Handed out once: the next checkout of the same commit is a whole one.
-    with spawned() as counted:
+    with GitCalls() as calls:
         ws.checkout("run-6", origin, sha)
-    assert counted() == Counter({"rev-parse": 1, "checkout": 1, "clean": 1})
+    assert calls.processes == Counter({"checkout": 1, "clean": 1})
+    assert calls.in_process == Counter({"rev-parse": 1})
     assert (workdir / "artifact.md").read_text() == "v1\n"
 
     # Another commit's checkout, or another process's (a restarted worker), is whole too.
     assert ws.commit(workdir, "v1 again", WHEN) != sha
-    with spawned() as counted:
+    with GitCalls() as calls:
         ws.checkout("run-6", origin, sha)
-    assert counted()["checkout"] == 1
+    assert calls.processes["checkout"] == 1
     again = ws.commit(workdir, "v1 again", WHEN)
-    with spawned() as counted:
+    with GitCalls() as calls:
         _ws(tmp_path).checkout("run-6", origin, again)
-    assert counted()["checkout"] == 1
+    assert calls.processes["checkout"] == 1
 
 
 def test_a_slot_asks_origin_for_a_commit_its_runs_clone_lacks(tmp_path: Path, origin: str) -> None:

@@ -16,7 +16,7 @@ from loopworks.workspace.integration import IntegrationWorkspaces
 from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GIT_SPAWNS
 from loopworks.workspace.stores import OWN_ORIGIN_MARK, borrowed_stores, own_origin_store
-from tests.integration.stack import bare_remote, git
+from tests.integration.stack import GitCalls, bare_remote, git
 
 pytestmark = pytest.mark.integration
 
@@ -43,18 +43,18 @@ def test_a_run_on_the_services_own_origin_commits_into_it_without_a_push(
     assert own_origin_store(origin) == Path(origin) / "objects"
     _, base = ws.resolve_base(origin, None)
 
-    before = GIT_SPAWNS.snapshot()
-    workdir = ws.checkout("run-1", origin, base)
-    (workdir / "artifact.md").write_text("draft\n")
-    draft = ws.commit(workdir, "produce: draft", WHEN)
-    ws.publish(workdir, "run-1", draft)
-    (workdir / "artifact.md").write_text("final\n")
-    final = ws.commit(workdir, "close: final", WHEN)
-    assert ws.push_branch(workdir, "loops/run-1", final, "run-1") == final
-    spawned = GIT_SPAWNS.snapshot() - before
+    with GitCalls() as calls:
+        workdir = ws.checkout("run-1", origin, base)
+        (workdir / "artifact.md").write_text("draft\n")
+        draft = ws.commit(workdir, "produce: draft", WHEN)
+        ws.publish(workdir, "run-1", draft)
+        (workdir / "artifact.md").write_text("final\n")
+        final = ws.commit(workdir, "close: final", WHEN)
+        assert ws.push_branch(workdir, "loops/run-1", final, "run-1") == final
 
-    assert not spawned.keys() & {"push", "fetch", "ls-remote"}, spawned
-    assert spawned["update-ref"] == 2  # publish, then close's two refs in one transaction
+    assert not calls.processes.keys() & {"push", "fetch", "ls-remote"}, calls.processes
+    # publish, then close's two refs in one transaction
+    assert calls.in_process["update-ref"] == 2
     assert git("rev-parse", work_ref("run-1"), cwd=Path(origin)) == final
     assert git("rev-parse", "refs/heads/loops/run-1", cwd=Path(origin)) == final
     # Every object is origin's own: the clone borrowed its store and wrote into it.
@@ -103,12 +103,11 @@ def test_an_origin_whose_mark_is_removed_is_pushed_to(tmp_path: Path) -> None:
     workdir = ws.checkout("run-3", origin, base)
     os.remove(Path(origin) / OWN_ORIGIN_MARK)
 
-    before = GIT_SPAWNS.snapshot()
-    (workdir / "artifact.md").write_text("draft\n")
-    sha = ws.commit(workdir, "produce: draft", WHEN)
-    ws.publish(workdir, "run-3", sha)
-    spawned = GIT_SPAWNS.snapshot() - before
-    assert spawned["push"] == 1 and spawned["update-ref"] == 0, spawned
+    with GitCalls() as calls:
+        (workdir / "artifact.md").write_text("draft\n")
+        sha = ws.commit(workdir, "produce: draft", WHEN)
+        ws.publish(workdir, "run-3", sha)
+    assert calls.processes["push"] == 1 and calls.in_process["update-ref"] == 0, calls.processes
     assert git("rev-parse", work_ref("run-3"), cwd=Path(origin)) == sha
     git("fsck", "--connectivity-only", "--no-dangling", cwd=Path(origin))
 
@@ -138,9 +137,8 @@ def test_a_merge_queue_clone_of_the_own_origin_still_pushes(tmp_path: Path) -> N
     git("add", "--all", "--force", "--", "tasks", cwd=workdir)  # objects in the clone's store
     sha = queue.commit(workdir, "merge T-1", WHEN)
 
-    before = GIT_SPAWNS.snapshot()
-    assert queue.push_branch(workdir, "loops/integration", sha) == sha
-    spawned = GIT_SPAWNS.snapshot() - before
-    assert spawned["push"] == 1 and spawned["update-ref"] == 0, spawned
+    with GitCalls() as calls:
+        assert queue.push_branch(workdir, "loops/integration", sha) == sha
+    assert calls.processes["push"] == 1 and calls.in_process["update-ref"] == 0, calls.processes
     git("fsck", "--connectivity-only", "--no-dangling", cwd=Path(origin))
     assert ws.read_file(origin, sha, "tasks/T-1.md") == "merged work\n"

@@ -3,6 +3,7 @@ so through the object cache) and a non-bare one (read in place)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,9 +21,9 @@ from loopworks.schemas.playbook import (
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import BranchMovedError
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
-from loopworks.workspace.runner import GIT_SPAWNS, GitError
+from loopworks.workspace.runner import GitError
 from loopworks.workspace.stores import own_origin_store
-from tests.integration.stack import git
+from tests.integration.stack import GitCalls, git
 
 pytestmark = pytest.mark.integration
 
@@ -145,14 +146,14 @@ def test_versions_newest_first_and_any_version_readable(tmp_path: Path, origin: 
     second = store.at_version(origin, NAME, 2)
     assert second == _version(2, "a", "b")
     assert store.at_version(origin, NAME, 4) is None
-    before = GIT_SPAWNS.snapshot()
-    current = store.current(origin, NAME)
+    with GitCalls() as calls:
+        current = store.current(origin, NAME)
     assert current is not None and current.version == 3
     assert [item.content for item in current.items] == ["a", "b", "c"]
-    # The head and its file in one process, not a walk of the branch's history: every
-    # run's hydration reads this. (A URL's cache fetches first: branches move.)
-    spawned = GIT_SPAWNS.snapshot() - before
-    assert spawned["cat-file"] == 1 and not spawned.keys() - {"cat-file", "fetch"}, spawned
+    # The head and its file, not a walk of the branch's history, and no process but a
+    # URL's cache fetching first (branches move): every run's hydration reads this.
+    assert not calls.processes.keys() - {"fetch"}, calls.processes
+    assert not calls.in_process.keys() - {"rev-parse", "cat-file"}, calls.in_process
 
 
 def test_a_head_without_a_version_is_refused(tmp_path: Path, origin: str) -> None:
@@ -190,15 +191,14 @@ def test_consecutive_versions_go_in_one_swap_each_a_commit_of_its_own(
         VersionWrite(playbook=_version(2, "a", "b"), batch_id="batch-2", source="run-2"),
         VersionWrite(playbook=_version(3, "a", "b", "c"), batch_id="batch-3", source="run-3"),
     ]
-    before = GIT_SPAWNS.snapshot()
-    shas = store.write_versions(origin, writes, WHEN)
-    spawned = GIT_SPAWNS.snapshot() - before
+    with GitCalls() as calls:
+        shas = store.write_versions(origin, writes, WHEN)
     if own_origin_store(origin) is None:
-        assert spawned["push"] == 1
+        assert calls.processes["push"] == 1
     else:
-        # In place: one compare-and-swap of the ref, and no clone, fetch or push at all.
-        assert spawned["update-ref"] == 1
-        assert not {"push", "fetch", "ls-remote", "clone", "init"} & set(spawned)
+        # In place: one compare-and-swap of the ref, and no process at all.
+        assert calls.in_process["update-ref"] == 1
+        assert calls.processes == Counter(), calls.processes
     assert _git(origin, "rev-list", "--first-parent", REF).split()[:2] == shas[::-1]
     assert [(v.version, v.batch_id, v.items) for v in store.versions(origin, NAME)] == [
         (3, "batch-3", 3),

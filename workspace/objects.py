@@ -1,0 +1,217 @@
+"""Git's plumbing asked in-process (libgit2, through pygit2): reading objects and refs,
+moving refs in one locked transaction, a clone's changed paths, and writing a tree and a
+commit. Everything that touches a working tree or the network stays `git` processes
+(workspace/runner.py): clone, fetch, push, checkout, clean, add, commit, merge.
+
+A library for these, processes for the rest, on measured numbers (2 shared cores,
+scripts/bench.py and a per-process rusage count): a git process costs 2 to 3.5 ms of CPU
+before and while answering one of these questions (0.3 ms of it in the worker, the rest
+in git starting up), where pygit2 answers it in 0.1 to 0.6 ms, opening the repository
+included. They were 24 of a run's 45 git processes and about 70 ms of its 0.78 CPU
+seconds. The working-tree commands are where git's rules (checkout's and clean's over
+ignored files and nested repositories) are what the crash tests pin; re-implementing them
+would buy little, for each is one process a step.
+
+Repositories are opened for each call, by path, never searching above it: a clone
+deleted under a running step fails here as it does for git with GIT_CEILING_DIRECTORIES.
+libgit2 runs no hooks, filters or fsmonitor, so nothing a model wrote runs here either.
+Plain synchronous code (no Temporal imports), like the runner.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import FileMode, FileStatus, ObjectType, RepositoryOpenFlag
+
+from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
+
+# As git's --follow-symlinks: links followed this many times on one path, no more.
+_MAX_LINKS = 40
+_CHANGED = ~(FileStatus.CURRENT | FileStatus.IGNORED)
+
+
+def open_repository(path: str | Path) -> pygit2.Repository:
+    """The repository at `path` (a work tree or a git dir), never one above it."""
+    try:
+        return pygit2.Repository(str(path), RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, ValueError, OSError) as exc:
+        raise GitError(f"{path} is not a git repository: {exc}") from exc
+
+
+def commit_of(repo: pygit2.Repository, spec: str) -> str | None:
+    """The full sha of the commit `spec` names (`rev-parse --verify <spec>^{commit}`), or
+    None when it names none there."""
+    GIT_IN_PROCESS.add(["rev-parse"])
+    try:
+        found = repo.revparse_single(spec)
+        return str(found.peel(pygit2.Commit).id)
+    except (pygit2.GitError, KeyError, ValueError, pygit2.InvalidSpecError):
+        return None
+
+
+def commit_message_of(repo: pygit2.Repository, commit: str) -> str:
+    """The message of `commit`, which `repo` holds."""
+    GIT_IN_PROCESS.add(["cat-file"])
+    found = repo.revparse_single(commit).peel(pygit2.Commit)
+    return found.raw_message.decode("utf-8", errors="replace")
+
+
+def holds_commit(path: str | Path, spec: str) -> bool:
+    """Whether the repository at `path` exists and has the commit `spec` names."""
+    try:
+        repo = open_repository(path)
+    except GitError:
+        return False
+    return commit_of(repo, spec) is not None
+
+
+def tree_of(repo: pygit2.Repository, spec: str) -> pygit2.Tree | None:
+    """The tree of the commit `spec` names, or None when it names no commit there."""
+    try:
+        return repo.revparse_single(spec).peel(pygit2.Commit).tree
+    except (pygit2.GitError, KeyError, ValueError, pygit2.InvalidSpecError):
+        return None
+
+
+def read_path(
+    repo: pygit2.Repository, tree: pygit2.Tree, path: str, follow_symlinks: bool = False
+) -> tuple[str, bytes] | None:
+    """What `path` holds in `tree` as (kind, content), or None when nothing is there, as
+    `git cat-file --batch` answers `<commit>:<path>`.
+
+    kind is the object's type ("blob" with its bytes, "tree", "commit" for a submodule).
+    Without `follow_symlinks`, a symlink is the blob of its target's name and a symlink on
+    the way finds nothing. With it, links inside the tree are followed, and one that leads
+    out of it (absolute, or above the root) is ("symlink", b"")."""
+    GIT_IN_PROCESS.add(["cat-file"])
+    if not follow_symlinks:
+        try:
+            entry = tree[path]
+        except (KeyError, ValueError):
+            return None
+        return _contents(repo, entry)
+    return _follow(repo, tree, path)
+
+
+def _contents(repo: pygit2.Repository, entry: pygit2.Object) -> tuple[str, bytes]:
+    if entry.type == ObjectType.BLOB:
+        return "blob", repo[entry.id].read_raw()
+    return ("tree", b"") if entry.type == ObjectType.TREE else ("commit", b"")
+
+
+def _follow(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> tuple[str, bytes] | None:
+    """`path` walked from `root`, symlinks inside the tree followed as a checkout would."""
+    pending = [part for part in path.split("/") if part not in ("", ".")]
+    walked: list[pygit2.Tree] = [root]  # the directories down to where the walk is
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name == "..":
+            if len(walked) == 1:
+                return "symlink", b""  # above the root: out of the tree
+            walked.pop()
+            continue
+        try:
+            entry = walked[-1][name]
+        except KeyError:
+            return None
+        if entry.filemode == FileMode.LINK:
+            links += 1
+            target = repo[entry.id].read_raw().decode("utf-8", errors="surrogateescape")
+            if target.startswith("/"):
+                return "symlink", b""
+            if links > _MAX_LINKS:
+                return None  # a loop
+            pending = [p for p in posixpath.normpath(target).split("/") if p != "."] + pending
+        elif entry.type == ObjectType.TREE:
+            walked.append(repo[entry.id].peel(pygit2.Tree))
+        elif pending:
+            return None  # a file on the way, not a directory
+        else:
+            return _contents(repo, entry)
+    return "tree", b""
+
+
+def update_refs(
+    repo: pygit2.Repository,
+    targets: Mapping[str, str],
+    expected: Mapping[str, str | None] | None = None,
+) -> None:
+    """Set each ref of `targets` to its commit in one transaction (`update-ref --stdin`),
+    all or none. A ref in `expected` must be at that commit (None: must not exist) when
+    locked, or nothing moves and GitError says where it is: a compare-and-swap."""
+    GIT_IN_PROCESS.add(["update-ref"])
+    expected = expected or {}
+    try:
+        with repo.transaction() as transaction:
+            for name in targets:
+                transaction.lock_ref(name)
+            for name, old in expected.items():
+                found = repo.references.get(name)
+                now = None if found is None else str(found.resolve().target)
+                if now != old:
+                    raise GitError(f"{name} is at {now}, not {old}")
+            for name, commit in targets.items():
+                transaction.set_target(name, commit, message="loopworks")
+    except pygit2.GitError as exc:
+        raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
+
+
+def ref_target(repo: pygit2.Repository, name: str) -> str | None:
+    """The commit the ref `name` points to, or None when there is no such ref."""
+    GIT_IN_PROCESS.add(["for-each-ref"])
+    found = repo.references.get(name)
+    return None if found is None else str(found.resolve().target)
+
+
+def changed_paths(workdir: Path) -> list[str]:
+    """Paths (relative, sorted) whose content differs from HEAD, untracked files one by one
+    and no rename detection: what `git add -A` then `git commit` would record."""
+    GIT_IN_PROCESS.add(["status"])
+    repo = open_repository(workdir)
+    try:
+        status = repo.status(untracked_files="all", ignored=False)
+    except pygit2.GitError as exc:
+        raise GitError(f"status of {workdir} failed: {exc}") from exc
+    return sorted(path for path, flags in status.items() if flags & _CHANGED)
+
+
+def write_file_tree(repo: pygit2.Repository, path: str, content: bytes) -> str:
+    """A tree holding only `path` (a regular file with `content`), its objects written into
+    `repo`'s store: `hash-object -w` and one `mktree` per folder."""
+    GIT_IN_PROCESS.add(["mktree"])
+    *folders, leaf = path.split("/")
+    builder = repo.TreeBuilder()
+    builder.insert(leaf, repo.create_blob(content), FileMode.BLOB)
+    tree = builder.write()
+    for folder in reversed(folders):
+        builder = repo.TreeBuilder()
+        builder.insert(folder, tree, FileMode.TREE)
+        tree = builder.write()
+    return str(tree)
+
+
+def write_commit(
+    repo: pygit2.Repository,
+    tree: str,
+    parents: list[str],
+    message: str,
+    author: tuple[str, str],
+    when: datetime,
+) -> str:
+    """The commit of `tree` (`commit-tree`), written into `repo`'s store and on no ref:
+    same tree, parents, message, author and `when`, same sha."""
+    GIT_IN_PROCESS.add(["commit-tree"])
+    # In UTC, whole seconds, as workspace/refs.py's git_date gives git: equal instants make
+    # equal commits whatever the worker's zone.
+    aware = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+    signature = pygit2.Signature(author[0], author[1], int(aware.timestamp()), 0)
+    # As `git commit-tree -m`: the message ends with a newline.
+    text = message if message.endswith("\n") else f"{message}\n"
+    made = repo.create_commit(None, signature, signature, text, tree, parents)
+    return str(made)
