@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace.commits import CommitPublisher, detached_head
-from loopworks.workspace.objects import commit_of, open_repository
+from loopworks.workspace.objects import clone_shared, commit_of, open_repository
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.refs import (
     FULL_SHA,
@@ -299,30 +299,38 @@ class GitWorkspaces(CommitPublisher):
         # Clone aside and rename, so a directory at `workdir` is always a complete clone.
         staging = workdir.parent / f".{workdir.name}.clone-{uuid.uuid4().hex}"
         try:
-            # No automatic gc or maintenance after each commit and fetch: a clone lives as
-            # long as its run, and each would spawn one more process. No template either:
-            # its sample hooks never run here, and copying them was a third of a clone.
-            clone = ["clone", "--quiet", "--no-checkout", "--template="]
-            clone += ["-c", "maintenance.auto=false"]
-            if beside is None and own_origin_store(url) is not None:
-                # The service's own origin: borrow its store, and write commits into it
-                # (workspace/commits.py), nothing copied either way.
-                clone.append("--shared")
-            source = url
-            if beside is not None:
+            if beside is not None and _borrowed(beside, staging):
                 # Borrowing the run's clone's objects (alternates): nothing copied, and every
                 # commit the run makes there is in the slot at once, no fetch.
-                shared = [*clone, "--shared", str(beside), str(staging)]
-                if self._git(shared, check=False).returncode == 0:
-                    source = str(beside)
-                else:
-                    _rmtree(staging)  # the run's clone is broken: origin, then
-            if source == url:
-                self._git([*clone, url, str(staging)])
+                source = str(beside)
+            elif own_origin_store(url) is not None:
+                # The service's own origin: borrow its store, and write commits into it
+                # (workspace/commits.py), nothing copied either way.
+                clone_shared(url, staging)
+                source = url
+            else:
+                # No automatic gc or maintenance after each commit and fetch: a clone lives
+                # as long as its run, and each would spawn one more process. No template
+                # either: its sample hooks never run here, and copying them was a third of
+                # a clone.
+                clone = ["clone", "--quiet", "--no-checkout", "--template="]
+                self._git([*clone, "-c", "maintenance.auto=false", url, str(staging)])
+                source = url
             os.rename(staging, workdir)
             self._origin_urls[workdir] = source
         finally:
             _rmtree(staging)
+
+
+def _borrowed(source: Path, staging: Path) -> bool:
+    """Whether `staging` is now a clone borrowing the store of the repository at `source`;
+    when it is not (that repository is broken), nothing is left at `staging`."""
+    try:
+        clone_shared(source, staging)
+    except GitError:
+        _rmtree(staging)
+        return False
+    return True
 
 
 def file_sha256(workdir: Path, path: str) -> str | None:
