@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace.commits import CommitPublisher, detached_head
-from loopworks.workspace.objects import clone_shared, commit_of, open_repository
+from loopworks.workspace.objects import (
+    clone_shared,
+    commit_of,
+    head_of,
+    open_repository,
+    ref_target,
+)
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.refs import (
     FULL_SHA,
@@ -98,30 +104,42 @@ class GitWorkspaces(CommitPublisher):
         return str(path)
 
     def resolve_base(self, origin: str, base_branch: str | None) -> tuple[str, str]:
-        """(branch, sha) of `base_branch` on origin, or of origin's default branch."""
+        """(branch, sha) of `base_branch` on origin, or of origin's default branch. The
+        service's own origin is read in place, as its clones are made; any other is asked."""
+        own = own_origin_store(self._local_origin(origin))
+        in_place = None if own is None else open_repository(own.parent)
         if base_branch is None:
-            rows = self._ls_remote(origin, "HEAD", symref=True)
-            # The pattern matches ref tails too (refs/remotes/origin/HEAD of a non-bare origin).
-            head = [r[0] for r in rows if r[1:] == ["HEAD"]]
-            target = next((v for v in head if v.startswith("ref: ")), None)
-            sha = next((v for v in head if not v.startswith("ref: ")), None)
-            if not head:
-                raise GitError(f"origin {redact(origin)} is empty: it has no commits")
+            target, sha = head_of(in_place) if in_place is not None else self._remote_head(origin)
             if target is None:
                 raise GitError(
                     f"origin {redact(origin)} has a detached HEAD: name a base branch explicitly"
                 )
-            branch = target.removeprefix("ref: ").removeprefix("refs/heads/")
+            branch = target.removeprefix("refs/heads/")
             if sha is None:
                 raise GitError(f"default branch {branch!r} of {redact(origin)} has no commits")
             return branch, sha
         branch = base_branch.removeprefix("refs/heads/")
         ref = f"refs/heads/{branch}"
         self._check_ref(ref)
-        for row in self._ls_remote(origin, ref):
-            if len(row) == 2 and row[1] == ref:
-                return branch, row[0]
-        raise GitError(f"branch {branch!r} does not exist on origin {redact(origin)}")
+        if in_place is not None:
+            found = ref_target(in_place, ref)
+        else:
+            rows = self._ls_remote(origin, ref)
+            found = next((r[0] for r in rows if len(r) == 2 and r[1] == ref), None)
+        if found is None:
+            raise GitError(f"branch {branch!r} does not exist on origin {redact(origin)}")
+        return branch, found
+
+    def _remote_head(self, origin: str) -> tuple[str | None, str | None]:
+        """`head_of` for an origin asked with `ls-remote`."""
+        rows = self._ls_remote(origin, "HEAD", symref=True)
+        # The pattern matches ref tails too (refs/remotes/origin/HEAD of a non-bare origin).
+        head = [r[0] for r in rows if r[1:] == ["HEAD"]]
+        if not head:
+            raise GitError(f"origin {redact(origin)} is empty: it has no commits")
+        symbolic = next((v for v in head if v.startswith("ref: ")), None)
+        target = None if symbolic is None else symbolic.removeprefix("ref: ")
+        return target, next((v for v in head if not v.startswith("ref: ")), None)
 
     # -- run workspaces ----------------------------------------------------------------
 

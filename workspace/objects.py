@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus, ObjectType, RepositoryOpenFlag
+from pygit2.enums import FileMode, FileStatus, ObjectType, ReferenceType, RepositoryOpenFlag
 
 from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 
@@ -189,6 +189,17 @@ def ref_target(repo: pygit2.Repository, name: str) -> str | None:
     GIT_IN_PROCESS.add(["for-each-ref"])
     found = repo.references.get(name)
     return None if found is None else str(found.resolve().target)
+
+
+def head_of(repo: pygit2.Repository) -> tuple[str | None, str | None]:
+    """(the branch HEAD names, the commit it is at): (None, sha) for a detached HEAD,
+    (branch, None) for a branch with no commits yet; `ls-remote --symref <repo> HEAD`."""
+    GIT_IN_PROCESS.add(["ls-remote"])
+    head = repo.lookup_reference("HEAD")
+    if head.type == ReferenceType.SYMBOLIC:
+        branch = str(head.target)
+        return branch, ref_target(repo, branch)
+    return None, str(head.target)
 
 
 def changed_paths(workdir: Path) -> list[str]:
