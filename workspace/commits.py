@@ -19,13 +19,14 @@ from typing import ClassVar
 
 from loopworks.workspace.objects import (
     changed_paths,
+    commit_index,
     commit_of,
     open_repository,
     ref_target,
     update_refs,
 )
 from loopworks.workspace.origin import OriginReader
-from loopworks.workspace.refs import FULL_SHA, checked_commit, git_date, work_ref
+from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
 from loopworks.workspace.runner import GitError
 from loopworks.workspace.stores import writes_into
 
@@ -51,41 +52,23 @@ class CommitPublisher(OriginReader):
         self._committed: dict[Path, str] = {}
 
     def commit(self, workdir: Path, message: str, when: datetime) -> str:
-        """Commit the whole tree; same parent, content, message and `when` give the same sha."""
-        date = git_date(when)
-        env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        """Commit the whole tree; same parent, content, message and `when` give the same sha.
+
+        `git add -A` stages it: git's rules decide what a tree holds (ignores, nested
+        repositories, attributes). The tree and the commit are then written in-process
+        (workspace/objects.py), the same objects `git commit` writes."""
         store = self._writes_into(workdir)
+        env = None
         if store is not None:
             # New objects go to origin's store; the clone's own stays readable beside it.
-            env |= {
+            env = {
                 "GIT_OBJECT_DIRECTORY": str(store),
                 "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(workdir / ".git" / "objects"),
             }
         self._git(["add", "-A"], cwd=workdir, env=env)
-        self._git(
-            [
-                "-c",
-                "commit.gpgsign=false",
-                "commit",
-                "--quiet",
-                "--allow-empty",
-                "--no-verify",
-                "-m",
-                message,
-            ],
-            cwd=workdir,
-            env=env,
-        )
-        sha = self._head(workdir)
+        author = (self.author_name, self.author_email)
+        sha = commit_index(workdir, store, message, author, when)
         self._committed[workdir] = sha
-        return sha
-
-    def _head(self, workdir: Path) -> str:
-        """The sha HEAD is at: the file when it is detached (what steps commit on), rather
-        than a process; anything else, ask git."""
-        sha = detached_head(workdir) or commit_of(open_repository(workdir), "HEAD")
-        if sha is None:
-            raise GitError(f"{workdir} has no commit at HEAD")
         return sha
 
     def changed_paths(self, workdir: Path) -> list[str]:

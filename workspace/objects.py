@@ -64,7 +64,11 @@ def clone_shared(source: str | Path, target: Path) -> None:
     fetch brings branches; its checkout, a tree). About 4 ms of CPU in-process, against
     18 for git, which starts a shell and upload-pack to list refs that nothing here reads."""
     GIT_IN_PROCESS.add(["clone"])
-    store = Path(open_repository(source).path) / "objects"
+    open_repository(source)  # one git would clone from, or GitError
+    # The store's path as given, not resolved (libgit2's repo.path is): git writes it so,
+    # and the sandbox binds the path git reads (checks/bwrap.py).
+    given = Path(source).absolute()
+    store = (given / ".git" if (given / ".git").is_dir() else given) / "objects"
     try:
         repo = pygit2.init_repository(str(target), bare=False, origin_url=str(source))
         # As the runner's clones: no automatic maintenance after each commit and fetch.
@@ -214,6 +218,39 @@ def changed_paths(workdir: Path) -> list[str]:
     return sorted(path for path, flags in status.items() if flags & _CHANGED)
 
 
+def commit_index(
+    workdir: Path, store: Path | None, message: str, author: tuple[str, str], when: datetime
+) -> str:
+    """Commit what the clone at `workdir` has staged, on HEAD, and move its HEAD there,
+    detached: the commit `git commit --allow-empty -m <message>` makes, sha for sha. The
+    tree and commit objects go into the repository whose git dir holds `store` (the
+    origin's store a clone writes into, workspace/commits.py), else into the clone's."""
+    repo = open_repository(workdir)
+    target = repo if store is None else open_repository(store.parent)
+    parents = [] if repo.head_is_unborn else [str(repo.head.target)]
+    try:
+        tree = repo.index.write_tree(target)
+    except pygit2.GitError as exc:
+        raise GitError(f"writing the tree of {workdir} failed: {exc}") from exc
+    made = write_commit(target, str(tree), parents, cleaned_message(message), author, when)
+    repo.set_head(pygit2.Oid(hex=made))
+    return made
+
+
+def cleaned_message(message: str) -> str:
+    """`message` as `git commit -m` records it (its "whitespace" cleanup): trailing
+    whitespace off every line, blank lines at either end dropped, runs of them made one,
+    and a final newline."""
+    lines: list[str] = []
+    for line in message.split("\n"):
+        line = line.rstrip(" \t\r\v\f")
+        if line or (lines and lines[-1]):
+            lines.append(line)
+    while lines and not lines[-1]:
+        lines.pop()
+    return "".join(f"{line}\n" for line in lines)
+
+
 def write_file_tree(repo: pygit2.Repository, path: str, content: bytes) -> str:
     """A tree holding only `path` (a regular file with `content`), its objects written into
     `repo`'s store: `hash-object -w` and one `mktree` per folder."""
@@ -240,8 +277,7 @@ def write_commit(
     """The commit of `tree` (`commit-tree`), written into `repo`'s store and on no ref:
     same tree, parents, message, author and `when`, same sha."""
     GIT_IN_PROCESS.add(["commit-tree"])
-    # In UTC, whole seconds, as workspace/refs.py's git_date gives git: equal instants make
-    # equal commits whatever the worker's zone.
+    # In UTC, whole seconds: equal instants make equal commits whatever the worker's zone.
     aware = when.replace(tzinfo=UTC) if when.tzinfo is None else when
     signature = pygit2.Signature(author[0], author[1], int(aware.timestamp()), 0)
     # As `git commit-tree -m`: the message ends with a newline.

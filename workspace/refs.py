@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from datetime import UTC, datetime
 
 WORK_REF_PREFIX = "refs/loopworks/"
 
@@ -79,9 +78,3 @@ def safe_relpath(path: str) -> str:
     if posixpath.isabs(normal) or normal == ".." or normal.startswith("../") or normal == ".":
         raise ValueError(f"path {path!r} is not inside the repository")
     return normal
-
-
-def git_date(when: datetime) -> str:
-    # Normalise to UTC so equal instants give equal commits whatever the worker's zone.
-    aware = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-    return aware.replace(microsecond=0).isoformat()

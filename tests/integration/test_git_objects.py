@@ -16,6 +16,25 @@ from tests.integration.stack import bare_remote, git
 pytestmark = pytest.mark.integration
 
 WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+AUTHOR = ("loops", "l@example.com")
+
+
+def git_at_when(*args: str, cwd: Path) -> str:
+    """git as AUTHOR, at WHEN: what an in-process commit is compared with."""
+    date = WHEN.isoformat()
+    env = {
+        "GIT_AUTHOR_NAME": AUTHOR[0],
+        "GIT_AUTHOR_EMAIL": AUTHOR[1],
+        "GIT_COMMITTER_NAME": AUTHOR[0],
+        "GIT_COMMITTER_EMAIL": AUTHOR[1],
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_DATE": date,
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(cwd),
+    }
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
 
 
 @pytest.fixture
@@ -196,21 +215,10 @@ def test_a_commit_written_in_process_is_the_one_git_writes(tmp_path: Path, when:
     tree = objects.write_file_tree(repo, "a/b/playbook.jsonl", b'{"id": 1}\n')
     assert git("ls-tree", "-r", tree, cwd=bare).split()[-1] == "a/b/playbook.jsonl"
     message = "playbook v1: batch\n\nPlaybook-Version: 1\n"
-    made = objects.write_commit(repo, tree, [main], message, ("loops", "l@example.com"), WHEN)
-    date = "2024-05-01T12:00:00+00:00"
-    env = {
-        "GIT_AUTHOR_NAME": "loops",
-        "GIT_AUTHOR_EMAIL": "l@example.com",
-        "GIT_COMMITTER_NAME": "loops",
-        "GIT_COMMITTER_EMAIL": "l@example.com",
-        "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_DATE": date,
-        "PATH": "/usr/bin:/bin",
-    }
-    args = ["git", "commit-tree", tree, "-p", main, "-m", message.rstrip("\n")]
-    by_git = subprocess.run(args, cwd=bare, env=env, capture_output=True, text=True, check=True)
-    assert made == by_git.stdout.strip()
-    again = objects.write_commit(repo, tree, [main], message, ("loops", "l@example.com"), when)
+    made = objects.write_commit(repo, tree, [main], message, AUTHOR, WHEN)
+    by_git = git_at_when("commit-tree", tree, "-p", main, "-m", message.rstrip("\n"), cwd=bare)
+    assert made == by_git
+    again = objects.write_commit(repo, tree, [main], message, AUTHOR, when)
     assert again == made
 
 
@@ -245,3 +253,35 @@ def test_head_is_read_as_ls_remote_reads_it(tmp_path: Path) -> None:
     assert objects.head_of(objects.open_repository(bare)) == ("refs/heads/unborn", None)
     (bare / "HEAD").write_text(f"{main}\n")
     assert objects.head_of(objects.open_repository(bare)) == (None, main)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["produce: draft", "\n\nrefine: fixes  \n\n\n  keep the indent\t\n#not a comment here\n\n"],
+    ids=["plain", "needs-cleanup"],
+)
+def test_a_staged_tree_is_committed_as_git_commit_commits_it(tmp_path: Path, message: str) -> None:
+    """`git add -A` then the commit in-process: the sha `git commit -m` gives the same
+    staged tree, parent, message, author and instant, and HEAD detached on it."""
+    bare = bare_remote(tmp_path)
+    made: list[str] = []
+    for name in ("by-git", "in-process"):
+        workdir = tmp_path / name
+        git("clone", "--quiet", str(bare), str(workdir))
+        git("checkout", "--quiet", "--detach", cwd=workdir)
+        (workdir / "artifact.md").write_text("draft\n")
+        (workdir / "docs").mkdir()
+        (workdir / "docs" / "link.md").symlink_to("../artifact.md")
+        git("add", "-A", cwd=workdir)
+        if name == "by-git":
+            git_at_when(
+                "-c", "commit.gpgsign=false", "commit", "--quiet", "-m", message, cwd=workdir
+            )
+        else:
+            objects.commit_index(workdir, None, message, AUTHOR, WHEN)
+        made.append(git("rev-parse", "HEAD", cwd=workdir))
+    in_process = tmp_path / "in-process"
+    assert made[1] == made[0]
+    assert (in_process / ".git" / "HEAD").read_text().strip() == made[1]  # detached
+    assert git("status", "--porcelain", cwd=in_process) == ""
+    git("fsck", "--strict", cwd=in_process)
