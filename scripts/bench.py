@@ -18,7 +18,8 @@ token, and counts each role's requests in this process.
 Cost figures: CPU seconds per run of the worker (this process, which also runs the
 client: a small share) and of its child processes (git, command checks), apart from the
 Temporal dev server's; git processes per run by subcommand, counted where the worker
-starts them (workspace/runner.py). `--latency-ms N` makes each model request wait N ms
+starts them (workspace/runner.py), and the git plumbing it asks in-process instead
+(workspace/objects.py), by the git command each stands for. `--latency-ms N` makes each model request wait N ms
 (waiting costs no CPU, as with a real model); the slowdown is the median run of the batch
 against one run alone on the same worker. On a shared machine every figure is noisy.
 
@@ -72,7 +73,7 @@ from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.worker.build import build_worker
 from loopworks.worker.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workspace.runner import GIT_SPAWNS
+from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4
@@ -129,13 +130,15 @@ class CountingModels(OfflineModels):
 
 @dataclass(frozen=True)
 class Costs:
-    """CPU seconds so far of this process, its reaped children and the dev server, and
-    the git processes the worker started, by subcommand."""
+    """CPU seconds so far of this process, its reaped children and the dev server, the
+    git processes the worker started and the git plumbing it asked in-process, each by
+    the git command."""
 
     worker: float
     children: float
     server: float
     git: Counter[str]
+    git_in_process: Counter[str]
 
     @classmethod
     def now(cls, server_pid: int | None) -> Costs:
@@ -146,6 +149,7 @@ class Costs:
             children=children.ru_utime + children.ru_stime,
             server=_process_cpu(server_pid) if server_pid else 0.0,
             git=GIT_SPAWNS.snapshot(),
+            git_in_process=GIT_IN_PROCESS.snapshot(),
         )
 
     def __sub__(self, other: Costs) -> Costs:
@@ -154,6 +158,7 @@ class Costs:
             children=self.children - other.children,
             server=self.server - other.server,
             git=self.git - other.git,
+            git_in_process=self.git_in_process - other.git_in_process,
         )
 
 
@@ -409,6 +414,10 @@ async def main(
     print(f"git processes/run    {per_run(costs.git.total()):.1f}")
     shown = ", ".join(f"{cmd} {per_run(n):.1f}" for cmd, n in costs.git.most_common())
     print(f"  by subcommand      {shown}")
+    asked = costs.git_in_process
+    print(f"git in-process/run   {per_run(asked.total()):.1f} (plumbing through libgit2)")
+    shown = ", ".join(f"{cmd} {per_run(n):.1f}" for cmd, n in asked.most_common())
+    print(f"  by command         {shown}")
     print()
     print(f"iterations/run       {per_run(iterations):.1f}")
     print(f"model calls/run      {per_run(calls):.1f}")

@@ -23,6 +23,7 @@ FIGURES = [
     "CPU/run",
     "temporal server",
     "git processes/run",
+    "git in-process/run",
     "model calls/run",
 ]
 
