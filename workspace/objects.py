@@ -1,16 +1,18 @@
-"""Git's plumbing asked in-process (libgit2, through pygit2): reading objects and refs,
-moving refs in one locked transaction, a clone's changed paths, and writing a tree and a
-commit. Everything that touches a working tree or the network stays `git` processes
-(workspace/runner.py): clone, fetch, push, checkout, clean, add, commit, merge.
+"""Git asked in-process (libgit2, through pygit2) wherever no work tree's files or network
+are involved: reading objects and refs, moving refs in one locked transaction, a clone's
+changed paths, a shared clone of a repository on this machine, and writing trees and
+commits (a step's commit once `git add -A` has staged it). What touches a work tree or
+the network stays `git` processes (workspace/runner.py): checkout, clean, add, fetch,
+push, a clone from elsewhere, merge.
 
-A library for these, processes for the rest, on measured numbers (2 shared cores,
-scripts/bench.py and a per-process rusage count): a git process costs 2 to 3.5 ms of CPU
-before and while answering one of these questions (0.3 ms of it in the worker, the rest
-in git starting up), where pygit2 answers it in 0.1 to 0.6 ms, opening the repository
-included. They were 24 of a run's 45 git processes and about 70 ms of its 0.78 CPU
-seconds. The working-tree commands are where git's rules (checkout's and clean's over
-ignored files and nested repositories) are what the crash tests pin; re-implementing them
-would buy little, for each is one process a step.
+A library here, processes there, on measured numbers (2 shared cores, scripts/bench.py
+and a per-process rusage count): a git process costs 2 to 7 ms of CPU to answer one of
+these (a local clone 18: it starts a shell and upload-pack), where libgit2 answers in 0.1
+to 0.6 ms (a clone about 4), opening the repository included. A run started 43 git
+processes, 0.18 s of CPU; it now starts 14, 0.06 s. Checkout, clean and add stay
+processes: git's rules for a work tree (ignored files, nested repositories, attributes)
+are what the crash tests pin, and each is one process a step. Every function here is
+checked against the git command it stands for (tests/integration/test_git_objects.py).
 
 Repositories are opened for each call, by path, never searching above it: a clone
 deleted under a running step fails here as it does for git with GIT_CEILING_DIRECTORIES.
@@ -55,36 +57,6 @@ def commit_of(repo: pygit2.Repository, spec: str) -> str | None:
         return str(found.peel(pygit2.Commit).id)
     except (pygit2.GitError, KeyError, ValueError, pygit2.InvalidSpecError):
         return None
-
-
-def clone_shared(source: str | Path, target: Path) -> None:
-    """`git clone --shared --no-checkout` of the repository at the local path `source` (a
-    work tree or a git dir): `target` borrows its object store (git alternates) and has
-    it as `origin`, with nothing checked out and no refs of its own yet (a step's first
-    fetch brings branches; its checkout, a tree). About 4 ms of CPU in-process, against
-    18 for git, which starts a shell and upload-pack to list refs that nothing here reads."""
-    GIT_IN_PROCESS.add(["clone"])
-    open_repository(source)  # one git would clone from, or GitError
-    # The store's path as given, not resolved (libgit2's repo.path is): git writes it so,
-    # and the sandbox binds the path git reads (checks/bwrap.py).
-    given = Path(source).absolute()
-    store = (given / ".git" if (given / ".git").is_dir() else given) / "objects"
-    try:
-        repo = pygit2.init_repository(str(target), bare=False, origin_url=str(source))
-        # As the runner's clones: no automatic maintenance after each commit and fetch.
-        repo.config["maintenance.auto"] = "false"
-    except pygit2.GitError as exc:
-        raise GitError(f"cloning {source} into {target} failed: {exc}") from exc
-    alternates = Path(repo.path) / "objects" / "info" / "alternates"
-    alternates.parent.mkdir(parents=True, exist_ok=True)
-    alternates.write_text(f"{store}\n", encoding="utf-8")
-
-
-def commit_message_of(repo: pygit2.Repository, commit: str) -> str:
-    """The message of `commit`, which `repo` holds."""
-    GIT_IN_PROCESS.add(["cat-file"])
-    found = repo.revparse_single(commit).peel(pygit2.Commit)
-    return found.raw_message.decode("utf-8", errors="replace")
 
 
 def holds_commit(path: str | Path, spec: str) -> bool:
@@ -163,6 +135,43 @@ def _follow(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> tuple[str,
     return "tree", b""
 
 
+def commit_message_of(repo: pygit2.Repository, commit: str) -> str:
+    """The message of `commit`, which `repo` holds."""
+    GIT_IN_PROCESS.add(["cat-file"])
+    found = repo.revparse_single(commit).peel(pygit2.Commit)
+    return found.raw_message.decode("utf-8", errors="replace")
+
+
+def head_of(repo: pygit2.Repository) -> tuple[str | None, str | None]:
+    """(the branch HEAD names, the commit it is at): (None, sha) for a detached HEAD,
+    (branch, None) for a branch with no commits yet; `ls-remote --symref <repo> HEAD`."""
+    GIT_IN_PROCESS.add(["ls-remote"])
+    head = repo.lookup_reference("HEAD")
+    if head.type == ReferenceType.SYMBOLIC:
+        branch = str(head.target)
+        return branch, ref_target(repo, branch)
+    return None, str(head.target)
+
+
+def ref_target(repo: pygit2.Repository, name: str) -> str | None:
+    """The commit the ref `name` points to, or None when there is no such ref."""
+    GIT_IN_PROCESS.add(["for-each-ref"])
+    found = repo.references.get(name)
+    return None if found is None else str(found.resolve().target)
+
+
+def changed_paths(workdir: Path) -> list[str]:
+    """Paths (relative, sorted) whose content differs from HEAD, untracked files one by one
+    and no rename detection: what `git add -A` then `git commit` would record."""
+    GIT_IN_PROCESS.add(["status"])
+    repo = open_repository(workdir)
+    try:
+        status = repo.status(untracked_files="all", ignored=False)
+    except pygit2.GitError as exc:
+        raise GitError(f"status of {workdir} failed: {exc}") from exc
+    return sorted(path for path, flags in status.items() if flags & _CHANGED)
+
+
 def update_refs(
     repo: pygit2.Repository,
     targets: Mapping[str, str],
@@ -188,34 +197,27 @@ def update_refs(
         raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
 
 
-def ref_target(repo: pygit2.Repository, name: str) -> str | None:
-    """The commit the ref `name` points to, or None when there is no such ref."""
-    GIT_IN_PROCESS.add(["for-each-ref"])
-    found = repo.references.get(name)
-    return None if found is None else str(found.resolve().target)
-
-
-def head_of(repo: pygit2.Repository) -> tuple[str | None, str | None]:
-    """(the branch HEAD names, the commit it is at): (None, sha) for a detached HEAD,
-    (branch, None) for a branch with no commits yet; `ls-remote --symref <repo> HEAD`."""
-    GIT_IN_PROCESS.add(["ls-remote"])
-    head = repo.lookup_reference("HEAD")
-    if head.type == ReferenceType.SYMBOLIC:
-        branch = str(head.target)
-        return branch, ref_target(repo, branch)
-    return None, str(head.target)
-
-
-def changed_paths(workdir: Path) -> list[str]:
-    """Paths (relative, sorted) whose content differs from HEAD, untracked files one by one
-    and no rename detection: what `git add -A` then `git commit` would record."""
-    GIT_IN_PROCESS.add(["status"])
-    repo = open_repository(workdir)
+def clone_shared(source: str | Path, target: Path) -> None:
+    """`git clone --shared --no-checkout` of the repository at the local path `source` (a
+    work tree or a git dir): `target` borrows its object store (git alternates) and has
+    it as `origin`, with nothing checked out and no refs of its own yet (a step's first
+    fetch brings branches; its checkout, a tree). About 4 ms of CPU in-process, against
+    18 for git, which starts a shell and upload-pack to list refs that nothing here reads."""
+    GIT_IN_PROCESS.add(["clone"])
+    open_repository(source)  # one git would clone from, or GitError
+    # The store's path as given, not resolved (libgit2's repo.path is): git writes it so,
+    # and the sandbox binds the path git reads (checks/bwrap.py).
+    given = Path(source).absolute()
+    store = (given / ".git" if (given / ".git").is_dir() else given) / "objects"
     try:
-        status = repo.status(untracked_files="all", ignored=False)
+        repo = pygit2.init_repository(str(target), bare=False, origin_url=str(source))
+        # As the runner's clones: no automatic maintenance after each commit and fetch.
+        repo.config["maintenance.auto"] = "false"
     except pygit2.GitError as exc:
-        raise GitError(f"status of {workdir} failed: {exc}") from exc
-    return sorted(path for path, flags in status.items() if flags & _CHANGED)
+        raise GitError(f"cloning {source} into {target} failed: {exc}") from exc
+    alternates = Path(repo.path) / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(f"{store}\n", encoding="utf-8")
 
 
 def commit_index(
