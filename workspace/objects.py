@@ -23,6 +23,7 @@ Plain synchronous code (no Temporal imports), like the runner.
 from __future__ import annotations
 
 import posixpath
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,8 @@ from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 # As git's --follow-symlinks: links followed this many times on one path, no more.
 _MAX_LINKS = 40
 _CHANGED = ~(FileStatus.CURRENT | FileStatus.IGNORED)
+# As git's core.filesRefLockTimeout default: how long a locked ref is waited for.
+_REF_LOCK_TIMEOUT_S = 0.1
 
 
 def open_repository(path: str | Path) -> pygit2.Repository:
@@ -179,22 +182,35 @@ def update_refs(
 ) -> None:
     """Set each ref of `targets` to its commit in one transaction (`update-ref --stdin`),
     all or none. A ref in `expected` must be at that commit (None: must not exist) when
-    locked, or nothing moves and GitError says where it is: a compare-and-swap."""
+    locked, or nothing moves and GitError says where it is: a compare-and-swap.
+
+    A ref another process holds locked (git's `pack-refs` in `gc --auto`, say) is waited
+    for as git waits (core.filesRefLockTimeout, 100 ms), then GitError."""
     GIT_IN_PROCESS.add(["update-ref"])
-    expected = expected or {}
-    try:
-        with repo.transaction() as transaction:
-            for name in targets:
-                transaction.lock_ref(name)
-            for name, old in expected.items():
-                found = repo.references.get(name)
-                now = None if found is None else str(found.resolve().target)
-                if now != old:
-                    raise GitError(f"{name} is at {now}, not {old}")
-            for name, commit in targets.items():
-                transaction.set_target(name, commit, message="loopworks")
-    except pygit2.GitError as exc:
-        raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
+    deadline = time.monotonic() + _REF_LOCK_TIMEOUT_S
+    while True:
+        try:
+            _move(repo, targets, expected or {})
+            return
+        except pygit2.GitError as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
+        time.sleep(0.005)
+
+
+def _move(
+    repo: pygit2.Repository, targets: Mapping[str, str], expected: Mapping[str, str | None]
+) -> None:
+    with repo.transaction() as transaction:
+        for name in targets:
+            transaction.lock_ref(name)
+        for name, old in expected.items():
+            found = repo.references.get(name)
+            now = None if found is None else str(found.resolve().target)
+            if now != old:
+                raise GitError(f"{name} is at {now}, not {old}")
+        for name, commit in targets.items():
+            transaction.set_target(name, commit, message="loopworks")
 
 
 def clone_shared(source: str | Path, target: Path) -> None:
