@@ -246,9 +246,11 @@ class GitWorkspaces(CommitPublisher):
             self._ensure_origin(workdir, url)  # what the run's commits are published to
         # An evaluation slot publishes nothing: its remote is set when it must fetch.
         # Every step starts from exactly the commit it is handed, whatever an earlier
-        # attempt left behind: tracked files forced back, everything else removed.
+        # attempt left behind: tracked files forced back, everything else removed (a
+        # clone made just now has nothing else to remove).
         self._git(["checkout", "--quiet", "--detach", "--force", commit], cwd=workdir)
-        self._git(["clean", "-ffdxq"], cwd=workdir)
+        if is_clone:
+            self._git(["clean", "-ffdxq"], cwd=workdir)
 
     def _fetch(self, workdir: Path, run_id: str, url: str, commit: str, slot: str | None) -> None:
         """Bring `commit` into the clone, or raise CommitNotFoundError."""

@@ -43,8 +43,13 @@ def test_a_run_on_the_services_own_origin_commits_into_it_without_a_push(
     assert own_origin_store(origin) == Path(origin) / "objects"
     _, base = ws.resolve_base(origin, None)
 
-    with GitCalls() as calls:
+    with GitCalls() as first:
         workdir = ws.checkout("run-1", origin, base)
+    # Cloned in-process (no shell, no upload-pack), read in place: one process, the
+    # checkout, and no clean of a clone that has nothing but what it checked out.
+    assert first.processes == Counter({"checkout": 1}), first.processes
+    assert first.in_process["clone"] == 1
+    with GitCalls() as calls:
         (workdir / "artifact.md").write_text("draft\n")
         draft = ws.commit(workdir, "produce: draft", WHEN)
         ws.publish(workdir, "run-1", draft)
