@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from pydantic_ai.direct import model_request
 from pydantic_ai.messages import (
+    InstructionPart,
     ModelMessage,
     ModelRequest,
     ModelRequestPart,
@@ -169,7 +170,11 @@ class _AgentRun:
 
     async def run(self, model: Model, max_turns: int) -> str | None:
         """The final answer's text; None when the turn limit came first."""
-        parameters = ModelRequestParameters(function_tools=_tool_definitions())
+        parameters = ModelRequestParameters(
+            function_tools=_tool_definitions(),
+            # What model_request would otherwise copy the parameters to set, on every request.
+            instruction_parts=[InstructionPart(content=self.instructions)],
+        )
         for _ in range(max_turns):
             response = await model_request(
                 model, self.messages, model_request_parameters=parameters

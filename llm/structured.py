@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_ai.direct import model_request
 from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import (
+    InstructionPart,
     ModelRequest,
     ModelRequestPart,
     ModelResponse,
@@ -116,7 +117,11 @@ class _Conversation(Generic[Answer]):
     async def run(self, model: Model, strict: bool) -> Answered[Answer]:
         tool = answer_tool(self.answer_type, self.role, strict)
         parameters = ModelRequestParameters(
-            output_mode="tool", output_tools=[tool], allow_text_output=False
+            output_mode="tool",
+            output_tools=[tool],
+            allow_text_output=False,
+            # What model_request would otherwise copy the parameters to set, on every request.
+            instruction_parts=[InstructionPart(content=self.instructions)],
         )
         messages: list[ModelRequest | ModelResponse] = [self._request(UserPromptPart(self.prompt))]
         usage = RunUsage()
