@@ -22,7 +22,6 @@ Plain synchronous code (no Temporal imports), like the runner.
 
 from __future__ import annotations
 
-import posixpath
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -128,7 +127,9 @@ def _follow(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> tuple[str,
                 return "symlink", b""
             if links > _MAX_LINKS:
                 return None  # a loop
-            pending = [p for p in posixpath.normpath(target).split("/") if p != "."] + pending
+            # Component by component, as git walks it: `..` after a link leaves the
+            # directory the link led to, which no lexical normalisation knows.
+            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
         elif entry.type == ObjectType.TREE:
             walked.append(repo[entry.id].peel(pygit2.Tree))
         elif pending:

@@ -59,6 +59,7 @@ def clone(tmp_path: Path) -> Path:
         "loop-b": "loop-a",
         "dir-link": "docs/deep",
         "chain.md": "inside.md",
+        "physical.md": "dir-link/../notes.md",  # `..` from where dir-link leads: docs/
     }
     for name, target in links.items():
         (workdir / name).symlink_to(target)
@@ -79,6 +80,7 @@ PATHS = [
     "dangling.md",
     "loop-a",
     "dir-link/x.md",
+    "physical.md",
     "dir-link",
     "docs",
     "README.md/x",
