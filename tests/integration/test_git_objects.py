@@ -165,11 +165,14 @@ def test_changed_paths_are_what_status_reports(clone: Path) -> None:
     (clone / "build" / "out.bin").write_text("ignored\n")
     (clone / "inside.md").unlink()
     (clone / "inside.md").symlink_to("README.md")  # a link's target changed
+    git("init", "--quiet", str(clone / "nested"))  # a repository of its own: one entry
+    (clone / "nested" / "file.txt").write_text("inside\n")
     args = ["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames"]
     porcelain = subprocess.run(args, cwd=clone, capture_output=True, text=True).stdout
     expected = sorted(entry[3:] for entry in porcelain.split("\0") if len(entry) > 3)
     assert objects.changed_paths(clone) == expected
     assert "debug.log" not in expected and "new/deeper/file.txt" in expected
+    assert "nested/" in expected
 
 
 def test_refs_move_together_and_only_from_where_they_were_read(tmp_path: Path) -> None:
