@@ -19,9 +19,10 @@ Cost figures: CPU seconds per run of the worker (this process, which also runs t
 client: a small share) and of its child processes (git, command checks), apart from the
 Temporal dev server's; git processes per run by subcommand, counted where the worker
 starts them (workspace/runner.py), and the git plumbing it asks in-process instead
-(workspace/objects.py), by the git command each stands for. `--latency-ms N` makes each model request wait N ms
-(waiting costs no CPU, as with a real model); the slowdown is the median run of the batch
-against one run alone on the same worker. On a shared machine every figure is noisy.
+(workspace/objects.py), by the git command each stands for. `--latency-ms N` makes each
+model request wait N ms (waiting costs no CPU, as with a real model); the slowdown is the
+median run of the batch against one run alone on the same worker. On a shared machine
+every figure is noisy.
 
 The worker takes its settings from the environment like any worker:
 `LOOPS_WORKFLOW_SANDBOX=true` measures it with Temporal's workflow sandbox on (a worker
