@@ -332,6 +332,10 @@ async def main(
     try:
         await register_search_attributes(env.client, "default")
         with tempfile.TemporaryDirectory() as data:
+            # Traversable (not listable) by others: with the sandbox on, a worker running
+            # as root runs agent commands as an unprivileged uid, which must reach the
+            # workspaces inside (worker/sandboxing.py refuses to start otherwise).
+            os.chmod(data, 0o711)
             queue = f"bench-{uuid.uuid4().hex[:6]}"
             settings = Settings(
                 LOOPS_DATA_DIR=Path(data),
