@@ -87,15 +87,21 @@ def read_path(
     kind is the object's type ("blob" with its bytes, "tree", "commit" for a submodule).
     Without `follow_symlinks`, a symlink is the blob of its target's name and a symlink on
     the way finds nothing. With it, links inside the tree are followed, and one that leads
-    out of it (absolute, or above the root) is ("symlink", b"")."""
+    out of it (absolute, or above the root) is ("symlink", b"").
+
+    GitError when the store cannot give an object the tree names (a clone's borrowed
+    store deleted under it, say): the caller can ask another repository."""
     GIT_IN_PROCESS.add(["cat-file"])
-    if not follow_symlinks:
-        try:
-            entry = tree[path]
-        except (KeyError, ValueError):
-            return None
-        return _contents(repo, entry)
-    return _follow(repo, tree, path)
+    try:
+        if not follow_symlinks:
+            try:
+                entry = tree[path]
+            except (KeyError, ValueError):
+                return None
+            return _contents(repo, entry)
+        return _follow(repo, tree, path)
+    except (KeyError, pygit2.GitError) as exc:
+        raise GitError(f"reading {path} from {repo.path} failed: {exc}") from exc
 
 
 def _contents(repo: pygit2.Repository, entry: pygit2.Object) -> tuple[str, bytes]:

@@ -79,7 +79,10 @@ class OriginReader(GitRunner):
         read: dict[str, str | Absent] = {}
         for path in paths:
             inside = tree_path(path)
-            found = None if inside is None else read_path(repo, tree, inside, True)
+            try:
+                found = None if inside is None else read_path(repo, tree, inside, True)
+            except GitError:
+                return None  # its objects went away under us: the caller asks elsewhere
             read[path] = _text(inside, found)
         return read
 

@@ -295,3 +295,17 @@ def test_a_staged_tree_is_committed_as_git_commit_commits_it(tmp_path: Path, mes
     assert (in_process / ".git" / "HEAD").read_text().strip() == made[1]  # detached
     assert git("status", "--porcelain", cwd=in_process) == ""
     git("fsck", "--strict", cwd=in_process)
+
+
+def test_an_object_gone_from_the_store_is_a_git_error_not_a_missing_file(clone: Path) -> None:
+    """A tree naming a blob its store no longer has (a borrowed store deleted under a
+    clone) is an error the caller can answer by asking elsewhere, never "no such file"."""
+    blob = git("rev-parse", "HEAD:docs/notes.md", cwd=clone)
+    (clone / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    repo = objects.open_repository(clone)
+    tree = objects.tree_of(repo, "HEAD")
+    assert tree is not None
+    for follow in (False, True):
+        with pytest.raises(GitError, match=r"reading docs/notes\.md"):
+            objects.read_path(repo, tree, "docs/notes.md", follow)
+    assert objects.read_path(repo, tree, "README.md", True) is not None
