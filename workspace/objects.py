@@ -146,9 +146,12 @@ def _follow(repo: pygit2.Repository, root: pygit2.Tree, path: str) -> tuple[str,
 
 
 def commit_message_of(repo: pygit2.Repository, commit: str) -> str:
-    """The message of `commit`, which `repo` holds."""
+    """The message of `commit`; GitError when `repo` does not hold it."""
     GIT_IN_PROCESS.add(["cat-file"])
-    found = repo.revparse_single(commit).peel(pygit2.Commit)
+    try:
+        found = repo.revparse_single(commit).peel(pygit2.Commit)
+    except (pygit2.GitError, KeyError, ValueError, pygit2.InvalidSpecError) as exc:
+        raise GitError(f"{repo.path} has no commit {commit}: {exc}") from exc
     return found.raw_message.decode("utf-8", errors="replace")
 
 

@@ -140,6 +140,9 @@ def test_commits_are_named_as_rev_parse_names_them(clone: Path) -> None:
     tree = git("rev-parse", "HEAD^{tree}", cwd=clone)
     for spec in ["HEAD~5", "0" * 40, "refs/heads/nope", tree, "bad..spec"]:
         assert objects.commit_of(repo, spec) is None, spec
+    assert objects.commit_message_of(repo, head) == "cases\n"
+    with pytest.raises(GitError, match="has no commit"):
+        objects.commit_message_of(repo, "0" * 40)
     assert objects.holds_commit(clone, head)
     assert not objects.holds_commit(clone / "docs", head)  # never a repository above
 
