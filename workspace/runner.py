@@ -166,27 +166,6 @@ class GitRunner:
             )
         return proc
 
-    def _git_bytes(
-        self, args: Sequence[str], stdin: bytes, cwd: Path | None = None
-    ) -> subprocess.CompletedProcess[bytes]:
-        """git with `stdin` fed in and stdout kept as bytes (`cat-file --batch`)."""
-        cmd = self._command(args, cwd)
-        with _spawning(cmd):
-            proc = subprocess.run(
-                cmd,
-                cwd=cwd,
-                env=self._env(),
-                input=stdin,
-                capture_output=True,
-                timeout=GIT_TIMEOUT_SECONDS,
-            )
-        if proc.returncode != 0:
-            raise GitError(
-                f"{_shown(cmd)} failed with exit code {proc.returncode}: "
-                f"{redact(proc.stderr.decode(errors='replace').strip())}"
-            )
-        return proc
-
     @staticmethod
     def _command(args: Sequence[str], cwd: Path | None) -> list[str]:
         # Processes for what touches a work tree or the network; git's plumbing (object
