@@ -49,22 +49,16 @@ def git(*args: str, cwd: Path | None = None) -> str:
 
 class GitCalls:
     """The git commands run inside a `with` block, by subcommand: `processes` started, and
-    plumbing asked `in_process` (workspace/objects.py)."""
+    plumbing asked `in_process` (workspace/objects.py). Counted when the block ends, so
+    git work after it is not."""
 
     def __enter__(self) -> GitCalls:
         self._spawns, self._in_process = GIT_SPAWNS.snapshot(), GIT_IN_PROCESS.snapshot()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
-
-    @property
-    def processes(self) -> Counter[str]:
-        return GIT_SPAWNS.snapshot() - self._spawns
-
-    @property
-    def in_process(self) -> Counter[str]:
-        return GIT_IN_PROCESS.snapshot() - self._in_process
+        self.processes: Counter[str] = GIT_SPAWNS.snapshot() - self._spawns
+        self.in_process: Counter[str] = GIT_IN_PROCESS.snapshot() - self._in_process
 
 
 def bare_remote(root: Path) -> Path:
