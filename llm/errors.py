@@ -12,16 +12,20 @@ from __future__ import annotations
 import contextlib
 import email.utils
 import json
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import anthropic
 from pydantic_ai.exceptions import ModelAPIError, OutputTokenLimitExceeded, UnexpectedModelBehavior
 from temporalio.exceptions import ApplicationError
 
 from loopworks.llm.base import InvalidOutput
 from loopworks.schemas.roles import Role
+
+if TYPE_CHECKING:
+    import anthropic
 
 CUT_OFF = (
     "the answer was cut off at the output token limit; raise LOOPS_ANTHROPIC_MAX_TOKENS "
@@ -63,11 +67,12 @@ def model_errors(role: Role) -> Iterator[None]:
     """Turn what pydantic-ai raises for a failed model run into what the workflow reads:
     provider failures into (non-)retryable ApplicationErrors, answers that stayed invalid
     after their repair, or were cut off, into `InvalidOutput`."""
+    provider_errors = _anthropic_errors()
     try:
         yield
     except ModelAPIError as exc:
         cause = exc.__cause__
-        if isinstance(cause, anthropic.APIError):
+        if isinstance(cause, provider_errors):
             raise classify(cause) from exc
         raise ApplicationError(
             f"the model request failed: {exc.message}", type=MODEL_UNAVAILABLE
@@ -76,8 +81,16 @@ def model_errors(role: Role) -> Iterator[None]:
         raise InvalidOutput(role, CUT_OFF) from exc
     except UnexpectedModelBehavior as exc:
         raise InvalidOutput(role, invalid_detail(exc)) from exc
-    except anthropic.APIError as exc:
+    except provider_errors as exc:
         raise classify(exc) from exc
+
+
+def _anthropic_errors() -> tuple[type[anthropic.APIError], ...]:
+    """The Anthropic SDK's error type once the SDK is loaded, else none. Importing the SDK
+    costs a process seconds of CPU at start (thousands of modules), and only a worker
+    with a real model loads it: without it no error of its kind can exist."""
+    module = sys.modules.get("anthropic")
+    return (module.APIError,) if module is not None else ()
 
 
 def invalid_detail(exc: UnexpectedModelBehavior) -> str:
@@ -90,6 +103,8 @@ def invalid_detail(exc: UnexpectedModelBehavior) -> str:
 
 def classify(exc: anthropic.APIError) -> ApplicationError:
     """The ApplicationError an activity raises for a failed model request."""
+    import anthropic  # already loaded: `exc` is one of its errors
+
     if isinstance(exc, anthropic.APIStatusError):
         return _classify_status(exc)
     if isinstance(exc, anthropic.APITimeoutError):

@@ -26,7 +26,6 @@ from loopworks.activities.qa import QAActivities
 from loopworks.activities.reflection import ReflectionActivities
 from loopworks.activities.repository import RepositoryActivities
 from loopworks.activities.skills import SkillActivities
-from loopworks.llm.anthropic import AnthropicModels
 from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
@@ -46,6 +45,10 @@ def build_models(settings: Settings) -> ModelSource:
     """The worker's model source: one per worker, so what it learns of its server (that
     strict tool input is refused) holds for the worker's lifetime."""
     if settings.llm == LLMProvider.ANTHROPIC:
+        # Here, not at the top: the SDK takes seconds to import, which a worker on the
+        # offline model (and the API, which imports this module's neighbours) never needs.
+        from loopworks.llm.anthropic import AnthropicModels
+
         return AnthropicModels.from_settings(settings)
     script = OfflineScript.load(settings.offline_script) if settings.offline_script else None
     return OfflineModels(latency_ms=settings.offline_latency_ms, script=script)
