@@ -10,4 +10,11 @@ PYTHON="${PYTHON:-python3}"
 bash scripts/install-deploy-tools.sh
 .venv/bin/python -m ruff check .
 bash scripts/typecheck.sh
-.venv/bin/python -m pytest "$@"
+# Most tests wait on servers, git and subprocesses: one pytest process per core it may
+# use, up to four, cuts the suite's time by a third or more on two cores. A module's tests
+# stay in one process (--dist loadscope), so its fixtures start once.
+# LOOPS_TEST_PROCESSES=0 runs them all in pytest's own process.
+cores='import os; print(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)'
+processes="${LOOPS_TEST_PROCESSES:-$(.venv/bin/python -c "$cores")}"
+[ "$processes" -le 4 ] || processes=4
+.venv/bin/python -m pytest --numprocesses "$processes" --dist loadscope "$@"
