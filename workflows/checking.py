@@ -99,7 +99,7 @@ class Checking(OnRecord):
         evaluation = decisions.score_results(state.rules, results, state.phase, state.thresholds)
         memory.last_evaluation = evaluation
         state.last_score = evaluation.score
-        self.record.sync_search_attributes()
+        self.record.score_changed()
         self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact)
         payload = step_events.evaluated(evaluation, outputs, reused=len(checks) - len(pending))
         self.record.emit(EventName.EVALUATION_DONE, payload)

@@ -27,10 +27,14 @@ REFLECTION_RECORDED_AT_CLOSE = "reflection-recorded-at-close"
 # PREPARE asks no activity when every active rule carries a concrete check.
 PREPARE_WITHOUT_A_MODEL = "prepare-without-a-model"
 
-# Every change above at once. A later change gets its own id, asked with
-# `workflow.patched`: runs that recorded this marker predate it.
+# The latest evaluation's score goes to the Temporal UI with the run's next upsert (its
+# next iteration, phase or status), not in one of its own: each workflow task that
+# upserts is a visibility write, about as much server CPU as another activity.
+SCORE_WITH_NEXT_UPSERT = "score-with-next-upsert"
+
+# Every change above but the last at once: what runs from November 2026 recorded.
 ALL_TO_2026_11 = "all-changes-to-2026-11"
-BUNDLED = frozenset(
+BUNDLED_TO_2026_11 = frozenset(
     {
         DELTA_PLAYBOOK,
         PLAYBOOK_GROUP_COMMIT,
@@ -41,18 +45,33 @@ BUNDLED = frozenset(
         PREPARE_WITHOUT_A_MODEL,
     }
 )
+# Every change above at once; `ask_at_start` asks it in a run's first workflow task,
+# which upserts the run's search attributes anyway, so the SDK's `TemporalChangeVersion`
+# upsert costs no workflow task of its own. A later change gets its own id, asked with
+# `workflow.patched`: runs that recorded this marker predate it.
+ALL_TO_2026_12 = "all-changes-to-2026-12"
+BUNDLED = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
+
+
+def ask_at_start() -> None:
+    """Fix the bundle's answer in the run's first workflow task (see ALL_TO_2026_12)."""
+    workflow.patched(ALL_TO_2026_12)
 
 
 def applies(patch_id: str) -> bool:
     """Whether this run takes the change `patch_id` (one of BUNDLED).
 
-    The bundle is asked first, so its answer is fixed (the SDK memoizes a patch per run)
-    before any single change is. A run whose first asking is replayed from a history
-    without the bundle's marker answers no to it for good, then asks each change as it
-    always did, against the markers in its history. A run whose first asking is new
-    answers yes, records the one marker and asks no single change: what it would have
-    answered each of them, asked new.
+    The newest bundle is asked first, so its answer is fixed (the SDK memoizes a patch
+    per run) before any older bundle or single change is. A run whose first asking is
+    replayed from a history without the bundle's marker answers no to it for good, then
+    asks the bundle before it, or each change, as it always did, against the markers in
+    its history. A run whose first asking is new answers yes, records the one marker and
+    asks nothing else: what it would have answered each of them, asked new.
     """
     if patch_id not in BUNDLED:
         raise ValueError(f"{patch_id!r} is not in the bundle: ask workflow.patched")
-    return workflow.patched(ALL_TO_2026_11) or workflow.patched(patch_id)
+    if workflow.patched(ALL_TO_2026_12):
+        return True
+    if patch_id in BUNDLED_TO_2026_11 and workflow.patched(ALL_TO_2026_11):
+        return True
+    return workflow.patched(patch_id)

@@ -160,6 +160,14 @@ async def _record_bundled_run(client: Client, settings: Settings) -> WorkflowHis
     )
 
 
+async def _record_bundled_2026_12_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `all-changes-to-2026-12`: its marker in the first workflow task and
+    each score upserted with the next attributes. The same branches as `bundled_run`."""
+    return await _record_blocked_run(
+        client, settings, "recorded-bundled-2026-12-run", rules=TWO_GROUP_RULES
+    )
+
+
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
     slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
@@ -336,6 +344,7 @@ RECORDERS = {
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "bundled_run": _record_bundled_run,
+    "bundled_2026_12_run": _record_bundled_2026_12_run,
 }
 
 

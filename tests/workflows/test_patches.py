@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 
 from loopworks.workflows import patches
 from tests.histories.record import TWO_GROUP_RULES
@@ -32,18 +33,56 @@ async def test_a_new_run_records_one_marker_for_every_bundled_change(
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
     ]
-    assert [m["id"] for m in markers] == [patches.ALL_TO_2026_11]
-    upserted = [
-        set(e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields)
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-    ]
-    assert sum("TemporalChangeVersion" in names for names in upserted) == 1
+    assert [m["id"] for m in markers] == [patches.ALL_TO_2026_12]
+    upserts = upserts_by_workflow_task(history)
+    assert sum("TemporalChangeVersion" in names for names in upserts.values()) == 1
+    # The marker's own upsert rides in the first workflow task, with the run's first
+    # attributes: no workflow task of its own.
+    assert "TemporalChangeVersion" in upserts[1] and "LoopStatus" in upserts[1]
+    # What the bundled changes do, taken: no workflow task upserts a score alone ...
+    assert [names for names in upserts.values() if names == {"LoopScore"}] == []
     # What the bundled changes do, taken: PREPARE once for the run's rules, the judge
     # with the patterns (two groups an evaluation), and the playbook's batch sent.
     scheduled = await harness.scheduled_activities(handle)
     assert scheduled.count("prepare_checks") == 1
     assert "send_playbook_batch" in scheduled
+
+
+async def test_the_latest_score_reaches_the_ui_with_the_next_upsert(
+    harness: LoopHarness,
+) -> None:
+    """Each evaluation's score is upserted with the run's next change of iteration, phase,
+    block or status, and the last one with the run's end."""
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", rules=TWO_GROUP_RULES)
+        result = await handle.result()
+        history = await handle.fetch_history()
+
+    scores = [
+        json.loads(e.upsert_workflow_search_attributes_event_attributes.search_attributes
+                   .indexed_fields["LoopScore"].data)
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        and "LoopScore" in e.upsert_workflow_search_attributes_event_attributes
+        .search_attributes.indexed_fields
+    ]  # fmt: skip
+    assert result.state.iteration >= 2
+    assert scores[-1] == result.state.last_score
+    assert len(scores) >= 2, "a score after the first evaluation, and the last one"
+    assert {"LoopScore"} not in upserts_by_workflow_task(history).values()
+
+
+def upserts_by_workflow_task(history: WorkflowHistory) -> dict[int, set[str]]:
+    """The search attributes each workflow task upserted, by its number from 1."""
+    tasks: dict[int, set[str]] = {}
+    task = 0
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task += 1
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            tasks.setdefault(task, set()).update(fields.indexed_fields)
+    return tasks
 
 
 def test_only_a_bundled_change_is_asked_through_the_bundle() -> None:

@@ -41,6 +41,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "two_group_run.json",
         "concrete_rules_run.json",
         "bundled_run.json",
+        "bundled_2026_12_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
