@@ -1,8 +1,10 @@
 """The worker refuses to start on a malformed agent definition (naming the file), on bad
-configuration, and on a machine where it cannot sandbox commands."""
+configuration, and on a machine where it cannot sandbox commands; the API and an
+offline worker start without importing the Anthropic SDK."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +18,21 @@ from loopworks.worker.build import build_deps
 from tests.integration.stack import ROOT
 
 pytestmark = pytest.mark.unit
+
+
+def python(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python args` as a fresh process, with none of loopworks' settings from this
+    environment, its data under tmp_path and no Temporal listening."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
+    base |= {"LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_malformed_override_stops_the_worker_naming_the_file(tmp_path: Path) -> None:
@@ -61,15 +78,7 @@ def test_override_replaces_a_packaged_agent_by_name(tmp_path: Path) -> None:
 def test_bad_configuration_stops_the_worker_with_a_message(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "loopworks.worker"],
-        cwd=ROOT,
-        env={**base, "LOOPS_DATA_DIR": str(tmp_path), "TEMPORAL_ADDRESS": "127.0.0.1:9", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = python(["-m", "loopworks.worker"], tmp_path, **env)
     assert done.returncode == 2, done.stderr
     assert "cannot start" in done.stderr and message in done.stderr
 
@@ -80,27 +89,68 @@ def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
 ) -> None:
     """pytest's tmp_path sits below a 0700 directory: the sandbox's unprivileged user
     cannot reach workspaces there, so no command could run sandboxed."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
-    env = {**base, "LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
-    done = subprocess.run(
-        [sys.executable, "-m", "loopworks.worker"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = python(["-m", "loopworks.worker"], tmp_path)
     assert done.returncode == 2, done.stderr
     assert "no usable sandbox" in done.stderr
     assert "bubblewrap" in done.stderr and "LOOPS_SANDBOX=off" in done.stderr
     # Opting out starts it (it then fails to connect: nothing listens on port 9).
-    opted_out = subprocess.run(
-        [sys.executable, "-m", "loopworks.worker"],
-        cwd=ROOT,
-        env={**env, "LOOPS_SANDBOX": "off"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    opted_out = python(["-m", "loopworks.worker"], tmp_path, LOOPS_SANDBOX="off")
     assert "no usable sandbox" not in opted_out.stderr
     assert "run unsandboxed" in opted_out.stderr
+
+
+# The API and a worker on the offline model start without loading the Anthropic SDK: its
+# thousands of modules cost a process seconds of CPU at every start (the API, each
+# worker, each test that starts one), and only a worker with a real model needs it.
+# Asked of a fresh interpreter: this test process has long since loaded the SDK.
+NO_SDK_SCRIPT = """
+import json, sys
+from pydantic_ai.exceptions import ModelAPIError
+from temporalio.exceptions import ApplicationError
+
+import loopworks.api.main
+import loopworks.worker.__main__
+from loopworks.llm.errors import MODEL_UNAVAILABLE, model_errors
+from loopworks.schemas.roles import Role
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_models
+
+models = build_models(Settings(LOOPS_LLM="offline"))
+try:
+    with model_errors(Role.PLANNER):
+        raise ModelAPIError("offline", "the network went away")
+except ApplicationError as err:
+    error_type = err.type
+print(json.dumps({
+    "models": type(models).__name__,
+    "anthropic": sorted(m for m in sys.modules if m.split(".")[0] == "anthropic")[:3],
+    "error_type": error_type,
+    "unavailable": MODEL_UNAVAILABLE,
+}))
+"""
+
+
+def _answer(script: str, tmp_path: Path) -> dict[str, object]:
+    done = python(["-c", script], tmp_path)
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer
+
+
+def test_the_api_and_an_offline_worker_never_import_the_anthropic_sdk(tmp_path: Path) -> None:
+    answer = _answer(NO_SDK_SCRIPT, tmp_path)
+    assert answer["models"] == "OfflineModels"
+    assert answer["anthropic"] == [], "the Anthropic SDK was imported without a real model"
+    # Without the SDK no error of its kind exists; others still become retryable errors.
+    assert answer["error_type"] == answer["unavailable"]
+
+
+def test_a_worker_on_the_anthropic_model_loads_the_sdk(tmp_path: Path) -> None:
+    script = """
+import json, sys
+from loopworks.schemas.settings import Settings
+from loopworks.worker.build import build_models
+models = build_models(Settings(LOOPS_LLM="anthropic", ANTHROPIC_API_KEY="sk-test"))
+print(json.dumps({"models": type(models).__name__, "loaded": "anthropic" in sys.modules}))
+"""
+    assert _answer(script, tmp_path) == {"models": "AnthropicModels", "loaded": True}
