@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
@@ -82,21 +83,49 @@ async def deliver_batch(
             if attempt == START_ATTEMPTS:
                 raise
 
-    deadline = time.monotonic() + timeout_seconds
-    delay = POLL_SECONDS
-    while True:
+    async def ask() -> AppliedBatch | None:
         # The pydantic converter takes any type hint; the SDK's annotation says `type`.
         applied: AppliedBatch | None = await handle.query(
             "applied",
             batch.batch_id,
             result_type=AppliedBatch | None,  # type: ignore[arg-type]
         )
+        return applied
+
+    try:
+        return await wait_until_applied(ask, timeout_seconds)
+    except TimeoutError:
+        raise TimeoutError(f"playbook {name} did not apply batch {batch.batch_id}") from None
+
+
+async def wait_until_applied(
+    ask: Callable[[], Awaitable[AppliedBatch | None]],
+    timeout_seconds: float,
+    first_delay: float = POLL_SECONDS,
+    max_delay: float = POLL_SECONDS_MAX,
+) -> AppliedBatch:
+    """Ask until the batch is applied: soon, then less and less often.
+
+    A query reaching a workflow while it works through a task waits in a small buffer on
+    the server; when many runs finishing at once ask the same playbook, the server turns
+    the rest away (RESOURCE_EXHAUSTED, "consistent query buffer is full"). That is a
+    "not yet" like any other: the batch is queued, so ask again later.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    delay = first_delay
+    while True:
+        try:
+            applied = await ask()
+        except RPCError as err:
+            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                raise
+            applied = None
         if applied is not None:
             return applied
         if time.monotonic() > deadline:
-            raise TimeoutError(f"playbook {name} did not apply batch {batch.batch_id}")
+            raise TimeoutError("the batch was not applied in time")
         await asyncio.sleep(delay)
-        delay = min(delay * 1.5, POLL_SECONDS_MAX)
+        delay = min(delay * 1.5, max_delay)
 
 
 async def rollback(
