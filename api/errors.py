@@ -63,6 +63,20 @@ class TemporalUnavailable(ApiError):
         super().__init__(message)
 
 
+class TemporalBusy(ApiError):
+    """Temporal turned the request away for now (RESOURCE_EXHAUSTED): a run's query
+    buffer is full while it works through a task, or a namespace's rate limit is hit."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    RETRY_AFTER_SECONDS = 1
+
+    def __init__(self, what: str = "the request") -> None:
+        super().__init__(
+            f"Temporal is turning {what} away for now (too many at once): try again shortly",
+            headers={"Retry-After": str(self.RETRY_AFTER_SECONDS)},
+        )
+
+
 class StateUnavailable(ApiError):
     """The run exists but nothing can tell its state now (no worker answers its queries)."""
 
@@ -139,6 +153,8 @@ _RPC_STATUS = {
 
 async def _rpc_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RPCError)
+    if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return await _api_error(request, TemporalBusy())
     code, message = _RPC_STATUS.get(
         exc.status, (status.HTTP_502_BAD_GATEWAY, f"Temporal error: {exc.message}")
     )

@@ -29,6 +29,7 @@ from loopworks.api.errors import (
     NotApplicable,
     RunNotFound,
     StateUnavailable,
+    TemporalBusy,
     TemporalUnavailable,
 )
 from loopworks.schemas.events import Event
@@ -112,6 +113,8 @@ def unanswered(
 ) -> ApiError:
     if isinstance(err, RPCError) and err.status == RPCStatusCode.UNAVAILABLE:
         return TemporalUnavailable()
+    if isinstance(err, RPCError) and err.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return TemporalBusy(f"the {query} query of run {handle.id}")
     # Queries are answered by a worker replaying the run; usually none is polling.
     state = "running" if not is_closed(description) else "finished"
     return StateUnavailable(

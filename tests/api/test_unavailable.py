@@ -1,15 +1,19 @@
-"""With Temporal down the process stays up: liveness 200, readiness and run routes 503."""
+"""With Temporal down the process stays up: liveness 200, readiness and run routes 503;
+with Temporal turning requests away, 429 to try again."""
 
 from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.api.main import create_app
 from loopworks.schemas.settings import Settings
+from tests.api.fake_temporal import FakeClient, FakeHandle
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +52,50 @@ async def test_run_routes_are_503(api: httpx.AsyncClient, method: str, path: str
 async def test_bad_input_is_still_422(api: httpx.AsyncClient) -> None:
     response = await api.post("/runs", json={"task": "t", "max_iterations": 0})
     assert response.status_code == 422
+
+
+# Temporal up but turning requests away (RESOURCE_EXHAUSTED): a run's query buffer full
+# while it works through a task, or a namespace's rate limit. A 429 to try again soon,
+# not a 503 asking whether a worker is running.
+BUSY = RPCError("consistent query buffer is full", RPCStatusCode.RESOURCE_EXHAUSTED, b"")
+RUN = "busy-20250101-000000-abcdef"
+
+
+class BusyHandle(FakeHandle):
+    async def query(self, query: Any, *args: Any, **_: Any) -> Any:
+        raise BUSY
+
+
+class BusyClient(FakeClient):
+    async def start_workflow(self, *_: Any, **__: Any) -> None:
+        raise BUSY
+
+
+@pytest.fixture
+async def busy() -> AsyncIterator[httpx.AsyncClient]:
+    fake = BusyClient()
+    fake.handles[RUN] = BusyHandle(RUN)
+    app = create_app(Settings(), client=fake.as_client())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("path", "query"), [(f"/runs/{RUN}", "status"), (f"/runs/{RUN}/events", "events")]
+)
+async def test_a_query_turned_away_is_429_to_retry(
+    busy: httpx.AsyncClient, path: str, query: str
+) -> None:
+    response = await busy.get(path)
+    assert response.status_code == 429, response.text
+    assert response.headers["retry-after"] == "1"
+    detail = response.json()["detail"]
+    assert f"the {query} query of run {RUN}" in detail and "try again" in detail
+    assert "worker" not in detail
+
+
+async def test_a_start_turned_away_is_429_to_retry(busy: httpx.AsyncClient) -> None:
+    response = await busy.post("/runs", json={"task": "t"})
+    assert response.status_code == 429, response.text
+    assert response.headers["retry-after"] == "1"
