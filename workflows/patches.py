@@ -52,6 +52,11 @@ BUNDLED_TO_2026_11 = frozenset(
 ALL_TO_2026_12 = "all-changes-to-2026-12"
 BUNDLED = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
 
+# TaskGraphWorkflow's own, asked with `workflow.patched`: a stop, resume or pause that
+# arrives while the graph starts loops or saves its ledger wakes its wait for a loop at
+# once, instead of waiting for a loop to end.
+GRAPH_KEEPS_MESSAGES_WHILE_BUSY = "graph-keeps-messages-while-busy"
+
 
 def ask_at_start() -> None:
     """Fix the bundle's answer in the run's first workflow task (see ALL_TO_2026_12)."""

@@ -338,6 +338,8 @@ RECORDERS = {
     "steered_run": _record_steered_run,
     "continued_run": _record_continued_run,
     "graph_run": _record_graph_run,
+    # The same, since a graph keeps messages that arrive while it is busy (its patch).
+    "graph_keeps_messages_run": _record_graph_run,
     "playbook_run": _record_playbook_run,
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,

@@ -15,11 +15,14 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.worker import Worker
 
+from loopworks.activities.integration import IntegrationActivities
 from loopworks.api import graphs
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, _agent_turn, _written
+from loopworks.llm.offline import OfflineModels, OfflineScript, _agent_turn, _written
 from loopworks.llm.offline_answers import default_answer
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -29,11 +32,12 @@ from loopworks.schemas.graph import (
     GraphState,
     GraphStatus,
 )
+from loopworks.schemas.integration import LedgerOutput, LedgerRequest
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
-from loopworks.worker.build import build_worker
+from loopworks.worker.build import activities_of, build_deps, build_worker
 from loopworks.workflows.graph import LOOP_GRAPH, TaskGraphWorkflow
 from loopworks.workflows.graph_record import (
     GRAPH_STATUS,
@@ -386,6 +390,45 @@ async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
     for loop in loops:
         assert loop.state.status == RunStatus.STOPPED
         assert git_show(harness, loop.state.branch, ".loops/insights.json")  # still pushed
+
+
+async def test_a_stop_that_arrives_while_the_graph_saves_its_ledger_stops_its_loops(
+    harness: LoopHarness,
+) -> None:
+    """The graph is busy (its ledger being saved, right after it started both loops) when
+    the stop arrives: it must not wait for a loop to end (two minutes here) to pass the
+    stop on. Seen as a flaky test under load before the fix."""
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    deps = build_deps(settings, OfflineModels(script=OfflineScript.model_validate(script)))
+    real = IntegrationActivities(deps).record_ledger
+    both_started, release = asyncio.Event(), asyncio.Event()
+
+    @activity.defn(name="record_ledger")
+    async def held_record_ledger(request: LedgerRequest) -> LedgerOutput:
+        if sum(line.status == TaskStatus.IN_PROGRESS for line in request.lines) == 2:
+            both_started.set()
+            await release.wait()
+        return await real(request)
+
+    activities = [
+        *(a for a in activities_of(deps, harness.env.client) if a.__name__ != "record_ledger"),
+        held_record_ledger,
+    ]
+    async with Worker(
+        harness.env.client,
+        task_queue=harness.task_queue,
+        workflows=[TaskGraphWorkflow, LoopWorkflow],
+        activities=activities,
+    ):
+        handle = await start_graph(harness, [task("T-001"), task("T-002")])
+        await asyncio.wait_for(both_started.wait(), timeout=60)
+        await handle.signal(TaskGraphWorkflow.stop, "enough")
+        release.set()
+        result = await asyncio.wait_for(handle.result(), timeout=60)
+
+    assert result.state.status == GraphStatus.STOPPED
+    assert all(t.status == TaskStatus.FAILED for t in result.state.tasks)
 
 
 async def test_a_prep_package_sent_with_the_request_stands_in_for_planning(

@@ -35,6 +35,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "steered_run.json",
         "continued_run.json",
         "graph_run.json",
+        "graph_keeps_messages_run.json",
         "playbook_run.json",
         "playbook_writer.json",
         "playbook_grouped.json",
