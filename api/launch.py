@@ -48,7 +48,11 @@ def checked_repo(repo: str) -> str:
     """A URL as given; a local repository made absolute, or a 422 naming what is wrong."""
     if is_url(repo):
         return repo
-    path = Path(repo).expanduser()
+    try:
+        path = Path(repo).expanduser()
+    except RuntimeError:
+        # `~name/...` for a user this machine does not have (found by the API fuzz test).
+        raise invalid("repo", f"no such user's home directory: {repo}", repo) from None
     if not path.is_dir():
         raise invalid("repo", f"no such directory: {repo}", repo)
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):

@@ -111,6 +111,14 @@ async def test_missing_local_repo(api: httpx.AsyncClient, tmp_path: Path) -> Non
     assert str(missing) in body["message"]
 
 
+@pytest.mark.parametrize("path", ["/runs", "/graphs"])
+async def test_a_repo_in_an_unknown_users_home(api: httpx.AsyncClient, path: str) -> None:
+    repo = "~no-such-user-0f3a/repo"
+    body = {"task": "t", "repo": repo} if path == "/runs" else {"goal": "g", "repo": repo}
+    checked = _assert_names(await api.post(path, json=body), "body.repo")
+    assert repo in checked["message"]
+
+
 async def test_local_repo_that_is_not_git(api: httpx.AsyncClient, tmp_path: Path) -> None:
     body = _assert_names(
         await api.post("/runs", json={"task": "t", "repo": str(tmp_path)}), "body.repo"
