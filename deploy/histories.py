@@ -1,6 +1,6 @@
 """What a run's Temporal histories hold: every execution of a run (continue-as-new makes
-one more), and the size of each payload in them, for the benchmark and the tests that
-bound what a run carries."""
+one more), the activities it ran, and the size of each payload in them, for the
+benchmark and the tests that bound what a run carries."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
 
@@ -23,6 +24,25 @@ async def executions(client: Client, workflow_id: str) -> list[WorkflowHistory]:
         if not started.continued_execution_run_id:
             return histories
         run_id = started.continued_execution_run_id
+
+
+# The marker the SDK records for each local activity a workflow task ran.
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
+
+
+def activities_run(history: WorkflowHistory) -> list[tuple[str, bool]]:
+    """The activities the history's workflow ran, in order, each with whether it ran
+    locally (in a workflow task, recorded as a marker) rather than from a task queue."""
+    ran: list[tuple[str, bool]] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            ran.append((event.activity_task_scheduled_event_attributes.activity_type.name, False))
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                data = json.loads(marker.details["data"].payloads[0].data)
+                ran.append((data["activity_type"], True))
+    return ran
 
 
 def payload_sizes(history: WorkflowHistory) -> list[int]:

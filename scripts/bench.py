@@ -60,7 +60,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
+from loopworks.deploy.histories import activities_run, continued_inputs, executions, payload_sizes
 from loopworks.deploy.local import SQLITE_PRAGMAS
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
@@ -253,17 +253,18 @@ async def one_run(client: Client, queue: str) -> RunFigures:
 @dataclass
 class HistoryFigures:
     events: int
-    activities: Counter[str]  # activities scheduled, by type
+    activities: Counter[str]  # activities run, by type
+    local: Counter[str]  # those of them run as local activities
 
 
 async def read_history(client: Client, run_id: str) -> HistoryFigures:
     history = await client.get_workflow_handle(run_id).fetch_history()
-    activities = Counter(
-        event.activity_task_scheduled_event_attributes.activity_type.name
-        for event in history.events
-        if event.HasField("activity_task_scheduled_event_attributes")
+    ran = activities_run(history)
+    return HistoryFigures(
+        events=len(history.events),
+        activities=Counter(name for name, _ in ran),
+        local=Counter(name for name, local in ran if local),
     )
-    return HistoryFigures(events=len(history.events), activities=activities)
 
 
 @dataclass
@@ -400,7 +401,11 @@ async def main(
     print(f"run latency max      {latencies[-1]:.2f} s")
     print(f"history events/run   {statistics.mean(h.events for h in histories):.0f}")
     activities = sum((h.activities for h in histories), Counter[str]())
-    print(f"activities/run       {activities.total() / runs:.1f} (the playbook's writer apart)")
+    local = sum((h.local for h in histories), Counter[str]()).total() / runs
+    print(
+        f"activities/run       {activities.total() / runs:.1f} ({local:.1f} of them local;"
+        " the playbook's writer apart)"
+    )
     by_type = ", ".join(f"{name} {count / runs:.1f}" for name, count in activities.most_common())
     print(f"  by type            {by_type}")
     print(f"loop events/run      {statistics.mean(r.loop_events for r in results):.0f}")

@@ -204,8 +204,10 @@ def _still_a_clone(workdir: Path) -> None:
 
 @contextlib.asynccontextmanager
 async def heartbeating() -> AsyncIterator[None]:
-    """Heartbeat in the background: cancellation reaches an activity only through one."""
-    if not activity.in_activity():
+    """Heartbeat in the background: cancellation reaches an activity only through one.
+    A local activity has nothing to beat to: the worker running it holds its workflow's
+    task, and a cancel reaches it from there."""
+    if not activity.in_activity() or activity.info().is_local:
         yield
         return
 

@@ -315,7 +315,12 @@ class LoopSteps(OnRecord):
             close = RepositoryActivities.close_run  # the reflection is in reflect's commit
         try:
             closed = await self.runner.activity(
-                close, request, GIT, f"push {state.branch}", gated=False
+                close,
+                request,
+                GIT,
+                f"push {state.branch}",
+                gated=False,
+                local=patches.applies(patches.PLUMBING_AS_LOCAL_ACTIVITIES),
             )
         except ActivityError as err:
             self.record.fail(f"push failed: {describe(err)}")

@@ -45,12 +45,25 @@ BUNDLED_TO_2026_11 = frozenset(
         PREPARE_WITHOUT_A_MODEL,
     }
 )
+# The changes to SCORE_WITH_NEXT_UPSERT at once: what runs from late November 2026
+# recorded, in their first workflow task.
+ALL_TO_2026_12 = "all-changes-to-2026-12"
+BUNDLED_TO_2026_12 = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
+
+# The run's git plumbing around the loop's steps (preparing the workspace, close) runs
+# as local activities: in the workflow task that asks for it, on the worker holding the
+# run, recorded as a marker. An activity costs the server a task queue round trip and
+# the workflow task its completion wakes, about as much CPU as the step's own git.
+PLUMBING_AS_LOCAL_ACTIVITIES = "plumbing-as-local-activities"
+
 # Every change above at once; `ask_at_start` asks it in a run's first workflow task,
 # which upserts the run's search attributes anyway, so the SDK's `TemporalChangeVersion`
-# upsert costs no workflow task of its own. A later change gets its own id, asked with
-# `workflow.patched`: runs that recorded this marker predate it.
-ALL_TO_2026_12 = "all-changes-to-2026-12"
-BUNDLED = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
+# upsert costs no workflow task of its own. A later change gets its own id in a new
+# bundle: runs that recorded this marker predate it.
+ALL_TO_2027_01 = "all-changes-to-2027-01"
+BUNDLED = BUNDLED_TO_2026_12 | {PLUMBING_AS_LOCAL_ACTIVITIES}
+# The bundles before the newest, newest first, with the changes each holds.
+_EARLIER_BUNDLES = ((ALL_TO_2026_12, BUNDLED_TO_2026_12), (ALL_TO_2026_11, BUNDLED_TO_2026_11))
 
 # TaskGraphWorkflow's own, asked with `workflow.patched`: a stop, resume or pause that
 # arrives while the graph starts loops or saves its ledger wakes its wait for a loop at
@@ -59,8 +72,11 @@ GRAPH_KEEPS_MESSAGES_WHILE_BUSY = "graph-keeps-messages-while-busy"
 
 
 def ask_at_start() -> None:
-    """Fix the bundle's answer in the run's first workflow task (see ALL_TO_2026_12)."""
-    workflow.patched(ALL_TO_2026_12)
+    """Fix the newest bundle's answer in the run's first workflow task (ALL_TO_2027_01).
+    A run replayed from before it asks the bundle before, which runs since then recorded
+    here too: a marker is matched in the workflow task that recorded it."""
+    if not workflow.patched(ALL_TO_2027_01):
+        workflow.patched(ALL_TO_2026_12)
 
 
 def applies(patch_id: str) -> bool:
@@ -69,14 +85,16 @@ def applies(patch_id: str) -> bool:
     The newest bundle is asked first, so its answer is fixed (the SDK memoizes a patch
     per run) before any older bundle or single change is. A run whose first asking is
     replayed from a history without the bundle's marker answers no to it for good, then
-    asks the bundle before it, or each change, as it always did, against the markers in
-    its history. A run whose first asking is new answers yes, records the one marker and
-    asks nothing else: what it would have answered each of them, asked new.
+    asks the bundles before it that hold the change, or the change, as it always did,
+    against the markers in its history. A run whose first asking is new answers yes,
+    records the one marker and asks nothing else: what it would have answered each of
+    them, asked new.
     """
     if patch_id not in BUNDLED:
         raise ValueError(f"{patch_id!r} is not in the bundle: ask workflow.patched")
-    if workflow.patched(ALL_TO_2026_12):
+    if workflow.patched(ALL_TO_2027_01):
         return True
-    if patch_id in BUNDLED_TO_2026_11 and workflow.patched(ALL_TO_2026_11):
-        return True
+    for bundle, changes in _EARLIER_BUNDLES:
+        if patch_id in changes and workflow.patched(bundle):
+            return True
     return workflow.patched(patch_id)

@@ -96,19 +96,37 @@ class StepRunner:
         policy: StepPolicy,
         summary: str,
         gated: bool = True,
+        local: bool = False,
     ) -> T:
-        """Run one activity, unless the run is stopping; a stop cancels it mid-flight."""
+        """Run one activity, unless the run is stopping; a stop cancels it mid-flight.
+
+        `local`: run it as a local activity, for short plumbing (patches.py,
+        PLUMBING_AS_LOCAL_ACTIVITIES). It has no heartbeat timeout: the worker running it
+        holds the workflow task open, so a dead worker's attempt is retried elsewhere
+        when that task times out."""
         if gated:
             await self.steering.gate(self.budget)
-        handle = workflow.start_activity_method(
-            method,
-            arg,
-            start_to_close_timeout=policy.start_to_close,
-            heartbeat_timeout=policy.heartbeat,
-            retry_policy=policy.retry,
-            # Wait for the activity to acknowledge: close then reuses its workspace.
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=summary,
+        # Wait for the activity to acknowledge a cancel: close then reuses its workspace.
+        cancellation = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+        handle = (
+            workflow.start_local_activity_method(
+                method,
+                arg,
+                start_to_close_timeout=policy.start_to_close,
+                retry_policy=policy.retry,
+                cancellation_type=cancellation,
+                summary=summary,
+            )
+            if local
+            else workflow.start_activity_method(
+                method,
+                arg,
+                start_to_close_timeout=policy.start_to_close,
+                heartbeat_timeout=policy.heartbeat,
+                retry_policy=policy.retry,
+                cancellation_type=cancellation,
+                summary=summary,
+            )
         )
         inflight = self.steering.inflight
         inflight.add(handle)

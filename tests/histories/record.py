@@ -168,6 +168,14 @@ async def _record_bundled_2026_12_run(client: Client, settings: Settings) -> Wor
     )
 
 
+async def _record_bundled_2027_01_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `all-changes-to-2027-01`: preparing the workspace and close run as
+    local activities (markers). The same branches as `bundled_run`."""
+    return await _record_blocked_run(
+        client, settings, "recorded-bundled-2027-01-run", rules=TWO_GROUP_RULES
+    )
+
+
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
     slow = OfflineModels(
         script=OfflineScript.model_validate({"producer": {"1": {"delay_ms": 60_000}}})
@@ -347,6 +355,7 @@ RECORDERS = {
     "concrete_rules_run": _record_concrete_rules_run,
     "bundled_run": _record_bundled_run,
     "bundled_2026_12_run": _record_bundled_2026_12_run,
+    "bundled_2027_01_run": _record_bundled_2027_01_run,
 }
 
 

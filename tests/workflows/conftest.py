@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from loopworks.deploy.histories import activities_run
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput, LoopResult
@@ -98,13 +98,9 @@ class LoopHarness:
         )
         return parse_history(shown.stdout)
 
-    async def scheduled_activities(self, handle: WorkflowHandle[Any, Any]) -> list[str]:
-        history = await handle.fetch_history()
-        return [
-            e.activity_task_scheduled_event_attributes.activity_type.name
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        ]
+    async def activities_run(self, handle: WorkflowHandle[Any, Any]) -> list[str]:
+        """The activities the run ran, in order, local ones included."""
+        return [name for name, _ in activities_run(await handle.fetch_history())]
 
 
 @pytest.fixture(autouse=True)

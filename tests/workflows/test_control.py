@@ -23,7 +23,7 @@ async def test_pause_holds_the_run_between_steps_and_resume_continues(
         handle = await harness.start(task="Write a guide")
 
         async def planning() -> bool:
-            return "plan_iteration" in await harness.scheduled_activities(handle)
+            return "plan_iteration" in await harness.activities_run(handle)
 
         await wait_for(planning)
         paused = await handle.execute_update(LoopWorkflow.pause)
@@ -33,9 +33,9 @@ async def test_pause_holds_the_run_between_steps_and_resume_continues(
             return (await harness.status(handle)).status == RunStatus.PAUSED
 
         await wait_for(held)
-        scheduled = await harness.scheduled_activities(handle)
+        scheduled = await harness.activities_run(handle)
         await asyncio.sleep(1.5)
-        assert await harness.scheduled_activities(handle) == scheduled
+        assert await harness.activities_run(handle) == scheduled
         with pytest.raises(WorkflowUpdateFailedError):
             await handle.execute_update(LoopWorkflow.pause)
 
@@ -65,7 +65,7 @@ async def test_interactive_run_waits_for_approval_and_honours_edits(
         draft = await harness.status(handle)
         assert [rule.id for rule in draft.rules] == ["has-title", "impossible"]
         assert draft.max_iterations == 4
-        assert "plan_iteration" not in await harness.scheduled_activities(handle)
+        assert "plan_iteration" not in await harness.activities_run(handle)
 
         approved = await handle.execute_update(
             LoopWorkflow.approve, Approval(max_iterations=1, note="one pass is enough")

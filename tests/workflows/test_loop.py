@@ -158,7 +158,7 @@ async def test_critic_halt_ends_the_run_halted(harness: LoopHarness) -> None:
     async with harness.worker(script):
         handle = await harness.start(task="Delete production")
         state = (await handle.result()).state
-        scheduled = await harness.scheduled_activities(handle)
+        scheduled = await harness.activities_run(handle)
 
     assert state.status == RunStatus.HALTED
     assert state.stop_reason == StopReason.CRITIC_HALT
@@ -177,9 +177,9 @@ async def test_audit_block_parks_the_run_until_cleared(harness: LoopHarness) -> 
             return (await harness.status(handle)).status == RunStatus.BLOCKED
 
         await wait_for(blocked)
-        scheduled_at_block = await harness.scheduled_activities(handle)
+        scheduled_at_block = await harness.activities_run(handle)
         await asyncio.sleep(1.5)
-        assert await harness.scheduled_activities(handle) == scheduled_at_block
+        assert await harness.activities_run(handle) == scheduled_at_block
         assert scheduled_at_block[-1] == "audit_run"
         state = await harness.status(handle)
         assert state.blocked and state.block.reason == "scope drift"
@@ -199,7 +199,8 @@ async def test_audit_block_parks_the_run_until_cleared(harness: LoopHarness) -> 
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
-    after_block = scheduled[len(scheduled_at_block)]
+    # The steps before the block, bar the workspace's local activity (no scheduled event).
+    after_block = scheduled[len(scheduled_at_block) - 1]
     assert b"reviewed: in scope" in after_block.input.payloads[0].data
 
 
@@ -219,7 +220,7 @@ async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness
         handle = await harness.start(task="Write a guide")
 
         async def producing() -> bool:
-            return "produce_artifact" in await harness.scheduled_activities(handle)
+            return "produce_artifact" in await harness.activities_run(handle)
 
         await wait_for(producing)
         await asyncio.sleep(1.0)
@@ -249,7 +250,7 @@ async def test_a_cancelled_run_stops_and_still_pushes(harness: LoopHarness) -> N
         handle = await harness.start(task="Write a guide")
 
         async def producing() -> bool:
-            return "produce_artifact" in await harness.scheduled_activities(handle)
+            return "produce_artifact" in await harness.activities_run(handle)
 
         await wait_for(producing)
         await handle.cancel()
@@ -334,7 +335,7 @@ async def test_prepare_runs_only_when_the_active_rules_change(harness: LoopHarne
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
         events = await harness.events(handle)
-        scheduled = await harness.scheduled_activities(handle)
+        scheduled = await harness.activities_run(handle)
 
     prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
     reused = [p for p in prepared if p.reused]
@@ -356,7 +357,7 @@ async def test_rules_that_all_carry_their_check_are_prepared_without_an_activity
         handle = await harness.start(task="Write a guide", rules=PHASED_RULES, max_iterations=1)
         state = (await handle.result()).state
         events = await harness.events(handle)
-        scheduled = await harness.scheduled_activities(handle)
+        scheduled = await harness.activities_run(handle)
 
     prepared = [e.payload for e in events if isinstance(e, ChecksPrepared)]
     assert [(p.rules, p.checks, p.reused) for p in prepared] == [
@@ -379,7 +380,7 @@ async def test_the_phase_switch_runs_only_the_checks_new_to_phase_b(
         handle = await harness.start(task="Write a guide", rules=PHASED_RULES, max_iterations=1)
         await handle.result()
         events = await harness.events(handle)
-        groups = (await harness.scheduled_activities(handle)).count("evaluate_group")
+        groups = (await harness.activities_run(handle)).count("evaluate_group")
 
     evaluations = [e.payload for e in events if isinstance(e, EvaluationDone)]
     assert len(evaluations) == 2  # phase A, then B on the same artifact
@@ -398,7 +399,7 @@ async def test_close_commits_the_reflection_with_the_runs_last_events(
     async with harness.worker():
         handle = await harness.start(task="Write a guide")
         state = (await handle.result()).state
-        scheduled = await harness.scheduled_activities(handle)
+        scheduled = await harness.activities_run(handle)
 
     log = ["git", "--git-dir", str(harness.origin), "log", "--format=%s", state.branch]
     subjects = subprocess.run(log, capture_output=True, text=True, check=True).stdout
@@ -440,7 +441,7 @@ async def test_stop_while_reflecting_does_not_cancel_the_close(harness: LoopHarn
         handle = await harness.start(task="Write a guide")
 
         async def reflecting() -> bool:
-            return "reflect_on_run" in await harness.scheduled_activities(handle)
+            return "reflect_on_run" in await harness.activities_run(handle)
 
         await wait_for(reflecting)
         await handle.signal(LoopWorkflow.stop, "too late")

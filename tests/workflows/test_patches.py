@@ -11,6 +11,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 
+from loopworks.deploy.histories import LOCAL_ACTIVITY_MARKER, activities_run
 from loopworks.workflows import patches
 from tests.histories.record import TWO_GROUP_RULES
 from tests.workflows.conftest import LoopHarness
@@ -32,8 +33,9 @@ async def test_a_new_run_records_one_marker_for_every_bundled_change(
         json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name != LOCAL_ACTIVITY_MARKER
     ]
-    assert [m["id"] for m in markers] == [patches.ALL_TO_2026_12]
+    assert [m["id"] for m in markers] == [patches.ALL_TO_2027_01]
     upserts = upserts_by_workflow_task(history)
     assert sum("TemporalChangeVersion" in names for names in upserts.values()) == 1
     # The marker's own upsert rides in the first workflow task, with the run's first
@@ -43,9 +45,12 @@ async def test_a_new_run_records_one_marker_for_every_bundled_change(
     assert [names for names in upserts.values() if names == {"LoopScore"}] == []
     # What the bundled changes do, taken: PREPARE once for the run's rules, the judge
     # with the patterns (two groups an evaluation), and the playbook's batch sent.
-    scheduled = await harness.scheduled_activities(handle)
+    scheduled = await harness.activities_run(handle)
     assert scheduled.count("prepare_checks") == 1
     assert "send_playbook_batch" in scheduled
+    # ... and the plumbing around the steps runs in the workflow tasks that ask for it.
+    local = [name for name, local in activities_run(history) if local]
+    assert local == ["prepare_workspace", "record_and_close_run"]
 
 
 async def test_the_latest_score_reaches_the_ui_with_the_next_upsert(

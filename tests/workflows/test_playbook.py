@@ -191,7 +191,7 @@ async def test_twenty_concurrent_batches_some_sent_twice_are_each_applied_once(
     # The batches that waited while a push ran went out together: fewer pushes than
     # versions, each version still a commit of its own.
     written = harness.env.client.get_workflow_handle(workflow_id(name))
-    pushes = await harness.scheduled_activities(written)
+    pushes = await harness.activities_run(written)
     assert 1 <= pushes.count("commit_playbook_versions") < len(batches)
     assert "commit_playbook" not in pushes
 

@@ -116,9 +116,7 @@ async def test_a_producer_that_never_writes_the_artifact_is_a_phase_error(
         state = (await handle.result()).state
         events = await harness.events(handle)
         producing = [
-            name
-            for name in await harness.scheduled_activities(handle)
-            if name == "produce_artifact"
+            name for name in await harness.activities_run(handle) if name == "produce_artifact"
         ]
 
     assert state.status == RunStatus.FAILED

@@ -43,6 +43,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "concrete_rules_run.json",
         "bundled_run.json",
         "bundled_2026_12_run.json",
+        "bundled_2027_01_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
