@@ -51,6 +51,13 @@ async def test_a_new_run_records_one_marker_for_every_bundled_change(
     # ... and the plumbing around the steps runs in the workflow tasks that ask for it.
     local = [name for name, local in activities_run(history) if local]
     assert local == ["prepare_workspace", "record_and_close_run"]
+    # The UI shows their markers with the summaries the activities had.
+    summaries = [
+        json.loads(e.user_metadata.summary.data)
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER
+    ]
+    assert summaries[0] == "prepare workspace" and summaries[1].startswith("push loops/")
 
 
 async def test_the_latest_score_reaches_the_ui_with_the_next_upsert(
