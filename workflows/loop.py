@@ -149,7 +149,7 @@ class LoopWorkflow:
             ),
             GIT,
             "prepare workspace",
-            local=patches.applies(patches.PLUMBING_AS_LOCAL_ACTIVITIES),
+            local=patches.applies(patches.PREPARE_WORKSPACE_LOCALLY),
         )
         self._state.origin = workspace.origin
         self._memory.commit = workspace.base_commit

@@ -315,12 +315,7 @@ class LoopSteps(OnRecord):
             close = RepositoryActivities.close_run  # the reflection is in reflect's commit
         try:
             closed = await self.runner.activity(
-                close,
-                request,
-                GIT,
-                f"push {state.branch}",
-                gated=False,
-                local=patches.applies(patches.PLUMBING_AS_LOCAL_ACTIVITIES),
+                close, request, GIT, f"push {state.branch}", gated=False
             )
         except ActivityError as err:
             self.record.fail(f"push failed: {describe(err)}")

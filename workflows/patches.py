@@ -50,18 +50,20 @@ BUNDLED_TO_2026_11 = frozenset(
 ALL_TO_2026_12 = "all-changes-to-2026-12"
 BUNDLED_TO_2026_12 = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
 
-# The run's git plumbing around the loop's steps (preparing the workspace, close) runs
-# as local activities: in the workflow task that asks for it, on the worker holding the
-# run, recorded as a marker. An activity costs the server a task queue round trip and
-# the workflow task its completion wakes, about as much CPU as the step's own git.
-PLUMBING_AS_LOCAL_ACTIVITIES = "plumbing-as-local-activities"
+# Preparing the run's workspace (resolving the commit it starts from) runs as a local
+# activity: in the run's first workflow task, on the worker holding the run, recorded as
+# a marker. An activity costs the server a task queue round trip and the workflow task
+# its completion wakes, about as much CPU as that git. Close stays an activity: a local
+# activity's input is not in history until its workflow task completes, so a worker
+# lost mid-close would make the close commit again at another time.
+PREPARE_WORKSPACE_LOCALLY = "prepare-workspace-locally"
 
 # Every change above at once; `ask_at_start` asks it in a run's first workflow task,
 # which upserts the run's search attributes anyway, so the SDK's `TemporalChangeVersion`
 # upsert costs no workflow task of its own. A later change gets its own id in a new
 # bundle: runs that recorded this marker predate it.
 ALL_TO_2027_01 = "all-changes-to-2027-01"
-BUNDLED = BUNDLED_TO_2026_12 | {PLUMBING_AS_LOCAL_ACTIVITIES}
+BUNDLED = BUNDLED_TO_2026_12 | {PREPARE_WORKSPACE_LOCALLY}
 # The bundles before the newest, newest first, with the changes each holds.
 _EARLIER_BUNDLES = ((ALL_TO_2026_12, BUNDLED_TO_2026_12), (ALL_TO_2026_11, BUNDLED_TO_2026_11))
 

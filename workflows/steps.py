@@ -100,10 +100,10 @@ class StepRunner:
     ) -> T:
         """Run one activity, unless the run is stopping; a stop cancels it mid-flight.
 
-        `local`: run it as a local activity, for short plumbing (patches.py,
-        PLUMBING_AS_LOCAL_ACTIVITIES). It has no heartbeat timeout: the worker running it
-        holds the workflow task open, so a dead worker's attempt is retried elsewhere
-        when that task times out."""
+        `local`: run it as a local activity, for short plumbing that commits nothing
+        (patches.py, PREPARE_WORKSPACE_LOCALLY). It has no heartbeat timeout: the worker
+        running it holds the workflow task open, so a dead worker's attempt is retried
+        elsewhere when that task times out."""
         if gated:
             await self.steering.gate(self.budget)
         # Wait for the activity to acknowledge a cancel: close then reuses its workspace.

@@ -169,8 +169,8 @@ async def _record_bundled_2026_12_run(client: Client, settings: Settings) -> Wor
 
 
 async def _record_bundled_2027_01_run(client: Client, settings: Settings) -> WorkflowHistory:
-    """A run since `all-changes-to-2027-01`: preparing the workspace and close run as
-    local activities (markers). The same branches as `bundled_run`."""
+    """A run since `all-changes-to-2027-01`: preparing the workspace runs as a local
+    activity (a marker). The same branches as `bundled_run`."""
     return await _record_blocked_run(
         client, settings, "recorded-bundled-2027-01-run", rules=TWO_GROUP_RULES
     )
