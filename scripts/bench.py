@@ -43,11 +43,14 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
+import socket
 import statistics
 import subprocess
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -140,9 +143,11 @@ class Costs:
     server: float
     git: Counter[str]
     git_in_process: Counter[str]
+    # What the dev server was asked and wrote: counts, so steady where its CPU drifts.
+    server_requests: Counter[str]
 
     @classmethod
-    def now(cls, server_pid: int | None) -> Costs:
+    def now(cls, server_pid: int | None, metrics_url: str) -> Costs:
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return cls(
@@ -151,6 +156,7 @@ class Costs:
             server=_process_cpu(server_pid) if server_pid else 0.0,
             git=GIT_SPAWNS.snapshot(),
             git_in_process=GIT_IN_PROCESS.snapshot(),
+            server_requests=_server_requests(metrics_url),
         )
 
     def __sub__(self, other: Costs) -> Costs:
@@ -160,7 +166,36 @@ class Costs:
             server=self.server - other.server,
             git=self.git - other.git,
             git_in_process=self.git_in_process - other.git_in_process,
+            server_requests=self.server_requests - other.server_requests,
         )
+
+
+# The dev server's request counters: the calls clients made of its frontend, and its
+# history service's writes of a workflow's state (one database transaction each).
+_FRONTEND_CALL = re.compile(r'^service_requests\{.*service_name="frontend".*\} (\S+)$')
+_STATE_WRITE = re.compile(
+    r'^persistence_requests\{.*operation="(?:Create|Update)WorkflowExecution".*'
+    r'service_name="history".*\} (\S+)$'
+)
+
+
+def _server_requests(metrics_url: str) -> Counter[str]:
+    """The dev server's request counters now, from its Prometheus endpoint."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[str] = Counter()
+    for line in text.splitlines():
+        for name, pattern in (("calls", _FRONTEND_CALL), ("state writes", _STATE_WRITE)):
+            matched = pattern.match(line)
+            if matched:
+                counts[name] += int(float(matched.group(1)))
+    return counts
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _process_cpu(pid: int) -> float:
@@ -324,10 +359,16 @@ async def main(
     binary = find_binary("temporal")
     database = tempfile.TemporaryDirectory()
     on_disk = ["--db-filename", f"{database.name}/temporal.db", *SQLITE_PRAGMAS]
+    metrics_port = _free_port()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,
         dev_server_existing_path=binary,
-        dev_server_extra_args=on_disk if server_db == "file" else [],
+        dev_server_extra_args=[
+            "--metrics-port",
+            str(metrics_port),
+            *(on_disk if server_db == "file" else []),
+        ],
     )
     server_pid = _server_pid(Path(binary))
     try:
@@ -349,7 +390,7 @@ async def main(
                 await one_run(client, queue)  # warm-up: imports, first clone
                 alone = await one_run(client, queue)
                 models.reset()
-                before = Costs.now(server_pid)
+                before = Costs.now(server_pid, metrics_url)
                 limit = asyncio.Semaphore(concurrency)
 
                 async def bounded() -> RunFigures:
@@ -359,7 +400,7 @@ async def main(
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
                 total = time.perf_counter() - started
-                costs = Costs.now(server_pid) - before
+                costs = Costs.now(server_pid, metrics_url) - before
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
                 histories = [await read_history(client, r.run_id) for r in results]
@@ -421,6 +462,11 @@ async def main(
     print(f"  worker's children  {per_run(costs.children):.2f} s (git, command checks)")
     server = f"{per_run(costs.server):.2f} s" if server_pid else "not found"
     print(f"  temporal server    {server}")
+    asked = costs.server_requests
+    print(
+        f"server requests/run  {per_run(asked['calls']):.1f} calls,"
+        f" {per_run(asked['state writes']):.1f} state writes (counts: steady where CPU drifts)"
+    )
     print(f"git processes/run    {per_run(costs.git.total()):.1f}")
     shown = ", ".join(f"{cmd} {per_run(n):.1f}" for cmd, n in costs.git.most_common())
     print(f"  by subcommand      {shown}")

@@ -22,6 +22,7 @@ FIGURES = [
     "slowdown (median)",
     "CPU/run",
     "temporal server",
+    "server requests/run",
     "git processes/run",
     "git in-process/run",
     "model calls/run",
