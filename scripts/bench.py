@@ -143,7 +143,7 @@ class Costs:
     server: float
     git: Counter[str]
     git_in_process: Counter[str]
-    # What the dev server was asked and wrote: counts, so steady where its CPU drifts.
+    # What the dev server was asked and wrote: counts, steadier than its CPU seconds.
     server_requests: Counter[str]
 
     @classmethod
@@ -465,7 +465,7 @@ async def main(
     asked = costs.server_requests
     print(
         f"server requests/run  {per_run(asked['calls']):.1f} calls,"
-        f" {per_run(asked['state writes']):.1f} state writes (counts: steady where CPU drifts)"
+        f" {per_run(asked['state writes']):.1f} state writes (counts: steadier than CPU)"
     )
     print(f"git processes/run    {per_run(costs.git.total()):.1f}")
     shown = ", ".join(f"{cmd} {per_run(n):.1f}" for cmd, n in costs.git.most_common())
