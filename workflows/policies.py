@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityCancellationType, ActivityHandle
 
 from loopworks.schemas.steps import INVALID_OUTPUT
 
@@ -77,22 +78,50 @@ INTEGRATION = StepPolicy(
 T = TypeVar("T")
 
 
+def start(
+    method: Callable[..., Awaitable[T]],
+    arg: Any,
+    policy: StepPolicy,
+    summary: str | None = None,
+    *,
+    cancellation: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL,
+    local: bool = False,
+) -> ActivityHandle[T]:
+    """Start one activity method under `policy` (its timeouts and retries).
+
+    `local`: as a local activity, for short plumbing that commits nothing (patches.py,
+    PREPARE_WORKSPACE_LOCALLY). It has no heartbeat timeout: the worker running it holds
+    the workflow task open, so a dead worker's attempt is retried elsewhere when that
+    task times out."""
+    if local:
+        return workflow.start_local_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=policy.start_to_close,
+            retry_policy=policy.retry,
+            cancellation_type=cancellation,
+            summary=summary,
+        )
+    return workflow.start_activity_method(
+        method,
+        arg,
+        start_to_close_timeout=policy.start_to_close,
+        heartbeat_timeout=policy.heartbeat,
+        retry_policy=policy.retry,
+        cancellation_type=cancellation,
+        summary=summary,
+    )
+
+
 async def execute(
     method: Callable[[Any, Any], Awaitable[T]],
     arg: Any,
     policy: StepPolicy,
     summary: str | None = None,
 ) -> T:
-    """Run one activity method under `policy` (its timeouts and retries) and wait for it;
-    for workflows without a run's gate (the loop's steps go through `StepRunner`)."""
-    return await workflow.execute_activity_method(
-        method,
-        arg,
-        start_to_close_timeout=policy.start_to_close,
-        heartbeat_timeout=policy.heartbeat,
-        retry_policy=policy.retry,
-        summary=summary,
-    )
+    """Run one activity method under `policy` and wait for it; for workflows without a
+    run's gate (the loop's steps go through `StepRunner`)."""
+    return await start(method, arg, policy, summary)
 
 
 def history_is_long(limit: int | None) -> bool:

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import Budget, Step, StopReason
     from loopworks.schemas.steps import INVALID_OUTPUT, ModelOutput, ModelStep
-    from loopworks.workflows.policies import StepPolicy
+    from loopworks.workflows.policies import StepPolicy, start
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
 
@@ -99,35 +99,12 @@ class StepRunner:
         local: bool = False,
     ) -> T:
         """Run one activity, unless the run is stopping; a stop cancels it mid-flight.
-
-        `local`: run it as a local activity, for short plumbing that commits nothing
-        (patches.py, PREPARE_WORKSPACE_LOCALLY). It has no heartbeat timeout: the worker
-        running it holds the workflow task open, so a dead worker's attempt is retried
-        elsewhere when that task times out."""
+        `local`: as a local activity (`policies.start`)."""
         if gated:
             await self.steering.gate(self.budget)
         # Wait for the activity to acknowledge a cancel: close then reuses its workspace.
         cancellation = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-        handle = (
-            workflow.start_local_activity_method(
-                method,
-                arg,
-                start_to_close_timeout=policy.start_to_close,
-                retry_policy=policy.retry,
-                cancellation_type=cancellation,
-                summary=summary,
-            )
-            if local
-            else workflow.start_activity_method(
-                method,
-                arg,
-                start_to_close_timeout=policy.start_to_close,
-                heartbeat_timeout=policy.heartbeat,
-                retry_policy=policy.retry,
-                cancellation_type=cancellation,
-                summary=summary,
-            )
-        )
+        handle = start(method, arg, policy, summary, cancellation=cancellation, local=local)
         inflight = self.steering.inflight
         inflight.add(handle)
         try:
