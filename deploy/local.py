@@ -40,6 +40,13 @@ DEMO_TASK = "Write a short guide to caching HTTP responses in a web service"
 TERMINAL = {"completed", "stopped", "failed", "halted"}
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 free now (the OS picks it), for a server started next."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.5)

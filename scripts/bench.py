@@ -45,7 +45,6 @@ import json
 import os
 import re
 import resource
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -64,7 +63,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.histories import activities_run, continued_inputs, executions, payload_sizes
-from loopworks.deploy.local import SQLITE_PRAGMAS
+from loopworks.deploy.local import SQLITE_PRAGMAS, free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels
@@ -190,12 +189,6 @@ def _server_requests(metrics_url: str) -> Counter[str]:
             if matched:
                 counts[name] += int(float(matched.group(1)))
     return counts
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _process_cpu(pid: int) -> float:
@@ -359,7 +352,7 @@ async def main(
     binary = find_binary("temporal")
     database = tempfile.TemporaryDirectory()
     on_disk = ["--db-filename", f"{database.name}/temporal.db", *SQLITE_PRAGMAS]
-    metrics_port = _free_port()
+    metrics_port = free_port()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     env = await WorkflowEnvironment.start_local(
         data_converter=pydantic_data_converter,

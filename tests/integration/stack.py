@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.local import SQLITE_PRAGMAS
+from loopworks.deploy.local import SQLITE_PRAGMAS, free_port
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
 
@@ -72,12 +72,6 @@ def bare_remote(root: Path) -> Path:
     git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Initial commit", cwd=scratch)
     git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=scratch)
     return bare
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 60.0) -> None:
