@@ -193,14 +193,17 @@ async def test_audit_block_parks_the_run_until_cleared(harness: LoopHarness) -> 
 
     assert state.status == RunStatus.COMPLETED
     assert state.block.count == 1
-    # The note reaches the context of the first step after the block.
-    scheduled = [
+    # The note reaches the context of the first step after the block was cleared.
+    cleared_at = next(
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    )
+    after_block = next(
         e.activity_task_scheduled_event_attributes
         for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
-    # The steps before the block, bar the workspace's local activity (no scheduled event).
-    after_block = scheduled[len(scheduled_at_block) - 1]
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED and e.event_id > cleared_at
+    )
     assert b"reviewed: in scope" in after_block.input.payloads[0].data
 
 
