@@ -44,19 +44,20 @@ def checked(request: RunRequest) -> RunRequest:
     return request
 
 
-def checked_repo(repo: str) -> str:
-    """A URL as given; a local repository made absolute, or a 422 naming what is wrong."""
+def checked_repo(repo: str, where: str = "body") -> str:
+    """A URL as given; a local repository made absolute, or a 422 naming what is wrong
+    (and where: the body's `repo`, or a query parameter's)."""
     if is_url(repo):
         return repo
     try:
         path = Path(repo).expanduser()
     except RuntimeError:
         # `~name/...` for a user this machine does not have (found by the API fuzz test).
-        raise invalid("repo", f"no such user's home directory: {repo}", repo) from None
+        raise invalid("repo", f"no such user's home directory: {repo}", repo, where) from None
     if not path.is_dir():
-        raise invalid("repo", f"no such directory: {repo}", repo)
+        raise invalid("repo", f"no such directory: {repo}", repo, where)
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):
-        raise invalid("repo", f"not a git repository: {repo}", repo)
+        raise invalid("repo", f"not a git repository: {repo}", repo, where)
     return str(path.resolve())
 
 

@@ -21,7 +21,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TemporalError
 from temporalio.service import RPCError
 
 from loopworks.api import launch
@@ -146,7 +146,7 @@ async def send_deltas(
 async def _origin_for(
     client: Client, settings: Settings, workspaces: GitWorkspaces, name: str, repo: str | None
 ) -> str:
-    checked = None if repo is None else launch.checked_repo(repo)
+    checked = None if repo is None else launch.checked_repo(repo, where="query")
     if repo is not None and playbook_name(repo) != name:
         message = f"the playbook of {repo} is {playbook_name(repo)}, not {name}"
         raise invalid("repo", message, repo, where="query")
@@ -165,12 +165,30 @@ async def _origin_for(
 
 
 async def _written(name: str, update: Awaitable[AppliedBatch]) -> AppliedBatch:
-    """The writer's answer; its refusal (an ApplicationError in the update) is a 409."""
+    """The writer's answer. What it refuses (its own checks, or a branch someone else
+    moved: failures no retry changes) is a 409; git trouble on the origin that outlasted
+    its activity's retries is a 502. Either way the answer says why, not only that an
+    activity failed."""
     try:
         return await update
     except WorkflowUpdateFailedError as err:
-        reason = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause)
+        chain = _causes(err)
+        cause = chain[-1] if chain else err
+        reason = cause.message if isinstance(cause, FailureError) else str(cause)
+        refused = any(isinstance(e, ApplicationError) and e.non_retryable for e in chain)
+        if isinstance(err.cause, ActivityError) and not refused:
+            raise UpstreamError(f"playbook {name}'s writer failed on its origin: {reason}") from err
         raise NotApplicable(f"playbook {name}'s writer refused: {reason}") from err
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """Temporal's chain below `err` (update → activity → the error the activity raised →
+    what that was raised from), outermost first."""
+    chain: list[BaseException] = []
+    while isinstance(err, TemporalError) and err.cause is not None:
+        err = err.cause
+        chain.append(err)
+    return chain
 
 
 async def _read(state: PlaybookState, read: Callable[[], T]) -> T:

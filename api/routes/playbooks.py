@@ -23,7 +23,8 @@ NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "Unknown playbook, or no such version"}
 }
 REFUSED: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorBody, "description": "The playbook's writer refused the change"}
+    409: {"model": ErrorBody, "description": "The playbook's writer refused the change"},
+    502: {"model": ErrorBody, "description": "Git failed on the playbook's origin"},
 }
 
 router = APIRouter(

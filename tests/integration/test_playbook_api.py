@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from loopworks.deploy.local import free_port
 from loopworks.schemas.playbook import PLAYBOOK_BRANCH, PLAYBOOK_PATH, playbook_name
 from tests.integration.stack import DevServer, Stack, git
 
@@ -133,3 +134,38 @@ def test_unknown_playbooks_are_404(http: httpx.Client, remote: Path) -> None:
         "/playbooks/nobody-00000000/deltas", params={"repo": str(remote)}, json=_add("b-1", "x")
     )
     assert wrong.status_code == 422 and playbook_name(str(remote)) in wrong.json()["message"]
+
+
+def test_a_writer_that_refuses_says_why(http: httpx.Client, remote: Path) -> None:
+    """Someone moved the playbook branch behind the writer's back: no retry fixes that,
+    so the change is a 409 that names the branch and what it found there (not only that
+    an activity failed)."""
+    name = playbook_name(str(remote))
+    _ok(http.post(f"/playbooks/{name}/deltas", params={"repo": str(remote)}, json=_add("b-1", "x")))
+    branch = f"refs/heads/{PLAYBOOK_BRANCH}"
+    git("--git-dir", str(remote), "update-ref", branch, "refs/heads/main")
+
+    refused = http.post(f"/playbooks/{name}/deltas", json=_add("b-2", "y"))
+    assert refused.status_code == 409, refused.text
+    detail = refused.json()["detail"]
+    assert "writer refused" in detail and "a commit without a version" in detail, detail
+
+
+def test_an_origin_git_cannot_reach_is_a_502_naming_the_git_failure(http: httpx.Client) -> None:
+    """The writer's git activity retries (about 15 s), then the change fails with what
+    git said, as a 502: the origin is at fault, not the request."""
+    url = f"http://127.0.0.1:{free_port()}/nobody.git"  # nothing listens there
+    name = playbook_name(url)
+    failed = http.post(f"/playbooks/{name}/deltas", params={"repo": url}, json=_add("b-1", "x"))
+    assert failed.status_code == 502, failed.text
+    detail = failed.json()["detail"]
+    assert f"playbook {name}'s writer failed on its origin" in detail, detail
+    assert "127.0.0.1" in detail and "Activity task failed" not in detail, detail
+
+
+def test_a_bad_repo_parameter_is_named_as_the_query_parameter(http: httpx.Client) -> None:
+    response = http.post(
+        "/playbooks/nobody-00000000/deltas", params={"repo": "/no/such/dir"}, json=_add("b", "x")
+    )
+    assert response.status_code == 422
+    assert response.json()["message"] == "query.repo: no such directory: /no/such/dir"
