@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -108,7 +108,7 @@ class StepRunner:
         inflight = self.steering.inflight
         inflight.add(handle)
         try:
-            return await handle
+            return await _settled(handle, method, local)
         except (ActivityError, asyncio.CancelledError) as err:
             if gated and self.steering.stop_requested:
                 raise Stopped() from err
@@ -118,6 +118,30 @@ class StepRunner:
             raise
         finally:
             inflight.discard(handle)
+
+
+async def _settled(handle: Awaitable[T], method: Callable[..., Any], local: bool) -> T:
+    """The activity's result, or its failure as an ActivityError, local or not.
+
+    A local activity's last failure reaches the workflow as the error the activity raised
+    (or its timeout or cancellation), not wrapped as a normal activity's is: wrapped here,
+    a step that cannot be done fails the run that says why, like any other step's, instead
+    of failing the workflow with the run's state left `running`."""
+    try:
+        return await handle
+    except FailureError as err:
+        if not local or isinstance(err, ActivityError):
+            raise
+        name = getattr(method, "__name__", "local activity")
+        raise ActivityError(
+            f"local activity {name} failed",
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=name,
+            activity_id="",
+            retry_state=None,
+        ) from err
 
 
 async def gather_all(*awaitables: Awaitable[Any]) -> list[Any]:

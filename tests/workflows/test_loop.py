@@ -482,3 +482,21 @@ async def test_a_run_on_a_worker_without_the_sandbox_replays_inside_it(
     assert state.status == RunStatus.COMPLETED and state.iteration >= 2
     replayer = Replayer(workflows=[LoopWorkflow], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history)).replay_failure is None
+
+
+async def test_a_workspace_that_cannot_be_prepared_fails_the_run_saying_why(
+    harness: LoopHarness,
+) -> None:
+    """Preparing the workspace is a local activity, whose last failure reaches the
+    workflow as the error the activity raised, not wrapped as an activity's: the run must
+    still end as a failed run that says why (found with an origin git could not reach),
+    not as a failed workflow whose status query says `running` forever. Its git
+    activity retries for about 15 s of real time first (local retries are not skipped)."""
+    async with harness.worker():
+        handle = await harness.start(task="Write a guide", base_branch="no-such-branch")
+        state = (await asyncio.wait_for(handle.result(), timeout=60)).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.FAILED
+    assert "branch 'no-such-branch' does not exist" in state.stop.message
+    assert names(events) == ["run_started", "failed"]
