@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.api.errors import NotApplicable, invalid
-from loopworks.api.runs import WORKFLOW_TYPE
+from loopworks.api.listing import WORKFLOW_TYPE
 from loopworks.schemas.run import RunRequest
 
 KEY_HEADER = "Idempotency-Key"

@@ -9,7 +9,6 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 
 from loopworks.api.models import RunSummary
-from loopworks.api.runs import WORKFLOW_TYPE
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
 from loopworks.workflows.record import (
@@ -20,6 +19,9 @@ from loopworks.workflows.record import (
     LOOP_SCORE,
     LOOP_STATUS,
 )
+
+# The loop's workflow type: what the run routes and the run list look for.
+WORKFLOW_TYPE = "LoopWorkflow"
 
 E = TypeVar("E", bound=Enum)
 

@@ -16,6 +16,7 @@ from temporalio.client import (
     RPCTimeoutOrCancelledError,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
@@ -32,12 +33,12 @@ from loopworks.api.errors import (
     TemporalBusy,
     TemporalUnavailable,
 )
+from loopworks.api.listing import WORKFLOW_TYPE, run_status
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunState
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 
-WORKFLOW_TYPE = "LoopWorkflow"
 # A query waits for a worker to answer; past this the caller learns no worker did.
 QUERY_TIMEOUT = timedelta(seconds=10)
 UPDATE_TIMEOUT = timedelta(seconds=30)
@@ -75,11 +76,44 @@ async def read_state(
         result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
         return result.state
     try:
-        return await handle.query(LoopWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
+        state = await handle.query(LoopWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         if isinstance(err, RPCError) and _not_found(err):
             raise RunNotFound(handle.id) from err
         raise unanswered(handle, description, "status", err) from err
+    if is_closed(description) and not state.status.is_terminal:
+        return await _ended_from_outside(handle, description, state)
+    return state
+
+
+# How a workflow that closed without its run concluding ended, in words.
+_ENDED = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TERMINATED: "was terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.CANCELED: "was cancelled",
+}
+
+
+async def _ended_from_outside(
+    handle: LoopHandle, description: WorkflowExecutionDescription, state: RunState
+) -> RunState:
+    """A run whose workflow closed before the run concluded (terminated from the UI or
+    the CLI, timed out, failed on a fault): its last state still says it is live, as its
+    LoopStatus does. Say how it ended instead, as the run list does (`listing.run_status`)."""
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
+        why = None
+    except WorkflowFailureError as err:
+        why = getattr(err.cause, "message", None) or str(err.cause)
+    ended = _ENDED.get(description.status or WorkflowExecutionStatus.FAILED, "closed")
+    message = f"the workflow {ended}" + (f": {why}" if why else "")
+    return state.model_copy(
+        update={
+            "status": run_status(description),
+            "stop": state.stop.model_copy(update={"message": message}),
+        }
+    )
 
 
 async def read_events(

@@ -63,3 +63,18 @@ def test_open_runs_are_terminated_when_the_stack_stops(stack: Stack) -> None:
     while listed_status() == "running" and time.monotonic() < deadline:
         time.sleep(0.2)
     assert listed_status() != "running"
+
+
+def test_a_terminated_run_reads_as_failed_saying_so(stack: Stack) -> None:
+    """A run whose workflow was closed from outside (`temporal workflow terminate`, the
+    UI's Terminate) never concluded: its last recorded state says `running`. Its status
+    says how it ended instead, as the run list does."""
+    stack.start_worker(LOOPS_OFFLINE_LATENCY_MS="2000")
+    _, base_url = stack.start_api()
+    run_id = httpx.post(f"{base_url}/runs", json={"task": "Write a guide"}, timeout=30).json()[
+        "run_id"
+    ]
+    stack.terminate_open_runs()  # with the reason "test finished"
+
+    state = wait_status(base_url, run_id, "failed", timeout=30)
+    assert state["stop"]["message"] == "the workflow was terminated: test finished"
