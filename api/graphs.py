@@ -25,7 +25,14 @@ from temporalio.service import RPCError
 
 from loopworks.api import launch, runs
 from loopworks.api.errors import NotApplicable, RunNotFound, invalid
-from loopworks.schemas.graph import GraphApproval, GraphInput, GraphRequest, GraphResult, GraphState
+from loopworks.schemas.graph import (
+    GraphApproval,
+    GraphInput,
+    GraphRequest,
+    GraphResult,
+    GraphState,
+    GraphStatus,
+)
 from loopworks.schemas.run import RunState
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
@@ -74,6 +81,14 @@ async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
         ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
     except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
         raise runs.unanswered(handle, description, "status", err) from err
+    if runs.is_closed(description) and not state.status.is_terminal:
+        # Closed before the graph concluded (terminated, timed out): say how it ended.
+        cancelled = description.status == WorkflowExecutionStatus.CANCELED
+        ended = {
+            "status": GraphStatus.STOPPED if cancelled else GraphStatus.FAILED,
+            "message": await runs.ended_from_outside(handle, description),
+        }
+        state = state.model_copy(update=ended)
     return state, ledger
 
 

@@ -82,11 +82,15 @@ async def read_state(
             raise RunNotFound(handle.id) from err
         raise unanswered(handle, description, "status", err) from err
     if is_closed(description) and not state.status.is_terminal:
-        return await _ended_from_outside(handle, description, state)
+        # Closed before the run concluded: its last state still says it is live, as its
+        # LoopStatus does. Say how it ended, as the run list does.
+        message = await ended_from_outside(handle, description)
+        stop = state.stop.model_copy(update={"message": message})
+        return state.model_copy(update={"status": run_status(description), "stop": stop})
     return state
 
 
-# How a workflow that closed without its run concluding ended, in words.
+# How a workflow that closed before its run concluded ended, in words.
 _ENDED = {
     WorkflowExecutionStatus.FAILED: "failed",
     WorkflowExecutionStatus.TERMINATED: "was terminated",
@@ -95,25 +99,18 @@ _ENDED = {
 }
 
 
-async def _ended_from_outside(
-    handle: LoopHandle, description: WorkflowExecutionDescription, state: RunState
-) -> RunState:
-    """A run whose workflow closed before the run concluded (terminated from the UI or
-    the CLI, timed out, failed on a fault): its last state still says it is live, as its
-    LoopStatus does. Say how it ended instead, as the run list does (`listing.run_status`)."""
+async def ended_from_outside(
+    handle: WorkflowHandle[Any, Any], description: WorkflowExecutionDescription
+) -> str:
+    """Why a closed workflow ended without concluding (terminated from the UI or the CLI,
+    timed out, failed on a fault), in words: `the workflow was terminated: <reason>`."""
+    ended = _ENDED.get(description.status or WorkflowExecutionStatus.FAILED, "closed")
     try:
         await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
         why = None
     except WorkflowFailureError as err:
         why = getattr(err.cause, "message", None) or str(err.cause)
-    ended = _ENDED.get(description.status or WorkflowExecutionStatus.FAILED, "closed")
-    message = f"the workflow {ended}" + (f": {why}" if why else "")
-    return state.model_copy(
-        update={
-            "status": run_status(description),
-            "stop": state.stop.model_copy(update={"message": message}),
-        }
-    )
+    return f"the workflow {ended}" + (f": {why}" if why else "")
 
 
 async def read_events(

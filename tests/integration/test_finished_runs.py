@@ -4,6 +4,7 @@ And a stack's open runs do not outlive the test that started them."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -78,3 +79,17 @@ def test_a_terminated_run_reads_as_failed_saying_so(stack: Stack) -> None:
 
     state = wait_status(base_url, run_id, "failed", timeout=30)
     assert state["stop"]["message"] == "the workflow was terminated: test finished"
+
+
+def test_a_terminated_graph_reads_as_failed_saying_so(stack: Stack, remote: Path) -> None:
+    stack.start_worker(LOOPS_OFFLINE_LATENCY_MS="2000")
+    _, base_url = stack.start_api()
+    created = httpx.post(
+        f"{base_url}/graphs", json={"goal": "Write a guide", "repo": str(remote)}, timeout=30
+    )
+    graph_id = created.json()["graph_id"]
+    stack.terminate_open_runs()
+
+    graph = httpx.get(f"{base_url}/graphs/{graph_id}", timeout=30).json()
+    assert graph["status"] == "failed", graph
+    assert graph["message"] == "the workflow was terminated: test finished"
