@@ -58,14 +58,28 @@ BUNDLED_TO_2026_12 = BUNDLED_TO_2026_11 | {SCORE_WITH_NEXT_UPSERT}
 # lost mid-close would make the close commit again at another time.
 PREPARE_WORKSPACE_LOCALLY = "prepare-workspace-locally"
 
+# The changes to PREPARE_WORKSPACE_LOCALLY at once: what runs from late November 2026
+# recorded, in their first workflow task.
+ALL_TO_2027_01 = "all-changes-to-2027-01"
+BUNDLED_TO_2027_01 = BUNDLED_TO_2026_12 | {PREPARE_WORKSPACE_LOCALLY}
+
+# A local activity that fails for good fails its step like any activity's (the run ends
+# `failed`, saying why), instead of failing the workflow: a local activity's last failure
+# reaches the workflow unwrapped (workflows/steps.py).
+LOCAL_FAILURE_FAILS_THE_STEP = "local-failure-fails-the-step"
+
 # Every change above at once; `ask_at_start` asks it in a run's first workflow task,
 # which upserts the run's search attributes anyway, so the SDK's `TemporalChangeVersion`
 # upsert costs no workflow task of its own. A later change gets its own id in a new
 # bundle: runs that recorded this marker predate it.
-ALL_TO_2027_01 = "all-changes-to-2027-01"
-BUNDLED = BUNDLED_TO_2026_12 | {PREPARE_WORKSPACE_LOCALLY}
+ALL_TO_2027_02 = "all-changes-to-2027-02"
+BUNDLED = BUNDLED_TO_2027_01 | {LOCAL_FAILURE_FAILS_THE_STEP}
 # The bundles before the newest, newest first, with the changes each holds.
-_EARLIER_BUNDLES = ((ALL_TO_2026_12, BUNDLED_TO_2026_12), (ALL_TO_2026_11, BUNDLED_TO_2026_11))
+_EARLIER_BUNDLES = (
+    (ALL_TO_2027_01, BUNDLED_TO_2027_01),
+    (ALL_TO_2026_12, BUNDLED_TO_2026_12),
+    (ALL_TO_2026_11, BUNDLED_TO_2026_11),
+)
 
 # TaskGraphWorkflow's own, asked with `workflow.patched`: a stop, resume or pause that
 # arrives while the graph starts loops or saves its ledger wakes its wait for a loop at
@@ -74,9 +88,12 @@ GRAPH_KEEPS_MESSAGES_WHILE_BUSY = "graph-keeps-messages-while-busy"
 
 
 def ask_at_start() -> None:
-    """Fix the newest bundle's answer in the run's first workflow task (ALL_TO_2027_01).
-    A run replayed from before it asks the bundle before, which runs since then recorded
-    here too: a marker is matched in the workflow task that recorded it."""
+    """Fix the newest bundle's answer in the run's first workflow task (ALL_TO_2027_02).
+    A run replayed from before it asks the bundles before, which runs since then recorded
+    here too (from ALL_TO_2026_12 on): a marker is matched in the workflow task that
+    recorded it."""
+    if workflow.patched(ALL_TO_2027_02):
+        return
     if not workflow.patched(ALL_TO_2027_01):
         workflow.patched(ALL_TO_2026_12)
 
@@ -94,7 +111,7 @@ def applies(patch_id: str) -> bool:
     """
     if patch_id not in BUNDLED:
         raise ValueError(f"{patch_id!r} is not in the bundle: ask workflow.patched")
-    if workflow.patched(ALL_TO_2027_01):
+    if workflow.patched(ALL_TO_2027_02):
         return True
     for bundle, changes in _EARLIER_BUNDLES:
         if patch_id in changes and workflow.patched(bundle):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import tempfile
@@ -19,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -174,6 +175,30 @@ async def _record_bundled_2027_01_run(client: Client, settings: Settings) -> Wor
     return await _record_blocked_run(
         client, settings, "recorded-bundled-2027-01-run", rules=TWO_GROUP_RULES
     )
+
+
+async def _record_bundled_2027_02_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run since `all-changes-to-2027-02`. The same branches as `bundled_run`."""
+    return await _record_blocked_run(
+        client, settings, "recorded-bundled-2027-02-run", rules=TWO_GROUP_RULES
+    )
+
+
+async def _record_unprepared_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run whose workspace cannot be prepared (its base branch is not on origin): the
+    local activity fails for good, about 15 s of real time. Since
+    `local-failure-fails-the-step` the run ends failed; before, the workflow failed."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        handle = await _start(
+            client,
+            settings.task_queue,
+            "recorded-unprepared-run",
+            task="Write a guide",
+            base_branch="no-such-branch",
+        )
+        with contextlib.suppress(WorkflowFailureError):  # how runs before the change ended
+            await handle.result()
+        return await handle.fetch_history()
 
 
 async def _record_stopped_run(client: Client, settings: Settings) -> WorkflowHistory:
@@ -356,6 +381,10 @@ RECORDERS = {
     "bundled_run": _record_bundled_run,
     "bundled_2026_12_run": _record_bundled_2026_12_run,
     "bundled_2027_01_run": _record_bundled_2027_01_run,
+    "bundled_2027_02_run": _record_bundled_2027_02_run,
+    "unprepared_run": _record_unprepared_run,
+    # The same run recorded before `local-failure-fails-the-step` (its workflow failed).
+    "unprepared_2027_01_run": _record_unprepared_run,
 }
 
 

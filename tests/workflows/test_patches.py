@@ -35,7 +35,7 @@ async def test_a_new_run_records_one_marker_for_every_bundled_change(
         if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
         and e.marker_recorded_event_attributes.marker_name != LOCAL_ACTIVITY_MARKER
     ]
-    assert [m["id"] for m in markers] == [patches.ALL_TO_2027_01]
+    assert [m["id"] for m in markers] == [patches.ALL_TO_2027_02]
     upserts = upserts_by_workflow_task(history)
     assert sum("TemporalChangeVersion" in names for names in upserts.values()) == 1
     # The marker's own upsert rides in the first workflow task, with the run's first

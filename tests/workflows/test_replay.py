@@ -44,6 +44,10 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "bundled_run.json",
         "bundled_2026_12_run.json",
         "bundled_2027_01_run.json",
+        "bundled_2027_02_run.json",
+        "unprepared_run.json",
+        # Its workflow failed: a local activity's failure was not caught before.
+        "unprepared_2027_01_run.json",
     ],
 )
 async def test_recorded_history_replays(name: str) -> None:
