@@ -32,6 +32,8 @@ class ModelPrice(BaseModel):
 DEFAULT_PRICES: dict[str, ModelPrice] = {
     "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
     "claude-sonnet-4-6": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+    "claude-opus-4-8": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
+    # The opus default until 2026-11 (end of life 2027-01-22): runs that still name it.
     "claude-opus-4-5": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
 }
 
@@ -100,7 +102,7 @@ class Settings(BaseSettings):
     # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).
     model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
     model_sonnet: str = Field(default="claude-sonnet-4-6", alias="LOOPS_MODEL_SONNET")
-    model_opus: str = Field(default="claude-opus-4-5", alias="LOOPS_MODEL_OPUS")
+    model_opus: str = Field(default="claude-opus-4-8", alias="LOOPS_MODEL_OPUS")
     # Agent definitions here replace the packaged ones by file name: markdown with YAML
     # front matter, like the packaged ones.
     agents_dir: Path | None = Field(default=None, alias="LOOPS_AGENTS_DIR")

@@ -818,3 +818,16 @@ def test_anthropic_without_any_key_fails_at_worker_start(
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ValueError, match="LOOPS_LLM=anthropic needs a key: set ANTHROPIC_API_KEY"):
         build_models(Settings(LOOPS_LLM="anthropic"))
+
+
+def test_no_default_model_is_one_the_sdk_calls_deprecated_and_each_has_a_price() -> None:
+    """The SDK warns on every request to a deprecated model, and the model stops
+    answering at its end of life: a default must not be one (claude-opus-4-5 was, with
+    end of life 2027-01-22). Budgets in dollars need each default's price."""
+    from anthropic._data import DEPRECATED_MODELS  # the SDK's own list; no public name
+
+    settings = Settings()
+    defaults = [settings.model_haiku, settings.model_sonnet, settings.model_opus]
+    assert [m for m in defaults if m in DEPRECATED_MODELS] == []
+    one_of_each = TokenUsage(input_tokens=1_000_000, output_tokens=1_000_000)
+    assert [m for m in defaults if settings.cost_usd(m, one_of_each) == 0] == []
