@@ -103,6 +103,7 @@ class LocalStack:
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.processes: list[subprocess.Popen[bytes]] = []
+        self._names: dict[int, str] = {}  # by pid
         self.logs = settings.data_dir / "logs"
 
     @property
@@ -114,6 +115,7 @@ class LocalStack:
         with (self.logs / f"{name}.log").open("ab") as sink:
             process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
         self.processes.append(process)
+        self._names[process.pid] = name
         log.info("started %s (pid %d), log: %s", name, process.pid, self.logs / f"{name}.log")
 
     def start(self) -> None:
@@ -154,6 +156,18 @@ class LocalStack:
 
     def alive(self) -> bool:
         return all(process.poll() is None for process in self.processes)
+
+    def exited(self) -> list[str]:
+        """Each process that has exited, what ended it and where its log is."""
+        ended = []
+        for process in self.processes:
+            code = process.poll()
+            if code is None:
+                continue
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            name = self._names.get(process.pid, "a process")
+            ended.append(f"{name} (pid {process.pid}) {how}; its log: {self.logs / name}.log")
+        return ended
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -234,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         while not stopping and stack.alive():
             time.sleep(0.5)
         if not stack.alive():
-            log.error("a process exited; see the logs in %s", stack.logs)
+            for ended in stack.exited():
+                log.error("%s", ended)
+            log.error("stopping the rest: start `loops up` again (runs resume where they were)")
             return 1
         return 0
     finally:
