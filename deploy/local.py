@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,7 +167,12 @@ class LocalStack:
                 continue
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             name = self._names.get(process.pid, "a process")
-            ended.append(f"{name} (pid {process.pid}) {how}; its log: {self.logs / name}.log")
+            log_file = self.logs / f"{name}.log"
+            said = _last_line(log_file)
+            ended.append(
+                f"{name} (pid {process.pid}) {how}; its log: {log_file}"
+                + (f"; its last line: {said}" if said else "")
+            )
         return ended
 
     def stop(self) -> None:
@@ -180,13 +186,35 @@ class LocalStack:
                 process.kill()
 
 
-def run_demo(base: str, task: str, out: Any) -> dict[str, Any]:
-    """POST a task and follow it to the end, printing its events as they arrive."""
+def _last_line(path: Path) -> str:
+    """The last non-blank line of a log, to say why its process ended ('' if none)."""
+    try:
+        with path.open("rb") as log_file:
+            log_file.seek(0, os.SEEK_END)
+            log_file.seek(max(0, log_file.tell() - 4096))
+            tail = log_file.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+class StackDown(RuntimeError):
+    """One of the stack's processes ended while the demo ran."""
+
+
+def run_demo(
+    base: str, task: str, out: Any, alive: Callable[[], bool] = lambda: True
+) -> dict[str, Any]:
+    """POST a task and follow it to the end, printing its events as they arrive; raise
+    StackDown as soon as `alive` says a process of the stack has ended."""
     created = _http_json("POST", f"{base}/runs", {"task": task})
     run_id = created["run_id"]
     out.write(f"\nDemo run {run_id}: {task}\n")
     seen = 0
     while True:
+        if not alive():
+            raise StackDown(f"the demo run {run_id} cannot go on")
         for event in _http_json("GET", f"{base}/runs/{run_id}/events?after={seen}"):
             seen = event["seq"]
             payload = event["payload"]
@@ -204,6 +232,27 @@ def run_demo(base: str, task: str, out: Any) -> dict[str, Any]:
             )
             return dict(status)
         time.sleep(0.5)
+
+
+def _stack_down(stack: LocalStack) -> int:
+    for ended in stack.exited():
+        log.error("%s", ended)
+    log.error("stopping the rest: start `loops up` again (runs resume where they were)")
+    return 1
+
+
+def _demo_failed(stack: LocalStack, err: Exception) -> int:
+    """Why the demo could not finish, without a traceback: a process of the stack ended
+    (a worker that cannot start answers no query), or the API's answer."""
+    time.sleep(1)  # a process that is ending is let end, to be named
+    if not stack.alive():
+        return _stack_down(stack)
+    if isinstance(err, urllib.error.HTTPError):
+        body = err.read().decode(errors="replace")
+        log.error("the demo failed: the API answered %s %s: %s", err.code, err.reason, body)
+    else:
+        log.error("the demo failed: %s", err)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         out.flush()
         if args.demo:
-            result = run_demo(stack.api_base, args.demo, out)
+            try:
+                result = run_demo(stack.api_base, args.demo, out, stack.alive)
+            except (StackDown, urllib.error.URLError) as err:
+                return _demo_failed(stack, err)
             out.flush()
             if args.exit_after_demo:
                 return 0 if result["status"] == "completed" else 1
@@ -248,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         while not stopping and stack.alive():
             time.sleep(0.5)
         if not stack.alive():
-            for ended in stack.exited():
-                log.error("%s", ended)
-            log.error("stopping the rest: start `loops up` again (runs resume where they were)")
-            return 1
+            return _stack_down(stack)
         return 0
     finally:
         stack.stop()

@@ -95,3 +95,41 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
+
+
+def test_up_says_which_process_ended_and_why_instead_of_a_traceback(tmp_path: Path) -> None:
+    """A worker that cannot start (here: a real model asked for, no key) answers no
+    query: `loops up --demo` ends at once naming it, its exit code and its last log
+    line, and stops the rest."""
+    temporal_port, api_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{temporal_port}",
+        "LOOPS_TEMPORAL_UI_PORT": str(free_port()),
+        "LOOPS_API_PORT": str(api_port),
+        "LOOPS_DATA_DIR": str(tmp_path / "data"),
+        "LOOPS_LLM": "anthropic",
+        "LOOPS_SANDBOX": "off",
+    }
+    env.pop("ANTHROPIC_API_KEY", None)
+    loops = Path(sys.executable).parent / "loops"
+    process = subprocess.Popen(
+        [str(loops), "up", "--demo", "--exit-after-demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+        pytest.fail(f"loops up did not end:\n{output}")
+
+    assert process.returncode == 1, output
+    assert "Traceback" not in output, output
+    assert re.search(r"worker \(pid \d+\) exited with code \d+", output), output
+    assert "cannot start: LOOPS_LLM=anthropic needs a key" in output, output
+    assert "start `loops up` again" in output
