@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, field_validator
 
-from loopworks.schemas.run import Mode, Thresholds
+from loopworks.schemas.run import BranchName, Mode, Thresholds
 from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
 
 # A task's loops are runs of their own, named after the graph, the task and the attempt.
@@ -33,7 +33,7 @@ class GraphRequest(BaseModel):
 
     goal: str = Field(min_length=1, max_length=20_000, description="what the graph achieves")
     repo: str | None = Field(default=None, description="URL or path of a git repository")
-    base_branch: str | None = Field(default=None, max_length=200)
+    base_branch: BranchName | None = None
     max_parallel: int = Field(default=3, ge=1, le=10, description="task loops at once")
     mode: Mode = Field(
         default=Mode.AUTO, description="`interactive`: wait for approve before any task"

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
+from loopworks.workspace.refs import valid_ref_name
 
 
 class Mode(StrEnum):
@@ -99,6 +101,17 @@ class Budget(BaseModel):
     max_cost_usd: float | None = Field(default=None, gt=0)
 
 
+def _branch_name(name: str) -> str:
+    # Checked where it is asked for: inside the run, git would refuse it after retries.
+    if not valid_ref_name(f"refs/heads/{name.removeprefix('refs/heads/')}"):
+        raise ValueError(f"{name!r} is not a valid git branch name")
+    return name
+
+
+# A branch of the repository (`main`, or `refs/heads/main`), as git would accept it.
+BranchName = Annotated[str, Field(max_length=200), AfterValidator(_branch_name)]
+
+
 class RunRequest(BaseModel):
     """What a client POSTs to start a run."""
 
@@ -106,7 +119,7 @@ class RunRequest(BaseModel):
 
     task: str = Field(min_length=1, max_length=20_000)
     repo: str | None = Field(default=None, description="URL or path of a git repository")
-    base_branch: str | None = Field(default=None, max_length=200)
+    base_branch: BranchName | None = None
     template: str | None = Field(default=None, description="workflow template id")
     rules: list[Rule] = Field(default_factory=list)
     acceptance_criteria: list[str] = Field(

@@ -119,6 +119,17 @@ async def test_a_repo_in_an_unknown_users_home(api: httpx.AsyncClient, path: str
     assert repo in checked["message"]
 
 
+@pytest.mark.parametrize("path", ["/runs", "/graphs"])
+@pytest.mark.parametrize("branch", ["../main", "a..b", "has space", "x.lock", "x~1", "x:y"])
+async def test_a_base_branch_git_would_refuse(
+    api: httpx.AsyncClient, path: str, branch: str
+) -> None:
+    """Refused here, not inside the run after its git step's retries (about 15 s)."""
+    base = {"task": "t"} if path == "/runs" else {"goal": "g"}
+    checked = _assert_names(await api.post(path, json={**base, "base_branch": branch}), "body")
+    assert f"{branch!r} is not a valid git branch name" in checked["message"]
+
+
 async def test_local_repo_that_is_not_git(api: httpx.AsyncClient, tmp_path: Path) -> None:
     body = _assert_names(
         await api.post("/runs", json={"task": "t", "repo": str(tmp_path)}), "body.repo"
