@@ -20,6 +20,26 @@ from tests.integration.stack import ROOT, free_port, wait_for_http
 pytestmark = pytest.mark.integration
 
 
+def _launch(command: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
+    """Run a launcher to its end: its exit code and everything it printed."""
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # The launcher stops its own children on SIGTERM; signal only its group.
+        os.killpg(process.pid, signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+        pytest.fail(f"{' '.join(command)} did not finish:\n{output}")
+    return process.returncode, output
+
+
 def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     temporal_port, ui_port, api_port = free_port(), free_port(), free_port()
     env = {
@@ -36,23 +56,11 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         "LOOPS_SANDBOX": "auto",
     }
     env.pop("ANTHROPIC_API_KEY", None)
-    process = subprocess.Popen(
-        ["bash", str(ROOT / "scripts" / "up.sh"), "--demo", "--exit-after-demo"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    returncode, output = _launch(
+        ["bash", str(ROOT / "scripts" / "up.sh"), "--demo", "--exit-after-demo"], env, 240
     )
-    try:
-        output, _ = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        # The launcher stops its own children on SIGTERM; signal only its group.
-        os.killpg(process.pid, signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-        pytest.fail(f"up.sh did not finish:\n{output}")
 
-    assert process.returncode == 0, output
+    assert returncode == 0, output
     worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
@@ -113,22 +121,9 @@ def test_up_says_which_process_ended_and_why_instead_of_a_traceback(tmp_path: Pa
     }
     env.pop("ANTHROPIC_API_KEY", None)
     loops = Path(sys.executable).parent / "loops"
-    process = subprocess.Popen(
-        [str(loops), "up", "--demo", "--exit-after-demo"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)
-        output, _ = process.communicate(timeout=30)
-        pytest.fail(f"loops up did not end:\n{output}")
+    returncode, output = _launch([str(loops), "up", "--demo", "--exit-after-demo"], env, 180)
 
-    assert process.returncode == 1, output
+    assert returncode == 1, output
     assert "Traceback" not in output, output
     assert re.search(r"worker \(pid \d+\) exited with code \d+", output), output
     assert "cannot start: LOOPS_LLM=anthropic needs a key" in output, output
