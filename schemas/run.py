@@ -8,9 +8,9 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from loopworks.schemas.evaluation import DistanceToSuccess
+from loopworks.schemas.git_names import valid_ref_name
 from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
-from loopworks.workspace.refs import valid_ref_name
 
 
 class Mode(StrEnum):

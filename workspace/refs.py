@@ -50,21 +50,6 @@ def work_ref(run_id: str) -> str:
     return f"{WORK_REF_PREFIX}{checked_run_id(run_id)}"
 
 
-# What git-check-ref-format(1) refuses anywhere in a name: control characters and space,
-# ~ ^ : ? * [ \, "..", "@{", and empty components.
-_REF_REFUSED = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
-
-
-def valid_ref_name(ref: str) -> bool:
-    """Whether `git check-ref-format <ref>` accepts `ref` (at least two components), by
-    its rules, so naming a branch starts no process."""
-    if ref == "@" or "/" not in ref or ref.startswith("/") or ref.endswith(("/", ".")):
-        return False
-    if _REF_REFUSED.search(ref):
-        return False
-    return all(not part.startswith(".") and not part.endswith(".lock") for part in ref.split("/"))
-
-
 def checked_commit(commit: str) -> str:
     # Commits arrive from workflow inputs; anything but a sha could be an option or a rev
     # expression that resolves differently on each worker.

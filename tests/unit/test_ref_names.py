@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from loopworks.workspace.refs import valid_ref_name
+from loopworks.schemas.git_names import valid_ref_name
 
 pytestmark = pytest.mark.unit
 
