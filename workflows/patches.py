@@ -86,6 +86,11 @@ _EARLIER_BUNDLES = (
 # once, instead of waiting for a loop to end.
 GRAPH_KEEPS_MESSAGES_WHILE_BUSY = "graph-keeps-messages-while-busy"
 
+# PlaybookWorkflow's own, asked with `workflow.patched` only when it happens: a writer
+# whose origin cannot be read when it starts (down, unreachable) lives on instead of
+# failing; the next batch's handler reads it again and tells its sender why if it fails.
+PLAYBOOK_OUTLIVES_AN_UNREADABLE_ORIGIN = "playbook-outlives-an-unreadable-origin"
+
 
 def ask_at_start() -> None:
     """Fix the newest bundle's answer in the run's first workflow task (ALL_TO_2027_02).

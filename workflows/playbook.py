@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.playbook import PlaybookActivities
@@ -180,7 +180,11 @@ class PlaybookWorkflow:
 
     @workflow.run
     async def run(self, params: PlaybookInput) -> None:
-        await self._loaded()
+        try:
+            await self._loaded()
+        except ActivityError:
+            if not workflow.patched(patches.PLAYBOOK_OUTLIVES_AN_UNREADABLE_ORIGIN):
+                raise
         limit = params.continue_after_batches
         await workflow.wait_condition(
             lambda: (

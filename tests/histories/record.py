@@ -20,11 +20,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.playbook import writer
@@ -343,6 +350,25 @@ async def _record_playbook_writer(client: Client, settings: Settings) -> Workflo
         return await client.get_workflow_handle(workflow_id(name)).fetch_history()
 
 
+async def _record_playbook_unreadable_origin(client: Client, settings: Settings) -> WorkflowHistory:
+    """The playbook's writer started by a batch for an origin nobody serves: the batch's
+    read and the writer's own first read fail for good; the sender is told why and the
+    writer lives on (the `playbook-outlives-an-unreadable-origin` patch)."""
+    origin = f"http://127.0.0.1:{free_port()}/nobody.git"
+    name = playbook_name(origin)
+    handle = client.get_workflow_handle(workflow_id(name))
+    async with build_worker(client, settings, models=OfflineModels()):
+        batch = DeltaBatch(batch_id="recorded-unreadable-1", source="by hand")
+        with contextlib.suppress(WorkflowUpdateFailedError):
+            await writer.send_batch(client, settings, name, origin, batch)
+        for _ in range(300):  # until the writer's own read has failed too
+            events = (await handle.fetch_history()).events
+            if any(e.HasField("marker_recorded_event_attributes") for e in events):
+                break
+            await asyncio.sleep(0.1)
+        return await handle.fetch_history()
+
+
 async def _record_playbook_grouped(client: Client, settings: Settings) -> WorkflowHistory:
     """The playbook's writer given six batches at once after a run's (signals): those that
     waited while a push ran are committed together (the `playbook-group-commit` patch)."""
@@ -376,6 +402,7 @@ RECORDERS = {
     "playbook_run": _record_playbook_run,
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,
+    "playbook_unreadable_origin": _record_playbook_unreadable_origin,
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "bundled_run": _record_bundled_run,

@@ -39,6 +39,7 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
         "playbook_run.json",
         "playbook_writer.json",
         "playbook_grouped.json",
+        "playbook_unreadable_origin.json",
         "two_group_run.json",
         "concrete_rules_run.json",
         "bundled_run.json",
