@@ -47,6 +47,7 @@ def checked(request: GraphRequest) -> GraphRequest:
     """A 422 for what would only fail inside the graph: a bad repo, invalid tasks."""
     if request.repo:
         probe = launch.checked_repo(request.repo)
+        launch.checked_branch(probe, request.base_branch)
         request = request.model_copy(update={"repo": probe})
     if request.tasks is not None:
         try:

@@ -19,7 +19,9 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.objects import open_repository, ref_target
 from loopworks.workspace.refs import is_url
+from loopworks.workspace.runner import GitError
 
 SUMMARY_CHARS = 200
 
@@ -40,7 +42,9 @@ def checked(request: RunRequest) -> RunRequest:
         message = f"unknown template {request.template!r}; valid ids: {valid}"
         raise invalid("template", message, request.template)
     if request.repo:
-        request = request.model_copy(update={"repo": checked_repo(request.repo)})
+        repo = checked_repo(request.repo)
+        checked_branch(repo, request.base_branch)
+        request = request.model_copy(update={"repo": repo})
     return request
 
 
@@ -59,6 +63,21 @@ def checked_repo(repo: str, where: str = "body") -> str:
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):
         raise invalid("repo", f"not a git repository: {repo}", repo, where)
     return str(path.resolve())
+
+
+def checked_branch(repo: str, base_branch: str | None) -> None:
+    """A base branch a local repository lacks is a 422 now, not a run that fails after its
+    git step's retries. A URL's branches are the worker's to ask: the API may not reach
+    it, and asking would cost a round trip."""
+    if base_branch is None or is_url(repo):
+        return
+    branch = base_branch.removeprefix("refs/heads/")
+    try:
+        found = ref_target(open_repository(repo), f"refs/heads/{branch}")
+    except GitError:
+        return  # checked_repo let it through: the run says what git says of it
+    if found is None:
+        raise invalid("base_branch", f"branch {branch!r} does not exist in {repo}", base_branch)
 
 
 def summary(task: str) -> str:

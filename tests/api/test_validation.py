@@ -15,6 +15,7 @@ from loopworks.api.launch import new_run_id
 from loopworks.api.main import create_app
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.settings import Settings
+from tests.integration.stack import bare_remote
 
 pytestmark = pytest.mark.unit
 
@@ -128,6 +129,20 @@ async def test_a_base_branch_git_would_refuse(
     base = {"task": "t"} if path == "/runs" else {"goal": "g"}
     checked = _assert_names(await api.post(path, json={**base, "base_branch": branch}), "body")
     assert f"{branch!r} is not a valid git branch name" in checked["message"]
+
+
+@pytest.mark.parametrize("path", ["/runs", "/graphs"])
+async def test_a_base_branch_a_local_repo_lacks(
+    api: httpx.AsyncClient, path: str, tmp_path: Path
+) -> None:
+    origin = str(bare_remote(tmp_path))  # its one branch: main
+    base = {"task": "t"} if path == "/runs" else {"goal": "g"}
+    body = {**base, "repo": origin, "base_branch": "no-such"}
+    checked = _assert_names(await api.post(path, json=body), "body.base_branch")
+    assert f"branch 'no-such' does not exist in {origin}" in checked["message"]
+    # The branch it has passes (to Temporal, which this API must not reach).
+    with pytest.raises(AssertionError, match="used Temporal"):
+        await api.post(path, json={**body, "base_branch": "refs/heads/main"})
 
 
 async def test_local_repo_that_is_not_git(api: httpx.AsyncClient, tmp_path: Path) -> None:
