@@ -150,6 +150,9 @@ async def get_events(
 async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTextResponse:
     state = await runs.read_state(handle)
     if not state.artifact_commit:
+        if state.status.is_terminal:  # it never will: no "yet"
+            ended = f"run {handle.id} ended ({state.status.value}) without producing an artifact"
+            raise ArtifactMissing(ended)
         raise ArtifactMissing(f"run {handle.id} has produced no artifact yet")
     try:
         # Git is blocking I/O; keep it off the event loop.

@@ -79,6 +79,9 @@ def test_a_terminated_run_reads_as_failed_saying_so(stack: Stack) -> None:
 
     state = wait_status(base_url, run_id, "failed", timeout=30)
     assert state["stop"]["message"] == "the workflow was terminated: test finished"
+    artifact = httpx.get(f"{base_url}/runs/{run_id}/artifact", timeout=30)
+    assert artifact.status_code == 404
+    assert artifact.json()["detail"].endswith("ended (failed) without producing an artifact")
 
 
 def test_a_terminated_graph_reads_as_failed_saying_so(stack: Stack, remote: Path) -> None:
