@@ -110,7 +110,11 @@ class Steering(OnRecord):
             self.memory.operator_note = approval.note
         self.memory.approved = True
         self.record.emit(EventName.APPROVED, ApprovedPayload(edits=edits, note=approval.note))
-        return self.state
+        if self.stop_requested:
+            return self.state
+        # `await_approval` sets the run running in this same workflow task: answer the run
+        # as it goes on, not `awaiting_approval` (a copy: the run's state is not touched).
+        return self.state.model_copy(update={"status": RunStatus.RUNNING})
 
     def check_approve(self) -> None:
         if self.state.status != RunStatus.AWAITING_APPROVAL:

@@ -71,6 +71,7 @@ async def test_interactive_run_waits_for_approval_and_honours_edits(
             LoopWorkflow.approve, Approval(max_iterations=1, note="one pass is enough")
         )
         assert approved.max_iterations == 1
+        assert approved.status == RunStatus.RUNNING  # not the awaiting_approval it was
         with pytest.raises(WorkflowUpdateFailedError):
             await handle.execute_update(LoopWorkflow.approve, Approval())
         state = (await handle.result()).state
