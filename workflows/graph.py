@@ -135,7 +135,12 @@ class TaskGraphWorkflow:
             self._state.tasks = [TaskState(task=task) for task in approval.tasks]
             self._state.source = "approval"
         self._memory.approved = True
-        return self._state
+        if self._stop_requested:
+            return self._state
+        # The graph goes on in this same workflow task (`_work` sets it running, or paused):
+        # answer it as it goes on, not `awaiting_approval` (a copy: its state is untouched).
+        going_on = GraphStatus.PAUSED if self._memory.paused else GraphStatus.RUNNING
+        return self._state.model_copy(update={"status": going_on})
 
     @approve.validator
     def _approve_applies(self, approval: GraphApproval) -> None:

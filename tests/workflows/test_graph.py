@@ -353,7 +353,10 @@ async def test_interactive_graph_waits_for_approval_of_an_edited_list_and_pause_
             )
         assert "T-009" in str(refused.value.cause)
         edited = [Task.model_validate(task("T-001"))]
-        await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval(tasks=edited))
+        approved = await handle.execute_update(
+            TaskGraphWorkflow.approve, GraphApproval(tasks=edited)
+        )
+        assert approved.status == GraphStatus.RUNNING  # not the awaiting_approval it was
         paused = await handle.execute_update(TaskGraphWorkflow.pause)
         assert paused.status == GraphStatus.PAUSED
         await asyncio.sleep(1.0)
