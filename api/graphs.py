@@ -15,13 +15,10 @@ from fastapi.sse import format_sse_event
 from pydantic import BaseModel
 from temporalio.client import (
     Client,
-    RPCTimeoutOrCancelledError,
     WorkflowExecutionStatus,
     WorkflowHandle,
-    WorkflowQueryFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError
 
 from loopworks.api import launch, runs
 from loopworks.api.errors import NotApplicable, RunNotFound, invalid
@@ -80,8 +77,10 @@ async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
     try:
         state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=runs.QUERY_TIMEOUT)
         ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
-    except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
-        raise runs.unanswered(handle, description, "status", err) from err
+    except runs.QUERY_FAILURES as err:
+        params = await runs.never_ran(handle, description, "status", err, GraphInput)
+        memory = params.memory or params.first_memory()
+        state, ledger = memory.state, memory.ledger
     if runs.is_closed(description) and not state.status.is_terminal:
         # Closed before the graph concluded (terminated, timed out): say how it ended.
         cancelled = description.status == WorkflowExecutionStatus.CANCELED

@@ -23,7 +23,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.api import history
+from loopworks.api import history, unstarted
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import (
     ApiError,
@@ -34,7 +34,9 @@ from loopworks.api.errors import (
     TemporalUnavailable,
 )
 from loopworks.api.listing import WORKFLOW_TYPE, run_status
+from loopworks.api.unstarted import Input
 from loopworks.schemas.events import Event
+from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import Approval, RunState
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
@@ -77,10 +79,9 @@ async def read_state(
         return result.state
     try:
         state = await handle.query(LoopWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
-    except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
-        if isinstance(err, RPCError) and _not_found(err):
-            raise RunNotFound(handle.id) from err
-        raise unanswered(handle, description, "status", err) from err
+    except QUERY_FAILURES as err:
+        params = await never_ran(handle, description, "status", err, LoopInput)
+        state = (params.memory or params.first_memory()).state
     if is_closed(description) and not state.status.is_terminal:
         # Closed before the run concluded: its last state still says it is live, as its
         # LoopStatus does. Say how it ended, as the run list does.
@@ -126,14 +127,34 @@ async def read_events(
         return await history.with_history(result.log, after, result.state, workspaces, True)
     try:
         tail = await handle.query(LoopWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT)
-    except (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError) as err:
-        if isinstance(err, RPCError) and _not_found(err):
-            raise RunNotFound(handle.id) from err
-        raise unanswered(handle, description, "events", err) from err
+    except QUERY_FAILURES as err:
+        params = await never_ran(handle, description, "events", err, LoopInput)
+        memory = params.memory or params.first_memory()
+        tail = [event for event in memory.tail if event.seq > after]
     if not history.has_gap(tail, after):
         return tail
     state = await read_state(handle, description)
     return await history.with_history(tail, after, state, workspaces, is_closed(description))
+
+
+QUERY_FAILURES = (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError)
+
+
+async def never_ran(
+    handle: WorkflowHandle[Any, Any],
+    description: WorkflowExecutionDescription,
+    query: str,
+    err: Exception,
+    input_type: type[Input],
+) -> Input:
+    """The start input of a workflow whose `query` failed because it closed before any of
+    its code ran (`api.unstarted`); otherwise the error to answer the failed query with."""
+    if isinstance(err, RPCError) and _not_found(err):
+        raise RunNotFound(handle.id) from err
+    params = await unstarted.start_input(handle, input_type) if is_closed(description) else None
+    if params is None:
+        raise unanswered(handle, description, query, err) from err
+    return params
 
 
 def unanswered(

@@ -138,6 +138,18 @@ class GraphInput(BaseModel):
     # unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
 
+    def first_memory(self) -> GraphMemory:
+        """A new graph's memory: its state as the request sets it up."""
+        return GraphMemory(
+            state=GraphState(
+                graph_id=self.graph_id,
+                goal=self.request.goal,
+                max_parallel=self.request.max_parallel,
+                created_at=self.created_at,
+                updated_at=self.created_at,
+            )
+        )
+
 
 class GraphResult(BaseModel):
     state: GraphState

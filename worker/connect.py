@@ -13,6 +13,8 @@ from temporalio.service import GrpcCompression
 from loopworks.schemas.settings import Settings
 from loopworks.worker.telemetry import client_interceptors
 
+# The one converter every client of the service uses: pydantic models cross as JSON.
+CONVERTER = pydantic_data_converter
 COMPRESSION = {"none": GrpcCompression.NONE, "gzip": GrpcCompression.GZIP}
 
 
@@ -43,5 +45,5 @@ async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None
     """
     chosen = client_interceptors() if interceptors is None else list(interceptors)
     return await Client.connect(
-        **connect_options(settings), data_converter=pydantic_data_converter, interceptors=chosen
+        **connect_options(settings), data_converter=CONVERTER, interceptors=chosen
     )

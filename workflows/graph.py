@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import (
         GraphApproval,
         GraphInput,
-        GraphMemory,
         GraphResult,
         GraphState,
         GraphStatus,
@@ -64,15 +63,7 @@ class TaskGraphWorkflow:
     def __init__(self, params: GraphInput) -> None:
         self._params = params
         self._request = params.request
-        self._memory = params.memory or GraphMemory(
-            state=GraphState(
-                graph_id=params.graph_id,
-                goal=params.request.goal,
-                max_parallel=params.request.max_parallel,
-                created_at=params.created_at,
-                updated_at=params.created_at,
-            )
-        )
+        self._memory = params.memory or params.first_memory()
         self._running: dict[str, workflow.ChildWorkflowHandle[Any, LoopResult]] = {}
         self._stop_requested = False
         self._stop_note = ""

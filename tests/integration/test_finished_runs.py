@@ -84,6 +84,47 @@ def test_a_terminated_run_reads_as_failed_saying_so(stack: Stack) -> None:
     assert artifact.json()["detail"].endswith("ended (failed) without producing an artifact")
 
 
+def test_a_run_terminated_before_any_worker_ran_it_reads_as_failed(stack: Stack) -> None:
+    """Terminated while its first workflow task was queued, a run has no state a worker
+    could answer a query with (the server refuses: "closed before WorkflowTaskStarted"):
+    it reads as its request set it up, failed, saying why, with no worker at all."""
+    _, base_url = stack.start_api()
+    request = {"task": "Write a guide", "max_iterations": 3}
+    run_id = httpx.post(f"{base_url}/runs", json=request, timeout=30).json()["run_id"]
+    stack.terminate_open_runs()
+
+    state = httpx.get(f"{base_url}/runs/{run_id}", timeout=30)
+    events = httpx.get(f"{base_url}/runs/{run_id}/events", timeout=30)
+    artifact = httpx.get(f"{base_url}/runs/{run_id}/artifact", timeout=30)
+
+    assert state.status_code == 200, state.text
+    assert state.json()["status"] == "failed"
+    assert state.json()["stop"]["message"] == "the workflow was terminated: test finished"
+    assert (state.json()["task"], state.json()["max_iterations"]) == ("Write a guide", 3)
+    assert (events.status_code, events.json()) == (200, [])
+    assert artifact.status_code == 404
+    assert artifact.json()["detail"].endswith("ended (failed) without producing an artifact")
+
+
+def test_a_graph_terminated_before_any_worker_ran_it_reads_as_failed(
+    stack: Stack, remote: Path
+) -> None:
+    _, base_url = stack.start_api()
+    created = httpx.post(
+        f"{base_url}/graphs", json={"goal": "Write a guide", "repo": str(remote)}, timeout=30
+    )
+    graph_id = created.json()["graph_id"]
+    stack.terminate_open_runs()
+
+    graph = httpx.get(f"{base_url}/graphs/{graph_id}", timeout=30)
+    ledger = httpx.get(f"{base_url}/graphs/{graph_id}/ledger", timeout=30)
+
+    assert graph.status_code == 200, graph.text
+    assert (graph.json()["status"], graph.json()["goal"]) == ("failed", "Write a guide")
+    assert graph.json()["message"] == "the workflow was terminated: test finished"
+    assert (ledger.status_code, ledger.text) == (200, "")
+
+
 def test_a_terminated_graph_reads_as_failed_saying_so(stack: Stack, remote: Path) -> None:
     stack.start_worker(LOOPS_OFFLINE_LATENCY_MS="2000")
     _, base_url = stack.start_api()
