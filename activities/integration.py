@@ -35,7 +35,7 @@ from loopworks.schemas.integration import (
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
-from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.worker.deps import StepDeps, failing_at_once_when_origin_lacks, heartbeating
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.integration import (
     BranchMovedError,
@@ -249,10 +249,12 @@ class IntegrationActivities:
 
 async def _in_thread(fn: Callable[..., T], *args: object) -> T:
     """Run blocking git work in a thread, heartbeating meanwhile; a malformed request
-    (a ValueError: bad id, ref or command) is not worth retrying."""
+    (a ValueError: bad id, ref or command) or an origin lacking the base branch is not
+    worth retrying."""
     try:
         async with heartbeating():
-            return await asyncio.to_thread(fn, *args)
+            with failing_at_once_when_origin_lacks():
+                return await asyncio.to_thread(fn, *args)
     except ValueError as exc:
         raise ApplicationError(str(exc), type=INVALID_REQUEST, non_retryable=True) from exc
 

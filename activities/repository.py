@@ -15,7 +15,7 @@ from loopworks.schemas.steps import (
     WorkspaceInfo,
     WorkspaceRequest,
 )
-from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.worker.deps import StepDeps, failing_at_once_when_origin_lacks, heartbeating
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.run_log import write_reflection, write_run_log
 
@@ -31,17 +31,19 @@ class RepositoryActivities:
     @activity.defn(name="prepare_workspace")
     async def prepare_workspace(self, request: WorkspaceRequest) -> WorkspaceInfo:
         """Resolve the origin and the commit the run starts from."""
-        workspaces = self.deps.workspaces
         async with heartbeating():
-            if request.repo:
-                origin = request.repo
-            else:
-                origin = await asyncio.to_thread(
-                    ensure_default_origin, self.deps.settings, workspaces
-                )
-            branch, commit = await asyncio.to_thread(
-                workspaces.resolve_base, origin, request.base_branch
-            )
+            with failing_at_once_when_origin_lacks():
+                return await self._prepare(request)
+
+    async def _prepare(self, request: WorkspaceRequest) -> WorkspaceInfo:
+        workspaces = self.deps.workspaces
+        if request.repo:
+            origin = request.repo
+        else:
+            origin = await asyncio.to_thread(ensure_default_origin, self.deps.settings, workspaces)
+        branch, commit = await asyncio.to_thread(
+            workspaces.resolve_base, origin, request.base_branch
+        )
         return WorkspaceInfo(
             origin=origin,
             base_branch=branch,

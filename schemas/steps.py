@@ -30,6 +30,9 @@ ARTIFACT_PATH = "artifact.md"
 # The ApplicationError type of an answer that does not fit its role's schema: never
 # retried by Temporal, because the workflow owns seed 001's "retry the phase once".
 INVALID_OUTPUT = "InvalidOutput"
+# The ApplicationError type of an origin lacking what a run or graph starts from (the
+# base branch named, any commit): a definite answer, so never retried.
+ORIGIN_LACKS = "OriginLacks"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

@@ -24,8 +24,15 @@ from loopworks.schemas.contexts import CONTEXTS, RoleContext
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import Settings
-from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, GitLocation, ModelStep
+from loopworks.schemas.steps import (
+    ARTIFACT_PATH,
+    INVALID_OUTPUT,
+    ORIGIN_LACKS,
+    GitLocation,
+    ModelStep,
+)
 from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.runner import OriginLacksError
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -225,6 +232,17 @@ async def heartbeating() -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.contextmanager
+def failing_at_once_when_origin_lacks() -> Iterator[None]:
+    """An origin that answered without the branch or commit a run starts from will not
+    have it on the next attempt either: fail the step now, saying so, rather than retry
+    for the policy's whole schedule."""
+    try:
+        yield
+    except OriginLacksError as err:
+        raise ApplicationError(str(err), type=ORIGIN_LACKS, non_retryable=True) from err
 
 
 def now() -> float:

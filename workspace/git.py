@@ -34,6 +34,7 @@ from loopworks.workspace.refs import (
 from loopworks.workspace.runner import (
     CommitNotFoundError,
     GitError,
+    OriginLacksError,
     _rmtree,
 )
 from loopworks.workspace.stores import borrowed_stores, mark_own_origin, own_origin_store
@@ -111,12 +112,14 @@ class GitWorkspaces(CommitPublisher):
         if base_branch is None:
             target, sha = head_of(in_place) if in_place is not None else self._remote_head(origin)
             if target is None:
-                raise GitError(
+                raise OriginLacksError(
                     f"origin {redact(origin)} has a detached HEAD: name a base branch explicitly"
                 )
             branch = target.removeprefix("refs/heads/")
             if sha is None:
-                raise GitError(f"default branch {branch!r} of {redact(origin)} has no commits")
+                raise OriginLacksError(
+                    f"default branch {branch!r} of {redact(origin)} has no commits"
+                )
             return branch, sha
         branch = base_branch.removeprefix("refs/heads/")
         ref = f"refs/heads/{branch}"
@@ -127,7 +130,7 @@ class GitWorkspaces(CommitPublisher):
             rows = self._ls_remote(origin, ref)
             found = next((r[0] for r in rows if len(r) == 2 and r[1] == ref), None)
         if found is None:
-            raise GitError(f"branch {branch!r} does not exist on origin {redact(origin)}")
+            raise OriginLacksError(f"branch {branch!r} does not exist on origin {redact(origin)}")
         return branch, found
 
     def _remote_head(self, origin: str) -> tuple[str | None, str | None]:
@@ -136,7 +139,7 @@ class GitWorkspaces(CommitPublisher):
         # The pattern matches ref tails too (refs/remotes/origin/HEAD of a non-bare origin).
         head = [r[0] for r in rows if r[1:] == ["HEAD"]]
         if not head:
-            raise GitError(f"origin {redact(origin)} is empty: it has no commits")
+            raise OriginLacksError(f"origin {redact(origin)} is empty: it has no commits")
         symbolic = next((v for v in head if v.startswith("ref: ")), None)
         target = None if symbolic is None else symbolic.removeprefix("ref: ")
         return target, next((v for v in head if not v.startswith("ref: ")), None)

@@ -77,6 +77,11 @@ class GitError(RuntimeError):
     """A git command failed (the message carries git's stderr) or a ref is unusable."""
 
 
+class OriginLacksError(GitError):
+    """Origin answered, and lacks what the run starts from (the branch named, any commit):
+    asking again cannot help, so the step fails at once instead of retrying."""
+
+
 class CommitNotFoundError(GitError):
     """The commit asked for is on none of origin's branches nor the run's work ref."""
 

@@ -490,8 +490,8 @@ async def test_a_workspace_that_cannot_be_prepared_fails_the_run_saying_why(
     """Preparing the workspace is a local activity, whose last failure reaches the
     workflow as the error the activity raised, not wrapped as an activity's: the run must
     still end as a failed run that says why (found with an origin git could not reach),
-    not as a failed workflow whose status query says `running` forever. Its git
-    activity retries for about 15 s of real time first (local retries are not skipped)."""
+    not as a failed workflow whose status query says `running` forever. A branch the
+    origin lacks fails the step at once (`tests/worker/test_origin_failures.py`)."""
     async with harness.worker():
         handle = await harness.start(task="Write a guide", base_branch="no-such-branch")
         state = (await asyncio.wait_for(handle.result(), timeout=60)).state
