@@ -123,10 +123,12 @@ def status_notes(state: RunState) -> list[str]:
     """What a person needs next: why it stopped, or what it waits for and the command."""
     run_id = state.run_id
     if state.status.is_terminal:
-        line = f"stop: {stop_reason(state) or 'none'}"
-        if state.stop.message:
-            line += f" ({state.stop.message})"
-        return [line]
+        reason, message = stop_reason(state), state.stop.message
+        if reason is None:
+            # Failed without reaching a stop condition (git, a step out of retries,
+            # terminated from outside): what went wrong is all there is to say.
+            return [f"{state.status.value}: {message}" if message else state.status.value]
+        return [f"stop: {reason} ({message})" if message else f"stop: {reason}"]
     if state.status == RunStatus.BLOCKED:
         return [
             f"blocked: {state.block.reason or 'custodiet audit'}"

@@ -86,6 +86,20 @@ def test_status_notes_say_what_a_live_run_waits_for() -> None:
     assert status_notes(stopped) == ["stop: user_stop (enough)"]
 
 
+def test_status_notes_of_a_run_that_failed_before_any_stop_condition() -> None:
+    """No stop reason, only what went wrong: not `stop: none (...)`."""
+    failed = STATE.model_copy(
+        update={
+            "status": RunStatus.FAILED,
+            "stop_reason": None,
+            "stop": StopInfo(message="branch 'x' does not exist on origin /o.git"),
+        }
+    )
+    assert status_notes(failed) == ["failed: branch 'x' does not exist on origin /o.git"]
+    bare = failed.model_copy(update={"stop": StopInfo()})
+    assert status_notes(bare) == ["failed"]
+
+
 def test_status_line_of_a_fresh_run() -> None:
     fresh = RunState(
         run_id="r-1",
