@@ -10,6 +10,7 @@ under the data directory, so runs survive a restart.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import logging
@@ -24,7 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
@@ -54,12 +55,57 @@ def _port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def _wait(check: Any, what: str, timeout: float = 60.0) -> None:
+def _wait(
+    check: Any, what: str, alive: Callable[[], bool] = lambda: True, timeout: float = 60.0
+) -> None:
+    """Until `check` passes; StackDown at once when a process it waits on has ended."""
     deadline = time.monotonic() + timeout
     while not check():
+        if not alive():
+            raise StackDown(f"{what} did not come up")
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} did not come up within {timeout:.0f}s")
         time.sleep(0.2)
+
+
+class CannotStart(RuntimeError):
+    """The stack cannot start as configured: the message says why and what to change."""
+
+
+class StackDown(RuntimeError):
+    """One of the stack's processes ended while it started or while the demo ran."""
+
+
+LOCK_FILE = "loops-up.lock"
+
+
+def _claim(data: Path) -> IO[str]:
+    """Hold the data directory for this `loops up` while it lives. A second one on the
+    same directory would write the same logs and, finding the first one's API on its
+    port, say it is up and send its demo to the other stack."""
+    lock = (data / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "?"
+        lock.close()
+        raise CannotStart(
+            f"another `loops up` (pid {holder}) is serving the data directory {data}:"
+            " stop it first (Ctrl-C), or set LOOPS_DATA_DIR to another directory"
+        ) from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def _refuse_taken(host: str, port: int, what: str, variable: str) -> None:
+    if _port_open(host, port):
+        raise CannotStart(
+            f"{what}'s port {host}:{port} is taken (another `loops up`, or another server):"
+            f" stop that, or set {variable} to a free port"
+        )
 
 
 def _http_json(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
@@ -106,6 +152,7 @@ class LocalStack:
         self.processes: list[subprocess.Popen[bytes]] = []
         self._names: dict[int, str] = {}  # by pid
         self.logs = settings.data_dir / "logs"
+        self._lock: IO[str] | None = None
 
     @property
     def api_base(self) -> str:
@@ -122,10 +169,13 @@ class LocalStack:
     def start(self) -> None:
         data = self.settings.data_dir
         data.mkdir(parents=True, exist_ok=True)
+        self._lock = _claim(data)
+        _refuse_taken(self.settings.api_host, self.settings.api_port, "the API", "LOOPS_API_PORT")
         host = self.settings.temporal_address.rsplit(":", 1)[0]
         if _port_open(host, self.temporal_port):
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
+            _refuse_taken(host, self.ui_port, "the Temporal UI", "LOOPS_TEMPORAL_UI_PORT")
             command = [
                 find_binary("temporal"), "server", "start-dev",
                 "--ip", host,
@@ -139,7 +189,11 @@ class LocalStack:
             for name, kind in SEARCH_ATTRIBUTES.items():
                 command += ["--search-attribute", f"{name}={kind}"]
             self._spawn("temporal", command, dict(os.environ))
-            _wait(lambda: _port_open(host, self.temporal_port), "the Temporal dev server")
+            _wait(
+                lambda: _port_open(host, self.temporal_port),
+                "the Temporal dev server",
+                self.alive,
+            )
 
         env = dict(os.environ)
         if workspaces := sandbox_workspaces(self.settings):
@@ -153,7 +207,7 @@ class LocalStack:
         )
         self._spawn("worker", [sys.executable, *WORKER_COMMAND[1:]], env)
         self._spawn("api", [sys.executable, *API_COMMAND[1:]], env)
-        _wait(lambda: _api_ready(self.api_base), "the API")
+        _wait(lambda: _api_ready(self.api_base), "the API", self.alive)
 
     def alive(self) -> bool:
         return all(process.poll() is None for process in self.processes)
@@ -184,6 +238,9 @@ class LocalStack:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
 
 def _last_line(path: Path) -> str:
@@ -197,10 +254,6 @@ def _last_line(path: Path) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-class StackDown(RuntimeError):
-    """One of the stack's processes ended while the demo ran."""
 
 
 def run_demo(
@@ -277,7 +330,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, _terminate)
     try:
-        stack.start()
+        try:
+            stack.start()
+        except CannotStart as err:
+            log.error("cannot start: %s", err)
+            return 1
+        except StackDown:
+            return _stack_down(stack)
         out = sys.stdout
         out.write(
             "\nloopworks is up\n"

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
+import socket
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
-from loopworks.deploy.local import LocalStack
+import pytest
+
+from loopworks.deploy.local import (
+    CannotStart,
+    LocalStack,
+    StackDown,
+    _claim,
+    _wait,
+    free_port,
+    main,
+)
 from loopworks.schemas.settings import Settings
 
 
@@ -30,3 +46,75 @@ def test_an_exited_process_is_named_with_how_it_ended_and_its_log(tmp_path: Path
         )
     finally:
         stack.stop()
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A port something else already serves."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def _refused(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # pytest keeps its Ctrl-C
+    with caplog.at_level(logging.ERROR, logger="loopworks.local"):
+        assert main([]) == 1
+    return caplog.text
+
+
+def _no_process(*args: object, **kwargs: object) -> NoReturn:
+    raise AssertionError(f"nothing may start: {args}")
+
+
+def test_up_refuses_an_api_port_something_else_serves(
+    tmp_path: Path,
+    listening: int,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by hand: a second `loops up` found the first one's API on its port, said
+    'loopworks is up', and its own API died on the taken port."""
+    monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("LOOPS_API_PORT", str(listening))
+    said = _refused(caplog, monkeypatch)
+    assert f"cannot start: the API's port 127.0.0.1:{listening} is taken" in said
+    assert "set LOOPS_API_PORT to a free port" in said
+
+
+def test_up_refuses_a_data_directory_another_up_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = _claim(tmp_path)
+    try:
+        monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
+        said = _refused(caplog, monkeypatch)
+    finally:
+        held.close()
+    assert f"another `loops up` (pid {os.getpid()}) is serving the data directory" in said
+    # Released, the directory is free again.
+    _claim(tmp_path).close()
+
+
+def test_up_refuses_a_taken_temporal_ui_port_before_starting_its_server(
+    tmp_path: Path, listening: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path,
+        LOOPS_API_PORT=free_port(),
+        TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}",
+    )
+    stack = LocalStack(settings, int(settings.temporal_address.rsplit(":")[1]), listening)
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    try:
+        with pytest.raises(CannotStart, match="LOOPS_TEMPORAL_UI_PORT"):
+            stack.start()
+    finally:
+        stack.stop()
+
+
+def test_waiting_ends_when_a_process_it_waits_on_has_ended() -> None:
+    with pytest.raises(StackDown, match="the API did not come up"):
+        _wait(lambda: False, "the API", alive=lambda: False)
