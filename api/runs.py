@@ -44,6 +44,8 @@ from loopworks.workspace.git import GitWorkspaces
 # A query waits for a worker to answer; past this the caller learns no worker did.
 QUERY_TIMEOUT = timedelta(seconds=10)
 UPDATE_TIMEOUT = timedelta(seconds=30)
+# How a query goes unanswered: the server refused it, the run failed it, or it timed out.
+QUERY_FAILURES = (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError)
 
 
 def _not_found(err: RPCError) -> bool:
@@ -135,9 +137,6 @@ async def read_events(
         return tail
     state = await read_state(handle, description)
     return await history.with_history(tail, after, state, workspaces, is_closed(description))
-
-
-QUERY_FAILURES = (RPCError, WorkflowQueryFailedError, RPCTimeoutOrCancelledError)
 
 
 async def never_ran(
