@@ -108,11 +108,14 @@ def _refuse_taken(host: str, port: int, what: str, variable: str) -> None:
         )
 
 
-def _http_json(method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+def _http_json(
+    method: str, url: str, body: dict[str, Any] | None = None, token: str | None = None
+) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json"}
-    )
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())
 
@@ -257,18 +260,27 @@ def _last_line(path: Path) -> str:
 
 
 def run_demo(
-    base: str, task: str, out: Any, alive: Callable[[], bool] = lambda: True
+    base: str,
+    task: str,
+    out: Any,
+    alive: Callable[[], bool] = lambda: True,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """POST a task and follow it to the end, printing its events as they arrive; raise
-    StackDown as soon as `alive` says a process of the stack has ended."""
-    created = _http_json("POST", f"{base}/runs", {"task": task})
+    StackDown as soon as `alive` says a process of the stack has ended. `token`: one of
+    the API's LOOPS_API_TOKENS, when it has any."""
+
+    def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        return _http_json(method, f"{base}{path}", body, token)
+
+    created = call("POST", "/runs", {"task": task})
     run_id = created["run_id"]
     out.write(f"\nDemo run {run_id}: {task}\n")
     seen = 0
     while True:
         if not alive():
             raise StackDown(f"the demo run {run_id} cannot go on")
-        for event in _http_json("GET", f"{base}/runs/{run_id}/events?after={seen}"):
+        for event in call("GET", f"/runs/{run_id}/events?after={seen}"):
             seen = event["seq"]
             payload = event["payload"]
             shown = [key for key in ("score", "verdict", "reason") if key in payload]
@@ -277,7 +289,7 @@ def run_demo(
                 f"  #{event['seq']:<3} iter {event['iteration']} {event['phase']} "
                 f"{event['event']:<18} {detail}\n"
             )
-        status = _http_json("GET", f"{base}/runs/{run_id}")
+        status = call("GET", f"/runs/{run_id}")
         if status["status"] in TERMINAL:
             out.write(
                 f"Run {run_id} {status['status']} ({status['stop_reason']}), "
@@ -348,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
         if args.demo:
             try:
-                result = run_demo(stack.api_base, args.demo, out, stack.alive)
+                token = next(iter(settings.api_token_list), None)
+                result = run_demo(stack.api_base, args.demo, out, stack.alive, token)
             except (StackDown, urllib.error.URLError) as err:
                 return _demo_failed(stack, err)
             out.flush()

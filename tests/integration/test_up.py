@@ -54,6 +54,9 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         # reach of the sandbox's user when the suite runs as root: the launcher then puts
         # the workspaces where that user can reach them.
         "LOOPS_SANDBOX": "auto",
+        # An API that asks for a token: the demo sends the first one (found by hand: it
+        # sent none and was answered 401).
+        "LOOPS_API_TOKENS": "first-token, second-token",
     }
     env.pop("ANTHROPIC_API_KEY", None)
     returncode, output = _launch(
@@ -97,7 +100,10 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     try:
         base = f"http://127.0.0.1:{api_port}"
         wait_for_http(f"{base}/readyz", timeout=120)
-        with urllib.request.urlopen(f"{base}/runs/{run_id}", timeout=30) as response:
+        asked = urllib.request.Request(
+            f"{base}/runs/{run_id}", headers={"Authorization": "Bearer second-token"}
+        )
+        with urllib.request.urlopen(asked, timeout=30) as response:
             state = json.loads(response.read())
         assert state["status"] == "completed" and state["stop_reason"] == "threshold_reached"
     finally:
