@@ -24,7 +24,13 @@ from rich.status import Status
 from rich.text import Text
 
 from loopworks.api.cli.client import ApiClient, CliError, parse_event
-from loopworks.api.cli.render import IterationTracker, artifact_location, final_summary, notice
+from loopworks.api.cli.render import (
+    IterationTracker,
+    artifact_location,
+    final_summary,
+    notice,
+    status_notes,
+)
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import RunState, RunStatus
 from loopworks.schemas.summary import render_summary
@@ -67,6 +73,7 @@ class Progress:
         self.console = console
         self._step = CurrentStep()
         self._key: tuple[object, ...] | None = None
+        self._run_status: RunStatus | None = None
         self._status: Status | None = None
 
     def start(self) -> None:
@@ -97,6 +104,12 @@ class Progress:
         self._step.set(text)
         if self._status is None:
             self.line(f"· {text}")
+        if state.status != self._run_status:
+            self._run_status = state.status
+            # Waiting for a person (approval, a block, a pause): say which command moves
+            # it on, once, as `loops status` does.
+            for note in status_notes(state):
+                self.line(f"! {note}")
 
 
 class StatePoller:

@@ -149,6 +149,8 @@ def changes(before: GraphState, after: GraphState) -> list[str]:
             lines.append(_task_change(was, task))
     if after.status != before.status:
         lines.append(f"· graph {before.status.value} → {after.status.value}")
+        if not after.status.is_terminal:  # the end prints its own notes
+            lines += [f"! {note}" for note in graph_notes(after)]
     return lines
 
 

@@ -166,8 +166,26 @@ def test_plain_progress_lines_without_a_terminal() -> None:
         "· iteration 1/4 · phase A · PLAN",
         "· iteration 1/4 · phase A · EVALUATE",
         "· iteration 1/4 · phase A · AUDIT · blocked",
+        # Waiting for a person: the command that moves it on, once.
+        f"! blocked: custodiet audit (release with: loops clear-block {RUN_ID} --note '...')",
     ]
     assert "\x1b" not in out.getvalue()
+
+
+def test_a_run_that_comes_to_wait_for_approval_says_how_to_approve_once() -> None:
+    out = io.StringIO()
+    progress = Progress(console_for(out))
+    waiting = running(iteration=0, status=RunStatus.AWAITING_APPROVAL, current_step=Step.APPROVE)
+    progress.update(running(iteration=0, current_step=Step.HYDRATE))
+    progress.update(waiting)
+    progress.update(waiting)
+    progress.update(RUNNING)
+    assert out.getvalue().splitlines() == [
+        "· setup · HYDRATE",
+        "· setup · APPROVE · awaiting_approval",
+        f"! awaiting approval (approve with: loops approve {RUN_ID})",
+        "· iteration 1/4 · phase A · PLAN",
+    ]
 
 
 def test_spinner_on_a_terminal_names_the_step() -> None:

@@ -318,6 +318,17 @@ def test_follow_polls_until_completed_and_exits_0() -> None:
     )
 
 
+def test_following_a_graph_that_comes_to_wait_for_approval_says_how_to_approve() -> None:
+    waiting = graph_state(GraphStatus.AWAITING_APPROVAL, {t.id: (PENDING, 0) for t in TASKS})
+    states = [PLANNING, waiting, waiting, RUNNING, DONE]
+    api = FakeApi({("GET", GRAPH): [json_of(state) for state in states]})
+    _, out = run(["status", GRAPH_ID, "--follow"], api)
+    hint = f"! awaiting approval (approve with: loops graph approve {GRAPH_ID})"
+    lines = out.splitlines()
+    assert lines.count(hint) == 1
+    assert lines[lines.index(hint) - 1] == "· graph planning → awaiting_approval"
+
+
 @pytest.mark.parametrize("status", [GraphStatus.FAILED, GraphStatus.STOPPED])
 def test_follow_exits_1_when_the_graph_did_not_complete(status: GraphStatus) -> None:
     ended = RUNNING.model_copy(update={"status": status, "message": "why"})
