@@ -49,6 +49,9 @@ def create_app(
         summary="Agentic reflex loops as durable Temporal workflows",
         version="0.1.0",
         lifespan=lifespan,
+        # FastAPI reads a JSON body whole before validating it: refuse one past this
+        # (413) as its bytes arrive, before it holds the API's memory.
+        max_body_size=settings.api_max_body_bytes,
         telemetry=None if tracer_provider is None else {"tracer_provider": tracer_provider},
     )
     app.state.settings = settings

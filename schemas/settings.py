@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
     # Comma-separated bearer tokens; when set, every route but health and docs needs one.
     api_tokens: str | None = Field(default=None, alias="LOOPS_API_TOKENS")
+    # A request body past this is refused (413) before it is read whole: the largest a
+    # route takes is a graph with a seed 002 prep package, about 2.2 MB of text.
+    api_max_body_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=64 * 1024, alias="LOOPS_API_MAX_BODY_BYTES"
+    )
     llm: LLMProvider | None = Field(default=None, alias="LOOPS_LLM")
     anthropic_api_key: str | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     # Any Anthropic-compatible server (a proxy, LiteLLM, Ollama); None means the SDK's default.

@@ -192,3 +192,55 @@ async def test_healthz_needs_no_temporal(api: httpx.AsyncClient) -> None:
     response = await api.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
+
+
+@pytest.fixture
+async def small_api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(LOOPS_DATA_DIR=tmp_path / "data", LOOPS_API_MAX_BODY_BYTES=65536)
+    app = create_app(settings, client=cast(Client, _NoTemporal()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        yield client
+
+
+def _assert_too_large(response: httpx.Response) -> None:
+    """Starlette's answer, as text or as FastAPI's JSON depending on when it is known."""
+    assert response.status_code == 413, response.text
+    assert "Content Too Large" in response.text
+
+
+async def test_a_body_declared_too_large_is_413(small_api: httpx.AsyncClient) -> None:
+    """FastAPI reads a JSON body whole before validating it, and uvicorn sets no limit:
+    without one, a client could make the API hold any amount of memory."""
+    body = b'{"task": "' + b"x" * 70_000 + b'"}'
+    _assert_too_large(await small_api.post("/runs", content=body))
+
+
+async def test_a_body_streamed_past_the_limit_is_413(small_api: httpx.AsyncClient) -> None:
+    """Chunked, with no Content-Length to read: the bytes are counted as they come."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"goal": "'
+        for _ in range(20):
+            yield b"x" * 4096
+
+    response = await small_api.post(
+        "/graphs", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    _assert_too_large(response)
+
+
+async def test_a_body_within_the_limit_is_validated_as_ever(small_api: httpx.AsyncClient) -> None:
+    response = await small_api.post("/runs", json={"task": "x" * 60_000})
+    _assert_names(response, "body.task")
+
+
+async def test_a_422_does_not_echo_a_large_value_whole(api: httpx.AsyncClient) -> None:
+    response = await api.post("/runs", json={"task": "x" * 100_000})
+    body = _assert_names(response, "body.task")
+    assert len(response.content) < 2000
+    [error] = body["detail"]
+    assert error["input"] == "x" * 300 + "… (100000 characters in all)"
+    # Small values are echoed as they were.
+    small = await api.post("/runs", json={"task": "t", "max_iterations": 21})
+    assert small.json()["detail"][0]["input"] == 21
