@@ -344,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             stack.start()
-        except CannotStart as err:
-            log.error("cannot start: %s", err)
+        except (CannotStart, TimeoutError) as err:
+            log.error("cannot start: %s (logs: %s)", err, stack.logs)
             return 1
         except StackDown:
             return _stack_down(stack)
