@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunStatus
 
+# GET /runs/{id}/artifact's headers: the run's status (a live run's artifact is its latest
+# draft) and the commit the artifact was read from.
+RUN_STATUS_HEADER = "X-Loops-Run-Status"
+ARTIFACT_COMMIT_HEADER = "X-Loops-Artifact-Commit"
+
 
 class RunCreated(BaseModel):
     run_id: str

@@ -163,8 +163,8 @@ class ApiClient:
                 f"the API answered {response.request.url.path} with something other than JSON"
             ) from err
 
-    def get_text(self, path: str) -> str:
-        return self.request("GET", path, headers={"Accept": "text/markdown, text/plain"}).text
+    def text_response(self, path: str) -> httpx.Response:
+        return self.request("GET", path, headers={"Accept": "text/markdown, text/plain"})
 
     @contextmanager
     def event_stream(self, run_id: str, last_event_id: int) -> Iterator[EventSource]:

@@ -24,13 +24,16 @@ from loopworks.api.cli.render import (
     status_line,
     status_notes,
 )
+from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
+from loopworks.schemas.run import RunStatus
 
 APPROVAL_FIELDS = frozenset({"rules", "thresholds", "max_iterations", "note"})
 
 
 class Context:
     """What every command gets: the client, the config, where to print (a rich console
-    on `out`) and where a confirmation is read from."""
+    on `out`; notes beside a command's output on `err`) and where a confirmation is read
+    from."""
 
     def __init__(
         self,
@@ -38,11 +41,13 @@ class Context:
         client: ApiClient,
         out: TextIO | None = None,
         stdin: TextIO | None = None,
+        err: TextIO | None = None,
     ) -> None:
         self.config = config
         self.client = client
         self.out = out or sys.stdout
         self.stdin = stdin if stdin is not None else sys.stdin
+        self.err = err or sys.stderr
         self.console = console_for(self.out)
 
     def print(self, text: str = "") -> None:
@@ -209,10 +214,22 @@ def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
-    text = ctx.client.get_text(run_path(args.run, "artifact"))
+    response = ctx.client.text_response(run_path(args.run, "artifact"))
+    text = response.text
     ctx.out.write(text if text.endswith("\n") else text + "\n")
     ctx.out.flush()
+    status = response.headers.get(RUN_STATUS_HEADER)
+    if status in LIVE_STATUSES:
+        # On stderr: stdout stays the artifact alone, for a pipe or a file.
+        commit = response.headers.get(ARTIFACT_COMMIT_HEADER, "")[:8]
+        ctx.err.write(
+            f"loops: run {args.run} is {status}: this is its latest draft"
+            f"{f' (commit {commit})' if commit else ''}, not its final artifact\n"
+        )
     return 0
+
+
+LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_terminal)
 
 
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:

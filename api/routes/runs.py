@@ -12,7 +12,15 @@ from fastapi.sse import EventSourceResponse
 from loopworks.api import idempotency, launch, listing, runs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from loopworks.api.errors import ArtifactMissing, UpstreamError
-from loopworks.api.models import ClearBlockRequest, ErrorBody, RunCreated, RunSummary, StopRequest
+from loopworks.api.models import (
+    ARTIFACT_COMMIT_HEADER,
+    RUN_STATUS_HEADER,
+    ClearBlockRequest,
+    ErrorBody,
+    RunCreated,
+    RunSummary,
+    StopRequest,
+)
 from loopworks.api.security import require_token
 from loopworks.api.trajectory import latest_commit, of_loop_type, read_trajectory
 from loopworks.schemas.events import Event
@@ -148,6 +156,8 @@ async def get_events(
     responses={**NOT_FOUND, 200: {"content": {"text/markdown": {}}}},
 )
 async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTextResponse:
+    """The run's artifact at its latest commit: the final one once it has finished, its
+    latest draft while it runs (headers X-Loops-Run-Status, X-Loops-Artifact-Commit)."""
     state = await runs.read_state(handle)
     if not state.artifact_commit:
         if state.status.is_terminal:  # it never will: no "yet"
@@ -165,7 +175,9 @@ async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTex
         raise ArtifactMissing(
             f"run {handle.id}: {ARTIFACT_PATH} is not in commit {state.artifact_commit}"
         )
-    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8")
+    # Whether this is the final artifact or a live run's latest draft, and which commit.
+    headers = {RUN_STATUS_HEADER: state.status.value, ARTIFACT_COMMIT_HEADER: state.artifact_commit}
+    return PlainTextResponse(text, media_type="text/markdown; charset=utf-8", headers=headers)
 
 
 @router.get(

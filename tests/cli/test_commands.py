@@ -229,6 +229,29 @@ def test_list_and_history_and_artifact() -> None:
     assert run(["artifact", RUN_ID], api)[1] == "# Title\n\nbody\n"
 
 
+@pytest.mark.parametrize(
+    ("status", "note"),
+    [
+        ("running", f"loops: run {RUN_ID} is running: this is its latest draft"
+                    " (commit 0123abcd), not its final artifact\n"),
+        ("completed", ""),
+        ("failed", ""),
+    ],
+)  # fmt: skip
+def test_artifact_of_a_live_run_says_it_is_a_draft_on_stderr(status: str, note: str) -> None:
+    headers = {"X-Loops-Run-Status": status, "X-Loops-Artifact-Commit": "0123abcd" * 5}
+    api = Recorder(
+        {("GET", f"/runs/{RUN_ID}/artifact"): httpx.Response(200, text="# T\n", headers=headers)}
+    )
+    args = build_parser().parse_args(["artifact", RUN_ID])
+    config = CliConfig("http://api.test", None)
+    out, err = io.StringIO(), io.StringIO()
+    client = ApiClient(config, transport=httpx.MockTransport(api))
+    assert args.handler(commands.Context(config, client, out=out, err=err), args) == 0
+    assert out.getvalue() == "# T\n"  # the artifact alone, for a pipe
+    assert err.getvalue() == note
+
+
 def test_no_runs_to_list() -> None:
     api = Recorder({("GET", "/runs"): httpx.Response(200, json=[])})
     assert run(["list"], api)[1] == "no runs\n"

@@ -146,6 +146,10 @@ def test_artifact_route_returns_the_pushed_text(
     assert response.headers["content-type"].startswith("text/markdown")
     pushed = git("--git-dir", str(remote), "show", f"loops/{repo_run.run_id}:artifact.md")
     assert response.text.strip() == pushed
+    # The final artifact, from the commit the run's state names.
+    state = service.http.get(f"/runs/{repo_run.run_id}").json()
+    assert response.headers["X-Loops-Run-Status"] == "completed"
+    assert response.headers["X-Loops-Artifact-Commit"] == state["artifact_commit"]
 
 
 def test_events_route(service: Service, repo_run: FinishedRun) -> None:
