@@ -228,7 +228,7 @@ class TaskGraphWorkflow:
                 continue
             await self._wait_for_a_loop()
         if self._stop_requested:
-            self._record.finish(GraphStatus.STOPPED, self._stop_note or "stopped")
+            self._record.finish(GraphStatus.STOPPED, decide.stop_message(self._stop_note))
         elif self._record.done():
             self._record.finish(GraphStatus.COMPLETED, "every task completed and verified")
         else:
@@ -301,7 +301,9 @@ class TaskGraphWorkflow:
             await self._failed(task_state, f"its loop failed: {err.cause or err}")
             return
         if self._stop_requested:
-            self._record.note(task_id, TaskStatus.FAILED, "stopped with the graph")
+            # Said under the task by `loops graph status`, as a failure's reason is.
+            task_state.last_failure = decide.STOPPED_WITH_THE_GRAPH
+            self._record.note(task_id, TaskStatus.FAILED, decide.STOPPED_WITH_THE_GRAPH)
             return
         if result.state.status != RunStatus.COMPLETED:
             reason = result.state.stop_reason.value if result.state.stop_reason else "failed"

@@ -192,3 +192,13 @@ def archive_due(in_tasks_dir: Collection[str], status: Mapping[str, TaskStatus])
     all of them (sorted) move to ARCHIVE.jsonl; otherwise none do."""
     completed = sorted(t for t in in_tasks_dir if status.get(t) == TaskStatus.COMPLETED)
     return completed if len(completed) > ARCHIVE_AFTER else []
+
+
+# Why a task whose loop was running when its graph stopped ended failed (seed 004's
+# ledger has no `stopped`).
+STOPPED_WITH_THE_GRAPH = "stopped with the graph"
+
+
+def stop_message(reason: str) -> str:
+    """A stopped graph's message: that a person asked, and why if they said."""
+    return f"a stop was requested: {reason}" if reason else "a stop was requested (no reason given)"

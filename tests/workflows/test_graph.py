@@ -389,7 +389,10 @@ async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
         ]
 
     assert result.state.status == GraphStatus.STOPPED
+    assert result.state.message == "a stop was requested: enough"
     assert all(t.status == TaskStatus.FAILED for t in result.state.tasks)
+    # Why, as `loops graph status` shows it under each task (it said nothing).
+    assert all(t.last_failure == "stopped with the graph" for t in result.state.tasks)
     for loop in loops:
         assert loop.state.status == RunStatus.STOPPED
         assert git_show(harness, loop.state.branch, ".loops/insights.json")  # still pushed
