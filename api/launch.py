@@ -14,13 +14,13 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from loopworks.api import idempotency
 from loopworks.api.errors import invalid
 from loopworks.prompts.catalog import template_ids
+from loopworks.schemas.git_names import is_url
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.objects import open_repository, ref_target
-from loopworks.workspace.refs import is_url
 from loopworks.workspace.runner import GitError
 
 SUMMARY_CHARS = 200
@@ -34,8 +34,9 @@ def new_run_id(alias: str, now: datetime) -> str:
 def checked(request: RunRequest) -> RunRequest:
     """Reject what would only fail later inside the run; return the request to start.
 
-    A local repo is made absolute here because the worker resolves paths from its own
-    working directory, which need not be the API's.
+    A local repo must be given as an absolute path (`~` counts): a relative one would be
+    resolved in the API's working directory, which the client cannot know (found by
+    hand: `loops new --repo .` ran on the API's directory, not the caller's).
     """
     if request.template is not None and request.template not in template_ids():
         valid = ", ".join(sorted(template_ids()))
@@ -58,6 +59,12 @@ def checked_repo(repo: str, where: str = "body") -> str:
     except RuntimeError:
         # `~name/...` for a user this machine does not have (found by the API fuzz test).
         raise invalid("repo", f"no such user's home directory: {repo}", repo, where) from None
+    if not path.is_absolute():
+        message = (
+            f"a local repository must be an absolute path, not {repo!r}: a relative one "
+            "would be found from the API's working directory, not yours"
+        )
+        raise invalid("repo", message, repo, where)
     if not path.is_dir():
         raise invalid("repo", f"no such directory: {repo}", repo, where)
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):

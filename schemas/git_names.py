@@ -1,5 +1,7 @@
-"""Git's rules for a ref name, checked without starting git: requests name a base branch
-(checked as they arrive), and workers name the refs they ask for (workspace/runner.py)."""
+"""Git's rules for names, checked without starting git: a ref name (requests name a base
+branch, checked as they arrive; workers name the refs they ask for, workspace/runner.py),
+and whether an origin is a URL or a local path (the CLI, the API and workers tell them
+apart alike)."""
 
 from __future__ import annotations
 
@@ -18,3 +20,11 @@ def valid_ref_name(ref: str) -> bool:
     if _REF_REFUSED.search(ref):
         return False
     return all(not part.startswith(".") and not part.endswith(".lock") for part in ref.split("/"))
+
+
+def is_url(origin: str) -> bool:
+    """True for `scheme://…` and scp-like `host:path` origins, False for local paths."""
+    if "://" in origin:
+        return True
+    head = origin.split("/", 1)[0]
+    return ":" in head and not re.match(r"^[A-Za-z]:$", head)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loopworks.schemas.git_names import is_url
 from loopworks.schemas.settings import Settings
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.refs import is_url
 
 
 def default_origin(settings: Settings) -> str:

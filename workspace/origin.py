@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 
+from loopworks.schemas.git_names import is_url
 from loopworks.workspace.objects import (
     commit_of,
     holds_commit,
@@ -17,12 +18,7 @@ from loopworks.workspace.objects import (
     read_path,
     tree_of,
 )
-from loopworks.workspace.refs import (
-    checked_commit,
-    is_url,
-    redact,
-    safe_relpath,
-)
+from loopworks.workspace.refs import checked_commit, redact, safe_relpath
 from loopworks.workspace.runner import (
     GitError,
     GitRunner,

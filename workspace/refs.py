@@ -21,14 +21,6 @@ FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 _URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
-def is_url(origin: str) -> bool:
-    """True for `scheme://…` and scp-like `host:path` origins, False for local paths."""
-    if "://" in origin:
-        return True
-    head = origin.split("/", 1)[0]
-    return ":" in head and not re.match(r"^[A-Za-z]:$", head)
-
-
 def redact(text: str) -> str:
     # Origins may embed tokens (https://user:token@host/...); keep them out of logs.
     return _URL_USERINFO.sub("***@", text)

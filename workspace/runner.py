@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
-from loopworks.schemas.git_names import valid_ref_name
-from loopworks.workspace.refs import is_url, redact
+from loopworks.schemas.git_names import is_url, valid_ref_name
+from loopworks.workspace.refs import redact
 
 logger = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from loopworks.api.cli.render import (
     status_notes,
 )
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
+from loopworks.schemas.git_names import is_url
 from loopworks.schemas.run import RunStatus
 
 APPROVAL_FIELDS = frozenset({"rules", "thresholds", "max_iterations", "note"})
@@ -104,13 +105,24 @@ def _follow(ctx: Context, run_id: str, use_stream: bool) -> int:
 # --- commands ----------------------------------------------------------------------
 
 
+def repo_for_api(repo: str) -> str:
+    """A URL as given; a local path made absolute from the caller's directory. The API
+    refuses a relative path: it could only resolve it from its own directory, so
+    `--repo .` would have meant the API's checkout, not the caller's."""
+    if is_url(repo):
+        return repo
+    return str(Path(repo).expanduser().resolve())
+
+
 def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"task": args.task}
     if args.rules_file:
         criteria = load_criteria(args.rules_file)
         criteria.pop("note", None)
         body.update(criteria)
-    for field in ("repo", "template", "max_iterations"):
+    if args.repo:
+        body["repo"] = repo_for_api(args.repo)
+    for field in ("template", "max_iterations"):
         value = getattr(args, field)
         if value is not None:
             body[field] = value

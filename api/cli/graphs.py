@@ -17,7 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.live import Live
 
 from loopworks.api.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
-from loopworks.api.cli.commands import Context, print_listing, read_document
+from loopworks.api.cli.commands import Context, print_listing, read_document, repo_for_api
 from loopworks.api.cli.graph_render import (
     changes,
     graph_line,
@@ -163,7 +163,9 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"goal": args.goal}
     if args.tasks_file:
         body["tasks"] = load_tasks(args.tasks_file)
-    for field in ("repo", "base_branch", "max_parallel", "max_iterations", "audit_probability"):
+    if args.repo:
+        body["repo"] = repo_for_api(args.repo)
+    for field in ("base_branch", "max_parallel", "max_iterations", "audit_probability"):
         value = getattr(args, field)
         if value is not None:
             body[field] = value

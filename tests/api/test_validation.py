@@ -131,6 +131,28 @@ async def test_a_base_branch_git_would_refuse(
     assert f"{branch!r} is not a valid git branch name" in checked["message"]
 
 
+@pytest.mark.parametrize("path", ["/runs", "/graphs", "/playbooks"])
+async def test_a_relative_repo_path_is_refused_even_where_it_exists(
+    api: httpx.AsyncClient, path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by hand: a relative path was resolved from the API's working directory, so
+    `loops new --repo .` ran on the API's checkout (and pushed its branch there)."""
+    bare_remote(tmp_path)  # tmp_path/remote.git, a real repository
+    monkeypatch.chdir(tmp_path)  # the API's directory, where the path would resolve
+    if path == "/playbooks":  # hand-written deltas for a playbook nobody wrote yet
+        deltas = {"batch_id": "b-1", "source": "a person", "deltas": []}
+        response = await api.post(
+            "/playbooks/origin-0/deltas", params={"repo": "remote.git"}, json=deltas
+        )
+        field = "query.repo"
+    else:
+        base = {"task": "t"} if path == "/runs" else {"goal": "g"}
+        response = await api.post(path, json={**base, "repo": "remote.git"})
+        field = "body.repo"
+    checked = _assert_names(response, field)
+    assert "must be an absolute path, not 'remote.git'" in checked["message"]
+
+
 @pytest.mark.parametrize("path", ["/runs", "/graphs"])
 async def test_a_base_branch_a_local_repo_lacks(
     api: httpx.AsyncClient, path: str, tmp_path: Path

@@ -73,6 +73,19 @@ CREATED = httpx.Response(
 )
 
 
+def test_new_sends_a_local_repo_as_an_absolute_path_from_the_callers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API resolves no relative path (it would from its own directory)."""
+    monkeypatch.chdir(tmp_path)
+    api = Recorder({("POST", "/runs"): CREATED})
+    run(["new", "t", "--repo", "."], api)
+    run(["new", "t", "--repo", "sub/../repo"], api)
+    run(["new", "t", "--repo", "git@example.com:org/repo.git"], api)
+    sent = [json.loads(request.content)["repo"] for request in api.requests]
+    assert sent == [str(tmp_path), str(tmp_path / "repo"), "git@example.com:org/repo.git"]
+
+
 def test_new_sends_the_request_and_prints_only_the_run_id(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(

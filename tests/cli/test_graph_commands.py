@@ -196,6 +196,15 @@ def test_new_sends_the_goal_and_options_and_prints_only_the_graph_id(tmp_path: P
     }
 
 
+def test_new_sends_a_local_repo_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    api = FakeApi({("POST", "/graphs"): CREATED})
+    run(["new", "g", "--repo", "."], api)
+    assert api.body()["repo"] == str(tmp_path)
+
+
 def test_new_without_options_sends_only_the_goal() -> None:
     api = FakeApi({("POST", "/graphs"): CREATED})
     run(["new", "Add a parser"], api)

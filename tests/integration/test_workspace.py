@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.schemas.git_names import is_url
 from loopworks.workspace.git import GitError, GitWorkspaces, file_sha256
-from loopworks.workspace.refs import is_url, work_ref
+from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GIT_SPAWNS
 from tests.integration.stack import bare_remote, git
 
