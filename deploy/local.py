@@ -371,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
         while not stopping and stack.alive():
             time.sleep(0.5)
-        if not stack.alive():
-            return _stack_down(stack)
-        return 0
+        # Ctrl-C reaches the whole process group: a child may have ended on it before
+        # this loop saw the flag. That is the stop asked for, not a process failing.
+        return 0 if stopping else _stack_down(stack)
     finally:
         stack.stop()
 

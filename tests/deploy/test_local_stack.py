@@ -118,3 +118,27 @@ def test_up_refuses_a_taken_temporal_ui_port_before_starting_its_server(
 def test_waiting_ends_when_a_process_it_waits_on_has_ended() -> None:
     with pytest.raises(StackDown, match="the API did not come up"):
         _wait(lambda: False, "the API", alive=lambda: False)
+
+
+def test_ctrl_c_is_a_clean_stop_even_when_a_child_ended_on_it_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C reaches the terminal's whole process group: the worker may end on it before
+    `loops up` sees its own flag. Seen in CI as `loops up` exiting 1, saying the worker
+    had ended. Here the child has ended and the SIGINT has arrived before the wait."""
+
+    def start(stack: LocalStack) -> None:
+        stack._spawn("worker", [sys.executable, "-c", "pass"], {})
+        stack.processes[0].wait(timeout=30)
+        os.kill(os.getpid(), signal.SIGINT)  # to `loops up`'s own handler
+
+    monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(LocalStack, "start", start)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with caplog.at_level(logging.ERROR, logger="loopworks.local"):
+            assert main([]) == 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert "exited" not in caplog.text
