@@ -361,9 +361,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.demo:
             try:
                 token = next(iter(settings.api_token_list), None)
-                result = run_demo(stack.api_base, args.demo, out, stack.alive, token)
+
+                def going_on() -> bool:
+                    return not stopping and stack.alive()
+
+                result = run_demo(stack.api_base, args.demo, out, going_on, token)
             except (StackDown, urllib.error.URLError) as err:
-                return _demo_failed(stack, err)
+                # Ctrl-C during the demo stops it, and the stack, as asked.
+                return 0 if stopping else _demo_failed(stack, err)
             out.flush()
             if args.exit_after_demo:
                 return 0 if result["status"] == "completed" else 1

@@ -142,3 +142,25 @@ def test_ctrl_c_is_a_clean_stop_even_when_a_child_ended_on_it_first(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     assert "exited" not in caplog.text
+
+
+def test_ctrl_c_during_the_demo_stops_it_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C while the demo runs is a stop, not 'the demo failed' (exit 1)."""
+
+    def start(stack: LocalStack) -> None:
+        stack._spawn("worker", [sys.executable, "-c", "import time; time.sleep(60)"], {})
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("LOOPS_API_PORT", str(free_port()))  # nothing answers the demo
+    monkeypatch.setattr(LocalStack, "start", start)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with caplog.at_level(logging.ERROR, logger="loopworks.local"):
+            assert main(["--demo"]) == 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert "the demo failed" not in caplog.text
