@@ -171,8 +171,14 @@ class LocalStack:
 
     def start(self) -> None:
         data = self.settings.data_dir
-        data.mkdir(parents=True, exist_ok=True)
-        self._lock = _claim(data)
+        try:
+            data.mkdir(parents=True, exist_ok=True)
+            self._lock = _claim(data)
+        except OSError as err:
+            raise CannotStart(
+                f"the data directory {data} cannot be used: {err.strerror or err}"
+                " (set LOOPS_DATA_DIR to a directory this user can write)"
+            ) from err
         _refuse_taken(self.settings.api_host, self.settings.api_port, "the API", "LOOPS_API_PORT")
         host = self.settings.temporal_address.rsplit(":", 1)[0]
         if _port_open(host, self.temporal_port):
@@ -344,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             stack.start()
-        except (CannotStart, TimeoutError) as err:
+        except CannotStart as err:
+            log.error("cannot start: %s", err)
+            return 1
+        except TimeoutError as err:
             log.error("cannot start: %s (logs: %s)", err, stack.logs)
             return 1
         except StackDown:

@@ -164,3 +164,14 @@ def test_ctrl_c_during_the_demo_stops_it_cleanly(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     assert "the demo failed" not in caplog.text
+
+
+def test_up_says_when_its_data_directory_cannot_be_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file where the directory should be: a sentence, not a traceback."""
+    taken = tmp_path / "data"
+    taken.write_text("a file, not a directory\n")
+    monkeypatch.setenv("LOOPS_DATA_DIR", str(taken))
+    said = _refused(caplog, monkeypatch)
+    assert f"cannot start: the data directory {taken} cannot be used: File exists" in said
