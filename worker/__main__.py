@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 
+from temporalio.client import Client
+
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.connect import connect
@@ -26,12 +28,15 @@ async def main() -> int:
     except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no key
         log.error("cannot start: %s", err)
         return 2
-    client = await connect(settings)
-    worker = build_worker(client, settings, deps=deps)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    client = await connected(settings, stop)
+    if client is None:
+        log.info("worker stopped before Temporal could be reached")
+        return 0
+    worker = build_worker(client, settings, deps=deps)
     log.info(
         "worker polling %s on %s (namespace %s, model %s)",
         settings.task_queue,
@@ -43,6 +48,32 @@ async def main() -> int:
         await stop.wait()
     log.info("worker stopped")
     return 0
+
+
+# Between attempts to reach Temporal: doubling from the first, up to the last.
+CONNECT_RETRY_SECONDS = (1.0, 10.0)
+
+
+async def connected(settings: Settings, stop: asyncio.Event) -> Client | None:
+    """A client once Temporal answers; None if stopped first. A worker started before its
+    server (compose, Kubernetes, a restart of both) waits for it, saying so, instead of
+    ending in a traceback."""
+    delay, longest = CONNECT_RETRY_SECONDS
+    while True:
+        try:
+            return await connect(settings)
+        except RuntimeError as err:  # the SDK raises plain RuntimeErrors on connect
+            log.warning(
+                "cannot reach Temporal at %s (%s); trying again in %.0f s",
+                settings.temporal_address,
+                err,
+                delay,
+            )
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+            return None
+        except TimeoutError:
+            delay = min(delay * 2, longest)
 
 
 if __name__ == "__main__":

@@ -146,8 +146,8 @@ class DevServer:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, workdir: Path) -> DevServer:
-        port, ui_port = free_port(), free_port()
+    def start(cls, workdir: Path, port: int | None = None) -> DevServer:
+        port, ui_port = port or free_port(), free_port()
         command = [
             find_binary("temporal"),
             "server",
