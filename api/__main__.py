@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
 
@@ -14,8 +15,13 @@ from loopworks.worker.telemetry import configure_tracing
 log = logging.getLogger("loopworks.api")
 
 
-def main() -> None:
-    settings = Settings()
+def main() -> int:
+    try:
+        settings = Settings()
+        configure_tracing(settings, "loopworks-api")  # FastAPI traces requests with it
+    except ValueError as err:  # bad settings, TracingConfigError
+        log.error("cannot start: %s", err)
+        return 2
     if exposed_without_tokens(settings):
         log.warning(
             "the API listens on %s without LOOPS_API_TOKENS: anyone who can reach port %d can"
@@ -23,12 +29,12 @@ def main() -> None:
             settings.api_host,
             settings.api_port,
         )
-    configure_tracing(settings, "loopworks-api")  # FastAPI traces requests with it
     app = create_app(settings)
     log.info("API docs at http://%s:%d/docs", settings.api_host, settings.api_port)
     uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="info")
+    return 0
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    main()
+    sys.exit(main())

@@ -335,8 +335,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
-    settings = Settings()
-    temporal_port = int(settings.temporal_address.rsplit(":", 1)[1])
+    try:
+        settings = Settings()
+        temporal_port = int(settings.temporal_address.rsplit(":", 1)[1])
+    except (ValueError, IndexError) as err:  # a setting pydantic refused; no port given
+        log.error(
+            "cannot start: %s",
+            err if isinstance(err, ValueError) else "TEMPORAL_ADDRESS needs host:port",
+        )
+        return 2
     ui_port = int(os.environ.get("LOOPS_TEMPORAL_UI_PORT", temporal_port + 1000))
     stack = LocalStack(settings, temporal_port, ui_port)
     stopping = False

@@ -175,3 +175,24 @@ def test_up_says_when_its_data_directory_cannot_be_used(
     monkeypatch.setenv("LOOPS_DATA_DIR", str(taken))
     said = _refused(caplog, monkeypatch)
     assert f"cannot start: the data directory {taken} cannot be used: File exists" in said
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("LOOPS_API_PORT", "abc", "LOOPS_API_PORT\n  Input should be a valid integer"),
+        ("TEMPORAL_ADDRESS", "justahost", "TEMPORAL_ADDRESS needs host:port"),
+    ],
+)
+def test_up_says_which_setting_is_wrong_instead_of_a_traceback(
+    variable: str,
+    value: str,
+    said: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setattr(subprocess, "Popen", _no_process)
+    with caplog.at_level(logging.ERROR, logger="loopworks.local"):
+        assert main([]) == 2
+    assert "cannot start: " in caplog.text and said in caplog.text
