@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import signal
@@ -22,13 +21,13 @@ import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
 
@@ -38,8 +37,6 @@ log = logging.getLogger("loopworks.local")
 # rollback journal created and deleted per transaction, synced at checkpoints rather than
 # at every commit (a crash of the server loses nothing; a power cut, the last moments).
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
-DEMO_TASK = "Write a short guide to caching HTTP responses in a web service"
-TERMINAL = {"completed", "stopped", "failed", "halted"}
 
 
 def free_port() -> int:
@@ -70,10 +67,6 @@ def _wait(
 
 class CannotStart(RuntimeError):
     """The stack cannot start as configured: the message says why and what to change."""
-
-
-class StackDown(RuntimeError):
-    """One of the stack's processes ended while it started or while the demo ran."""
 
 
 LOCK_FILE = "loops-up.lock"
@@ -108,21 +101,9 @@ def _refuse_taken(host: str, port: int, what: str, variable: str) -> None:
         )
 
 
-def _http_json(
-    method: str, url: str, body: dict[str, Any] | None = None, token: str | None = None
-) -> Any:
-    data = json.dumps(body).encode() if body is not None else None
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
-
-
 def _api_ready(base: str) -> bool:
     try:
-        _http_json("GET", f"{base}/readyz")
+        http_json("GET", f"{base}/readyz")
         return True
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
@@ -263,46 +244,6 @@ def _last_line(path: Path) -> str:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
     return lines[-1] if lines else ""
-
-
-def run_demo(
-    base: str,
-    task: str,
-    out: Any,
-    alive: Callable[[], bool] = lambda: True,
-    token: str | None = None,
-) -> dict[str, Any]:
-    """POST a task and follow it to the end, printing its events as they arrive; raise
-    StackDown as soon as `alive` says a process of the stack has ended. `token`: one of
-    the API's LOOPS_API_TOKENS, when it has any."""
-
-    def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        return _http_json(method, f"{base}{path}", body, token)
-
-    created = call("POST", "/runs", {"task": task})
-    run_id = created["run_id"]
-    out.write(f"\nDemo run {run_id}: {task}\n")
-    seen = 0
-    while True:
-        if not alive():
-            raise StackDown(f"the demo run {run_id} cannot go on")
-        for event in call("GET", f"/runs/{run_id}/events?after={seen}"):
-            seen = event["seq"]
-            payload = event["payload"]
-            shown = [key for key in ("score", "verdict", "reason") if key in payload]
-            detail = " ".join(f"{key}={payload[key]}" for key in shown)
-            out.write(
-                f"  #{event['seq']:<3} iter {event['iteration']} {event['phase']} "
-                f"{event['event']:<18} {detail}\n"
-            )
-        status = call("GET", f"/runs/{run_id}")
-        if status["status"] in TERMINAL:
-            out.write(
-                f"Run {run_id} {status['status']} ({status['stop_reason']}), "
-                f"score {status['last_score']}, branch {status['branch']} on {status['origin']}\n"
-            )
-            return dict(status)
-        time.sleep(0.5)
 
 
 def _stack_down(stack: LocalStack) -> int:

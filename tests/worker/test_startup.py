@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -93,10 +94,37 @@ def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
     assert done.returncode == 2, done.stderr
     assert "no usable sandbox" in done.stderr
     assert "bubblewrap" in done.stderr and "LOOPS_SANDBOX=off" in done.stderr
-    # Opting out starts it (it then fails to connect: nothing listens on port 9).
-    opted_out = python(["-m", "loopworks.worker"], tmp_path, LOOPS_SANDBOX="off")
-    assert "no usable sandbox" not in opted_out.stderr
-    assert "run unsandboxed" in opted_out.stderr
+    # Opting out starts it: it goes on to wait for Temporal (nothing listens on port 9).
+    said = started_until(["-m", "loopworks.worker"], tmp_path, "cannot reach Temporal",
+                         LOOPS_SANDBOX="off")  # fmt: skip
+    assert "no usable sandbox" not in said
+    assert "run unsandboxed" in said
+
+
+def started_until(args: list[str], tmp_path: Path, text: str, **env: str) -> str:
+    """Start `python args` as `python` runs it, read its stderr until `text`, then stop
+    it (SIGTERM): what it said by then. It must end by itself, with exit code 0."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
+    base |= {"LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    process = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=base | env, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            if text in line:
+                break
+        process.send_signal(signal.SIGTERM)
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    said = "".join(lines) + rest
+    assert text in said and process.returncode == 0, said
+    return said
 
 
 # The API and a worker on the offline model start without loading the Anthropic SDK: its
