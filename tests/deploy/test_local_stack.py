@@ -134,13 +134,7 @@ def test_ctrl_c_is_a_clean_stop_even_when_a_child_ended_on_it_first(
 
     monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(LocalStack, "start", start)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with caplog.at_level(logging.ERROR, logger="loopworks.local"):
-            assert main([]) == 0
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    assert _main_keeping_pytests_signals([], caplog) == 0
     assert "exited" not in caplog.text
 
 
@@ -156,14 +150,20 @@ def test_ctrl_c_during_the_demo_stops_it_cleanly(
     monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
     monkeypatch.setenv("LOOPS_API_PORT", str(free_port()))  # nothing answers the demo
     monkeypatch.setattr(LocalStack, "start", start)
+    assert _main_keeping_pytests_signals(["--demo"], caplog) == 0
+    assert "the demo failed" not in caplog.text
+
+
+def _main_keeping_pytests_signals(argv: list[str], caplog: pytest.LogCaptureFixture) -> int:
+    """`loops up`'s main, which installs its own SIGINT/SIGTERM handlers (the tests
+    signal it through them); pytest's are put back after."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with caplog.at_level(logging.ERROR, logger="loopworks.local"):
-            assert main(["--demo"]) == 0
+            return main(argv)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    assert "the demo failed" not in caplog.text
 
 
 def test_up_says_when_its_data_directory_cannot_be_used(
