@@ -278,13 +278,15 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = Settings()
-        temporal_port = int(settings.temporal_address.rsplit(":", 1)[1])
-    except (ValueError, IndexError) as err:  # a setting pydantic refused; no port given
-        log.error(
-            "cannot start: %s",
-            err if isinstance(err, ValueError) else "TEMPORAL_ADDRESS needs host:port",
-        )
+    except ValueError as err:  # a setting pydantic refused
+        log.error("cannot start: %s", err)
         return 2
+    host, _, port = settings.temporal_address.rpartition(":")
+    if not (host and port.isdigit()):
+        address = settings.temporal_address
+        log.error("cannot start: TEMPORAL_ADDRESS needs host:port, not %r", address)
+        return 2
+    temporal_port = int(port)
     ui_port = int(os.environ.get("LOOPS_TEMPORAL_UI_PORT", temporal_port + 1000))
     stack = LocalStack(settings, temporal_port, ui_port)
     stopping = False
