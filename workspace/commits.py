@@ -27,7 +27,7 @@ from loopworks.workspace.objects import (
 )
 from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
-from loopworks.workspace.runner import GitError
+from loopworks.workspace.runner import GitError, serving_program
 from loopworks.workspace.stores import writes_into
 
 
@@ -83,9 +83,8 @@ class CommitPublisher(OriginReader):
         if origin is not None:
             update_refs(open_repository(origin), {ref: commit})
             return
-        self._git(
-            ["push", "--quiet", "--force", "--no-verify", "origin", f"{commit}:{ref}"], cwd=workdir
-        )
+        push = ["push", "--quiet", "--force", "--no-verify", *self._serving(workdir, "push")]
+        self._git([*push, "origin", f"{commit}:{ref}"], cwd=workdir)
 
     def push_branch(
         self, workdir: Path, branch: str, commit: str, run_id: str | None = None
@@ -109,12 +108,9 @@ class CommitPublisher(OriginReader):
             # Not --atomic (some servers lack it): should one ref fail, the push fails
             # and close is retried, which pushes both again.
             refspecs = [f"{full}:{name}" for name in refs]
-            self._git(
-                ["push", "--quiet", "--force", "--no-verify", "origin", *refspecs], cwd=workdir
-            )
-            url = self._origin_urls.get(workdir)
-            if url is None:
-                url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
+            url = self.origin_url(workdir)
+            push = ["push", "--quiet", "--force", "--no-verify", *serving_program(url, "push")]
+            self._git([*push, "origin", *refspecs], cwd=workdir)
             # Seed 000's close: the remote is asked what it has, not trusted from the push.
             remote = next(
                 (r[0] for r in self._ls_remote(url, ref) if len(r) == 2 and r[1] == ref), None
@@ -132,6 +128,21 @@ class CommitPublisher(OriginReader):
         self._git([f"--git-dir={origin}", "gc", "--auto", "--quiet"], check=False)
         # Seed 000's close: origin is asked what it has, not trusted from the update.
         return ref_target(open_repository(origin), refs[0])
+
+    def origin_url(self, workdir: Path) -> str:
+        """The URL the clone's `origin` names: as this instance set it, else as the clone's
+        config says (read in-process)."""
+        url = self._origin_urls.get(workdir)
+        if url is not None:
+            return url
+        try:
+            return str(open_repository(workdir).config["remote.origin.url"])
+        except KeyError as exc:
+            raise GitError(f"{workdir} has no origin to push to or fetch from") from exc
+
+    def _serving(self, workdir: Path, subcommand: str) -> list[str]:
+        """`serving_program` for a push to or fetch from the clone's `origin`."""
+        return serving_program(self.origin_url(workdir), subcommand)
 
     def _written_origin(self, workdir: Path) -> Path | None:
         """The origin (its git dir) a clone's commits were written into, when they were."""

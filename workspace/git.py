@@ -36,6 +36,7 @@ from loopworks.workspace.runner import (
     GitError,
     OriginLacksError,
     _rmtree,
+    serving_program,
 )
 from loopworks.workspace.stores import borrowed_stores, mark_own_origin, own_origin_store
 
@@ -76,7 +77,9 @@ class GitWorkspaces(CommitPublisher):
             self._git(
                 ["init", "--quiet", "--bare", f"--initial-branch={DEFAULT_BRANCH}", str(bare)]
             )
-            self._git(["clone", "--quiet", str(bare), str(clone)])
+            self._git(
+                ["clone", "--quiet", *serving_program(str(bare), "clone"), str(bare), str(clone)]
+            )
             (clone / "README.md").write_text(_README, encoding="utf-8")
             mark_own_origin(bare)
             self._git(["add", "README.md"], cwd=clone)
@@ -92,7 +95,8 @@ class GitWorkspaces(CommitPublisher):
                 ],
                 cwd=clone,
             )
-            self._git(["push", "--quiet", "origin", f"HEAD:refs/heads/{DEFAULT_BRANCH}"], cwd=clone)
+            push = ["push", "--quiet", *serving_program(str(bare), "push"), "origin"]
+            self._git([*push, f"HEAD:refs/heads/{DEFAULT_BRANCH}"], cwd=clone)
             try:
                 os.rename(bare, path)
                 logger.info("created default origin at %s", path)
@@ -244,7 +248,7 @@ class GitWorkspaces(CommitPublisher):
             self._fetch(workdir, run_id, url, commit, slot)
         elif self.fetches_branches:
             self._ensure_origin(workdir, url)
-            self._git(["fetch", "--quiet", "--no-tags", "origin", _BRANCHES], cwd=workdir)
+            self._git([*_fetch_from(url), "origin", _BRANCHES], cwd=workdir)
         elif slot is None:
             self._ensure_origin(workdir, url)  # what the run's commits are published to
         # An evaluation slot publishes nothing: its remote is set when it must fetch.
@@ -261,7 +265,7 @@ class GitWorkspaces(CommitPublisher):
         if main is not None and FULL_SHA.match(commit):
             # A step running beside the run's clone (an evaluation group) most often wants
             # the commit that clone just made: a local fetch, no round trip to origin.
-            local = ["fetch", "--quiet", "--no-tags", str(main), commit]
+            local = [*_fetch_from(str(main)), str(main), commit]
             if self._git(local, cwd=workdir, check=False).returncode == 0 and self._holds(
                 workdir, commit
             ):
@@ -269,7 +273,7 @@ class GitWorkspaces(CommitPublisher):
                 return
         self._ensure_origin(workdir, url)
         ref = work_ref(run_id)
-        fetch = ["fetch", "--quiet", "--no-tags", "origin", _BRANCHES]
+        fetch = [*_fetch_from(url), "origin", _BRANCHES]
         # A loop's commit is on a branch or is the run's published work: both in one round
         # trip. The work ref is absent until the run's first publish, and asking for a ref
         # origin lacks fails the whole fetch, so then the branches alone. A merge queue's
@@ -282,7 +286,7 @@ class GitWorkspaces(CommitPublisher):
         if FULL_SHA.match(commit):
             # A commit pushed by a step that was later superseded is no longer on the
             # work ref; most servers (protocol v2) still serve it when asked by sha.
-            self._git(["fetch", "--quiet", "--no-tags", "origin", commit], cwd=workdir, check=False)
+            self._git([*_fetch_from(url), "origin", commit], cwd=workdir, check=False)
             if self._holds(workdir, commit):
                 return
         raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
@@ -336,13 +340,24 @@ class GitWorkspaces(CommitPublisher):
                 # as long as its run, and each would spawn one more process. No template
                 # either: its sample hooks never run here, and copying them was a third of
                 # a clone.
-                clone = ["clone", "--quiet", "--no-checkout", "--template="]
+                clone = [
+                    "clone",
+                    "--quiet",
+                    "--no-checkout",
+                    "--template=",
+                    *serving_program(url, "clone"),
+                ]
                 self._git([*clone, "-c", "maintenance.auto=false", url, str(staging)])
                 source = url
             os.rename(staging, workdir)
             self._origin_urls[workdir] = source
         finally:
             _rmtree(staging)
+
+
+def _fetch_from(url: str) -> list[str]:
+    """`git fetch` from `url`, quietly, without tags."""
+    return ["fetch", "--quiet", "--no-tags", *serving_program(url, "fetch")]
 
 
 def _borrowed(source: Path, staging: Path) -> bool:

@@ -37,7 +37,7 @@ from loopworks.workspace.objects import (
     write_commit,
 )
 from loopworks.workspace.refs import checked_commit, checked_run_id, redact
-from loopworks.workspace.runner import GitError, _file_lock, _rmtree
+from loopworks.workspace.runner import GitError, _file_lock, _rmtree, serving_program
 
 # Every loop writes these at its repository root; in a task graph they are moved under
 # the task's own directory.
@@ -120,11 +120,11 @@ class IntegrationWorkspaces(GitWorkspaces):
         self._check_ref(ref)
         checked_commit(commit)
         lease = f"--force-with-lease={ref}:{expected or ''}"
-        args = ["push", "--quiet", "--no-verify", lease, "origin", f"{commit}:{ref}"]
-        proc = self._git(args, cwd=workdir, check=False)
+        url = self.origin_url(workdir)
+        push = ["push", "--quiet", "--no-verify", *serving_program(url, "push"), lease]
+        proc = self._git([*push, "origin", f"{commit}:{ref}"], cwd=workdir, check=False)
         if proc.returncode == 0:
             return  # the lease held: origin moved the branch to `commit`
-        url = self._git(["remote", "get-url", "origin"], cwd=workdir).stdout.strip()
         remote = self.branch_head(url, branch)
         if remote == commit:
             return  # an earlier attempt pushed the very same commit

@@ -24,6 +24,7 @@ from loopworks.workspace.runner import (
     GitRunner,
     _file_lock,
     _rmtree,
+    serving_program,
 )
 
 
@@ -136,6 +137,7 @@ class OriginReader(GitRunner):
                 self._git(["init", "--quiet", "--bare", str(cache)])
             # Commits never change, so a cached one needs no fetch; branches do move.
             if commit is None or not self._has_commit(commit, cache):
+                url = self._local_origin(origin)
                 self._git(
                     [
                         f"--git-dir={cache}",
@@ -143,7 +145,8 @@ class OriginReader(GitRunner):
                         "--quiet",
                         "--no-tags",
                         "--prune",
-                        self._local_origin(origin),
+                        *serving_program(url, "fetch"),
+                        url,
                         "+refs/heads/*:refs/heads/*",
                         "+refs/loopworks/*:refs/loopworks/*",
                     ]

@@ -167,6 +167,9 @@ class PlaybookStore(IntegrationWorkspaces):
                     "--diff-merges=first-parent",
                     "--no-renames",
                     "--numstat",
+                    # Counted by git itself, never by a program origin's attributes name.
+                    "--no-ext-diff",
+                    "--no-textconv",
                     f"--format={_LOG_FORMAT}",
                     head,
                     "--",
@@ -283,8 +286,11 @@ class PlaybookStore(IntegrationWorkspaces):
 
     def _chain(self, workdir: Path, head: str, count: int) -> list[str]:
         """`head` and its first parents, `count` commits, oldest first."""
+        # Named, never found from the cwd: `workdir` is a bare origin when written in place
+        # (safe.bareRepository=explicit, workspace/runner.py).
+        git_dir = open_repository(workdir).path
         args = ["rev-list", "--first-parent", f"--max-count={count}", checked_commit(head)]
-        return self._git(args, cwd=workdir).stdout.split()[::-1]
+        return self._git([f"--git-dir={git_dir}", *args]).stdout.split()[::-1]
 
     def _write_clone(self, key: str, origin: str) -> Path:
         """An empty repository whose `origin` is origin: only the playbook branch is ever
@@ -304,7 +310,8 @@ class PlaybookStore(IntegrationWorkspaces):
         if head is None or self._has_commit(head, workdir):
             return head  # most often the version this writer made last: nothing to fetch
         tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
-        self._git(["fetch", "--quiet", "--no-tags", "origin", f"+{_REF}:{tracking}"], cwd=workdir)
+        fetch = ["fetch", "--quiet", "--no-tags", *self._serving(workdir, "fetch")]
+        self._git([*fetch, "origin", f"+{_REF}:{tracking}"], cwd=workdir)
         return self.fetched_branch(workdir, PLAYBOOK_BRANCH)
 
     def _check_follows(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import threading
@@ -35,6 +36,62 @@ _STRIPPED_ENV = (
     "GIT_AUTHOR_DATE",
     "GIT_COMMITTER_DATE",
 )
+
+
+# What git would otherwise run on a repository's behalf, switched off for every git process
+# this module starts. An origin named by a client, a clone's content, and a clone's .git
+# written by a model (with LOOPS_SANDBOX=off) are not ours: their hooks, config and
+# attributes must start no program. Command-line config outranks a repository's own, so
+# each setting that names a program, or makes git run one, is given here:
+HARDENING = (
+    # Hooks, every one (pre-receive, reference-transaction, post-update, proc-receive,
+    # push-to-checkout, pre-auto-gc, ...), from .git/hooks or any core.hooksPath.
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    # receive-pack would run this to advertise the tips of a store the repository borrows
+    # (objects/info/alternates): `true` names none, so none are advertised.
+    "core.alternateRefsCommand=true",
+    # Nothing is signed or verified, and what would sign or verify is git's default program
+    # on the worker's PATH, never one a repository names.
+    "log.showSignature=false",
+    "merge.verifySignatures=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "push.gpgSign=false",
+    "gpg.program=gpg",
+    "gpg.openpgp.program=gpg",
+    "gpg.x509.program=gpgsm",
+    "gpg.ssh.program=ssh-keygen",
+    # A push to a non-bare repository's checked-out branch is refused (git's default)
+    # rather than checked out there (updateInstead), which would run that repository's
+    # filters and push-to-checkout hook.
+    "receive.denyCurrentBranch=refuse",
+    # A bare repository is used only where it is named (--git-dir, a path to clone or push
+    # to), never found by looking around: a clone's content can hold one (HEAD, objects/,
+    # refs/ and a `config` naming programs) wherever git would look.
+    "safe.bareRepository=explicit",
+)
+_HARDENING_ARGS = tuple(arg for setting in HARDENING for arg in ("-c", setting))
+# For a push to or a fetch from a repository on this machine, git starts receive-pack or
+# upload-pack in that repository itself, with our `-c` settings cleared (they are the
+# environment's GIT_CONFIG_PARAMETERS, which git drops for the local transport): so the
+# settings are given again on the command line of the program it starts there.
+UPLOAD_PACK = shlex.join(["git", *_HARDENING_ARGS, "upload-pack"])
+RECEIVE_PACK = shlex.join(["git", *_HARDENING_ARGS, "receive-pack"])
+# Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
+# remote is its config (its url, uploadpack, sshCommand, credential helper).
+_NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}
+
+
+def serving_program(url: str, subcommand: str) -> list[str]:
+    """The option that gives the hardened program git starts on the far side of `url` for
+    `subcommand` (push: receive-pack; clone, fetch, ls-remote: upload-pack), when that
+    side is a repository on this machine; none for a server, which runs its own."""
+    if is_url(url) and not url.startswith("file://"):
+        return []
+    if subcommand == "push":
+        return [f"--receive-pack={RECEIVE_PACK}"]
+    return [f"--upload-pack={UPLOAD_PACK}"]
 
 
 class GitCounts:
@@ -143,6 +200,7 @@ class GitRunner:
             # A clone deleted under a running step (a worker's data directory is a cache)
             # must make git fail, never find a repository above the clones and commit there.
             GIT_CEILING_DIRECTORIES=self._ceiling,
+            **_NO_LAZY_FETCH,
         )
         env.update(extra or {})
         return env
@@ -177,9 +235,10 @@ class GitRunner:
         # Processes for what touches a work tree or the network; git's plumbing (object
         # and ref reads, ref moves, status, trees) is asked in-process: workspace/objects.py
         # says why, on measured numbers.
-        # A workspace's hooks and fsmonitor are content the model could have written: never
-        # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
-        cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
+        # No program of the repository runs (HARDENING): neither an origin's nor what a
+        # model could have written into a clone's .git (the sandbox keeps .git read-only
+        # too; this holds with LOOPS_SANDBOX=off).
+        cmd = ["git", *_HARDENING_ARGS, *args]
         logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
         GIT_SPAWNS.add(args)
         return cmd
@@ -192,7 +251,9 @@ class GitRunner:
         return origin if is_url(origin) else str(Path(origin).expanduser().resolve())
 
     def _ls_remote(self, origin: str, *patterns: str, symref: bool = False) -> list[list[str]]:
-        args = ["ls-remote", *(["--symref"] if symref else []), self._local_origin(origin)]
+        url = self._local_origin(origin)
+        options = [*serving_program(url, "ls-remote"), *(["--symref"] if symref else [])]
+        args = ["ls-remote", *options, url]
         out = self._git([*args, *patterns]).stdout
         return [line.split("\t") for line in out.splitlines() if line.strip()]
 
