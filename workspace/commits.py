@@ -7,8 +7,8 @@ transaction (workspace/objects.py).
 Origin ends with the same objects and refs a push leaves, without the eight processes a
 local push starts (a shell, receive-pack, pack-objects, unpack-objects, the connectivity
 walk, for-each-ref, gc --auto): about 16 ms of CPU a push, four a run, measured with
-scripts/bench.py. An origin named by a user, even a path, is always pushed to: its hooks
-and receive settings belong to its owner.
+scripts/bench.py. An origin named by a user, even a path, is always pushed to: its receive
+settings belong to its owner (its hooks never run: workspace/runner.py, HARDENING).
 """
 
 from __future__ import annotations

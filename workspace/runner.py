@@ -159,7 +159,14 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 
 def _shown(cmd: Sequence[str]) -> str:
-    return redact(" ".join(cmd))
+    """The command as a message names it: the hardening it always carries left out."""
+    words = list(cmd)
+    if words[1 : 1 + len(_HARDENING_ARGS)] == list(_HARDENING_ARGS):
+        words[1 : 1 + len(_HARDENING_ARGS)] = []
+    shorter = {UPLOAD_PACK: "git upload-pack", RECEIVE_PACK: "git receive-pack"}
+    for long, short in shorter.items():
+        words = [word.replace(long, short) for word in words]
+    return redact(" ".join(words))
 
 
 @contextmanager
