@@ -39,6 +39,11 @@ class HostileOrigin:
     path: Path  # the bare repository
     markers: Path  # where a program that ran left its name
 
+    def forget(self) -> None:
+        """Forget what ran so far (what a test's own setup made the origin run)."""
+        for marker in self.markers.iterdir():
+            marker.unlink()
+
     def ran(self) -> list[str]:
         """The programs that ran, each with the arguments of its first run."""
         return sorted(
@@ -66,16 +71,23 @@ def _hooks(directory: Path, markers: Path, prefix: str) -> None:
         target.chmod(0o755)
 
 
-def _signed_head(bare: Path) -> None:
-    """Replace main's head commit by the same commit carrying a (bogus) PGP signature."""
-    raw = git("cat-file", "commit", "main", cwd=bare) + "\n"
-    header, _, message = raw.partition("\n\n")
-    signed = f"{header}\n{_SIGNATURE}\n{message}"
+def signed_commit(git_dir: Path, tree: str, parents: list[str], message: str) -> str:
+    """A commit carrying a (bogus) PGP signature, written into `git_dir`; its sha."""
+    lines = [f"tree {tree}", *(f"parent {parent}" for parent in parents)]
+    who = "t <t@example.com> 1714564800 +0000"
+    raw = "\n".join([*lines, f"author {who}", f"committer {who}"]) + "\n"
+    signed = f"{raw}{_SIGNATURE}\n{message}\n"
     proc = subprocess.run(
-        ["git", "hash-object", "-t", "commit", "-w", "--stdin"],
-        cwd=bare, input=signed, capture_output=True, text=True, check=True,
+        ["git", f"--git-dir={git_dir}", "hash-object", "-t", "commit", "-w", "--stdin"],
+        input=signed, capture_output=True, text=True, check=True,
     )  # fmt: skip
-    git("update-ref", "refs/heads/main", proc.stdout.strip(), cwd=bare)
+    return proc.stdout.strip()
+
+
+def _signed_head(bare: Path) -> None:
+    """Replace main's head commit by the same commit carrying a signature."""
+    tree = git("rev-parse", "main^{tree}", cwd=bare)
+    git("update-ref", "refs/heads/main", signed_commit(bare, tree, [], "Initial commit"), cwd=bare)
 
 
 def hostile_origin(root: Path, files: dict[str, str] | None = None) -> HostileOrigin:

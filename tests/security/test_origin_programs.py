@@ -13,6 +13,7 @@ the settings that switch the origin's programs off."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from loopworks.workspace.playbook import PlaybookStore
 from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GitError
 from tests.integration.stack import bare_remote, git
-from tests.security.hostile_origin import HostileOrigin, hostile_origin, program
+from tests.security.hostile_origin import HostileOrigin, hostile_origin, program, signed_commit
 
 pytestmark = pytest.mark.integration
 
@@ -62,6 +63,16 @@ def _ws(tmp_path: Path) -> IntegrationWorkspaces:
 
 def _named(origin: HostileOrigin, form: str) -> str:
     return str(origin.path) if form == "path" else origin.path.as_uri()
+
+
+def _failure(call: Callable[[], object]) -> str:
+    """The GitError `call` raised ("" when it raised none), for a test to look for what
+    ran before it looks at why the call failed."""
+    try:
+        call()
+    except GitError as exc:
+        return str(exc)
+    return ""
 
 
 def assert_started_hardened(trace: Path, program: str) -> None:
@@ -125,6 +136,7 @@ def test_a_fetch_runs_none_of_the_origins_programs(
     newer = other.commit(elsewhere, "more", WHEN)
     other.push_branch(elsewhere, "main", newer)
     trace.unlink()
+    origin.forget()
 
     assert (ws.checkout("run-1", repo, newer) / "notes.md").read_text() == "more\n"
     # A URL origin is read through a cache, fetched into.
@@ -156,11 +168,12 @@ def test_reading_an_origin_in_place_runs_none_of_its_programs(
     repo = str(origin.path)
     head = git("rev-parse", "main", cwd=origin.path)
 
+    ws.write_version(repo, Playbook(name="p", version=1), "batch-1", "a test", WHEN)
+    origin.forget()  # what its push ran: test_a_push_runs_none_of_the_origins_programs
+
     assert ws.branch_log(repo, "main") == ["Initial commit"]
     assert ws.list_files(repo, head) == [".gitattributes", "README.md"]
     assert ws.read_file_at_ref(repo, "refs/heads/main", "README.md") == "# a project\n"
-    playbook = Playbook(name="p", version=1)
-    ws.write_version(repo, playbook, "batch-1", "a test", WHEN)
     assert [v.version for v in ws.versions(repo, "p")] == [1]
     assert ws.at_version(repo, "p", 1) is not None
     assert origin.ran() == []
@@ -206,9 +219,9 @@ def test_a_checked_out_branch_is_never_updated_in_place(tmp_path: Path) -> None:
     (workdir / "artifact.md").write_text("draft\n")
     sha = ws.commit(workdir, "produce: draft", WHEN)
 
-    with pytest.raises(GitError, match="refusing to update checked out branch"):
-        ws.push_branch(workdir, "main", sha)
+    refused = _failure(lambda: ws.push_branch(workdir, "main", sha))
     assert sorted(p.name for p in markers.iterdir()) == []
+    assert "refusing to update checked out branch" in refused
     assert not (repo / "artifact.md").exists()
     # Any other branch is pushed as ever.
     assert ws.push_branch(workdir, "loops/run-1", sha) == sha
@@ -244,8 +257,12 @@ def test_a_clone_whose_tree_is_a_repository_is_never_used_as_one(
     workdir = ws.checkout("run-1", repo, base)
     shutil.rmtree(workdir / ".git")
     shutil.copytree(origin.path, workdir, dirs_exist_ok=True, symlinks=True)
-    signed = git("rev-parse", "main", cwd=origin.path)
+    # A signed merge that `merge_commit_of` would find and git would verify.
+    task_commit = git("rev-parse", "main", cwd=origin.path)
+    tree = git("rev-parse", "main^{tree}", cwd=origin.path)
+    message = f"Merge\n\nTask-Commit: {task_commit}"
+    merge = signed_commit(workdir, tree, [task_commit, task_commit], message)
 
-    with pytest.raises(GitError, match="bare repository"):
-        ws.merge_commit_of(workdir, signed, signed)
+    refused = _failure(lambda: ws.merge_commit_of(workdir, merge, task_commit))
     assert origin.ran() == []
+    assert "cannot use bare repository" in refused
