@@ -32,6 +32,7 @@ import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from loopworks.workspace.beneath import Escape, open_beneath
 
@@ -42,7 +43,9 @@ __all__ = [
     "checked",
     "create_text",
     "is_file",
+    "lexists",
     "mkdir",
+    "open_read",
     "read_bytes",
     "read_text",
     "remove",
@@ -127,14 +130,30 @@ def _regular(root: Path, relpath: str, follow: bool) -> Iterator[tuple[int, int]
 
 
 def read_bytes(
-    root: Path, relpath: str, cap: int, *, follow: bool = True, truncate: bool = False
+    root: Path,
+    relpath: str,
+    cap: int,
+    *,
+    follow: bool = True,
+    truncate: bool = False,
+    missing: bytes | None = None,
 ) -> bytes:
-    """The file's bytes: all of them, else `TooLarge` (or, with `truncate`, the first `cap`).
+    """The file's bytes: all of them, else `TooLarge` (or, with `truncate`, the first `cap`);
+    `missing` (when given) for a path with nothing there, else FileNotFoundError.
 
     `follow`: symlinks that stay inside are followed (False: any symlink is refused)."""
+    try:
+        return _read(root, relpath, cap, follow, truncate)
+    except FileNotFoundError:
+        if missing is None:
+            raise
+        return missing
+
+
+def _read(root: Path, relpath: str, cap: int, follow: bool, truncate: bool) -> bytes:
     with _regular(root, relpath, follow) as (fd, size):
         if size > cap and not truncate:
-            raise TooLarge(relpath, f"{size} bytes, more than the {cap} read here")
+            raise TooLarge(relpath, f"it is {size} bytes, and at most {cap} are read here")
         chunks, left = [], cap + 1  # one more: a file that grew past the cap since fstat
         while left > 0 and (chunk := os.read(fd, min(_CHUNK, left))):
             chunks.append(chunk)
@@ -142,7 +161,7 @@ def read_bytes(
     data = b"".join(chunks)
     if len(data) > cap:
         if not truncate:
-            raise TooLarge(relpath, f"more than the {cap} bytes read here")
+            raise TooLarge(relpath, f"it is more than the {cap} bytes read here")
         data = data[:cap]
     return data
 
@@ -159,13 +178,21 @@ def read_text(
     """`read_bytes` as text, as Path.read_text gives it (UTF-8, undecodable bytes replaced,
     universal newlines); `missing` (when given) for a path with nothing there."""
     try:
-        data = read_bytes(root, relpath, cap, follow=follow, truncate=truncate)
+        data = _read(root, relpath, cap, follow, truncate)
     except FileNotFoundError:
         if missing is None:
             raise
         return missing
     text = data.decode("utf-8", errors="replace")
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@contextlib.contextmanager
+def open_read(root: Path, relpath: str, *, follow: bool = True) -> Iterator[tuple[BinaryIO, int]]:
+    """(binary reader, size) of the regular file at `relpath`, for a caller that reads in
+    pieces and keeps its own caps; FileNotFoundError and IsADirectoryError as `read_bytes`."""
+    with _regular(root, relpath, follow) as (fd, size), os.fdopen(os.dup(fd), "rb") as reader:
+        yield reader, size
 
 
 def is_file(root: Path, relpath: str, *, follow: bool = True) -> bool:
@@ -320,6 +347,18 @@ def mkdir(root: Path, relpath: str) -> None:
     relpath = checked(relpath)
     if relpath:
         os.close(_made(root, relpath))
+
+
+def lexists(root: Path, relpath: str) -> bool:
+    """Whether anything, a symlink included, is at `relpath`; no symlink on the way."""
+    if not checked(relpath):
+        return True  # the root
+    try:
+        with _parent(root, relpath, create=False) as (dirfd, name):
+            os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
 
 
 def unlink(root: Path, relpath: str, *, missing_ok: bool = True) -> None:
