@@ -56,7 +56,10 @@ def everything_in(repo: Path) -> str:
     return git_out(repo, "log", "--all", "-p", "--no-textconv", "--format=%H %s%n%b")
 
 
-async def test_a_repository_of_symlinks_leaks_nothing(harness: LoopHarness, tmp_path: Path) -> None:
+async def test_a_repository_of_symlinks_leaks_nothing(
+    harness: LoopHarness,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     secret, bystander = outside / "secret.env", outside / "bashrc"
