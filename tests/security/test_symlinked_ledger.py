@@ -75,7 +75,7 @@ async def test_a_symlinked_ledger_is_neither_read_nor_written(
     request = LedgerRequest(
         origin=origin, integration_branch=BRANCH, lines=[line], tasks=[], committed_at=WHEN
     )
-    with pytest.raises(Exception) as refused:  # noqa: PT011 - outside is checked first
+    with pytest.raises(Exception) as refused:
         await acts.record_ledger(request)
     _unchanged(outside)
     assert SECRET not in _pushed(origin)
@@ -117,7 +117,7 @@ async def test_a_task_is_never_relocated_into_a_symlinked_directory(
         attempt=1,
         committed_at=WHEN,
     )
-    with pytest.raises(Exception) as refused:  # noqa: PT011 - outside is checked first
+    with pytest.raises(Exception) as refused:
         await acts.merge_task(merge)
     _unchanged(outside)
     assert isinstance(refused.value, ApplicationError), refused.value
