@@ -35,7 +35,13 @@ from loopworks.schemas.integration import (
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
-from loopworks.worker.deps import StepDeps, failing_at_once_when_origin_lacks, heartbeating
+from loopworks.worker.deps import (
+    StepDeps,
+    failing_at_once_when_origin_lacks,
+    heartbeating,
+    refusing_unsafe_paths,
+)
+from loopworks.workspace import files as workspace_files
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.integration import (
     BranchMovedError,
@@ -45,6 +51,7 @@ from loopworks.workspace.integration import (
     archive_completed,
     archived,
     integration_branch,
+    read_ledger,
     task_dir,
     write_task_file,
 )
@@ -224,13 +231,12 @@ class IntegrationActivities:
         git, when = self.git, request.committed_at
         origin, branch = request.origin, request.integration_branch
         with self._at_head(origin, branch, LEDGER_SLOT) as (head, workdir):
-            commit, ledger = head, workdir / LEDGER_PATH
-            if not ledger.is_file():
+            commit = head
+            if read_ledger(workdir) is None:
                 # Seed 004 §3.C: the ledger exists, empty, before its first line.
-                ledger.parent.mkdir(parents=True, exist_ok=True)
-                ledger.write_text("", encoding="utf-8")
+                workspace_files.write_text(workdir, LEDGER_PATH, "")
                 commit = git.commit(workdir, "Task ledger: bootstrap, empty (seed 004)", when)
-            appended = append_lines(ledger, request.lines)
+            appended = append_lines(workdir, request.lines)
             archived_ids = archived(workdir)
             written = [
                 task.id
@@ -238,7 +244,7 @@ class IntegrationActivities:
                 if task.id not in archived_ids
                 and write_task_file(workdir, task_file(task), task_json(task))
             ]
-            moved = archive_completed(workdir, ledger.read_text(encoding="utf-8"))
+            moved = archive_completed(workdir, read_ledger(workdir) or "")
             if git.changed_paths(workdir):
                 message = ledger_message(appended, written, moved)
                 commit = git.commit(workdir, message, when)
@@ -249,11 +255,11 @@ class IntegrationActivities:
 
 async def _in_thread(fn: Callable[..., T], *args: object) -> T:
     """Run blocking git work in a thread, heartbeating meanwhile; a malformed request
-    (a ValueError: bad id, ref or command) or an origin lacking the base branch is not
-    worth retrying."""
+    (a ValueError: bad id, ref or command), an origin lacking the base branch or a clone
+    with a path the worker refuses (a symlinked ledger) is not worth retrying."""
     try:
         async with heartbeating():
-            with failing_at_once_when_origin_lacks():
+            with failing_at_once_when_origin_lacks(), refusing_unsafe_paths():
                 return await asyncio.to_thread(fn, *args)
     except ValueError as exc:
         raise ApplicationError(str(exc), type=INVALID_REQUEST, non_retryable=True) from exc

@@ -10,7 +10,6 @@ keeps the commit of the attempt that completed.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -29,13 +28,17 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
-from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, now
-from loopworks.workspace.git import file_sha256
+from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, now, refusing_unsafe_paths
+from loopworks.workspace import files
+from loopworks.workspace.origin import Absent
 from loopworks.workspace.run_log import write_run_log
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
 SUBJECT_CHARS = 72
 SUMMARY_CHARS = 2000
+# The artifact a step starts from goes into its model's prompt whole: past this, the step
+# fails saying so rather than send a cut artifact to be rewritten.
+ARTIFACT_CAP_CHARS = 4 << 20
 
 
 class ProductionActivities:
@@ -79,35 +82,35 @@ class ProductionActivities:
     ) -> ArtifactOutput:
         started, workspace = now(), step.workspace
         workspaces = self.deps.workspaces
-        workdir = await asyncio.to_thread(
-            workspaces.checkout, step.run_id, workspace.origin, workspace.commit
-        )
-        previous_hash = file_sha256(workdir, ARTIFACT_PATH)
-        current = workdir / ARTIFACT_PATH
-        context = context.model_copy(
-            update={"current_artifact": current.read_text() if current.exists() else None}
-        )
-        outcome = await self.deps.run_agent(role, step, context, workdir, verb)
-        if not current.is_file():
-            raise ApplicationError(
-                f"{role.value} answered with invalid output: it ended without writing "
-                f"{ARTIFACT_PATH} ({outcome.turns} turns"
-                + (", turn limit reached)" if outcome.limit_reached else ")"),
-                type=INVALID_OUTPUT,
-                non_retryable=True,
+        with refusing_unsafe_paths():
+            workdir = await asyncio.to_thread(
+                workspaces.checkout, step.run_id, workspace.origin, workspace.commit
             )
-        # What the agent changed, before the trajectory joins the tree: the record of the
-        # work is not part of the work.
-        changed = [
-            path
-            for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
-            if not path.startswith(f"{TRAJECTORY_DIR}/")
-        ]
-        trajectory = trajectory_path(step.iteration, verb)
-        target = _inside(workdir, trajectory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(to_jsonl(outcome.records), encoding="utf-8")
-        saved_seq = write_run_log(workdir, step.log) if step.log else 0
+            current = await self._committed_artifact(step)
+            previous_hash = files.sha256(workdir, ARTIFACT_PATH)
+            context = context.model_copy(update={"current_artifact": current})
+            outcome = await self.deps.run_agent(role, step, context, workdir, verb)
+            # What the agent left, as the worker will read it: a link out of the workspace
+            # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed.
+            if not files.is_file(workdir, ARTIFACT_PATH):
+                raise ApplicationError(
+                    f"{role.value} answered with invalid output: it ended without writing "
+                    f"{ARTIFACT_PATH} ({outcome.turns} turns"
+                    + (", turn limit reached)" if outcome.limit_reached else ")"),
+                    type=INVALID_OUTPUT,
+                    non_retryable=True,
+                )
+            # What the agent changed, before the trajectory joins the tree: the record of
+            # the work is not part of the work.
+            changed = [
+                path
+                for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
+                if not path.startswith(f"{TRAJECTORY_DIR}/")
+            ]
+            trajectory = trajectory_path(step.iteration, verb)
+            files.write_text(workdir, trajectory, to_jsonl(outcome.records))
+            saved_seq = write_run_log(workdir, step.log) if step.log else 0
+            artifact_hash = files.sha256(workdir, ARTIFACT_PATH) or ""
         summary = _first_line(outcome.final_text)
         message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"
         commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
@@ -115,7 +118,7 @@ class ProductionActivities:
         return ArtifactOutput(
             commit=commit,
             saved_seq=saved_seq,
-            artifact_hash=file_sha256(workdir, ARTIFACT_PATH) or "",
+            artifact_hash=artifact_hash,
             previous_artifact_hash=previous_hash,
             changed=changed,
             summary=outcome.final_text[:SUMMARY_CHARS],
@@ -127,24 +130,29 @@ class ProductionActivities:
             repairs=outcome.repairs,
         )
 
+    async def _committed_artifact(self, step: ProduceInput | RefineInput) -> str | None:
+        """The artifact the step starts from, read from its commit's objects (not the
+        checkout): None when the commit has none; a symlink out of the tree, or one past
+        the cap, fails the step saying so."""
+        location = step.workspace
+        read = await asyncio.to_thread(
+            self.deps.workspaces.read_files,
+            step.run_id,
+            location.origin,
+            location.commit,
+            [ARTIFACT_PATH],
+        )
+        text = read[ARTIFACT_PATH]
+        if text is Absent.MISSING:
+            return None
+        if text is Absent.OUTSIDE:
+            raise files.Refused(ARTIFACT_PATH, "at the commit it is a link out of the workspace")
+        if len(text) > ARTIFACT_CAP_CHARS:
+            why = f"it is {len(text)} characters; at most {ARTIFACT_CAP_CHARS} are read"
+            raise files.TooLarge(ARTIFACT_PATH, why)
+        return text
+
 
 def _first_line(text: str) -> str:
     line = next((line.strip() for line in text.splitlines() if line.strip()), "")
     return line if len(line) <= SUBJECT_CHARS else line[: SUBJECT_CHARS - 1] + "…"
-
-
-def _inside(workdir: Path, relative: str) -> Path:
-    """A model may only write inside the workspace, and never into git's own files."""
-    root = workdir.resolve()
-    target = (root / relative).resolve()
-    if (
-        not target.is_relative_to(root)
-        or target == root
-        or ".git" in target.relative_to(root).parts
-    ):
-        raise ApplicationError(
-            f"refusing to write {relative!r}: outside the workspace",
-            type=INVALID_OUTPUT,
-            non_retryable=True,
-        )
-    return target

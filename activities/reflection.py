@@ -15,7 +15,7 @@ from loopworks.schemas.contexts import ReflectorContext
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
-from loopworks.worker.deps import StepDeps
+from loopworks.worker.deps import StepDeps, refusing_unsafe_paths
 from loopworks.workspace.run_log import insights_json, write_reflection, write_run_log
 
 
@@ -68,7 +68,8 @@ class ReflectionActivities:
             user_prompts=[state.task],
             token_usage=total_usage.model_dump(),
         )
-        commit, saved_seq = await asyncio.to_thread(self._record, step, reflection, insights)
+        with refusing_unsafe_paths():
+            commit, saved_seq = await asyncio.to_thread(self._record, step, reflection, insights)
         return ReflectOutput(
             reflection=reflection,
             insights=insights,

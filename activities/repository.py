@@ -15,7 +15,12 @@ from loopworks.schemas.steps import (
     WorkspaceInfo,
     WorkspaceRequest,
 )
-from loopworks.worker.deps import StepDeps, failing_at_once_when_origin_lacks, heartbeating
+from loopworks.worker.deps import (
+    StepDeps,
+    failing_at_once_when_origin_lacks,
+    heartbeating,
+    refusing_unsafe_paths,
+)
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.run_log import write_reflection, write_run_log
 
@@ -74,9 +79,14 @@ class RepositoryActivities:
         )
         commit, saved_seq = request.commit, 0
         if request.log is not None and request.committed_at is not None:
-            if isinstance(request, RecordAndCloseInput) and request.reflection and request.insights:
-                write_reflection(workdir, request.reflection, request.insights)
-            saved_seq = write_run_log(workdir, request.log)
+            with refusing_unsafe_paths():
+                if (
+                    isinstance(request, RecordAndCloseInput)
+                    and request.reflection
+                    and request.insights
+                ):
+                    write_reflection(workdir, request.reflection, request.insights)
+                saved_seq = write_run_log(workdir, request.log)
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at
             )

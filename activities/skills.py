@@ -36,7 +36,9 @@ from loopworks.schemas.playbook import ItemKind
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.steps import trajectory_path
-from loopworks.worker.deps import StepDeps, heartbeating
+from loopworks.worker.deps import StepDeps, heartbeating, refusing_unsafe_paths
+from loopworks.workspace import files as workspace_files
+from loopworks.workspace.files import UnsafePath
 
 # A helper's check gets this long; a helper is a small script, not a test suite.
 CHECK_TIMEOUT_SECONDS = 60
@@ -67,10 +69,10 @@ class SkillActivities:
             outcome = await deps.run_agent(
                 Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
             )
-            files = _read_files(workdir, [*step.helper_paths, *step.reference_paths])
-            trajectory = workdir / trajectory_path(step.iteration, "skill")
-            trajectory.parent.mkdir(parents=True, exist_ok=True)
-            trajectory.write_text(to_jsonl(outcome.records), encoding="utf-8")
+            with refusing_unsafe_paths():
+                files = _read_files(workdir, [*step.helper_paths, *step.reference_paths])
+                trajectory = trajectory_path(step.iteration, "skill")
+                workspace_files.write_text(workdir, trajectory, to_jsonl(outcome.records))
             message = f"skill sub-loop · generate: {', '.join(files) or 'nothing written'}"
             commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
             await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
@@ -121,8 +123,9 @@ class SkillActivities:
             )
             commit = step.workspace.commit
             if rejected:
-                for path in rejected:
-                    (workdir / path).unlink(missing_ok=True)
+                with refusing_unsafe_paths():
+                    for path in rejected:
+                        workspace_files.unlink(workdir, path)
                 message = f"skill sub-loop · reject: {', '.join(sorted(rejected))}"
                 commit = await asyncio.to_thread(
                     workspaces.commit, workdir, message, step.committed_at
@@ -147,13 +150,18 @@ class SkillActivities:
 
 
 def _read_files(workdir: Path, paths: list[str]) -> dict[str, str]:
-    """The asked-for files the generator wrote, capped for the reflector's context."""
-    files = {}
+    """The asked-for files the generator wrote, capped for the reflector's context: regular
+    files only, through no symlink (a link is not a helper the generator wrote)."""
+    found = {}
     for path in paths:
-        target = workdir / path
-        if target.is_file() and not target.is_symlink():
-            files[path] = target.read_text(encoding="utf-8", errors="replace")[:FILE_CHARS]
-    return files
+        try:
+            data = workspace_files.read_bytes(
+                workdir, path, FILE_CHARS * 4, follow=False, truncate=True
+            )
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnsafePath):
+            continue
+        found[path] = data.decode("utf-8", errors="replace")[:FILE_CHARS]
+    return found
 
 
 def _judge(review: HelperReview | None, helper: bool, workdir: Path) -> tuple[str | None, str]:

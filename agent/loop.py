@@ -42,6 +42,7 @@ from loopworks.llm.errors import CUT_OFF, model_errors
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.workspace import files
 
 # `skill`: the skill sub-loop's generator (seed 003), whose records are `loop_type: skill`.
 AgentStep = Literal["produce", "refine", "skill"]
@@ -204,7 +205,7 @@ class _AgentRun:
             raise InvalidOutput(self.role, f"the model refused to go on: {text.strip()[:500]}")
         if response.finish_reason == "length" and not text.strip():
             raise InvalidOutput(self.role, CUT_OFF)
-        if self.deliverable is None or (self.root / self.deliverable).is_file():
+        if self.deliverable is None or _delivered(self.root, self.deliverable):
             return text
         if self.nudges < NUDGES:
             return None
@@ -367,3 +368,12 @@ def _capped(value: Any) -> Any:
     if isinstance(value, list):
         return [_capped(item) for item in value]
     return value
+
+
+def _delivered(root: Path, deliverable: str) -> bool:
+    """Whether the deliverable is a file in the workspace. A path the worker refuses (a
+    link out of it) counts as there: the step's own read of it fails, saying why."""
+    try:
+        return files.is_file(root, deliverable)
+    except files.UnsafePath:
+        return True

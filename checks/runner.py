@@ -18,9 +18,13 @@ from loopworks.checks.output import collect
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
-from loopworks.workspace.origin import Absent
+from loopworks.workspace import files
+from loopworks.workspace.origin import Absent, tree_path
 
 logger = logging.getLogger(__name__)
+
+# A pattern check reads this much of its file at most.
+PATTERN_READ_CAP_BYTES = 64 << 20
 
 
 class CheckOutcome(BaseModel):
@@ -115,14 +119,6 @@ def _outcome(check: CommandCheck, code: int | None, output: str, killed: str) ->
     return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)
 
 
-def _inside(workdir: Path, relpath: str) -> Path | None:
-    if Path(relpath).is_absolute():
-        return None
-    root = workdir.resolve()
-    target = (root / relpath).resolve()
-    return target if target == root or root in target.parents else None
-
-
 def _line_of(text: str, match: re.Match[str]) -> tuple[int, str]:
     start = text.rfind("\n", 0, match.start()) + 1
     end = text.find("\n", match.start())
@@ -130,13 +126,18 @@ def _line_of(text: str, match: re.Match[str]) -> tuple[int, str]:
 
 
 def run_pattern_check(check: PatternCheck, workdir: Path) -> CheckOutcome:
-    """The check against the file in a working directory."""
-    target = _inside(workdir, check.path)
-    if target is None:
+    """The check against the file in a working directory, read as a checkout of the
+    commit would show it (`read_tree_files`): a symlink out of the directory is outside."""
+    relpath = tree_path(check.path)
+    if relpath is None:
         return match_pattern(check, Absent.OUTSIDE)
-    if not target.is_file():
+    try:
+        text = files.read_text(workdir, relpath, PATTERN_READ_CAP_BYTES, truncate=True)
+    except files.Refused:
+        return match_pattern(check, Absent.OUTSIDE)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return match_pattern(check, Absent.MISSING)
-    return match_pattern(check, target.read_text(encoding="utf-8", errors="replace"))
+    return match_pattern(check, text)
 
 
 def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:

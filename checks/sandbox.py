@@ -92,17 +92,30 @@ class SandboxMode(BaseModel):
 
 
 def _chown_tree(root: Path, uid: int, gid: int, *, strip_setid: bool = False) -> None:
-    """lchown `root` and everything under it; never follows a symlink the command made."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    """lchown `root` and everything under it; never follows a symlink the command made,
+    not even one swapped in while the walk goes (every step is relative to a directory fd,
+    as workspace/files.py does)."""
+    for _, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         for name in [*dirnames, *filenames]:
-            path = os.path.join(dirpath, name)
             with contextlib.suppress(FileNotFoundError):
-                os.lchown(path, uid, gid)
+                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
                 if strip_setid:
-                    st = os.lstat(path)
-                    if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-                        os.chmod(path, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                    _strip_setid(name, dirfd)
     os.lchown(root, uid, gid)
+
+
+def _strip_setid(name: str, dirfd: int) -> None:
+    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        return
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(name, flags, dir_fd=dirfd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            os.fchmod(fd, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,10 @@ INVALID_OUTPUT = "InvalidOutput"
 # The ApplicationError type of an origin lacking what a run or graph starts from (the
 # base branch named, any commit): a definite answer, so never retried.
 ORIGIN_LACKS = "OriginLacks"
+# The ApplicationError type of a path in a workspace the worker refuses to read or write
+# (a symlink out of it, one on the way to its own records, a file past a read cap):
+# the same tree refuses it again, so never retried.
+UNSAFE_PATH = "UnsafeWorkspacePath"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

@@ -28,9 +28,11 @@ from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     INVALID_OUTPUT,
     ORIGIN_LACKS,
+    UNSAFE_PATH,
     GitLocation,
     ModelStep,
 )
+from loopworks.workspace.files import UnsafePath
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.runner import OriginLacksError
 
@@ -243,6 +245,16 @@ def failing_at_once_when_origin_lacks() -> Iterator[None]:
         yield
     except OriginLacksError as err:
         raise ApplicationError(str(err), type=ORIGIN_LACKS, non_retryable=True) from err
+
+
+@contextlib.contextmanager
+def refusing_unsafe_paths() -> Iterator[None]:
+    """A path in the workspace the worker will not read or write (workspace/files.py) fails
+    the step at once, saying which and why: the same tree would be refused again."""
+    try:
+        yield
+    except UnsafePath as err:
+        raise ApplicationError(str(err), type=UNSAFE_PATH, non_retryable=True) from err
 
 
 def now() -> float:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
+from loopworks.workspace import files
 from loopworks.workspace.objects import (
     changed_paths,
     commit_index,
@@ -29,6 +30,9 @@ from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
 from loopworks.workspace.runner import GitError, serving_program
 from loopworks.workspace.stores import writes_into
+
+# A HEAD file holds a sha or a ref name: anything longer is not one.
+_HEAD_CAP_BYTES = 4096
 
 
 class CommitPublisher(OriginReader):
@@ -161,7 +165,7 @@ class CommitPublisher(OriginReader):
 def detached_head(workdir: Path) -> str | None:
     """The sha a clone's detached HEAD holds (the file git wrote), or None."""
     try:
-        text = (workdir / ".git" / "HEAD").read_text(encoding="ascii").strip()
-    except (OSError, UnicodeDecodeError):
+        text = files.read_text(workdir, ".git/HEAD", _HEAD_CAP_BYTES, follow=False).strip()
+    except (OSError, files.UnsafePath):
         return None
     return text if FULL_SHA.match(text) else None

@@ -6,7 +6,6 @@ and tests can drive it against real repositories on disk.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import tempfile
@@ -14,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
+from loopworks.workspace import files
 from loopworks.workspace.commits import CommitPublisher, detached_head
 from loopworks.workspace.objects import (
     clone_shared,
@@ -372,8 +372,6 @@ def _borrowed(source: Path, staging: Path) -> bool:
 
 
 def file_sha256(workdir: Path, path: str) -> str | None:
-    """Hex SHA-256 of a workspace file's bytes, or None when it is absent."""
-    target = Path(workdir) / safe_relpath(path)
-    if not target.is_file():
-        return None
-    return hashlib.sha256(target.read_bytes()).hexdigest()
+    """Hex SHA-256 of a workspace file's bytes, or None when it is absent; a symlink out
+    of the workspace is `files.Refused`."""
+    return files.sha256(Path(workdir), safe_relpath(path))

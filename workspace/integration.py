@@ -9,7 +9,6 @@ Below the git part, the ledger's files as seed 004 keeps them, edited in a clone
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,12 +20,14 @@ from loopworks.schemas.steps import ARTIFACT_PATH, RECORDS_DIR
 from loopworks.schemas.tasks import (
     ARCHIVE_AFTER,
     ARCHIVE_PATH,
+    LEDGER_PATH,
     LedgerLine,
     TaskStatus,
     latest_lines,
     ledger_lines,
     task_file,
 )
+from loopworks.workspace import files
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.objects import (
     commit_message_of,
@@ -37,13 +38,16 @@ from loopworks.workspace.objects import (
     write_commit,
 )
 from loopworks.workspace.refs import checked_commit, checked_run_id, redact
-from loopworks.workspace.runner import GitError, _file_lock, _rmtree, serving_program
+from loopworks.workspace.runner import GitError, _file_lock, serving_program
 
 # Every loop writes these at its repository root; in a task graph they are moved under
 # the task's own directory.
 ROOT_ARTIFACT = ARTIFACT_PATH
 ROOT_RECORDS = RECORDS_DIR
 _RELOCATED = {ROOT_ARTIFACT: "artifact.md", ROOT_RECORDS: "loops"}
+# The ledger and archive are read whole into the worker; past these, the step fails.
+LEDGER_CAP_BYTES = 64 << 20
+TASK_FILE_CAP_BYTES = 1 << 20
 _TRAILER = re.compile(r"^([A-Za-z0-9-]+): (.*)$")
 
 
@@ -195,15 +199,13 @@ class IntegrationWorkspaces(GitWorkspaces):
         ).stdout.strip()
         self._git(["checkout", "--quiet", "--detach", "--force", task_commit], cwd=workdir)
         self._git(["clean", "-ffdxq"], cwd=workdir)
-        target_dir = workdir / task_dir(task_id)
         for root_path, name in _RELOCATED.items():
-            source = workdir / root_path
-            if not (source.exists() or source.is_symlink()):
+            if not files.lexists(workdir, root_path):
                 continue
-            target = target_dir / name
-            _remove(target)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(source, target)
+            # The paths are the task's tree: a symlink on the way to them is refused.
+            target = f"{task_dir(task_id)}/{name}"
+            files.remove(workdir, target)
+            files.rename(workdir, root_path, target)
             if self._has_path(workdir, base, root_path):
                 self._git(["checkout", "--quiet", base, "--", root_path], cwd=workdir)
         if not self.changed_paths(workdir):
@@ -281,13 +283,6 @@ class IntegrationWorkspaces(GitWorkspaces):
         return tree is not None and read_path(repo, tree, path) is not None
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        _rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
 # -- the ledger's files (seed 004), in a working clone -----------------------------------
 
 
@@ -299,19 +294,24 @@ def _identity(line: str) -> str:
         return line.strip()
 
 
-def _append(path: Path, lines: list[str]) -> None:
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+def _append(workdir: Path, relpath: str, lines: list[str]) -> None:
+    text = files.read_text(workdir, relpath, LEDGER_CAP_BYTES, follow=False, missing="")
     if text and not text.endswith("\n"):
         text += "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "".join(f"{line}\n" for line in lines), encoding="utf-8")
+    files.write_text(workdir, relpath, text + "".join(f"{line}\n" for line in lines))
 
 
-def append_lines(ledger: Path, lines: list[LedgerLine]) -> list[str]:
+def read_ledger(workdir: Path) -> str | None:
+    """The ledger's text in a clone, None when it has none; through no symlink."""
+    try:
+        return files.read_text(workdir, LEDGER_PATH, LEDGER_CAP_BYTES, follow=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def append_lines(workdir: Path, lines: list[LedgerLine]) -> list[str]:
     """Append the lines the ledger does not hold yet (a retry appends nothing twice)."""
-    seen = {
-        _identity(line) for line in ledger.read_text(encoding="utf-8").splitlines() if line.strip()
-    }
+    seen = {_identity(line) for line in (read_ledger(workdir) or "").splitlines() if line.strip()}
     new: list[str] = []
     for line in lines:
         text = line.to_jsonl()
@@ -319,27 +319,20 @@ def append_lines(ledger: Path, lines: list[LedgerLine]) -> list[str]:
             seen.add(_identity(text))
             new.append(text)
     if new:
-        _append(ledger, new)
+        _append(workdir, LEDGER_PATH, new)
     return new
 
 
 def write_task_file(workdir: Path, relpath: str, text: str) -> bool:
-    """Write a task file unless it exists (the planner's file stays as it was)."""
-    path = workdir / relpath
-    if path.exists():
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return True
+    """Write a task file unless anything is there (the planner's file stays as it was)."""
+    return files.create_text(workdir, relpath, text)
 
 
 def archived(workdir: Path) -> set[str]:
     """Ids of the tasks in the archive."""
-    path = workdir / ARCHIVE_PATH
-    if not path.is_file():
-        return set()
+    text = files.read_text(workdir, ARCHIVE_PATH, LEDGER_CAP_BYTES, follow=False, missing="")
     ids: set[str] = set()
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in text.splitlines():
         try:
             data = json.loads(line)
         except ValueError:
@@ -357,22 +350,20 @@ def archive_completed(workdir: Path, ledger_text: str) -> list[str]:
     done = [
         task_id
         for task_id, line in latest.items()
-        if line.status == TaskStatus.COMPLETED and (workdir / task_file(task_id)).is_file()
+        if line.status == TaskStatus.COMPLETED
+        and files.is_file(workdir, task_file(task_id), follow=False)
     ]
     if len(done) <= ARCHIVE_AFTER:
         return []
-    archive = workdir / ARCHIVE_PATH
-    seen = (
-        {_identity(line) for line in archive.read_text(encoding="utf-8").splitlines()}
-        if archive.is_file()
-        else set()
-    )
+    archive = files.read_text(workdir, ARCHIVE_PATH, LEDGER_CAP_BYTES, follow=False, missing="")
+    seen = {_identity(line) for line in archive.splitlines()}
     lines: list[str] = []
     for task_id in done:
-        path = workdir / task_file(task_id)
-        line = json.dumps(json.loads(path.read_text(encoding="utf-8")), ensure_ascii=False)
+        path = task_file(task_id)
+        text = files.read_text(workdir, path, TASK_FILE_CAP_BYTES, follow=False)
+        line = json.dumps(json.loads(text), ensure_ascii=False)
         if _identity(line) not in seen:
             lines.append(line)
-        path.unlink()
-    _append(archive, lines)
+        files.unlink(workdir, path)
+    _append(workdir, ARCHIVE_PATH, lines)
     return done

@@ -14,20 +14,26 @@ from pathlib import Path
 from loopworks.schemas.events import EVENT, Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.steps import HISTORY_PATH, RECORDS_DIR, RUN_STATE_PATH, RunLog
+from loopworks.workspace import files
+
+# A run's history past this is not read back into the worker: the step fails saying so.
+RECORD_CAP_BYTES = 64 << 20
 
 
 def write_run_log(workdir: Path, log: RunLog) -> int:
-    """Append the events the file lacks, rewrite run.json; return the last seq held."""
-    history = workdir / HISTORY_PATH
-    history.parent.mkdir(parents=True, exist_ok=True)
-    last = last_seq(history)
+    """Append the events the file lacks, rewrite run.json; return the last seq held.
+
+    The records are the worker's own: a symlink at or on the way to either file is
+    refused (`files.Refused`), never written through."""
+    held = files.read_bytes(workdir, HISTORY_PATH, RECORD_CAP_BYTES, follow=False, missing=b"")
+    last = _last_seq(held.decode("utf-8", errors="replace"))
     fresh = [event for event in log.events if event.seq > last]
     if fresh:
-        with history.open("a", encoding="utf-8") as out:
-            out.writelines(event.model_dump_json() + "\n" for event in fresh)
+        added = "".join(event.model_dump_json() + "\n" for event in fresh)
+        files.write_bytes(workdir, HISTORY_PATH, held + added.encode("utf-8"))
         last = fresh[-1].seq
     state = log.state.model_dump_json(indent=2) + "\n"
-    (workdir / RUN_STATE_PATH).write_text(state, encoding="utf-8")
+    files.write_text(workdir, RUN_STATE_PATH, state)
     return last
 
 
@@ -35,21 +41,22 @@ def write_reflection(
     workdir: Path, reflection: FrameworkReflection, insights: SessionInsights
 ) -> None:
     """Step 10's record: `reflection.md` and `insights.json`."""
-    records = workdir / RECORDS_DIR
-    records.mkdir(exist_ok=True)
-    (records / "reflection.md").write_text(reflection.to_markdown())
-    (records / "insights.json").write_text(insights_json(insights))
+    files.write_text(workdir, f"{RECORDS_DIR}/reflection.md", reflection.to_markdown())
+    files.write_text(workdir, f"{RECORDS_DIR}/insights.json", insights_json(insights))
 
 
 def insights_json(insights: SessionInsights) -> str:
     return json.dumps(insights.model_dump(mode="json"), indent=2) + "\n"
 
 
-def last_seq(history: Path) -> int:
-    if not history.is_file():
-        return 0
-    lines = history.read_text(encoding="utf-8").splitlines()
-    for line in reversed(lines):
+def last_seq(workdir: Path) -> int:
+    """The seq of the last event the workspace's history.jsonl holds (0: none)."""
+    held = files.read_bytes(workdir, HISTORY_PATH, RECORD_CAP_BYTES, follow=False, missing=b"")
+    return _last_seq(held.decode("utf-8", errors="replace"))
+
+
+def _last_seq(text: str) -> int:
+    for line in reversed(text.splitlines()):
         if line.strip():
             return int(json.loads(line)["seq"])
     return 0

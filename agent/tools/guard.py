@@ -7,7 +7,9 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
 - `ToolGuard.path`: the file tools (read, write, edit, list, search) run in the worker's own
   process, outside the sandbox, so their paths are held here: relative, no `..`, no symlink out
   of the workspace, nothing in `.git`; and `ToolGuard.writable` keeps writes out of the run's
-  records (`.loops/`), which the worker appends to and commits.
+  records (`.loops/`), which the worker appends to and commits. The reads and writes
+  themselves go through workspace/files.py, which checks the path again as it opens it, so a
+  symlink a command swaps in after the guard looked is refused too.
 - `ToolGuard.command`: a refusal the model can act on for a command that could only fail in the
   sandbox and would otherwise touch what loopworks owns, git that writes or a path inside
   `.git` (`git_policy`); and a command too long to be one (write a script instead).

@@ -4,8 +4,8 @@ edit, list, search, run a command. Every outcome is a `ToolResult`, failures inc
 from __future__ import annotations
 
 import fnmatch
+import io
 import logging
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +31,7 @@ from loopworks.agent.tools.calls import (
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.rules import CommandCheck
+from loopworks.workspace import files
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +42,22 @@ def fail(message: str) -> ToolResult:
     return ToolResult(ok=False, content=message)
 
 
-def _is_binary(target: Path) -> bool:
-    with target.open("rb") as fh:
-        return b"\x00" in fh.read(_BINARY_SNIFF_BYTES)
+def _is_binary(reader: IO[bytes]) -> bool:
+    head = reader.read(_BINARY_SNIFF_BYTES)
+    reader.seek(0)
+    return b"\x00" in head
+
+
+def _relative(guard: ToolGuard, path: str, *, writing: bool = False) -> str:
+    """The guard's verdict on a model's path, as the path the file I/O then opens: the
+    guard's policy (no .git, no records), then workspace/files.py's (no link out of the
+    workspace, checked again at the open, so a link swapped in since is refused too)."""
+    target = guard.writable(path) if writing else guard.path(path)
+    return guard.relative(target)
+
+
+def _absent(root: Path, rel: str, path: str) -> ToolResult:
+    return fail(f"{path} is not a file" if files.lexists(root, rel) else f"{path} not found")
 
 
 def _lines(fh: IO[str], cap: int) -> Iterator[tuple[str, bool]]:
@@ -62,35 +76,41 @@ def _lines(fh: IO[str], cap: int) -> Iterator[tuple[str, bool]]:
 
 
 def read_file(guard: ToolGuard, args: ReadFileArgs) -> ToolResult:
-    target = guard.path(args.path)
-    if not target.is_file():
-        return fail(f"{args.path} is not a file" if target.exists() else f"{args.path} not found")
-    if _is_binary(target):
-        return fail(f"{args.path} is a binary file; read_file shows text files only")
+    rel = _relative(guard, args.path)
+    try:
+        with files.open_read(guard.root, rel) as (reader, _):
+            if _is_binary(reader):
+                return fail(f"{args.path} is a binary file; read_file shows text files only")
+            text = io.TextIOWrapper(reader, encoding="utf-8", errors="replace", newline="")
+            return _read_lines(text, args)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return _absent(guard.root, rel, args.path)
+
+
+def _read_lines(fh: IO[str], args: ReadFileArgs) -> ToolResult:
     out: list[str] = []
     size = 0
     lineno = 0
     stop: str | None = None
-    with target.open("r", encoding="utf-8", errors="replace", newline="") as fh:
-        for line, whole in _lines(fh, READ_CAP_BYTES):
-            lineno += 1
-            if lineno <= args.offset:
-                continue
-            if len(out) >= args.limit:
-                stop = f"limit of {args.limit} lines reached"
+    for line, whole in _lines(fh, READ_CAP_BYTES):
+        lineno += 1
+        if lineno <= args.offset:
+            continue
+        if len(out) >= args.limit:
+            stop = f"limit of {args.limit} lines reached"
+            break
+        encoded = line.encode("utf-8")
+        if size + len(encoded) > READ_CAP_BYTES:
+            if out:
+                stop = f"{READ_CAP_BYTES // 1024} KiB cap reached"
                 break
-            encoded = line.encode("utf-8")
-            if size + len(encoded) > READ_CAP_BYTES:
-                if out:
-                    stop = f"{READ_CAP_BYTES // 1024} KiB cap reached"
-                    break
-                # One line bigger than the cap on its own: show its beginning.
-                line = encoded[: READ_CAP_BYTES - 256].decode("utf-8", errors="ignore")
-                whole = False
-            if not whole:
-                line = line.rstrip("\r\n") + f"\n[line {lineno} is longer; cut here]\n"
-            out.append(line)
-            size += len(line.encode("utf-8"))
+            # One line bigger than the cap on its own: show its beginning.
+            line = encoded[: READ_CAP_BYTES - 256].decode("utf-8", errors="ignore")
+            whole = False
+        if not whole:
+            line = line.rstrip("\r\n") + f"\n[line {lineno} is longer; cut here]\n"
+        out.append(line)
+        size += len(line.encode("utf-8"))
     if not out:
         if lineno == 0:
             return ToolResult(ok=True, content=f"[{args.path} is empty]")
@@ -105,43 +125,35 @@ def read_file(guard: ToolGuard, args: ReadFileArgs) -> ToolResult:
     return ToolResult(ok=True, content=content)
 
 
-def _open_for_write(target: Path) -> int:
-    # The guard resolved every symlink; O_NOFOLLOW refuses one swapped in since.
-    return os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-
-
-def _write_bytes(target: Path, data: bytes) -> None:
-    fd = _open_for_write(target)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
-
-
 def write_file(guard: ToolGuard, args: WriteFileArgs) -> ToolResult:
     data = args.content.encode("utf-8")
     if len(data) > WRITE_CAP_BYTES:
         return fail(
             f"content is {len(data)} bytes; write_file accepts at most {WRITE_CAP_BYTES} bytes"
         )
-    target = guard.writable(args.path)
-    if target == guard.root or target.is_dir():
+    rel = _relative(guard, args.path, writing=True)
+    if rel == ".":
         return fail(f"{args.path} is a directory")
-    existed = target.exists()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _write_bytes(target, data)
+    try:
+        existed = files.write_bytes(guard.root, rel, data)
+    except IsADirectoryError:
+        return fail(f"{args.path} is a directory")
     verb = "overwrote" if existed else "created"
     return ToolResult(ok=True, content=f"{verb} {args.path} ({len(data)} bytes)")
 
 
 def edit_file(guard: ToolGuard, args: EditFileArgs) -> ToolResult:
-    target = guard.writable(args.path)
-    if not target.is_file():
-        return fail(f"{args.path} is not a file" if target.exists() else f"{args.path} not found")
-    if target.stat().st_size > WRITE_CAP_BYTES:
+    rel = _relative(guard, args.path, writing=True)
+    try:
+        data = files.read_bytes(guard.root, rel, WRITE_CAP_BYTES)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return _absent(guard.root, rel, args.path)
+    except files.TooLarge:
         return fail(f"{args.path} is larger than {WRITE_CAP_BYTES} bytes; too large to edit")
-    if _is_binary(target):
+    if b"\x00" in data[:_BINARY_SNIFF_BYTES]:
         return fail(f"{args.path} is a binary file; edit_file edits text files only")
     try:
-        text = target.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return fail(f"{args.path} is not UTF-8 text; edit_file edits text files only")
     if args.old == args.new:
@@ -154,34 +166,22 @@ def edit_file(guard: ToolGuard, args: EditFileArgs) -> ToolResult:
             f"old text occurs {count} times in {args.path}; it must be unique: "
             "include more of the surrounding lines"
         )
-    data = text.replace(args.old, args.new, 1).encode("utf-8")
-    if len(data) > WRITE_CAP_BYTES:
+    edited = text.replace(args.old, args.new, 1).encode("utf-8")
+    if len(edited) > WRITE_CAP_BYTES:
         return fail(f"the edited file would exceed {WRITE_CAP_BYTES} bytes")
-    _write_bytes(target, data)
+    files.write_bytes(guard.root, rel, edited)
     return ToolResult(ok=True, content=f"replaced 1 occurrence in {args.path}")
 
 
-def _walk(top: Path) -> Iterator[Path | None]:
-    """Files (and symlinks) under `top`, sorted, skipping .git and not following symlinks.
-
-    After WALK_CAP_FILES entries it yields None, meaning "there is more", and stops.
-    """
-    if not top.is_dir():
-        yield top
-        return
-    seen = 0
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d.lower() != ".git")
-        here = Path(dirpath)
-        links = [d for d in dirnames if (here / d).is_symlink()]
-        for name in sorted([*filenames, *links]):
-            if name.lower() == ".git":
-                continue
-            seen += 1
-            if seen > WALK_CAP_FILES:
-                yield None
-                return
-            yield here / name
+def _walk(root: Path, rel: str) -> Iterator[tuple[str, bool] | None]:
+    """(path, is a symlink) of the files and symlinks under `rel`, sorted, skipping .git
+    and following no symlink (`files.walk`). After WALK_CAP_FILES entries it yields None,
+    meaning "there is more", and stops."""
+    for seen, entry in enumerate(files.walk(root, "" if rel == "." else rel), start=1):
+        if seen > WALK_CAP_FILES:
+            yield None
+            return
+        yield entry
 
 
 def _matches(rel: str, pattern: str) -> bool:
@@ -190,22 +190,22 @@ def _matches(rel: str, pattern: str) -> bool:
 
 
 def list_files(guard: ToolGuard, args: ListFilesArgs) -> ToolResult:
-    top = guard.path(args.path)
-    if not top.exists():
+    rel = _relative(guard, args.path)
+    if not files.lexists(guard.root, rel) and rel != ".":
         return fail(f"{args.path} not found")
     found: list[str] = []
     more = False
-    for entry in _walk(top):
+    for entry in _walk(guard.root, rel):
         if entry is None:
             more = True
             break
-        rel = guard.relative(entry)
-        if not _matches(rel, args.pattern):
+        path, link = entry
+        if not _matches(path, args.pattern):
             continue
         if len(found) >= LIST_CAP_ENTRIES:
             more = True
             break
-        found.append(rel + ("@" if entry.is_symlink() else ""))
+        found.append(path + ("@" if link else ""))
     return _listing(
         found,
         more,
@@ -229,40 +229,31 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
         regex = re.compile(args.pattern)
     except re.error as exc:
         return fail(f"invalid regular expression {args.pattern!r}: {exc}")
-    top = guard.path(args.path)
-    if not top.exists():
+    rel = _relative(guard, args.path)
+    if not files.lexists(guard.root, rel) and rel != ".":
         return fail(f"{args.path} not found")
     hits: list[str] = []
     size = 0
     more = False
-    for entry in _walk(top):
+    for entry in _walk(guard.root, rel):
         if entry is None:
             more = True
             break
-        rel = guard.relative(entry)
-        if not fnmatch.fnmatchcase(entry.name, args.glob):
+        path, _ = entry
+        if not fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], args.glob):
             continue
         try:
-            target = guard.path(rel)  # a symlink out of the workspace is not searched
-        except ToolDenied:
-            continue
-        if not target.is_file() or target.stat().st_size > SEARCH_FILE_CAP_BYTES:
-            continue
-        if _is_binary(target):
-            continue
-        with target.open("r", encoding="utf-8", errors="replace") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not regex.search(line):
-                    continue
-                text = line.rstrip("\r\n")
-                if len(text) > SEARCH_LINE_CHARS:
-                    text = text[:SEARCH_LINE_CHARS] + "..."
-                hit = f"{rel}:{lineno}: {text}"
-                if len(hits) >= SEARCH_CAP_MATCHES or size + len(hit) > READ_CAP_BYTES:
-                    more = True
-                    break
-                hits.append(hit)
-                size += len(hit) + 1
+            guard.path(path)  # nothing in .git, even through a link inside
+            found = _search_file(guard.root, path, regex)
+        except (ToolDenied, files.UnsafePath, OSError):
+            continue  # a symlink out of the workspace, a FIFO, a file gone: not searched
+        for lineno, text in found:
+            hit = f"{path}:{lineno}: {text}"
+            if len(hits) >= SEARCH_CAP_MATCHES or size + len(hit) > READ_CAP_BYTES:
+                more = True
+                break
+            hits.append(hit)
+            size += len(hit) + 1
         if more:
             break
     return _listing(
@@ -271,6 +262,26 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
         f"no matches for {args.pattern!r} under {args.path}",
         "matches; narrow the pattern, path or glob",
     )
+
+
+def _search_file(root: Path, path: str, regex: re.Pattern[str]) -> list[tuple[int, str]]:
+    """(line number, line cut to SEARCH_LINE_CHARS) of the file's matching lines; none
+    for a binary file or one over SEARCH_FILE_CAP_BYTES."""
+    found: list[tuple[int, str]] = []
+    with files.open_read(root, path) as (reader, size):
+        if size > SEARCH_FILE_CAP_BYTES or _is_binary(reader):
+            return found
+        text = io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
+        for lineno, line in enumerate(text, start=1):
+            if regex.search(line):
+                cut = line.rstrip("\r\n")
+                found.append(
+                    (
+                        lineno,
+                        cut if len(cut) <= SEARCH_LINE_CHARS else cut[:SEARCH_LINE_CHARS] + "...",
+                    )
+                )
+    return found
 
 
 def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:

@@ -34,6 +34,7 @@ from loopworks.agent.tools.calls import (
     WriteFileArgs,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
+from loopworks.workspace.files import UnsafePath
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def execute(workspace: Path, name: str, arguments: Mapping[str, Any] | None) -> 
         if not guard.root.is_dir():
             return operations.fail("the workspace does not exist")
         return spec.run(guard, args)
-    except ToolDenied as exc:
+    except (ToolDenied, UnsafePath) as exc:
         logger.info("tool %s denied: %s", name, exc)
         return operations.fail(str(exc))
     except OSError as exc:

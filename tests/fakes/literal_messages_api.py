@@ -16,7 +16,9 @@ loop that gets through against it has proved its prompts:
 Knobs (settable while the server runs): `corrupt_answers` makes the next N forced answers
 invalid, so that a repair round trip can be checked; `lazy_agent_turns` makes the next N
 agent conversations end their first turn without writing; `reject_strict` refuses tools
-marked `"strict": true` as an API that does not know the field would.
+marked `"strict": true` as an API that does not know the field would; `agent_commands`
+are run, once each per agent conversation, once its files are written, with the tool that
+takes a string `command` (a prompt-injected model's doing, say).
 
 It imports nothing from the project (a unit test checks): standard library only. It does not
 stream; mind that pydantic-ai streams a request whose `max_tokens` is past the SDK's
@@ -259,11 +261,17 @@ def files_to_write(text: str) -> list[str]:
 
 class LiteralMessagesAPI:
     def __init__(
-        self, *, corrupt_answers: int = 0, lazy_agent_turns: int = 0, reject_strict: bool = False
+        self,
+        *,
+        corrupt_answers: int = 0,
+        lazy_agent_turns: int = 0,
+        reject_strict: bool = False,
+        agent_commands: list[str] | None = None,
     ) -> None:
         self.corrupt_answers = corrupt_answers
         self.lazy_agent_turns = lazy_agent_turns
         self.reject_strict = reject_strict
+        self.agent_commands = list(agent_commands or [])
         self.strict_rejections = 0
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -362,6 +370,16 @@ class LiteralMessagesAPI:
         ]
         missing = [p for p in files_to_write(instructions) if p not in written]
         if not missing:
+            runner = _tool_taking(request.tools, "command")
+            ran = [
+                (block.get("input") or {}).get("command")
+                for block in request.tool_uses()
+                if block.get("name") == runner
+            ]
+            with self._lock:
+                pending = [c for c in self.agent_commands if c not in ran]
+            if runner is not None and pending:
+                return [_tool_use(runner, {"command": command}) for command in pending], "tool_use"
             done = f"Done: wrote {', '.join(dict.fromkeys(written))}." if written else None
             return [_text(done or "Nothing to write.")], "end_turn"
         first = text_of(users[0]) if users else ""
@@ -402,6 +420,15 @@ def _writing_tool(tools: list[dict[str, Any]], instructions: str) -> str | None:
     ]
     named = set(BACKTICKED_NAME.findall(instructions))
     return next((w for w in writers if w in named), writers[0] if writers else None)
+
+
+def _tool_taking(tools: list[dict[str, Any]], prop: str) -> str | None:
+    """The first tool with a string property `prop`."""
+    for tool in tools:
+        properties = (tool.get("input_schema") or {}).get("properties") or {}
+        if properties.get(prop, {}).get("type") == "string":
+            return str(tool["name"])
+    return None
 
 
 def _text(text: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def test_the_git_log_appends_only_what_it_lacks(tmp_path: Path) -> None:
     assert write_run_log(tmp_path, RunLog(state=state, events=events[1:])) == 5
     logged = parse_history((tmp_path / HISTORY_PATH).read_text())
     assert [e.seq for e in logged] == [1, 2, 3, 4, 5]
-    assert last_seq(tmp_path / HISTORY_PATH) == 5
+    assert last_seq(tmp_path) == 5
     assert json.loads((tmp_path / RUN_STATE_PATH).read_text())["run_id"] == "r"
 
 
