@@ -33,6 +33,9 @@ INVALID_OUTPUT = "InvalidOutput"
 # The ApplicationError type of an origin lacking what a run or graph starts from (the
 # base branch named, any commit): a definite answer, so never retried.
 ORIGIN_LACKS = "OriginLacks"
+# The ApplicationError type of an origin (or a commit's tree) larger than the worker's
+# clone size cap, LOOPS_MAX_CLONE_BYTES: the same bytes come again, so never retried.
+CLONE_TOO_LARGE = "CloneTooLarge"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

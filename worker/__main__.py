@@ -12,6 +12,7 @@ from temporalio.client import Client
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.connect import connect
+from loopworks.worker.retention import keep_sweeping, retention_policy
 from loopworks.worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.worker")
@@ -44,8 +45,13 @@ async def main() -> int:
         settings.temporal_namespace,
         settings.llm.value if settings.llm else "offline",
     )
+    policy = retention_policy(settings)
     async with worker:
-        await stop.wait()
+        sweeping = asyncio.create_task(keep_sweeping(deps.workspaces.root, policy))
+        try:
+            await stop.wait()
+        finally:
+            sweeping.cancel()
     log.info("worker stopped")
     return 0
 

@@ -78,6 +78,34 @@ def tree_of(repo: pygit2.Repository, spec: str) -> pygit2.Tree | None:
         return None
 
 
+def tree_size(repo: pygit2.Repository, spec: str) -> int | None:
+    """Bytes a checkout of the commit `spec` names writes: its blobs' sizes, each path
+    counted (`git ls-tree -r -l` summed), read from object headers, never inflated; None
+    when `spec` names no commit there. A subtree repeated under many names (a "git
+    bomb") is sized once: the cost is the distinct objects, not the paths they make."""
+    root = tree_of(repo, spec)
+    if root is None:
+        return None
+    GIT_IN_PROCESS.add(["ls-tree"])
+    sizes: dict[pygit2.Oid, int] = {}
+
+    def size_of(tree: pygit2.Tree) -> int:
+        known = sizes.get(tree.id)
+        if known is not None:
+            return known
+        total = 0
+        for entry in tree:
+            if entry.type == ObjectType.TREE:
+                total += size_of(repo[entry.id].peel(pygit2.Tree))
+            elif entry.type == ObjectType.BLOB:
+                total += repo.odb.read_header(entry.id)[1]
+            # A submodule's commit is not checked out with the tree.
+        sizes[tree.id] = total
+        return total
+
+    return size_of(root)
+
+
 def read_path(
     repo: pygit2.Repository, tree: pygit2.Tree, path: str, follow_symlinks: bool = False
 ) -> tuple[str, bytes] | None:
