@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 GIT_TIMEOUT_SECONDS = 600.0
 # How often a clone or fetch's directory is measured against the size cap: what it can
 # overshoot by is what arrives in this time (git writes the pack as it receives it).
-CAP_POLL_SECONDS = 0.25
+CAP_POLL_SECONDS = 0.1
 # Variables that would point git at some other repository or pin commit dates.
 _STRIPPED_ENV = (
     "GIT_DIR",
