@@ -57,6 +57,8 @@ def clones(root: Path, measure: bool, now: float | None = None) -> list[Clone]:
     now = time.time() if now is None else now
     found: list[Clone] = []
     for path in _entries(root):
+        if path.name.startswith(_SWEPT):
+            continue  # already decided: `sweep` finishes it whatever its age
         try:
             mtime = path.lstat().st_mtime
         except OSError:
@@ -90,9 +92,6 @@ def remove(root: Path, name: str) -> bool:
             path.unlink()
             return True
         return False
-    if path.name.startswith(_SWEPT):  # a removal a stopped worker left half done
-        _rmtree(path)
-        return True
     if path.parent != root:
         return _under_lock(path, lambda: _aside_and_remove(path))
     return _aside_and_remove(path)
@@ -132,6 +131,9 @@ def _under_lock(path: Path, action: Callable[[], bool]) -> bool:
 def sweep(root: Path, policy: RetentionPolicy, now: float | None = None) -> Decision:
     """Remove what retention decides; answer the decision (what was removed, and by how
     much the clones in use still exceed the total, when they do)."""
+    for path in _entries(root):
+        if path.name.startswith(_SWEPT):  # a removal a stopped worker left half done
+            _rmtree(path)
     decision = to_remove(clones(root, policy.measures, now), policy)
     for name in decision.remove:
         if remove(root, name):
