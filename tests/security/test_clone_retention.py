@@ -8,18 +8,17 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from loopworks.deploy.processes import WORKER_COMMAND
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.retention import IN_USE_SECONDS, RetentionPolicy
 from loopworks.workspace.sweep import sweep
-
-# The real-process fixtures, as tests/integration has them.
-from tests.integration.conftest import dev_server, stack  # noqa: F401
-from tests.integration.stack import Stack, bare_remote, git
+from tests.integration.stack import bare_remote, free_port, git, start
 
 pytestmark = pytest.mark.integration
 
@@ -150,20 +149,34 @@ def test_links_under_the_root_are_removed_never_followed(tmp_path: Path) -> None
     assert (outside / "keep.txt").read_text() == "mine\n"
 
 
-def test_the_worker_sweeps_when_it_starts(stack: Stack, origin: Path) -> None:
-    """The worker process itself: an idle clone from before is gone once it polls."""
-    workspaces = (stack.data_dir / "workspaces").resolve()
+def test_the_worker_sweeps_when_it_starts(tmp_path: Path, origin: Path) -> None:
+    """The worker process itself: an idle clone from before is gone at start, while it
+    still waits for Temporal (none here)."""
+    data = tmp_path / "data"
+    workspaces = (data / "workspaces").resolve()
     ws = GitWorkspaces(workspaces, "t", "t@t")
     ws.checkout("left-over", str(origin), _head(origin))
     ws.checkout("recent", str(origin), _head(origin))
     _age(workspaces / "left-over", 2 * IN_USE_SECONDS / HOUR)
-    worker = stack.start_worker(LOOPS_KEEP_CLONES_HOURS="1")
-    deadline = time.monotonic() + 60
-    while (workspaces / "left-over").exists() and time.monotonic() < deadline:
-        assert worker.popen.poll() is None, worker.output()
-        time.sleep(0.2)
-    assert not (workspaces / "left-over").exists(), worker.output()
-    assert (workspaces / "recent").is_dir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}",
+        "LOOPS_DATA_DIR": str(data),
+        "LOOPS_SANDBOX": "off",
+        "LOOPS_KEEP_CLONES_HOURS": "1",
+    }
+    worker = start("worker", [sys.executable, *WORKER_COMMAND[1:]], env, tmp_path / "logs")
+    try:
+        deadline = time.monotonic() + 60
+        while (workspaces / "left-over").exists() and time.monotonic() < deadline:
+            assert worker.popen.poll() is None, worker.output()
+            time.sleep(0.2)
+        assert not (workspaces / "left-over").exists(), worker.output()
+        assert (workspaces / "recent").is_dir()
+    finally:
+        worker.stop()
+    assert worker.popen.returncode == 0, worker.output()
 
 
 async def test_the_sweep_repeats(tmp_path: Path) -> None:
