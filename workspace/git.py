@@ -166,18 +166,21 @@ class GitWorkspaces(CommitPublisher):
         """
         workdir = self.workdir(run_id, slot)
         checked_commit(commit)
-        if self._resume(workdir, origin, commit):
-            return workdir
-        try:
-            self._sync(workdir, run_id, origin, commit, slot)
-        except (CommitNotFoundError, CloneTooLargeError):
-            raise
-        except GitError as exc:
-            # A crashed attempt can leave locks or a corrupt clone; start over once.
-            logger.warning("re-cloning workspace %s after: %s", workdir, exc)
-            self._forget(workdir)
-            self._sync(workdir, run_id, origin, commit, slot)
+        if not self._resume(workdir, origin, commit):
+            try:
+                self._sync(workdir, run_id, origin, commit, slot)
+            except (CommitNotFoundError, CloneTooLargeError):
+                raise
+            except GitError as exc:
+                # A crashed attempt can leave locks or a corrupt clone; start over once.
+                logger.warning("re-cloning workspace %s after: %s", workdir, exc)
+                self._forget(workdir)
+                self._sync(workdir, run_id, origin, commit, slot)
+        # Kept by retention (workspace/sweep.py) for as long again; a slot borrows the
+        # run's clone's objects, so that one too.
         used(self.root, workdir)
+        if slot is not None:
+            used(self.root, self.workdir(run_id))
         return workdir
 
     def _resume(self, workdir: Path, origin: str, commit: str) -> bool:

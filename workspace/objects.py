@@ -88,22 +88,22 @@ def tree_size(repo: pygit2.Repository, spec: str) -> int | None:
         return None
     GIT_IN_PROCESS.add(["ls-tree"])
     sizes: dict[pygit2.Oid, int] = {}
-
-    def size_of(tree: pygit2.Tree) -> int:
-        known = sizes.get(tree.id)
-        if known is not None:
-            return known
-        total = 0
-        for entry in tree:
-            if entry.type == ObjectType.TREE:
-                total += size_of(repo[entry.id].peel(pygit2.Tree))
-            elif entry.type == ObjectType.BLOB:
-                total += repo.odb.read_header(entry.id)[1]
-            # A submodule's commit is not checked out with the tree.
-        sizes[tree.id] = total
-        return total
-
-    return size_of(root)
+    # Depth first without recursion (a tree can nest deeper than Python's stack): a
+    # tree is summed once all its subtrees are.
+    pending: list[tuple[pygit2.Tree, bool]] = [(root, False)]
+    while pending:
+        tree, expanded = pending.pop()
+        if tree.id in sizes:
+            continue
+        subtrees = [repo[e.id].peel(pygit2.Tree) for e in tree if e.type == ObjectType.TREE]
+        if not expanded:
+            pending.append((tree, True))
+            pending.extend((sub, False) for sub in subtrees if sub.id not in sizes)
+            continue
+        # A submodule's commit is not checked out with the tree: it counts nothing.
+        blobs = (repo.odb.read_header(e.id)[1] for e in tree if e.type == ObjectType.BLOB)
+        sizes[tree.id] = sum(blobs) + sum(sizes[sub.id] for sub in subtrees)
+    return sizes[root.id]
 
 
 def read_path(

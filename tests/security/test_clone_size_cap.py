@@ -172,3 +172,23 @@ def test_with_no_cap_nothing_changes(tmp_path: Path, large: tuple[Path, str]) ->
     ws = _ws(tmp_path, cap=None)
     assert ws.read_file(bare.as_uri(), commit, "README.md") == "# demo project\n"
     assert (ws.checkout("r-1", bare.as_uri(), commit) / "data.bin").is_file()
+
+
+def test_a_tree_nested_deeper_than_pythons_stack_is_sized(tmp_path: Path) -> None:
+    import pygit2
+
+    from loopworks.workspace.objects import open_repository, tree_size
+
+    bare = bare_remote(tmp_path / "deep")
+    repo = pygit2.Repository(str(bare))
+    tree = repo.TreeBuilder()
+    tree.insert("leaf", repo.create_blob(b"x" * 10), pygit2.enums.FileMode.BLOB)
+    oid = tree.write()
+    for _ in range(3000):
+        parent = repo.TreeBuilder()
+        parent.insert("d", oid, pygit2.enums.FileMode.TREE)
+        oid = parent.write()
+    head = repo.revparse_single("main").id
+    sig = pygit2.Signature("t", "t@t")
+    commit = repo.create_commit(None, sig, sig, "deep", oid, [head])
+    assert tree_size(open_repository(bare), f"{commit}^{{commit}}") == 10
