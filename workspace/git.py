@@ -251,15 +251,15 @@ class GitWorkspaces(CommitPublisher):
             held = self._probe(workdir, commit)[1]
         if not held:
             from_origin = self._fetch(workdir, run_id, url, commit, slot) or from_origin
+        elif self.fetches_branches:
+            self._ensure_origin(workdir, url)
+            self._fetched(workdir, url, ["fetch", "--quiet", "--no-tags", "origin", _BRANCHES])
+        elif slot is None:
+            self._ensure_origin(workdir, url)  # what the run's commits are published to
         if from_origin:
             # The checkout below writes the tree of what origin sent: a small pack can
             # hold a large tree.
             self._check_tree_size(workdir, url, commit)
-        elif self.fetches_branches:
-            self._ensure_origin(workdir, url)
-            self._git(["fetch", "--quiet", "--no-tags", "origin", _BRANCHES], cwd=workdir)
-        elif slot is None:
-            self._ensure_origin(workdir, url)  # what the run's commits are published to
         # An evaluation slot publishes nothing: its remote is set when it must fetch.
         # Every step starts from exactly the commit it is handed, whatever an earlier
         # attempt left behind: tracked files forced back, everything else removed (a
