@@ -12,11 +12,13 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from loopworks.workspace.refs import RUN_ID_SEGMENTS
 from loopworks.workspace.retention import Clone, Decision, RetentionPolicy, to_remove
 from loopworks.workspace.runner import _rmtree, tree_bytes
 
@@ -53,12 +55,16 @@ def used(root: Path, path: Path) -> None:
 
 
 def clones(root: Path, measure: bool, now: float | None = None) -> list[Clone]:
-    """Every removable entry under `root`, with its idle time (and size, if `measure`)."""
+    """Every removable entry under `root`, with its idle time (and size, if `measure`):
+    only what the workspace code makes, so a LOOPS_WORKSPACES_DIR shared with anything
+    else loses nothing else."""
     now = time.time() if now is None else now
     found: list[Clone] = []
     for path in _entries(root):
         if path.name.startswith(_SWEPT):
             continue  # already decided: `sweep` finishes it whatever its age
+        if not _ours(path, cache=path.parent != root):
+            continue
         try:
             mtime = path.lstat().st_mtime
         except OSError:
@@ -67,6 +73,30 @@ def clones(root: Path, measure: bool, now: float | None = None) -> list[Clone]:
         name = path.relative_to(root).as_posix()
         found.append(Clone(name=name, idle_seconds=max(0.0, now - mtime), bytes=size))
     return found
+
+
+# A clone being made, beside where it goes (workspace/git.py `_clone`).
+_STAGING = re.compile(r"^\..+\.clone-[0-9a-f]{32}$")
+# An origin's cache: a digest of its URL (workspace/origin.py).
+_CACHE_KEY = re.compile(r"^[0-9a-f]{16}$")
+
+
+def _ours(path: Path, cache: bool, depth: int = RUN_ID_SEGMENTS) -> bool:
+    """Whether `path` is something the workspace code made: a clone (its `.git` a
+    directory), one being made, an origin's bare cache, or a task graph's directory of
+    its tasks' clones (run ids nest up to RUN_ID_SEGMENTS deep). Never a link."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if cache:
+        return _CACHE_KEY.match(path.name) is not None
+    if _STAGING.match(path.name) or (path / ".git").is_dir():
+        return True
+    if depth <= 1:
+        return False
+    inside = list(path.iterdir())
+    if not inside:  # a task's directory whose clones went: ours inside a graph's only
+        return depth < RUN_ID_SEGMENTS
+    return all(_ours(p, False, depth - 1) for p in inside)
 
 
 def _entries(root: Path) -> list[Path]:

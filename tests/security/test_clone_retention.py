@@ -136,16 +136,31 @@ def test_a_removal_a_stopped_worker_left_half_done_is_finished(ws: GitWorkspaces
     assert not left.exists()
 
 
-def test_links_under_the_root_are_removed_never_followed(tmp_path: Path) -> None:
-    root = tmp_path / "workspaces"
-    root.mkdir()
+def test_only_what_the_workspaces_made_is_removed(tmp_path: Path, origin: Path) -> None:
+    """LOOPS_WORKSPACES_DIR may be a directory with other things in it: a link, a file,
+    a directory that holds no clone, however old, are left alone; the link never
+    followed."""
+    ws = GitWorkspaces((tmp_path / "workspaces").resolve(), "t", "t@t")
+    ws.checkout("graph-1/task-a/1", str(origin), _head(origin))
+    root = ws.root
     outside = tmp_path / "precious"
     outside.mkdir()
     (outside / "keep.txt").write_text("mine\n")
     (root / "r-link").symlink_to(outside, target_is_directory=True)
+    (root / "notes.txt").write_text("an operator's\n")
+    (root / "photos" / "2024").mkdir(parents=True)
+    (root / "photos" / "2024" / "a.jpg").write_bytes(b"...")
+    (root / "mixed").mkdir()
+    (root / "mixed" / "README").write_text("not a clone\n")
+    git("clone", "--quiet", str(origin), str(root / "mixed" / "clone"))
+    for name in ("notes.txt", "photos", "mixed", "graph-1"):
+        _age(root / name, 30)
     os.utime(root / "r-link", (0, 0), follow_symlinks=False)
-    sweep(root, DAY)
-    assert not (root / "r-link").is_symlink()
+
+    decision = sweep(root, RetentionPolicy(keep_seconds=0, max_bytes=0))
+
+    assert decision.remove == ["graph-1"]
+    assert sorted(p.name for p in root.iterdir()) == ["mixed", "notes.txt", "photos", "r-link"]
     assert (outside / "keep.txt").read_text() == "mine\n"
 
 
@@ -187,7 +202,7 @@ async def test_the_sweep_repeats(tmp_path: Path) -> None:
     sweeping = asyncio.create_task(keep_sweeping(root, DAY, every=0.05))
     try:
         for name in ("first", "second"):
-            (root / name).mkdir()
+            (root / name / ".git").mkdir(parents=True)  # a clone, as far as it matters
             _age(root / name, 30)
             deadline = time.monotonic() + 10
             while (root / name).exists() and time.monotonic() < deadline:
