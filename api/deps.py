@@ -80,6 +80,7 @@ def get_workspaces(settings: SettingsDep) -> GitWorkspaces:
         settings.workspaces_dir.resolve(),
         author_name=settings.git_author_name,
         author_email=settings.git_author_email,
+        max_clone_bytes=settings.max_clone_bytes,
     )
 
 

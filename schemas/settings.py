@@ -123,6 +123,12 @@ class Settings(BaseSettings):
     playbook_unused_after: int = Field(default=50, ge=1, alias="LOOPS_PLAYBOOK_UNUSED_AFTER")
     playbook_similarity: float = Field(default=0.85, gt=0, le=1, alias="LOOPS_PLAYBOOK_SIMILARITY")
     playbook_context_tokens: int = Field(default=1200, ge=0, alias="LOOPS_PLAYBOOK_CONTEXT_TOKENS")
+    # Worker disk quotas: the largest clone of an origin (its repository, and the tree a
+    # checkout writes, each), and how long an idle clone is kept before the worker's sweep
+    # removes it, oldest first beyond a total (workspace/retention.py; None: no total cap).
+    max_clone_bytes: int = Field(default=2 * 1024**3, ge=1024 * 1024, alias="LOOPS_MAX_CLONE_BYTES")
+    keep_clones_hours: float = Field(default=24.0, ge=0, alias="LOOPS_KEEP_CLONES_HOURS")
+    clones_max_bytes: int | None = Field(default=None, ge=0, alias="LOOPS_CLONES_MAX_BYTES")
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:

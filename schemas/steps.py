@@ -37,6 +37,9 @@ ORIGIN_LACKS = "OriginLacks"
 # (a symlink out of it, one on the way to its own records, a file past a read cap):
 # the same tree refuses it again, so never retried.
 UNSAFE_PATH = "UnsafeWorkspacePath"
+# The ApplicationError type of an origin (or a commit's tree) larger than the worker's
+# clone size cap, LOOPS_MAX_CLONE_BYTES: the same bytes come again, so never retried.
+CLONE_TOO_LARGE = "CloneTooLarge"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

@@ -12,6 +12,8 @@ from temporalio.client import Client
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.connect import connect
+from loopworks.worker.deps import StepDeps
+from loopworks.worker.retention import keep_sweeping, retention_policy
 from loopworks.worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.worker")
@@ -32,6 +34,15 @@ async def main() -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # The data directory's clones are swept from the start, Temporal reached or not.
+    sweeping = asyncio.create_task(keep_sweeping(deps.workspaces.root, retention_policy(settings)))
+    try:
+        return await poll(settings, deps, stop)
+    finally:
+        sweeping.cancel()
+
+
+async def poll(settings: Settings, deps: StepDeps, stop: asyncio.Event) -> int:
     client = await connected(settings, stop)
     if client is None:
         log.info("worker stopped before Temporal could be reached")

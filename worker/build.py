@@ -31,6 +31,7 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.deps import HEARTBEAT_EVERY_SECONDS, StepDeps
+from loopworks.worker.failures import PermanentFailures
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
@@ -66,6 +67,7 @@ def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDep
             settings.workspaces_dir.resolve(),
             author_name=settings.git_author_name,
             author_email=settings.git_author_email,
+            max_clone_bytes=settings.max_clone_bytes,
         ),
     )
     choose_sandbox(settings)
@@ -137,6 +139,7 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
         activities=activities_of(deps, client),
+        interceptors=[PermanentFailures()],
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.

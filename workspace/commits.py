@@ -43,8 +43,14 @@ class CommitPublisher(OriginReader):
     # queue's merges write them too, so it pushes, which carries whatever is needed.
     writes_through: ClassVar[bool] = True
 
-    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
-        super().__init__(root, author_name, author_email)
+    def __init__(
+        self,
+        root: Path,
+        author_name: str,
+        author_email: str,
+        max_clone_bytes: int | None = None,
+    ) -> None:
+        super().__init__(root, author_name, author_email, max_clone_bytes)
         # The origin URL this instance last gave each clone (by clone or set-url), so a
         # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:
         # a clone it does not know, or knows by another URL, is set again.

@@ -21,6 +21,7 @@ from loopworks.workspace.objects import (
     head_of,
     open_repository,
     ref_target,
+    tree_size,
 )
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.refs import (
@@ -32,6 +33,7 @@ from loopworks.workspace.refs import (
     work_ref,
 )
 from loopworks.workspace.runner import (
+    CloneTooLargeError,
     CommitNotFoundError,
     GitError,
     OriginLacksError,
@@ -39,6 +41,7 @@ from loopworks.workspace.runner import (
     serving_program,
 )
 from loopworks.workspace.stores import borrowed_stores, mark_own_origin, own_origin_store
+from loopworks.workspace.sweep import used
 
 logger = logging.getLogger(__name__)
 
@@ -167,17 +170,21 @@ class GitWorkspaces(CommitPublisher):
         """
         workdir = self.workdir(run_id, slot)
         checked_commit(commit)
-        if self._resume(workdir, origin, commit):
-            return workdir
-        try:
-            self._sync(workdir, run_id, origin, commit, slot)
-        except CommitNotFoundError:
-            raise
-        except GitError as exc:
-            # A crashed attempt can leave locks or a corrupt clone; start over once.
-            logger.warning("re-cloning workspace %s after: %s", workdir, exc)
-            self._forget(workdir)
-            self._sync(workdir, run_id, origin, commit, slot)
+        if not self._resume(workdir, origin, commit):
+            try:
+                self._sync(workdir, run_id, origin, commit, slot)
+            except (CommitNotFoundError, CloneTooLargeError):
+                raise
+            except GitError as exc:
+                # A crashed attempt can leave locks or a corrupt clone; start over once.
+                logger.warning("re-cloning workspace %s after: %s", workdir, exc)
+                self._forget(workdir)
+                self._sync(workdir, run_id, origin, commit, slot)
+        # Kept by retention (workspace/sweep.py) for as long again; a slot borrows the
+        # run's clone's objects, so that one too.
+        used(self.root, workdir)
+        if slot is not None:
+            used(self.root, self.workdir(run_id))
         return workdir
 
     def _resume(self, workdir: Path, origin: str, commit: str) -> bool:
@@ -208,6 +215,7 @@ class GitWorkspaces(CommitPublisher):
         if FULL_SHA.match(commit) and clone.is_dir():
             read = self.read_tree_files(str(clone), commit, paths)
             if read is not None:
+                used(self.root, clone.parent)
                 return read
         with self._origin_git_dir(origin, commit=commit) as git_dir:
             read = self.read_tree_files(git_dir, commit, paths)
@@ -240,17 +248,22 @@ class GitWorkspaces(CommitPublisher):
     def _sync(self, workdir: Path, run_id: str, origin: str, commit: str, slot: str | None) -> None:
         url = self._local_origin(origin)
         is_clone, held = self._probe(workdir, commit)
+        from_origin = False
         if not is_clone:
             self._forget(workdir)
-            self._clone(url, workdir, self._beside(run_id, slot))
+            from_origin = self._clone(url, workdir, self._beside(run_id, slot))
             held = self._probe(workdir, commit)[1]
         if not held:
-            self._fetch(workdir, run_id, url, commit, slot)
+            from_origin = self._fetch(workdir, run_id, url, commit, slot) or from_origin
         elif self.fetches_branches:
             self._ensure_origin(workdir, url)
-            self._git([*_fetch_from(url), "origin", _BRANCHES], cwd=workdir)
+            self._fetched(workdir, url, [*_fetch_from(url), "origin", _BRANCHES])
         elif slot is None:
             self._ensure_origin(workdir, url)  # what the run's commits are published to
+        if from_origin:
+            # The checkout below writes the tree of what origin sent: a small pack can
+            # hold a large tree.
+            self._check_tree_size(workdir, url, commit)
         # An evaluation slot publishes nothing: its remote is set when it must fetch.
         # Every step starts from exactly the commit it is handed, whatever an earlier
         # attempt left behind: tracked files forced back, everything else removed (a
@@ -259,8 +272,9 @@ class GitWorkspaces(CommitPublisher):
         if is_clone:
             self._git(["clean", "-ffdxq"], cwd=workdir)
 
-    def _fetch(self, workdir: Path, run_id: str, url: str, commit: str, slot: str | None) -> None:
-        """Bring `commit` into the clone, or raise CommitNotFoundError."""
+    def _fetch(self, workdir: Path, run_id: str, url: str, commit: str, slot: str | None) -> bool:
+        """Bring `commit` into the clone, or raise CommitNotFoundError; whether it was
+        fetched from origin (not from the run's own clone beside it)."""
         main = self._beside(run_id, slot)
         if main is not None and FULL_SHA.match(commit):
             # A step running beside the run's clone (an evaluation group) most often wants
@@ -270,7 +284,7 @@ class GitWorkspaces(CommitPublisher):
                 workdir, commit
             ):
                 self._ensure_origin(workdir, url)
-                return
+                return False
         self._ensure_origin(workdir, url)
         ref = work_ref(run_id)
         fetch = [*_fetch_from(url), "origin", _BRANCHES]
@@ -279,17 +293,42 @@ class GitWorkspaces(CommitPublisher):
         # origin lacks fails the whole fetch, so then the branches alone. A merge queue's
         # commits are on branches: it has no work ref to ask for.
         with_ref = [*fetch, f"+{ref}:{ref}"]
-        if self.fetches_branches or self._git(with_ref, cwd=workdir, check=False).returncode != 0:
-            self._git(fetch, cwd=workdir)
+        if self.fetches_branches or not self._fetched(workdir, url, with_ref, check=False):
+            self._fetched(workdir, url, fetch)
         if self._holds(workdir, commit):
-            return
+            return True
         if FULL_SHA.match(commit):
             # A commit pushed by a step that was later superseded is no longer on the
             # work ref; most servers (protocol v2) still serve it when asked by sha.
-            self._git([*_fetch_from(url), "origin", commit], cwd=workdir, check=False)
-            if self._holds(workdir, commit):
-                return
+            by_sha = [*_fetch_from(url), "origin", commit]
+            if self._fetched(workdir, url, by_sha, check=False) and self._holds(workdir, commit):
+                return True
         raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
+
+    def _fetched(self, workdir: Path, url: str, args: list[str], check: bool = True) -> bool:
+        """Whether the fetch `args` into the clone succeeded (`check`: raise when not). A
+        clone the fetch took past the size cap is removed: it is of no use to any step."""
+        try:
+            self._git_capped(args, workdir / ".git", f"the clone of origin {redact(url)}", workdir)
+        except CloneTooLargeError:
+            self._forget(workdir)
+            raise
+        except GitError:
+            if check:
+                raise
+            return False
+        return True
+
+    def _check_tree_size(self, workdir: Path, url: str, commit: str) -> None:
+        """Refuse (and remove) a clone whose checkout of `commit` would write more than
+        the cap: git's compression makes a small pack of a large tree."""
+        cap = self.max_clone_bytes
+        if cap is None:
+            return
+        size = tree_size(open_repository(workdir), f"{commit}^{{commit}}")
+        if size is not None and size > cap:
+            self._forget(workdir)
+            raise CloneTooLargeError(f"the tree of {commit} on origin {redact(url)}", cap)
 
     def _beside(self, run_id: str, slot: str | None) -> Path | None:
         """The git dir of the run's own clone on this worker, for a slot beside it (an
@@ -319,12 +358,14 @@ class GitWorkspaces(CommitPublisher):
         self._origin_urls.pop(workdir, None)
         _rmtree(workdir)
 
-    def _clone(self, url: str, workdir: Path, beside: Path | None = None) -> None:
+    def _clone(self, url: str, workdir: Path, beside: Path | None = None) -> bool:
         """Clone origin at `url` into `workdir`; from the run's clone `beside` instead when
-        there is one (a local clone, no round trip), its `origin` then set by checkout."""
+        there is one (a local clone, no round trip), its `origin` then set by checkout.
+        Whether origin's objects were copied (not borrowed from a store on this machine)."""
         workdir.parent.mkdir(parents=True, exist_ok=True)
         # Clone aside and rename, so a directory at `workdir` is always a complete clone.
         staging = workdir.parent / f".{workdir.name}.clone-{uuid.uuid4().hex}"
+        copied = False
         try:
             if beside is not None and _borrowed(beside, staging):
                 # Borrowing the run's clone's objects (alternates): nothing copied, and every
@@ -347,12 +388,14 @@ class GitWorkspaces(CommitPublisher):
                     "--template=",
                     *serving_program(url, "clone"),
                 ]
-                self._git([*clone, "-c", "maintenance.auto=false", url, str(staging)])
-                source = url
+                args = [*clone, "-c", "maintenance.auto=false", url, str(staging)]
+                self._git_capped(args, staging, f"origin {redact(url)}")
+                source, copied = url, True
             os.rename(staging, workdir)
             self._origin_urls[workdir] = source
         finally:
             _rmtree(staging)
+        return copied
 
 
 def _fetch_from(url: str) -> list[str]:

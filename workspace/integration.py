@@ -98,7 +98,12 @@ class IntegrationWorkspaces(GitWorkspaces):
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> IntegrationWorkspaces:
         """The same clones and identity as `workspaces` (the worker injects a GitWorkspaces)."""
-        return cls(workspaces.root, workspaces.author_name, workspaces.author_email)
+        return cls(
+            workspaces.root,
+            workspaces.author_name,
+            workspaces.author_email,
+            workspaces.max_clone_bytes,
+        )
 
     @contextmanager
     def locked(self, key: str, slot: str) -> Iterator[None]:

@@ -78,6 +78,34 @@ def tree_of(repo: pygit2.Repository, spec: str) -> pygit2.Tree | None:
         return None
 
 
+def tree_size(repo: pygit2.Repository, spec: str) -> int | None:
+    """Bytes a checkout of the commit `spec` names writes: its blobs' sizes, each path
+    counted (`git ls-tree -r -l` summed), read from object headers, never inflated; None
+    when `spec` names no commit there. A subtree repeated under many names (a "git
+    bomb") is sized once: the cost is the distinct objects, not the paths they make."""
+    root = tree_of(repo, spec)
+    if root is None:
+        return None
+    GIT_IN_PROCESS.add(["ls-tree"])
+    sizes: dict[pygit2.Oid, int] = {}
+    # Depth first without recursion (a tree can nest deeper than Python's stack): a
+    # tree is summed once all its subtrees are.
+    pending: list[tuple[pygit2.Tree, bool]] = [(root, False)]
+    while pending:
+        tree, expanded = pending.pop()
+        if tree.id in sizes:
+            continue
+        subtrees = [repo[e.id].peel(pygit2.Tree) for e in tree if e.type == ObjectType.TREE]
+        if not expanded:
+            pending.append((tree, True))
+            pending.extend((sub, False) for sub in subtrees if sub.id not in sizes)
+            continue
+        # A submodule's commit is not checked out with the tree: it counts nothing.
+        blobs = (repo.odb.read_header(e.id)[1] for e in tree if e.type == ObjectType.BLOB)
+        sizes[tree.id] = sum(blobs) + sum(sizes[sub.id] for sub in subtrees)
+    return sizes[root.id]
+
+
 def read_path(
     repo: pygit2.Repository, tree: pygit2.Tree, path: str, follow_symlinks: bool = False
 ) -> tuple[str, bytes] | None:

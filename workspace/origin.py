@@ -20,12 +20,14 @@ from loopworks.workspace.objects import (
 )
 from loopworks.workspace.refs import checked_commit, redact, safe_relpath
 from loopworks.workspace.runner import (
+    CloneTooLargeError,
     GitError,
     GitRunner,
     _file_lock,
     _rmtree,
     serving_program,
 )
+from loopworks.workspace.sweep import used
 
 
 class Absent(Enum):
@@ -138,19 +140,23 @@ class OriginReader(GitRunner):
             # Commits never change, so a cached one needs no fetch; branches do move.
             if commit is None or not self._has_commit(commit, cache):
                 url = self._local_origin(origin)
-                self._git(
-                    [
-                        f"--git-dir={cache}",
-                        "fetch",
-                        "--quiet",
-                        "--no-tags",
-                        "--prune",
-                        *serving_program(url, "fetch"),
-                        url,
-                        "+refs/heads/*:refs/heads/*",
-                        "+refs/loopworks/*:refs/loopworks/*",
-                    ]
-                )
+                fetch = [
+                    f"--git-dir={cache}",
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    "--prune",
+                    *serving_program(url, "fetch"),
+                    url,
+                    "+refs/heads/*:refs/heads/*",
+                    "+refs/loopworks/*:refs/loopworks/*",
+                ]
+                try:
+                    self._git_capped(fetch, cache, f"origin {redact(origin)}")
+                except CloneTooLargeError:
+                    _rmtree(cache)
+                    raise
+            used(self.root, cache)
             yield str(cache)
 
 

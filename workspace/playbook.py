@@ -49,8 +49,9 @@ from loopworks.workspace.objects import (
     write_file_tree,
 )
 from loopworks.workspace.refs import checked_commit, redact
-from loopworks.workspace.runner import GitError, _rmtree
+from loopworks.workspace.runner import CloneTooLargeError, GitError, _rmtree
 from loopworks.workspace.stores import own_origin_store
+from loopworks.workspace.sweep import used
 
 # The one clone a playbook's writes use (under the data dir, beside the runs' clones).
 WRITE_SLOT = "playbook"
@@ -111,7 +112,12 @@ class PlaybookStore(IntegrationWorkspaces):
 
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> PlaybookStore:
-        return cls(workspaces.root, workspaces.author_name, workspaces.author_email)
+        return cls(
+            workspaces.root,
+            workspaces.author_name,
+            workspaces.author_email,
+            workspaces.max_clone_bytes,
+        )
 
     # -- reading -----------------------------------------------------------------------
 
@@ -301,6 +307,7 @@ class PlaybookStore(IntegrationWorkspaces):
             workdir.parent.mkdir(parents=True, exist_ok=True)
             self._git(["init", "--quiet", str(workdir)])
         self._git(["config", "remote.origin.url", self._local_origin(origin)], cwd=workdir)
+        used(self.root, workdir)
         return workdir
 
     def _fetch_head(self, workdir: Path, origin: str) -> str | None:
@@ -310,8 +317,13 @@ class PlaybookStore(IntegrationWorkspaces):
         if head is None or self._has_commit(head, workdir):
             return head  # most often the version this writer made last: nothing to fetch
         tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
-        fetch = ["fetch", "--quiet", "--no-tags", *self._serving(workdir, "fetch")]
-        self._git([*fetch, "origin", f"+{_REF}:{tracking}"], cwd=workdir)
+        serving = self._serving(workdir, "fetch")
+        fetch = ["fetch", "--quiet", "--no-tags", *serving, "origin", f"+{_REF}:{tracking}"]
+        try:
+            self._git_capped(fetch, workdir / ".git", f"the playbook of {redact(origin)}", workdir)
+        except CloneTooLargeError:
+            _rmtree(workdir)
+            raise
         return self.fetched_branch(workdir, PLAYBOOK_BRANCH)
 
     def _check_follows(

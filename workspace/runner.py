@@ -6,13 +6,16 @@ Plain synchronous code (no Temporal imports): activities call it from a thread.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +28,9 @@ from loopworks.workspace.refs import redact
 logger = logging.getLogger(__name__)
 
 GIT_TIMEOUT_SECONDS = 600.0
+# How often a clone or fetch's directory is measured against the size cap: what it can
+# overshoot by is what arrives in this time (git writes the pack as it receives it).
+CAP_POLL_SECONDS = 0.1
 # Variables that would point git at some other repository or pin commit dates.
 _STRIPPED_ENV = (
     "GIT_DIR",
@@ -143,8 +149,40 @@ class CommitNotFoundError(GitError):
     """The commit asked for is on none of origin's branches nor the run's work ref."""
 
 
+class CloneTooLargeError(GitError):
+    """Origin's repository, or the tree of a commit, is larger than LOOPS_MAX_CLONE_BYTES:
+    asking again brings the same bytes, so the step fails at once instead of retrying."""
+
+    def __init__(self, what: str, cap: int) -> None:
+        super().__init__(
+            f"{what} is larger than the clone size cap of {cap} bytes"
+            f" ({cap / 1024**2:.0f} MiB, LOOPS_MAX_CLONE_BYTES)"
+        )
+
+
 def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under `path` (apparent sizes, links not followed, as
+    `du --apparent-size -s` counts them); 0 when it does not exist."""
+    total = 0
+    pending = [path]
+    while pending:
+        try:
+            with os.scandir(pending.pop()) as found:
+                for entry in found:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:
+                        continue  # removed while measured (git renames its temporaries)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+    return total
 
 
 @contextmanager
@@ -184,10 +222,18 @@ class GitRunner:
     """Runs git for one data directory (`root`): a clean environment, timeouts, and git's
     stderr in the error when a command fails."""
 
-    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        author_name: str,
+        author_email: str,
+        max_clone_bytes: int | None = None,
+    ) -> None:
         self.root = Path(root)
         self.author_name = author_name
         self.author_email = author_email
+        # LOOPS_MAX_CLONE_BYTES: what one clone of an origin may take (None: no cap).
+        self.max_clone_bytes = max_clone_bytes
 
     # -- running git -------------------------------------------------------------------
 
@@ -236,6 +282,59 @@ class GitRunner:
                 f"{redact(proc.stderr.strip())}"
             )
         return proc
+
+    def _git_capped(
+        self, args: Sequence[str], grows: Path, what: str, cwd: Path | None = None
+    ) -> None:
+        """Run a git command that brings origin's objects into `grows` (a clone being
+        made, a clone's or cache's git dir), stopped once `grows` passes the cap.
+
+        git has no size limit on what a clone or fetch receives (`receive.maxInputSize`
+        is the pushing side's), so the directory is measured while git writes into it and
+        git killed, its helpers with it, once it is over: the disk fills by at most what
+        arrives between two measures. What git left behind is the caller's to remove."""
+        cap = self.max_clone_bytes
+        if cap is None:
+            self._git(args, cwd=cwd)
+            return
+        cmd = self._command(args, cwd)
+        with _spawning(cmd):
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                # Its own process group: index-pack, upload-pack and remote helpers go too.
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + GIT_TIMEOUT_SECONDS
+        try:
+            while True:
+                try:
+                    _, stderr = proc.communicate(timeout=CAP_POLL_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:
+                    if tree_bytes(grows) > cap:
+                        raise CloneTooLargeError(what, cap) from None
+                    if time.monotonic() > deadline:
+                        raise GitError(
+                            f"{_shown(cmd)} timed out after {GIT_TIMEOUT_SECONDS:.0f}s"
+                        ) from None
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+        # Measured once more: a clone can finish between two measures.
+        if tree_bytes(grows) > cap:
+            raise CloneTooLargeError(what, cap)
+        if proc.returncode != 0:
+            raise GitError(
+                f"{_shown(cmd)} failed with exit code {proc.returncode}: {redact(stderr.strip())}"
+            )
 
     @staticmethod
     def _command(args: Sequence[str], cwd: Path | None) -> list[str]:

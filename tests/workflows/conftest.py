@@ -42,11 +42,13 @@ class LoopHarness:
         script: dict[str, Any] | None = None,
         latency_ms: int = 0,
         workflow_sandbox: bool = True,
+        **settings_env: Any,
     ) -> AsyncIterator[None]:
         settings = Settings(
             LOOPS_DATA_DIR=self.data_dir,
             LOOPS_TASK_QUEUE=self.task_queue,
             LOOPS_WORKFLOW_SANDBOX=workflow_sandbox,
+            **settings_env,
         )
         model = OfflineModels(
             latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})
