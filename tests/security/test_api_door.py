@@ -9,12 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.common import SearchAttributeKey
 
 from loopworks.api.main import create_app
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.settings import Settings
-from loopworks.workflows.record import LOOP_STARTED_BY
 from tests.api.fake_temporal import FakeClient, event
+
+# Spelled out rather than imported, so the test also runs (and fails) on code without it.
+LOOP_STARTED_BY = SearchAttributeKey.for_keyword("LoopStartedBy")
 
 pytestmark = pytest.mark.unit
 
