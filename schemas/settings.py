@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     max_graphs: int = Field(default=20, ge=0, alias="LOOPS_MAX_GRAPHS")
     # A run's budget when its request names none, and the most a request may ask for; a
     # graph's task loops each get it too.
-    run_budget_tokens: int = Field(default=5_000_000, ge=0, alias="LOOPS_RUN_BUDGET_TOKENS")
+    run_budget_tokens: int = Field(default=10_000_000, ge=0, alias="LOOPS_RUN_BUDGET_TOKENS")
     run_budget_usd: float = Field(default=50.0, ge=0, alias="LOOPS_RUN_BUDGET_USD")
     max_rules_per_request: int = Field(default=100, ge=0, alias="LOOPS_MAX_RULES")
     # Open event and ledger streams per token, in each API process.

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.api.main import create_app
 from loopworks.schemas.loop import LoopInput
@@ -238,3 +239,18 @@ async def test_too_many_open_streams_is_429_naming_the_setting(fake: FakeClient)
     assert other.status_code == 200 and again.status_code == 200
     # Every stream that ended gave its slot back.
     assert app.state.streams.open == {}
+
+
+class CannotCount(FakeClient):
+    async def count_workflows(self, query: str, **_: Any) -> Any:
+        raise RPCError("unimplemented", RPCStatusCode.UNIMPLEMENTED, b"")
+
+
+async def test_a_server_that_cannot_count_names_the_caps_to_turn_off() -> None:
+    """Caps that cannot be counted do not silently stop holding."""
+    fake = CannotCount()
+    async for http in _http(fake):
+        response = await http.post("/runs", json={"task": "t"})
+    assert response.status_code == 502, response.text
+    assert "LOOPS_MAX_RUNS_PER_CLIENT" in response.json()["detail"]
+    assert fake.starts == []
