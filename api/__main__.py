@@ -8,7 +8,7 @@ import sys
 import uvicorn
 
 from loopworks.api.main import create_app
-from loopworks.api.security import exposed_without_tokens
+from loopworks.api.security import refusal_to_start
 from loopworks.schemas.settings import Settings
 from loopworks.worker.telemetry import configure_tracing
 
@@ -18,18 +18,16 @@ log = logging.getLogger("loopworks.api")
 def main() -> int:
     try:
         settings = Settings()
+        # Closed unless opened: no tokens on an address other machines reach is no start.
+        refused = refusal_to_start(settings)
+        if refused is not None:
+            log.error("cannot start: %s", refused)
+            return 2
         configure_tracing(settings, "loopworks-api")  # FastAPI traces requests with it
-    except ValueError as err:  # bad settings, TracingConfigError
+        app = create_app(settings)
+    except ValueError as err:  # bad settings or tokens, TracingConfigError
         log.error("cannot start: %s", err)
         return 2
-    if exposed_without_tokens(settings):
-        log.warning(
-            "the API listens on %s without LOOPS_API_TOKENS: anyone who can reach port %d can"
-            " start, stop and steer runs; set LOOPS_API_TOKENS or bind to 127.0.0.1",
-            settings.api_host,
-            settings.api_port,
-        )
-    app = create_app(settings)
     log.info("API docs at http://%s:%d/docs", settings.api_host, settings.api_port)
     uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level="info")
     return 0

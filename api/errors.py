@@ -40,6 +40,21 @@ class Unauthorized(ApiError):
         super().__init__(message, headers={"WWW-Authenticate": challenge})
 
 
+class Forbidden(ApiError):
+    """A valid token that may not do this (a read-only token sending a change)."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+
+
+class QuotaExceeded(ApiError):
+    """A cap the operator set is reached: the message names it and its setting."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
 class RunNotFound(ApiError):
     status_code = status.HTTP_404_NOT_FOUND
 

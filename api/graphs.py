@@ -20,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy
 
-from loopworks.api import launch, runs
+from loopworks.api import launch, quotas, runs
 from loopworks.api.errors import NotApplicable, RunNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -31,6 +31,7 @@ from loopworks.schemas.graph import (
     GraphStatus,
 )
 from loopworks.schemas.run import RunState
+from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.graph import TaskGraphWorkflow
@@ -54,14 +55,29 @@ def checked(request: GraphRequest) -> GraphRequest:
     return request
 
 
-async def start_graph(client: Client, task_queue: str, request: GraphRequest) -> str:
+def within_limits(request: GraphRequest, settings: Settings) -> GraphRequest:
+    """The request with the operator's budget for each task loop, or a 422 naming the
+    setting it goes past."""
+    budget = quotas.checked_budget(request.budget, settings)
+    return request.model_copy(update={"budget": budget})
+
+
+async def start_graph(
+    client: Client, settings: Settings, request: GraphRequest, *, caller: str
+) -> str:
+    """Start a graph for `caller` (a token's name) if its quotas allow."""
+    await quotas.check_in_progress(client, settings, quotas.Kind.GRAPHS, caller)
     now = datetime.now(UTC)
     graph_id = f"graph-{alias_for(request.goal)}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    params = GraphInput(
+        graph_id=graph_id, request=request, created_at=now.isoformat(), started_by=caller
+    )
     await client.start_workflow(
         TaskGraphWorkflow.run,
-        GraphInput(graph_id=graph_id, request=request, created_at=now.isoformat()),
+        params,
         id=graph_id,
-        task_queue=task_queue,
+        task_queue=settings.task_queue,
+        search_attributes=launch.started_by(caller),
         static_summary=launch.summary(request.goal),
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
     )

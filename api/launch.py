@@ -8,11 +8,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.api import idempotency
-from loopworks.api.errors import invalid
+from loopworks.api import idempotency, quotas
+from loopworks.api.errors import QuotaExceeded, invalid
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.loop import LoopInput
@@ -20,6 +26,7 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.record import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
 from loopworks.workspace.runner import GitError
 
@@ -47,6 +54,19 @@ def checked(request: RunRequest) -> RunRequest:
         checked_branch(repo, request.base_branch)
         request = request.model_copy(update={"repo": repo})
     return request
+
+
+def within_limits(request: RunRequest, settings: Settings) -> RunRequest:
+    """The request with the operator's budget applied, or a 422 naming the setting it
+    goes past (rules per request, the budget)."""
+    quotas.check_rules(len(request.rules), settings)
+    budget = quotas.checked_budget(request.budget, settings)
+    return request.model_copy(update={"budget": budget})
+
+
+def started_by(name: str) -> TypedSearchAttributes:
+    """The search attribute that says who started a run or a graph, set at its start."""
+    return TypedSearchAttributes([SearchAttributePair(LOOP_STARTED_BY, name)])
 
 
 def checked_repo(repo: str, where: str = "body") -> str:
@@ -114,9 +134,15 @@ class Started:
 
 
 async def start_run(
-    client: Client, settings: Settings, request: RunRequest, idempotency_key: str | None = None
+    client: Client,
+    settings: Settings,
+    request: RunRequest,
+    idempotency_key: str | None = None,
+    *,
+    caller: str,
 ) -> Started:
-    """Start a run; with a key, start it at most once (see `loopworks.api.idempotency`)."""
+    """Start a run for `caller` (a token's name) if its quotas allow; with a key, start it
+    at most once (see `loopworks.api.idempotency`)."""
     now = datetime.now(UTC)
     alias = alias_for(request.task)
     if idempotency_key is None:
@@ -125,7 +151,21 @@ async def start_run(
     else:
         run_id = idempotency.run_id_for_key(idempotency_key, settings.task_queue)
         digest = idempotency.request_digest(request)
-    params = LoopInput(run_id=run_id, alias=alias, request=request, created_at=now.isoformat())
+    try:
+        await quotas.check_in_progress(client, settings, quotas.Kind.RUNS, caller)
+    except QuotaExceeded:
+        # A retried keyed request gets the run it started, even at the cap it reached.
+        if digest is None or not await _exists(client, run_id):
+            raise
+        await idempotency.check_same_request(client, run_id, digest)
+        return Started(run_id, alias, created=False)
+    params = LoopInput(
+        run_id=run_id,
+        alias=alias,
+        request=request,
+        created_at=now.isoformat(),
+        started_by=caller,
+    )
     try:
         await client.start_workflow(
             LoopWorkflow.run,
@@ -142,6 +182,7 @@ async def start_run(
                 else WorkflowIDReusePolicy.REJECT_DUPLICATE
             ),
             memo=None if digest is None else {idempotency.REQUEST_DIGEST_MEMO: digest},
+            search_attributes=started_by(caller),
         )
     except WorkflowAlreadyStartedError:
         if digest is None:
@@ -149,3 +190,13 @@ async def start_run(
         await idempotency.check_same_request(client, run_id, digest)
         return Started(run_id, alias, created=False)
     return Started(run_id, alias, created=True)
+
+
+async def _exists(client: Client, run_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(run_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True

@@ -17,6 +17,7 @@ from loopworks.workflows.record import (
     LOOP_ITERATION,
     LOOP_PHASE,
     LOOP_SCORE,
+    LOOP_STARTED_BY,
     LOOP_STATUS,
 )
 
@@ -97,6 +98,7 @@ def summarize(execution: WorkflowExecution) -> RunSummary:
         started_at=execution.start_time,
         closed_at=execution.close_time,
         execution_status=execution.status.name.lower() if execution.status else None,
+        started_by=_attribute(execution, LOOP_STARTED_BY),
     )
 
 

@@ -10,9 +10,11 @@ from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
-from loopworks.api import errors
+from loopworks.api import errors, tokens
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
+from loopworks.api.hosts import TrustedHosts, allowed_hosts
+from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes import graphs, health, playbooks, runs, workspaces
 from loopworks.schemas.settings import Settings
 
@@ -55,6 +57,10 @@ def create_app(
         telemetry=None if tracer_provider is None else {"tracer_provider": tracer_provider},
     )
     app.state.settings = settings
+    # Read once: a token table that cannot be read stops the app here (ValueError).
+    app.state.tokens = tokens.load(settings)
+    app.state.streams = StreamSlots(settings.max_streams_per_client)
+    app.add_middleware(TrustedHosts, allowed=allowed_hosts(settings))
     app.state.temporal = TemporalConnection(settings, client)
     errors.install(app)
     app.include_router(health.router)

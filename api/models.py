@@ -41,6 +41,9 @@ class RunSummary(BaseModel):
     closed_at: datetime | None = None
     # Temporal's own view, which differs from `status` when a run was terminated from outside.
     execution_status: str | None = None
+    started_by: str | None = Field(
+        default=None, description="the API token's name that started it (its graph's)"
+    )
 
 
 class GraphCreated(BaseModel):
@@ -56,6 +59,7 @@ class GraphListed(BaseModel):
     graph_id: str
     status: str = Field(description="Temporal's execution status of the graph workflow")
     start_time: str | None = None
+    started_by: str | None = Field(default=None, description="the API token's name that started it")
 
 
 class StopRequest(BaseModel):

@@ -1,7 +1,10 @@
-"""Access: bearer tokens from LOOPS_API_TOKENS, and the warning when the API is exposed without.
+"""Access: who a request comes from (a named token, or `local` when access is open), what
+it may do, and whether the API may start at all where it would listen.
 
-Tokens are shared secrets, not identities: any listed token may do anything. Health and
-the OpenAPI docs stay open so probes and people can find out how to authenticate.
+Closed unless opened: without tokens the API serves loopback only, and refuses to start on
+any other address. A read-only token may GET and follow streams, never change anything.
+Health and the OpenAPI docs stay open so probes and people can find out how to
+authenticate.
 """
 
 from __future__ import annotations
@@ -9,12 +12,14 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from loopworks.api.errors import Unauthorized
+from loopworks.api import tokens
+from loopworks.api.errors import Forbidden, Unauthorized
 from loopworks.schemas.settings import Settings
 
 # auto_error=False: we answer 401 ourselves (FastAPI's own error omits the RFC 6750
@@ -22,38 +27,62 @@ from loopworks.schemas.settings import Settings
 bearer = HTTPBearer(
     auto_error=False,
     scheme_name="LoopsApiToken",
-    description="One of the tokens in LOOPS_API_TOKENS (only when that variable is set).",
+    description="A token of LOOPS_API_TOKENS, LOOPS_API_READ_TOKENS or LOOPS_API_TOKENS_FILE "
+    "(only when one is set); a read-only token may only GET.",
 )
 
+# What a read-only token may send: reading and following, nothing that changes a run.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
-def token_matches(presented: str, tokens: Sequence[str]) -> bool:
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the token's name (what `started_by` records), or
+    `tokens.OPEN_ACCESS_NAME` when access is open."""
+
+    name: str
+    read_only: bool = False
+
+
+def token_matches(presented: str, secrets: Sequence[str]) -> bool:
     """Constant-time against every token: the answer's timing says nothing about which
     token (or how much of one) matched."""
     given = presented.encode()
     matched = False
-    for token in tokens:
-        matched |= hmac.compare_digest(given, token.encode())
+    for secret in secrets:
+        matched |= hmac.compare_digest(given, secret.encode())
     return matched
 
 
 async def require_token(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> None:
-    settings: Settings = request.app.state.settings
-    tokens = settings.api_token_list
-    if not tokens:
-        return
+) -> Caller:
+    table: tuple[tokens.ApiToken, ...] = request.app.state.tokens
+    if not table:
+        return Caller(tokens.OPEN_ACCESS_NAME)
     if credentials is None:
         raise Unauthorized("authentication required: send Authorization: Bearer <token>")
-    if not token_matches(credentials.credentials, tokens):
+    token = tokens.match(credentials.credentials, table)
+    if token is None:
         raise Unauthorized("invalid bearer token", challenge='Bearer error="invalid_token"')
+    if token.read_only and request.method not in READ_METHODS:
+        raise Forbidden(
+            f"the token {token.name!r} is read-only: it may read runs, graphs and playbooks"
+            f" and follow their streams, not {request.method} {request.url.path}"
+        )
+    return Caller(token.name, token.read_only)
+
+
+# Routers list `require_token` as a dependency; a route that needs to know who is asking
+# declares this too, and FastAPI answers both from one call.
+CallerDep = Annotated[Caller, Depends(require_token)]
 
 
 def is_loopback(host: str) -> bool:
     """Whether binding `host` keeps the API on this machine (a name other than
     localhost might resolve anywhere, so it counts as exposed)."""
-    name = host.strip().strip("[]").lower()
+    name = host.strip().strip("[]").lower().rstrip(".")
     if name == "localhost" or name.endswith(".localhost"):
         return True
     try:
@@ -63,4 +92,17 @@ def is_loopback(host: str) -> bool:
 
 
 def exposed_without_tokens(settings: Settings) -> bool:
-    return not settings.api_token_list and not is_loopback(settings.api_host)
+    return not tokens.load(settings) and not is_loopback(settings.api_host)
+
+
+def refusal_to_start(settings: Settings) -> str | None:
+    """Why the API must not start as configured, or None. Raises ValueError for a token
+    setting it cannot use."""
+    if not exposed_without_tokens(settings):
+        return None
+    return (
+        f"the API would listen on {settings.api_host} with no tokens, so anyone who can reach"
+        f" port {settings.api_port} could start, stop and steer runs: set LOOPS_API_TOKENS"
+        " to name:token pairs (e.g. LOOPS_API_TOKENS=alice:$(openssl rand -hex 32)), or"
+        " LOOPS_API_TOKENS_FILE to a file of them, or bind to 127.0.0.1 (LOOPS_API_HOST)"
+    )

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from loopworks.api import tokens
+from loopworks.api.security import refusal_to_start
 from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
@@ -281,6 +283,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:  # a setting pydantic refused
         log.error("cannot start: %s", err)
         return 2
+    try:
+        refused = refusal_to_start(settings)
+        writers = [token for token in tokens.load(settings) if not token.read_only]
+    except ValueError as err:  # a token setting it cannot use
+        log.error("cannot start: %s", err)
+        return 2
+    if refused is not None:
+        log.error("cannot start: %s", refused)
+        return 2
     host, _, port = settings.temporal_address.rpartition(":")
     if not (host and port.isdigit()):
         address = settings.temporal_address
@@ -319,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         out.flush()
         if args.demo:
             try:
-                token = next(iter(settings.api_token_list), None)
+                token = writers[0].secret if writers else None
 
                 def going_on() -> bool:
                     return not stopping and stack.alive()

@@ -39,6 +39,8 @@ SEARCH_ATTRIBUTES: dict[str, str] = {
     "LoopScore": "Double",
     "LoopBlocked": "Bool",
     "LoopAlias": "Keyword",
+    # Who started a run or a graph (the API token's name), set when it starts.
+    "LoopStartedBy": "Keyword",
     # A task graph's child loops carry their graph's id.
     "LoopGraph": "Keyword",
     # A task graph: its status and its tasks by state. The dev server's SQLite

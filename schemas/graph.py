@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, field_validator
 
-from loopworks.schemas.run import BranchName, Mode, Thresholds
+from loopworks.schemas.run import BranchName, Budget, Mode, Thresholds
 from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
 
 # A task's loops are runs of their own, named after the graph, the task and the attempt.
@@ -50,6 +50,7 @@ class GraphRequest(BaseModel):
     max_iterations: int = Field(default=4, ge=1, le=20)
     thresholds: Thresholds = Field(default_factory=Thresholds)
     audit_probability: float = Field(default=0.2, ge=0, le=1)
+    budget: Budget | None = Field(default=None, description="each task loop's budget")
 
     @field_validator("goal")
     @classmethod
@@ -104,6 +105,7 @@ class GraphState(BaseModel):
     message: str = Field(default="", description="why the graph ended as it did")
     created_at: str = ""
     updated_at: str = ""
+    started_by: str = Field(default="", description="the name of the API token that started it")
 
     def task(self, task_id: str) -> TaskState:
         return next(t for t in self.tasks if t.task.id == task_id)
@@ -134,6 +136,9 @@ class GraphInput(BaseModel):
     request: GraphRequest
     created_at: str
     memory: GraphMemory | None = None
+    # The API token's name that started it; its task loops carry it on. "" before graphs
+    # recorded it.
+    started_by: str = ""
     # Continue-as-new once the history has this many events (when no task loop runs);
     # unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
@@ -147,6 +152,7 @@ class GraphInput(BaseModel):
                 max_parallel=self.request.max_parallel,
                 created_at=self.created_at,
                 updated_at=self.created_at,
+                started_by=self.started_by,
             )
         )
 

@@ -90,6 +90,9 @@ class LoopInput(BaseModel):
     created_at: str
     # None for a new run; a continued run's memory otherwise.
     memory: RunMemory | None = None
+    # The API token's name that started it (its graph's, for a task loop); "" before
+    # runs recorded it.
+    started_by: str = ""
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
@@ -128,6 +131,7 @@ class LoopInput(BaseModel):
             origin=request.repo or "",
             created_at=self.created_at,
             updated_at=self.created_at,
+            started_by=self.started_by,
         )
         return RunMemory(state=state)
 

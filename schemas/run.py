@@ -234,6 +234,9 @@ class RunState(BaseModel):
     )
     created_at: str = ""
     updated_at: str = ""
+    started_by: str = Field(
+        default="", description="the name of the API token that started the run (or its graph)"
+    )
 
 
 class Approval(BaseModel):

@@ -42,7 +42,7 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
 # output in history, events and trajectories) is redacted of their values
 # (`loopworks.checks.redaction`). tests/unit/test_redaction.py fails when a field whose name
 # says key, token, secret or password is neither here nor known not to be a secret.
-SECRET_FIELDS: tuple[str, ...] = ("anthropic_api_key", "api_tokens")
+SECRET_FIELDS: tuple[str, ...] = ("anthropic_api_key", "api_tokens", "api_read_tokens")
 
 
 class Settings(BaseSettings):
@@ -83,13 +83,35 @@ class Settings(BaseSettings):
     default_origin_location: str | None = Field(default=None, alias="LOOPS_DEFAULT_ORIGIN")
     api_host: str = Field(default="127.0.0.1", alias="LOOPS_API_HOST")
     api_port: int = Field(default=8000, alias="LOOPS_API_PORT")
-    # Comma-separated bearer tokens; when set, every route but health and docs needs one.
+    # Comma-separated bearer tokens, `name:token` (a bare token is named `token-<n>`); when
+    # any token is set, every route but health and docs needs one.
     api_tokens: str | None = Field(default=None, alias="LOOPS_API_TOKENS")
     # A request body past this is refused (413) before it is read whole: the largest a
     # route takes is a graph with a seed 002 prep package, about 2.2 MB of text.
     api_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=64 * 1024, alias="LOOPS_API_MAX_BODY_BYTES"
     )
+    # --- API access and quotas: who may use the API, from where, and how much
+    # (api/tokens.py, api/hosts.py, api/quotas.py). 0 turns a cap off.
+    # Tokens that may only read (GET, streams), `name:token` or bare, comma-separated.
+    api_read_tokens: str | None = Field(default=None, alias="LOOPS_API_READ_TOKENS")
+    # One `name:token` or `name:token:read` a line, beside (not instead of) the two above.
+    api_tokens_file: Path | None = Field(default=None, alias="LOOPS_API_TOKENS_FILE")
+    # Host headers served besides loopback names and LOOPS_API_HOST: the names clients use
+    # (a service name, an ingress host), comma-separated; `*.example.com` and `*` allowed.
+    api_allowed_hosts: str | None = Field(default=None, alias="LOOPS_API_ALLOWED_HOSTS")
+    # Runs and graphs in progress, per token (by name) and in all on the task queue.
+    max_runs_per_client: int = Field(default=20, ge=0, alias="LOOPS_MAX_RUNS_PER_CLIENT")
+    max_runs: int = Field(default=100, ge=0, alias="LOOPS_MAX_RUNS")
+    max_graphs_per_client: int = Field(default=5, ge=0, alias="LOOPS_MAX_GRAPHS_PER_CLIENT")
+    max_graphs: int = Field(default=20, ge=0, alias="LOOPS_MAX_GRAPHS")
+    # A run's budget when its request names none, and the most a request may ask for; a
+    # graph's task loops each get it too.
+    run_budget_tokens: int = Field(default=10_000_000, ge=0, alias="LOOPS_RUN_BUDGET_TOKENS")
+    run_budget_usd: float = Field(default=50.0, ge=0, alias="LOOPS_RUN_BUDGET_USD")
+    max_rules_per_request: int = Field(default=100, ge=0, alias="LOOPS_MAX_RULES")
+    # Open event and ledger streams per token, in each API process.
+    max_streams_per_client: int = Field(default=32, ge=0, alias="LOOPS_MAX_STREAMS_PER_CLIENT")
     llm: LLMProvider | None = Field(default=None, alias="LOOPS_LLM")
     anthropic_api_key: str | None = Field(default=None, alias="ANTHROPIC_API_KEY")
     # Any Anthropic-compatible server (a proxy, LiteLLM, Ollama); None means the SDK's default.
@@ -143,7 +165,8 @@ class Settings(BaseSettings):
 
     @property
     def api_token_list(self) -> list[str]:
-        """The tokens in LOOPS_API_TOKENS, blanks dropped; empty means access is open."""
+        """The entries of LOOPS_API_TOKENS (`name:token` or bare), blanks dropped; the API
+        reads its tokens with `loopworks.api.tokens.load`, which also names them."""
         return [token.strip() for token in (self.api_tokens or "").split(",") if token.strip()]
 
     def cost_usd(self, model: str, usage: TokenUsage) -> float:

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
+    from loopworks.workflows.record import LOOP_STARTED_BY
 
 LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
@@ -251,12 +252,16 @@ class TaskGraphWorkflow:
                     task_state, self._request, state.origin, state.integration_branch
                 ),
                 created_at=workflow.now().isoformat(),
+                started_by=self._started_by,
             ),
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(LOOP_GRAPH, self._state.graph_id)]
+                [
+                    SearchAttributePair(LOOP_GRAPH, self._state.graph_id),
+                    *self._started_by_attribute(),
+                ]
             ),
             static_summary=f"{task_id}: {task_state.task.title}"[:200],
         )
@@ -264,6 +269,15 @@ class TaskGraphWorkflow:
             task_id, TaskStatus.IN_PROGRESS, f"attempt {task_state.attempts} started",
             run_id=child_id,
         )  # fmt: skip
+
+    @property
+    def _started_by(self) -> str:
+        return self._state.started_by or self._params.started_by
+
+    def _started_by_attribute(self) -> list[SearchAttributePair[str]]:
+        # A graph started before graphs recorded it has no name to hand on.
+        started_by = self._started_by
+        return [SearchAttributePair(LOOP_STARTED_BY, started_by)] if started_by else []
 
     def _released(self) -> bool:
         return not self._memory.paused or self._stop_requested

@@ -46,6 +46,7 @@ def loop_request(
         thresholds=request.thresholds,
         max_iterations=request.max_iterations,
         audit_probability=request.audit_probability,
+        budget=request.budget,
     )
 
 

@@ -49,6 +49,8 @@ LOOP_ITERATION = SearchAttributeKey.for_int("LoopIteration")
 LOOP_SCORE = SearchAttributeKey.for_float("LoopScore")
 LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
 LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
+# Who started a run or a graph (an API token's name): set once, when it starts.
+LOOP_STARTED_BY = SearchAttributeKey.for_keyword("LoopStartedBy")
 
 
 class SearchAttributes:

@@ -168,7 +168,7 @@ def _task_change(was: TaskState, task: TaskState) -> str:
 # --- ledger and list --------------------------------------------------------------------
 
 LEDGER_COLUMNS = ("TASK", "STATUS", "ATTEMPT", "UPDATED", "RUN", "EXIT", "SUMMARY")
-GRAPH_COLUMNS = ("GRAPH_ID", "STATUS", "STARTED")
+GRAPH_COLUMNS = ("GRAPH_ID", "STATUS", "STARTED", "BY")
 
 
 def ledger_table(lines: Sequence[LedgerLine]) -> Table:
@@ -194,5 +194,6 @@ def graphs_table(graphs: Iterable[GraphListed]) -> Table:
     for name in GRAPH_COLUMNS:
         table.add_column(name, no_wrap=True, overflow="fold")
     for graph in graphs:
-        table.add_row(Text(graph.graph_id), Text(graph.status), Text(timestamp(graph.start_time)))
+        cells = (graph.graph_id, graph.status, timestamp(graph.start_time), graph.started_by or "-")
+        table.add_row(*(Text(cell) for cell in cells))
     return table

@@ -143,7 +143,8 @@ def status_notes(state: RunState) -> list[str]:
 
 # --- list ---------------------------------------------------------------------------
 
-LIST_COLUMNS = ("RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED")
+# BY: the name of the API token that started the run (`local` when the API is open).
+LIST_COLUMNS = ("RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED", "BY")
 
 
 def list_table(runs: Iterable[RunSummary]) -> Table:
@@ -159,6 +160,7 @@ def list_table(runs: Iterable[RunSummary]) -> Table:
             "-" if run.iteration is None else str(run.iteration),
             score(run.last_score),
             timestamp(run.started_at),
+            run.started_by or "-",
         )
         # Text, not str: a cell is shown as sent, never read as rich markup.
         table.add_row(*(Text(cell) for cell in cells))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.sse import EventSourceResponse
 from pydantic import Field
 
@@ -12,10 +12,12 @@ from loopworks.api import graphs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep
 from loopworks.api.errors import RunNotFound
 from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
-from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, UNAUTHORIZED
-from loopworks.api.security import require_token
+from loopworks.api.quotas import StreamSlots
+from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORIZED
+from loopworks.api.security import CallerDep, require_token
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
+from loopworks.workflows.record import LOOP_STARTED_BY
 from loopworks.workspace.refs import checked_run_id
 
 router = APIRouter(
@@ -38,12 +40,17 @@ async def graph_handle(graph_id: str, connection: ConnectionDep) -> graphs.Graph
 GraphHandle = Annotated[graphs.GraphHandle, Depends(graph_handle)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED)
+@router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_QUOTA)
 async def create_graph(
-    body: GraphRequest, connection: ConnectionDep, settings: SettingsDep, response: Response
+    body: GraphRequest,
+    connection: ConnectionDep,
+    settings: SettingsDep,
+    response: Response,
+    caller: CallerDep,
 ) -> GraphCreated:
-    request = graphs.checked(body)
-    graph_id = await graphs.start_graph(await connection.client(), settings.task_queue, request)
+    request = graphs.within_limits(graphs.checked(body), settings)
+    client = await connection.client()
+    graph_id = await graphs.start_graph(client, settings, request, caller=caller.name)
     url = str(router.url_path_for("get_graph", graph_id=graph_id))
     response.headers["Location"] = url
     return GraphCreated(graph_id=graph_id, status_url=url)
@@ -61,6 +68,7 @@ async def list_graphs(
                 graph_id=execution.id,
                 status=execution.status.name.lower() if execution.status else "unknown",
                 start_time=execution.start_time.isoformat() if execution.start_time else None,
+                started_by=execution.typed_search_attributes.get(LOOP_STARTED_BY),
             )
         )
     return listed
@@ -83,6 +91,8 @@ async def get_graph(handle: GraphHandle) -> GraphState:
 )
 async def get_ledger(
     handle: GraphHandle,
+    caller: CallerDep,
+    request: Request,
     follow: Annotated[
         bool, Query(description="Stream the lines as Server-Sent Events until the graph ends")
     ] = False,
@@ -104,8 +114,12 @@ async def get_ledger(
     first = await source.events(cursor)
     if closed and not first:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
+    slots: StreamSlots = request.app.state.streams
+    slot = slots.take(caller.name)
     return EventSourceResponse(
-        stream.follow(source, handle.id, cursor, first, closed, encoder=graphs.encode_entry),
+        slot.hold(
+            stream.follow(source, handle.id, cursor, first, closed, encoder=graphs.encode_entry)
+        ),
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
 
@@ -21,7 +21,8 @@ from loopworks.api.models import (
     RunSummary,
     StopRequest,
 )
-from loopworks.api.security import require_token
+from loopworks.api.quotas import StreamSlots, check_rules
+from loopworks.api.security import CallerDep, require_token
 from loopworks.api.trajectory import latest_commit, of_loop_type, read_trajectory
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunRequest, RunState, RunStatus
@@ -35,7 +36,11 @@ CONFLICT: Responses = {
 }
 
 UNAUTHORIZED: Responses = {
-    401: {"model": ErrorBody, "description": "LOOPS_API_TOKENS is set and no valid token was sent"}
+    401: {"model": ErrorBody, "description": "LOOPS_API_TOKENS is set and no valid token was sent"},
+    403: {"model": ErrorBody, "description": "A read-only token sent a change"},
+}
+OVER_QUOTA: Responses = {
+    429: {"model": ErrorBody, "description": "A cap is reached (the message names its setting)"}
 }
 
 # Every run route needs a token when LOOPS_API_TOKENS is set; health and docs do not.
@@ -51,6 +56,7 @@ router = APIRouter(
     "",
     status_code=status.HTTP_201_CREATED,
     responses={
+        **OVER_QUOTA,
         200: {
             "model": RunCreated,
             "description": "The run an earlier request with the same Idempotency-Key started",
@@ -66,6 +72,7 @@ async def create_run(
     connection: ConnectionDep,
     settings: SettingsDep,
     response: Response,
+    caller: CallerDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -77,8 +84,9 @@ async def create_run(
     ] = None,
 ) -> RunCreated:
     # Checked before touching Temporal: bad input is a 422 even while Temporal is down.
-    request = launch.checked(body)
-    started = await launch.start_run(await connection.client(), settings, request, idempotency_key)
+    request = launch.within_limits(launch.checked(body), settings)
+    client = await connection.client()
+    started = await launch.start_run(client, settings, request, idempotency_key, caller=caller.name)
     status_url = router.url_path_for("get_run", run_id=started.run_id)
     response.headers["Location"] = str(status_url)
     if not started.created:
@@ -116,6 +124,8 @@ async def get_run(handle: RunHandle) -> RunState:
 async def get_events(
     handle: RunHandle,
     workspaces: WorkspacesDep,
+    caller: CallerDep,
+    request: Request,
     after: Annotated[
         int, Query(ge=0, description="Only events with a higher seq (the first is 1)")
     ] = 0,
@@ -143,8 +153,10 @@ async def get_events(
     first = await source.events(cursor)
     if closed and not any(event.seq > cursor for event in first):
         return Response(status_code=status.HTTP_204_NO_CONTENT)
+    slots: StreamSlots = request.app.state.streams
+    slot = slots.take(caller.name)
     return EventSourceResponse(
-        stream.follow(source, handle.id, cursor, first, closed),
+        slot.hold(stream.follow(source, handle.id, cursor, first, closed)),
         # No caching, and no buffering in nginx-style proxies: events go out as they come.
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -235,7 +247,11 @@ async def resume_run(handle: RunHandle) -> RunState:
 
 
 @router.post("/{run_id:run_id}/approve", responses={**NOT_FOUND, **CONFLICT})
-async def approve_run(handle: RunHandle, body: Approval | None = None) -> RunState:
+async def approve_run(
+    handle: RunHandle, settings: SettingsDep, body: Approval | None = None
+) -> RunState:
     """Interactive mode: start iterating, optionally with edited rules, thresholds and
     max iterations (validated as in a new run request)."""
+    if body is not None and body.rules is not None:
+        check_rules(len(body.rules), settings)
     return await runs.approve(handle, body or Approval())

@@ -80,9 +80,22 @@ class FakeHandle:
         return None
 
 
+@dataclass
+class FakeCount:
+    count: int
+
+
 class FakeClient:
     def __init__(self) -> None:
         self.handles: dict[str, FakeHandle] = {}
+        # What visibility counts for a query containing each key (quotas ask it); 0 else.
+        self.counts: dict[str, int] = {}
+        self.counted: list[str] = []
+        self.starts: list[dict[str, Any]] = []
+
+    async def count_workflows(self, query: str, **_: Any) -> FakeCount:
+        self.counted.append(query)
+        return FakeCount(next((n for key, n in self.counts.items() if key in query), 0))
 
     def handle(self, run_id: str) -> FakeHandle:
         return self.handles.setdefault(run_id, FakeHandle(run_id))
@@ -98,8 +111,8 @@ class FakeClient:
 
         return nothing()
 
-    async def start_workflow(self, *_: Any, **__: Any) -> None:
-        return None
+    async def start_workflow(self, _run: Any, params: Any, **options: Any) -> None:
+        self.starts.append({"params": params, **options})
 
     def as_client(self) -> Client:
         return cast(Client, self)

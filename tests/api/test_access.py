@@ -59,7 +59,7 @@ def _app(client: Any, tokens: str | None = ",".join(TOKENS)) -> Any:
 
 async def _http(app: Any) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 
@@ -275,18 +275,18 @@ def test_exposed_without_tokens() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "warned"),
+    ("env", "refused"),
     [
         ({"LOOPS_API_HOST": "0.0.0.0"}, True),
         ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_TOKENS": "t"}, False),
         ({"LOOPS_API_HOST": "127.0.0.1"}, False),
     ],
 )
-def test_start_warns_when_exposed_without_tokens(
+def test_start_refuses_when_exposed_without_tokens(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     env: dict[str, str],
-    warned: bool,
+    refused: bool,
 ) -> None:
     monkeypatch.delenv("LOOPS_API_TOKENS", raising=False)
     for name, value in env.items():
@@ -294,9 +294,9 @@ def test_start_warns_when_exposed_without_tokens(
     served: list[str] = []
     monkeypatch.setattr(api_main.uvicorn, "run", lambda app, host, **_: served.append(host))
     with caplog.at_level(logging.WARNING, logger="loopworks.api"):
-        api_main.main()
-    assert served == [env["LOOPS_API_HOST"]]
-    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert bool(warnings) is warned, warnings
-    if warned:
-        assert "LOOPS_API_TOKENS" in warnings[0].getMessage()
+        code = api_main.main()
+    assert (code, served) == ((2, []) if refused else (0, [env["LOOPS_API_HOST"]]))
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert bool(errors) is refused, errors
+    if refused:
+        assert errors[0].startswith("cannot start:") and "LOOPS_API_TOKENS" in errors[0]

@@ -63,7 +63,7 @@ class StartOnce(FakeClient):
 async def _http(client: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(Settings(), client=cast(Client, client))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

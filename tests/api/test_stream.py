@@ -157,7 +157,7 @@ def fake() -> FakeClient:
 async def http(fake: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(Settings(), client=cast(Client, fake))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 

@@ -38,7 +38,7 @@ async def test_every_run_route_takes_a_task_loops_id(method: str, path: str) -> 
     fake = FakeClient()
     app = create_app(Settings(), client=cast(Client, fake))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         url = path.replace("{run_id}", TASK_LOOP)
         response = await http.request(method, url, json=BODIES.get(path.rsplit("/", 1)[-1]))
     assert response.json() != {"detail": "Not Found"}, url  # the router found the route

@@ -28,7 +28,7 @@ def _closed_port() -> int:
 async def api() -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(Settings(TEMPORAL_ADDRESS=f"127.0.0.1:{_closed_port()}"))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 
@@ -77,7 +77,7 @@ async def busy() -> AsyncIterator[httpx.AsyncClient]:
     fake.handles[RUN] = BusyHandle(RUN)
     app = create_app(Settings(), client=fake.as_client())
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 

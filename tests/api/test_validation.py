@@ -32,7 +32,7 @@ async def api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(LOOPS_DATA_DIR=tmp_path / "data")
     app = create_app(settings, client=cast(Client, _NoTemporal()))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 
@@ -221,7 +221,7 @@ async def small_api(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(LOOPS_DATA_DIR=tmp_path / "data", LOOPS_API_MAX_BODY_BYTES=65536)
     app = create_app(settings, client=cast(Client, _NoTemporal()))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
         yield client
 
 

@@ -59,7 +59,7 @@ def fake() -> FakeClient:
 async def _http(settings: Settings, client: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings, client=cast(Client, client))
     transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
         yield http
 
 

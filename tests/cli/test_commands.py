@@ -312,7 +312,8 @@ class Service:
         answer = self.http.request(
             request.method,
             request.url.raw_path.decode(),
-            headers=dict(request.headers),
+            # Its own Host (the test client's base URL), as a proxy in front would send.
+            headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
             content=request.read(),
         )
         return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
@@ -330,7 +331,9 @@ def service(tmp_path: Path) -> Iterator[Service]:
         (root / name / "artifact.md").write_text("# x\n")
     fake = FakeClient()
     fake.handle(RUN_ID).open_for = 0  # finished
-    with TestClient(create_app(settings, client=cast(Client, fake))) as http:
+    # A loopback name: the API answers no host it was not told of.
+    app = create_app(settings, client=cast(Client, fake))
+    with TestClient(app, base_url="http://localhost") as http:
         yield Service(root, fake, http)
 
 

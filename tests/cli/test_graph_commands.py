@@ -436,7 +436,12 @@ def test_ledger_table() -> None:
 
 
 LISTED = [
-    GraphListed(graph_id=GRAPH_ID, status="running", start_time="2026-11-22T05:11:41+00:00"),
+    GraphListed(
+        graph_id=GRAPH_ID,
+        status="running",
+        start_time="2026-11-22T05:11:41+00:00",
+        started_by="alice",
+    ),
     GraphListed(graph_id="graph-older-20261121-000000-aaaaaa", status="completed"),
 ]
 
@@ -447,9 +452,9 @@ def test_list() -> None:
     assert code == 0
     assert api.requests[0].url.params["limit"] == "5"
     assert [line.split() for line in out.splitlines()] == [
-        ["GRAPH_ID", "STATUS", "STARTED"],
-        [GRAPH_ID, "running", "2026-11-22T05:11:41Z"],
-        ["graph-older-20261121-000000-aaaaaa", "completed", "-"],
+        ["GRAPH_ID", "STATUS", "STARTED", "BY"],
+        [GRAPH_ID, "running", "2026-11-22T05:11:41Z", "alice"],
+        ["graph-older-20261121-000000-aaaaaa", "completed", "-", "-"],
     ]
     listed = json.loads(run(["list", "--json"], api)[1])
     assert [GraphListed.model_validate(item) for item in listed] == LISTED

@@ -115,7 +115,7 @@ def test_status_line_of_a_fresh_run() -> None:
 
 def test_list_table_aligns_columns() -> None:
     lines = plain(list_table(RUNS)).splitlines()
-    assert lines[0].split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED"]
+    assert lines[0].split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED", "BY"]
     assert lines[1].split() == [
         "write-a-short-guide-to-reflex-loops-20261122-051145-3632a2",
         "write-a-short-guide-to-reflex-loops",
@@ -123,8 +123,9 @@ def test_list_table_aligns_columns() -> None:
         "1",
         "0.00",
         "2026-11-22T05:11:45Z",
+        "-",
     ]
-    assert lines[2].split()[2:] == ["completed", "2", "1.00", "2026-11-22T05:11:41Z"]
+    assert lines[2].split()[2:] == ["completed", "2", "1.00", "2026-11-22T05:11:41Z", "-"]
     # Columns start at the same offset on every line.
     status_column = lines[0].index("STATUS")
     assert lines[1][status_column:].startswith("stopped")
@@ -146,6 +147,7 @@ def test_list_table_of_a_run_without_attributes() -> None:
         "-",
         "-",
         "2026-02-18T12:00:00Z",
+        "-",
     ]
 
 

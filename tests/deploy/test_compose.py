@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from loopworks.api.hosts import allowed_hosts, host_allowed
 from loopworks.deploy.processes import (
     API_COMMAND,
     API_ENV,
@@ -30,6 +31,7 @@ from loopworks.deploy.processes import (
     WORKER_COMMAND,
     WORKER_ENV,
 )
+from loopworks.schemas.settings import Settings
 from tests.deploy._support import (
     ENV_FILE_NAMES,
     REPO,
@@ -60,7 +62,7 @@ APPS = ("api", "worker")
 ONE_SHOT = {"temporal-schema", "temporal-namespace"}
 PUBLISHED = {"api": 8000, "temporal-ui": 8080, "jaeger": 16686, "temporal": 7233}
 # ${VAR:-default} overrides a user may export; everything else must come from .env.
-RUNTIME_OVERRIDES = {"LOOPS_BIND_ADDRESS", "TEMPORAL_DB_PASSWORD"}
+RUNTIME_OVERRIDES = {"LOOPS_BIND_ADDRESS", "TEMPORAL_DB_PASSWORD", "LOOPS_API_ALLOWED_HOSTS"}
 PINNED_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*:(?P<tag>[0-9][A-Za-z0-9._-]*)$")
 
 
@@ -258,6 +260,37 @@ def test_workers_scale(services: dict[str, Any]) -> None:
 def test_published_ports(services: dict[str, Any]) -> None:
     for name, service in services.items():
         assert _published_ports(service) == ({PUBLISHED[name]} if name in PUBLISHED else set())
+
+
+def _bind_addresses(service: dict[str, Any]) -> set[str]:
+    return {str(entry).rsplit(":", 2)[0] for entry in service.get("ports", [])}
+
+
+def test_only_the_api_may_be_published_beyond_loopback(services: dict[str, Any]) -> None:
+    """Temporal's frontend and UI and Jaeger have no authentication: whatever
+    LOOPS_BIND_ADDRESS says, they stay on 127.0.0.1; only the API, which wants tokens
+    when it is exposed, follows it."""
+    assert _bind_addresses(services["api"]) == {"${LOOPS_BIND_ADDRESS:-127.0.0.1}"}
+    for name in PUBLISHED.keys() - {"api"}:
+        assert _bind_addresses(services[name]) == {"127.0.0.1"}, name
+
+
+def test_the_api_answers_its_service_name_and_its_healthcheck(
+    services: dict[str, Any],
+) -> None:
+    environment = _environment(services["api"])
+    allowed = re.sub(
+        r"\$\{LOOPS_API_ALLOWED_HOSTS:-([^}]*)\}", r"\1", environment["LOOPS_API_ALLOWED_HOSTS"]
+    )
+    settings = Settings(
+        LOOPS_API_HOST=environment["LOOPS_API_HOST"], LOOPS_API_ALLOWED_HOSTS=allowed
+    )
+    hosts = allowed_hosts(settings)
+    assert host_allowed(f"api:{PUBLISHED['api']}", hosts), "other containers use `api`"
+    probe = " ".join(services["api"]["healthcheck"]["test"])
+    probed = re.search(r"http://([^:/']+)", probe)
+    assert probed and host_allowed(f"{probed.group(1)}:8000", hosts), probe
+    assert not host_allowed("evil.example", hosts)
 
 
 # ---------------------------------------------------------------- volumes and mounts
@@ -478,6 +511,14 @@ def test_dockerignore_keeps_secrets_and_clutter_out_of_the_build() -> None:
 # ---------------------------------------------------------------- a real Compose
 
 
+def _host_ip(port: str | dict[str, Any]) -> str:
+    """The bind address of a port as `config` resolves it: the long form's `host_ip`,
+    or the short form's `host:published:target/proto` (docker-compose v1 prints that)."""
+    if isinstance(port, dict):
+        return str(port["host_ip"])
+    return port.rsplit(":", 2)[0]
+
+
 @pytest.fixture(scope="module")
 def compose_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The compose file, .env and deploy/ with the example as the secrets file.
@@ -513,6 +554,9 @@ def test_compose_resolves_to_pinned_images(compose_project: Path, dotenv: dict[s
     assert resolved["git-server"]["command"] == list(GIT_SERVER_COMMAND)
     for app in APPS:
         assert not resolved[app].get("volumes"), f"{app}: a volume shared between workers"
+    for name, service in resolved.items():
+        for port in service.get("ports", []):
+            assert _host_ip(port) == "127.0.0.1", (name, port)
     # What the containers really get: `environment` merged with the env_file. Only
     # LOOPS_LLM stays unset by default (the example comments it out), so the
     # settings choose the provider from ANTHROPIC_API_KEY.
@@ -520,3 +564,30 @@ def test_compose_resolves_to_pinned_images(compose_project: Path, dotenv: dict[s
         environment = resolved[service_name]["environment"]
         missing = set(names) - set(environment) - {"LOOPS_LLM"}
         assert not missing, f"{service_name} containers lack {missing}"
+
+
+def test_exposing_the_api_leaves_temporal_on_loopback(compose_project: Path) -> None:
+    docker_compose = require_tool("docker-compose")
+    env = {**os.environ, "LOOPS_BIND_ADDRESS": "0.0.0.0"}
+    result = subprocess.run(
+        [docker_compose, "config"],
+        cwd=compose_project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    published = {
+        name: {_host_ip(port) for port in service.get("ports", [])}
+        for name, service in resolved.items()
+        if service.get("ports")
+    }
+    assert published == {
+        "api": {"0.0.0.0"},
+        "temporal": {"127.0.0.1"},
+        "temporal-ui": {"127.0.0.1"},
+        "jaeger": {"127.0.0.1"},
+    }

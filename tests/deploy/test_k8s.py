@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from loopworks.api.hosts import allowed_hosts, host_allowed
 from loopworks.deploy.processes import (
     API_COMMAND,
     API_ENV,
@@ -21,6 +22,7 @@ from loopworks.deploy.processes import (
     WORKER_COMMAND,
     WORKER_ENV,
 )
+from loopworks.schemas.settings import Settings
 from tests.deploy._support import ENV_FILE_NAMES, REPO, require_tool, run
 
 pytestmark = pytest.mark.deploy
@@ -237,6 +239,19 @@ def test_api_probes_and_service(resources: dict[tuple[str, str], Any]) -> None:
     env = {item["name"]: item["value"] for item in api["env"]}
     assert int(env["LOOPS_API_PORT"]) == port["containerPort"]
     assert env["LOOPS_API_HOST"] == "0.0.0.0"
+    # The API answers only hosts it knows: the probes name one, clients the Service's.
+    hosts = allowed_hosts(
+        Settings(
+            LOOPS_API_HOST=env["LOOPS_API_HOST"],
+            LOOPS_API_ALLOWED_HOSTS=env["LOOPS_API_ALLOWED_HOSTS"],
+        )
+    )
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        headers = {h["name"]: h["value"] for h in api[probe]["httpGet"]["httpHeaders"]}
+        assert host_allowed(headers["Host"], hosts), probe
+    for name in ("loopworks-api", "loopworks-api.loopworks.svc.cluster.local"):
+        assert host_allowed(f"{name}:8000", hosts), name
+    assert not host_allowed("evil.example", hosts)
     service = resources[("Service", "loopworks-api")]["spec"]
     assert (
         service["selector"]
@@ -262,8 +277,45 @@ def test_workers_autoscale_on_cpu(resources: dict[tuple[str, str], Any]) -> None
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 60
 
 
+TEMPORAL_POLICY = K8S / "temporal-networkpolicy.yaml"
+
+
+def test_temporal_frontend_admits_only_the_api_and_workers(
+    resources: dict[tuple[str, str], Any], kustomization: dict[str, Any]
+) -> None:
+    """Temporal's frontend, where it runs in the cluster, admits loopworks' API and
+    workers (and Temporal's own pods), nothing else; its UI only Temporal's own pods."""
+    assert TEMPORAL_POLICY.name not in kustomization["resources"], "Temporal's namespace"
+    policies = {
+        doc["metadata"]["name"]: doc for doc in yaml.safe_load_all(TEMPORAL_POLICY.read_text())
+    }
+    frontend = policies["temporal-frontend-from-loopworks"]
+    assert frontend["metadata"]["namespace"] == "temporal"
+    spec = frontend["spec"]
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "frontend"
+    assert spec["policyTypes"] == ["Ingress"]
+    loopworks, own = spec["ingress"]
+    (source,) = loopworks["from"]
+    assert source["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": resources[("Namespace", "loopworks")]["metadata"]["name"]
+    }
+    (expression,) = source["podSelector"]["matchExpressions"]
+    admitted = set(expression["values"])
+    for name in APPS:
+        labels = resources[("Deployment", name)]["spec"]["template"]["metadata"]["labels"]
+        assert labels[expression["key"]] in admitted, name
+    git_labels = resources[("Deployment", GIT_SERVER)]["spec"]["template"]["metadata"]["labels"]
+    assert git_labels[expression["key"]] not in admitted
+    assert loopworks["ports"] == [{"protocol": "TCP", "port": 7233}]
+    # Temporal's own pods: a podSelector alone means this (Temporal's) namespace only.
+    assert own == {"from": [{"podSelector": {}}]}
+    web = policies["temporal-web-internal"]["spec"]
+    assert web["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "web"
+    assert web["ingress"] == [{"from": [{"podSelector": {}}]}]
+
+
 def test_manifests_validate_against_kubernetes_schemas(rendered: Path) -> None:
     validator = require_tool("kubernetes-validate")
-    for path in (rendered, K8S / "secret.example.yaml"):
+    for path in (rendered, K8S / "secret.example.yaml", TEMPORAL_POLICY):
         result = run([validator, "--strict", "--quiet", "-k", KUBERNETES_VERSION, str(path)])
         assert result.returncode == 0, f"{path.name}:\n{result.stdout}{result.stderr}"

@@ -131,9 +131,10 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
     while run_id not in (listed := loops.ok("list")) and time.monotonic() < deadline:
         time.sleep(0.3)
     header, *rows = listed.splitlines()
-    assert header.split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED"]
+    assert header.split() == ["RUN_ID", "ALIAS", "STATUS", "ITER", "SCORE", "STARTED", "BY"]
     row = next(r for r in rows if r.startswith(run_id)).split()
     assert row[2] == "completed", row
+    assert row[-1] == "local", "an open API's runs are started by `local`"
 
     history = loops.ok("history", run_id).splitlines()
     assert "run_started" in history[0] and "pushed" in history[-1], history

@@ -95,7 +95,11 @@ async def test_api_span_is_the_root_of_workflow_activity_and_model_spans(
     config["interceptors"] = [*config["interceptors"], tracing_interceptor(provider)]
     client = Client(**config)
     settings = Settings(
-        LOOPS_DATA_DIR=tmp_path / "data", LOOPS_TASK_QUEUE=f"q-{uuid.uuid4().hex[:8]}"
+        LOOPS_DATA_DIR=tmp_path / "data",
+        LOOPS_TASK_QUEUE=f"q-{uuid.uuid4().hex[:8]}",
+        # The time-skipping server cannot count workflows: no in-progress caps.
+        LOOPS_MAX_RUNS_PER_CLIENT=0,
+        LOOPS_MAX_RUNS=0,
     )
     deps = dataclasses.replace(build_deps(settings, OfflineModels()), tracer=tracer(provider))
     app = create_app(settings, client=client, tracer_provider=provider)
@@ -103,7 +107,7 @@ async def test_api_span_is_the_root_of_workflow_activity_and_model_spans(
 
     async with (
         build_worker(client, settings, deps=deps),
-        httpx.AsyncClient(transport=transport, base_url="http://loops") as http,
+        httpx.AsyncClient(transport=transport, base_url="http://localhost") as http,
     ):
         response = await http.post(
             "/runs", json={"task": "Write a guide to caching", "audit_probability": 0}

@@ -32,6 +32,8 @@ NOT_SECRET = {
     "anthropic_max_tokens": "a count of model output tokens",
     "playbook_max_tokens": "the playbook's size budget, in tokens",
     "playbook_context_tokens": "how much of the playbook hydration is given, in tokens",
+    "api_tokens_file": "the path of the API's tokens file, not a token",
+    "run_budget_tokens": "a run's budget, in model tokens",
 }
 
 
