@@ -30,6 +30,7 @@ from loopworks.schemas.graph import (
     GraphState,
     GraphStatus,
 )
+from loopworks.schemas.origin_policy import OriginRules
 from loopworks.schemas.run import RunState
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
@@ -40,10 +41,11 @@ WORKFLOW_TYPE = "TaskGraphWorkflow"
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]
 
 
-def checked(request: GraphRequest) -> GraphRequest:
-    """A 422 for what would only fail inside the graph: a bad repo, invalid tasks."""
+def checked(request: GraphRequest, rules: OriginRules) -> GraphRequest:
+    """A 422 for what would only fail inside the graph: a bad or disallowed repo, invalid
+    tasks. Blocking (a host may be resolved): call it from a thread."""
     if request.repo:
-        probe = launch.checked_repo(request.repo)
+        probe = launch.checked_repo(request.repo, rules)
         launch.checked_branch(probe, request.base_branch)
         request = request.model_copy(update={"repo": probe})
     if request.tasks is not None:

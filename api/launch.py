@@ -16,11 +16,14 @@ from loopworks.api.errors import invalid
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.origin_policy import OriginRules
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.objects import open_repository, ref_target
+from loopworks.workspace.origin_access import refusal, verdict_for
+from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
 
 SUMMARY_CHARS = 200
@@ -31,8 +34,10 @@ def new_run_id(alias: str, now: datetime) -> str:
     return f"{alias}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def checked(request: RunRequest) -> RunRequest:
-    """Reject what would only fail later inside the run; return the request to start.
+def checked(request: RunRequest, rules: OriginRules) -> RunRequest:
+    """Reject what would only fail later inside the run, or what the deployment does not
+    allow; return the request to start. Blocking (a host may be resolved): call it from a
+    thread.
 
     A local repo must be given as an absolute path (`~` counts): a relative one would be
     resolved in the API's working directory, which the client cannot know (found by
@@ -43,15 +48,20 @@ def checked(request: RunRequest) -> RunRequest:
         message = f"unknown template {request.template!r}; valid ids: {valid}"
         raise invalid("template", message, request.template)
     if request.repo:
-        repo = checked_repo(request.repo)
+        repo = checked_repo(request.repo, rules)
         checked_branch(repo, request.base_branch)
         request = request.model_copy(update={"repo": repo})
     return request
 
 
-def checked_repo(repo: str, where: str = "body") -> str:
+def checked_repo(repo: str, rules: OriginRules, where: str = "body") -> str:
     """A URL as given; a local repository made absolute, or a 422 naming what is wrong
-    (and where: the body's `repo`, or a query parameter's)."""
+    (and where: the body's `repo`, or a query parameter's). An origin the deployment does
+    not allow (schemes/origin_policy.py) is refused first, before anything is looked at,
+    saying which setting would admit it."""
+    verdict = verdict_for(repo, rules)
+    if not verdict:
+        raise invalid("repo", f"origin not allowed: {refusal(verdict)}", redact(repo), where)
     if is_url(repo):
         return repo
     try:

@@ -94,7 +94,13 @@ class IntegrationWorkspaces(GitWorkspaces):
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> IntegrationWorkspaces:
         """The same clones and identity as `workspaces` (the worker injects a GitWorkspaces)."""
-        return cls(workspaces.root, workspaces.author_name, workspaces.author_email)
+        return cls(
+            workspaces.root,
+            workspaces.author_name,
+            workspaces.author_email,
+            credentials=workspaces.credentials,
+            origin_check=workspaces.origin_check,
+        )
 
     @contextmanager
     def locked(self, key: str, slot: str) -> Iterator[None]:

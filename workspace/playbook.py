@@ -111,7 +111,13 @@ class PlaybookStore(IntegrationWorkspaces):
 
     @classmethod
     def of(cls, workspaces: GitWorkspaces) -> PlaybookStore:
-        return cls(workspaces.root, workspaces.author_name, workspaces.author_email)
+        return cls(
+            workspaces.root,
+            workspaces.author_name,
+            workspaces.author_email,
+            credentials=workspaces.credentials,
+            origin_check=workspaces.origin_check,
+        )
 
     # -- reading -----------------------------------------------------------------------
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
+from loopworks.schemas.git_credentials import ENV_VAR as CREDENTIALS_ENV_VAR
 from loopworks.schemas.git_names import is_url, valid_ref_name
 from loopworks.workspace.refs import redact
 
@@ -34,6 +37,24 @@ _STRIPPED_ENV = (
     "GIT_NAMESPACE",
     "GIT_AUTHOR_DATE",
     "GIT_COMMITTER_DATE",
+    # Programs git would ask for a password: the credential helper below is the only
+    # source of credentials (GIT_ASKPASS is set empty in `_env`, which also hides these).
+    "SSH_ASKPASS",
+    CREDENTIALS_ENV_VAR,
+)
+# The one credential helper git may use: answers for configured https hosts only
+# (schemas/git_credentials.py). `!` makes git run it through the shell, hence the quoting.
+CREDENTIAL_HELPER = f"!{shlex.quote(sys.executable)} -m loopworks.workspace.git_credential"
+# Before it, an empty `credential.helper` clears every helper git's config files named
+# (system, global, a repository's, url-scoped ones): command-line config is read last.
+# core.askPass empty and GIT_ASKPASS empty leave git no program to ask for a password.
+_CREDENTIAL_CONFIG = (
+    "-c",
+    "credential.helper=",
+    "-c",
+    f"credential.helper={CREDENTIAL_HELPER}",
+    "-c",
+    "core.askPass=",
 )
 
 
@@ -120,10 +141,23 @@ class GitRunner:
     """Runs git for one data directory (`root`): a clean environment, timeouts, and git's
     stderr in the error when a command fails."""
 
-    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
+    def __init__(
+        self,
+        root: Path,
+        author_name: str,
+        author_email: str,
+        credentials: str | None = None,
+        origin_check: Callable[[str], None] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.author_name = author_name
         self.author_email = author_email
+        # LOOPS_GIT_CREDENTIALS as configured, handed to the credential helper only through
+        # git's environment; None: git gets no credential at all.
+        self.credentials = credentials
+        # Called with every origin before git is given it (workspace/origin_access.py);
+        # raises when the deployment does not allow it. None: every origin is used as is.
+        self.origin_check = origin_check
 
     # -- running git -------------------------------------------------------------------
 
@@ -140,10 +174,15 @@ class GitRunner:
             GIT_COMMITTER_NAME=self.author_name,
             GIT_COMMITTER_EMAIL=self.author_email,
             GIT_TERMINAL_PROMPT="0",
+            # Set and empty: git asks no askpass program (core.askPass and SSH_ASKPASS
+            # included: git only looks at them when this is unset).
+            GIT_ASKPASS="",
             # A clone deleted under a running step (a worker's data directory is a cache)
             # must make git fail, never find a repository above the clones and commit there.
             GIT_CEILING_DIRECTORIES=self._ceiling,
         )
+        if self.credentials:
+            env[CREDENTIALS_ENV_VAR] = self.credentials
         env.update(extra or {})
         return env
 
@@ -179,7 +218,15 @@ class GitRunner:
         # says why, on measured numbers.
         # A workspace's hooks and fsmonitor are content the model could have written: never
         # run them (the sandbox keeps .git read-only too; this holds with LOOPS_SANDBOX=off).
-        cmd = ["git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", *args]
+        cmd = [
+            "git",
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            *_CREDENTIAL_CONFIG,
+            *args,
+        ]
         logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
         GIT_SPAWNS.add(args)
         return cmd
@@ -188,6 +235,8 @@ class GitRunner:
         # A leading dash would be read as an option (e.g. --upload-pack=<command>).
         if origin.startswith("-"):
             raise GitError(f"origin {redact(origin)!r} is neither a URL nor a path")
+        if self.origin_check is not None:
+            self.origin_check(origin)
         # Absolute paths keep working from any cwd and in a clone's remote config.
         return origin if is_url(origin) else str(Path(origin).expanduser().resolve())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Response, status
@@ -42,7 +43,7 @@ GraphHandle = Annotated[graphs.GraphHandle, Depends(graph_handle)]
 async def create_graph(
     body: GraphRequest, connection: ConnectionDep, settings: SettingsDep, response: Response
 ) -> GraphCreated:
-    request = graphs.checked(body)
+    request = await asyncio.to_thread(graphs.checked, body, settings.origin_rules())
     graph_id = await graphs.start_graph(await connection.client(), settings.task_queue, request)
     url = str(router.url_path_for("get_graph", graph_id=graph_id))
     response.headers["Location"] = url

@@ -77,7 +77,7 @@ async def create_run(
     ] = None,
 ) -> RunCreated:
     # Checked before touching Temporal: bad input is a 422 even while Temporal is down.
-    request = launch.checked(body)
+    request = await asyncio.to_thread(launch.checked, body, settings.origin_rules())
     started = await launch.start_run(await connection.client(), settings, request, idempotency_key)
     status_url = router.url_path_for("get_run", run_id=started.run_id)
     response.headers["Location"] = str(status_url)
