@@ -33,6 +33,9 @@ INVALID_OUTPUT = "InvalidOutput"
 # The ApplicationError type of an origin lacking what a run or graph starts from (the
 # base branch named, any commit): a definite answer, so never retried.
 ORIGIN_LACKS = "OriginLacks"
+# The ApplicationError type of an origin the deployment's settings do not allow
+# (schemas/origin_policy.py): never retried.
+ORIGIN_REFUSED = "OriginRefused"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

@@ -13,6 +13,7 @@ and receive settings belong to its owner.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -39,8 +40,15 @@ class CommitPublisher(OriginReader):
     # queue's merges write them too, so it pushes, which carries whatever is needed.
     writes_through: ClassVar[bool] = True
 
-    def __init__(self, root: Path, author_name: str, author_email: str) -> None:
-        super().__init__(root, author_name, author_email)
+    def __init__(
+        self,
+        root: Path,
+        author_name: str,
+        author_email: str,
+        credentials: str | None = None,
+        origin_check: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(root, author_name, author_email, credentials, origin_check)
         # The origin URL this instance last gave each clone (by clone or set-url), so a
         # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:
         # a clone it does not know, or knows by another URL, is set again.
