@@ -45,6 +45,7 @@ _DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
 # git's `<transport>::<address>`: ext:: runs a shell command, fd:: reads file descriptors.
 _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_BRACKETED = re.compile(r"^(?P<user>[^@\[\]]*@)?\[(?P<inner>[^\]]*)\]:(?P<path>.*)$", re.S)
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,14 @@ def _parse_url(text: str) -> Location | Verdict:
 
 
 def _parse_scp(text: str) -> Location | Verdict:
-    # git's scp-like syntax, `[user@]host:path`; `[host]:path` for an IPv6 address.
+    # git's scp-like syntax, as git reads it: `[user@]host:path`, the host ending at the
+    # first colon, or bracketed (`[host]:path`, `user@[::1]:path`, `[user@host]:path`).
     head, _, path = text.partition(":")
-    if text.startswith("["):
-        closing = text.find("]:")
-        if closing < 0:
-            return _refused(f"{text!r} is not a usable ssh address")
-        head, path = text[1:closing], text[closing + 2 :]
+    if bracketed := _BRACKETED.match(text):
+        head = f"{bracketed['user'] or ''}{bracketed['inner']}"
+        path = bracketed["path"]
+    elif "[" in head or "]" in head:
+        return _refused(f"{text!r} is not a usable ssh address")
     user, at, host = head.rpartition("@")
     return Location(
         scheme="ssh",
@@ -302,9 +304,11 @@ def public_address(address: str) -> bool:
     except ValueError:
         return False
     if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return public_address(str(ip.ipv4_mapped))
         if int(ip) < 2**32:  # :: , ::1 and the deprecated IPv4-compatible ::a.b.c.d
             return False
-        embedded = [ip.ipv4_mapped, ip.sixtofour, ip.teredo[1] if ip.teredo else None]
+        embedded = [ip.sixtofour, ip.teredo[1] if ip.teredo else None]
         if ip in _NAT64:
             embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
         if any(v4 is not None and not public_address(str(v4)) for v4 in embedded):
