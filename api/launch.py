@@ -59,22 +59,24 @@ def checked_repo(repo: str, rules: OriginRules, where: str = "body") -> str:
     (and where: the body's `repo`, or a query parameter's). An origin the deployment does
     not allow (schemes/origin_policy.py) is refused first, before anything is looked at,
     saying which setting would admit it."""
+    if not is_url(repo):
+        try:
+            path = Path(repo).expanduser()
+        except RuntimeError:
+            # `~name/...` for a user this machine does not have (found by the API fuzz test).
+            message = f"no such user's home directory: {repo}"
+            raise invalid("repo", message, repo, where) from None
+        if not path.is_absolute():
+            message = (
+                f"a local repository must be an absolute path, not {repo!r}: a relative one "
+                "would be found from the API's working directory, not yours"
+            )
+            raise invalid("repo", message, repo, where)
     verdict = verdict_for(repo, rules)
     if not verdict:
         raise invalid("repo", f"origin not allowed: {refusal(verdict)}", redact(repo), where)
     if is_url(repo):
         return repo
-    try:
-        path = Path(repo).expanduser()
-    except RuntimeError:
-        # `~name/...` for a user this machine does not have (found by the API fuzz test).
-        raise invalid("repo", f"no such user's home directory: {repo}", repo, where) from None
-    if not path.is_absolute():
-        message = (
-            f"a local repository must be an absolute path, not {repo!r}: a relative one "
-            "would be found from the API's working directory, not yours"
-        )
-        raise invalid("repo", message, repo, where)
     if not path.is_dir():
         raise invalid("repo", f"no such directory: {repo}", repo, where)
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):
