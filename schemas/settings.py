@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loopworks.schemas.git_credentials import parse_credentials
-from loopworks.schemas.origin_policy import OriginRules, rules_from, schemes_from
 from loopworks.schemas.playbook import PlaybookLimits
 from loopworks.schemas.run import TokenUsage
+from loopworks.workspace.origin_policy import OriginRules, rules_from, schemes_from
 
 
 class LLMProvider(StrEnum):
@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     # Comma-separated URL prefixes (`https://github.com/acme/`) or hosts (`git-server`,
     # `git.example.com:8443`) runs and graphs may name as repo. Unset: any URL of an
     # allowed scheme whose host resolves to public addresses only. A host named here is
-    # admitted even on a private address (schemas/origin_policy.py).
+    # admitted even on a private address (workspace/origin_policy.py).
     allowed_origins: str | None = Field(default=None, alias="LOOPS_ALLOWED_ORIGINS")
     # Schemes a repo URL may use: https and ssh by default; http, git and file only when
     # named. `ext::`, `fd::` and every other `<transport>::` form are never allowed.

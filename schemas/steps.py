@@ -34,7 +34,7 @@ INVALID_OUTPUT = "InvalidOutput"
 # base branch named, any commit): a definite answer, so never retried.
 ORIGIN_LACKS = "OriginLacks"
 # The ApplicationError type of an origin the deployment's settings do not allow
-# (schemas/origin_policy.py): never retried.
+# (workspace/origin_policy.py): never retried.
 ORIGIN_REFUSED = "OriginRefused"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"

@@ -20,7 +20,7 @@ os.environ.setdefault("LOOPS_SANDBOX", "off")
 
 # The suite's repositories are local ones under the temporary directory, some asked over
 # file:// as a server would be: allowed the way an operator allows them, by settings
-# (schemas/origin_policy.py). Tests of the policy itself pass their own settings; a test
+# (workspace/origin_policy.py). Tests of the policy itself pass their own settings; a test
 # that must start without them (`loops up`'s own default) removes them.
 os.environ.setdefault("LOOPS_LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
 os.environ.setdefault("LOOPS_ALLOWED_SCHEMES", "https,ssh,file")

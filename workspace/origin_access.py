@@ -1,4 +1,4 @@
-"""The origin policy (schemas/origin_policy.py) applied: resolve what the decision needs (a
+"""The origin policy (workspace/origin_policy.py) applied: resolve what the decision needs (a
 host's addresses, a local path's real location) and refuse an origin before any git
 process, network connection or file read touches it."""
 
@@ -8,7 +8,7 @@ import os
 import socket
 from collections.abc import Callable
 
-from loopworks.schemas.origin_policy import (
+from loopworks.workspace.origin_policy import (
     GIT_CREDENTIALS,
     OriginRules,
     Verdict,

@@ -3,7 +3,7 @@
 `ext::sh -c ...` (git runs the command), or any directory on the host (`/home/alice/proj`,
 the service's own data directory) was accepted by the API and used by the worker.
 
-Now an origin is admitted only by the operator's settings (schemas/origin_policy.py): the
+Now an origin is admitted only by the operator's settings (workspace/origin_policy.py): the
 API answers 422 naming the setting that would admit it, before anything is fetched, and
 the worker refuses the same origins given straight to a workflow (the temporal CLI can
 start one around the API), before git touches them, without retrying."""

@@ -1,11 +1,11 @@
-"""schemas/origin_policy.py: which origins a deployment admits, case by case, without DNS
+"""workspace/origin_policy.py: which origins a deployment admits, case by case, without DNS
 or a disk (addresses and real paths are given as the resolver would find them)."""
 
 from __future__ import annotations
 
 import pytest
 
-from loopworks.schemas.origin_policy import (
+from loopworks.workspace.origin_policy import (
     ALLOWED_ORIGINS,
     ALLOWED_SCHEMES,
     GIT_CREDENTIALS,
