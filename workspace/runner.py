@@ -48,6 +48,8 @@ CREDENTIAL_HELPER = f"!{shlex.quote(sys.executable)} -m loopworks.workspace.git_
 # Before it, an empty `credential.helper` clears every helper git's config files named
 # (system, global, a repository's, url-scoped ones): command-line config is read last.
 # core.askPass empty and GIT_ASKPASS empty leave git no program to ask for a password.
+# No redirects: an admitted host must not send git on to one the origin policy refuses
+# (workspace/origin_policy.py judged the host named, not where it redirects).
 _CREDENTIAL_CONFIG = (
     "-c",
     "credential.helper=",
@@ -55,6 +57,8 @@ _CREDENTIAL_CONFIG = (
     f"credential.helper={CREDENTIAL_HELPER}",
     "-c",
     "core.askPass=",
+    "-c",
+    "http.followRedirects=false",
 )
 
 

@@ -238,3 +238,34 @@ def test_the_credential_setting_is_redacted_token_by_token() -> None:
     settings = Settings(LOOPS_GIT_CREDENTIALS=value)
     assert {TOKEN, OTHER_TOKEN} <= settings_secrets(settings)
     assert {TOKEN, OTHER_TOKEN} <= environ_secrets({"LOOPS_GIT_CREDENTIALS": value})
+
+
+@pytest.mark.integration
+def test_git_follows_no_redirect_to_where_the_origin_policy_never_looked(tmp_path: Path) -> None:
+    """An admitted host answering `302 Location: http://169.254.169.254/...` must not send
+    git on to an address the policy refuses."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with credential_seeker() as target:
+
+        class Redirect(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(302)
+                self.send_header("Location", target.url() + "/info/refs?service=git-upload-pack")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            workspaces = GitWorkspaces(tmp_path / "w", "loopworks", "l@x")
+            with pytest.raises(GitError):
+                workspaces.resolve_base(f"http://127.0.0.1:{server.server_address[1]}/r.git", None)
+        finally:
+            server.shutdown()
+            server.server_close()
+        assert target.seen.paths == []
