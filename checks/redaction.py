@@ -34,9 +34,10 @@ MIN_PARTIAL_CHARS = 4
 
 # Secrets the worker process may hold in its environment without Settings knowing them:
 # the ones the worker or its libraries read (the Anthropic SDK, Temporal's env config, the
-# OpenTelemetry exporter's auth header), a git token older deployments set (GIT_TOKEN) to
-# git, and the most common CI and cloud credentials of the machines workers run on. Kept
-# short on purpose: each is a credential by definition, so redacting it costs nothing.
+# OpenTelemetry exporter's auth header), GIT_TOKEN (how deployments gave git a token
+# before LOOPS_GIT_CREDENTIALS), and the most common CI and cloud credentials of the
+# machines workers run on. Kept short on purpose: each is a credential by definition, so
+# redacting it costs nothing.
 SECRET_ENV_VARS: tuple[str, ...] = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
