@@ -15,6 +15,7 @@ from loopworks.schemas.graph import TASK_LOOP_SUFFIX
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.configured import workspaces_for
 from loopworks.workspace.git import GitWorkspaces
 
 # The workspace refuses any other run id (it names a directory and a git ref), so an id
@@ -75,13 +76,7 @@ RunHandle = Annotated[LoopHandle, Depends(get_run_handle)]
 
 
 def get_workspaces(settings: SettingsDep) -> GitWorkspaces:
-    # The same root the worker uses, so a remote origin's object cache is shared.
-    return GitWorkspaces(
-        settings.workspaces_dir.resolve(),
-        author_name=settings.git_author_name,
-        author_email=settings.git_author_email,
-        max_clone_bytes=settings.max_clone_bytes,
-    )
+    return workspaces_for(settings)
 
 
 WorkspacesDep = Annotated[GitWorkspaces, Depends(get_workspaces)]

@@ -36,15 +36,17 @@ from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validate
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workspace.origin_policy import OriginRules
 
 WORKFLOW_TYPE = "TaskGraphWorkflow"
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]
 
 
-def checked(request: GraphRequest) -> GraphRequest:
-    """A 422 for what would only fail inside the graph: a bad repo, invalid tasks."""
+def checked(request: GraphRequest, rules: OriginRules) -> GraphRequest:
+    """A 422 for what would only fail inside the graph: a bad or disallowed repo, invalid
+    tasks. Blocking (a host may be resolved): call it from a thread."""
     if request.repo:
-        probe = launch.checked_repo(request.repo)
+        probe = launch.checked_repo(request.repo, rules)
         launch.checked_branch(probe, request.base_branch)
         request = request.model_copy(update={"repo": probe})
     if request.tasks is not None:

@@ -28,6 +28,9 @@ from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.record import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
+from loopworks.workspace.origin_access import refusal, verdict_for
+from loopworks.workspace.origin_policy import OriginRules
+from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
 
 SUMMARY_CHARS = 200
@@ -38,8 +41,10 @@ def new_run_id(alias: str, now: datetime) -> str:
     return f"{alias}-{now.astimezone(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
-def checked(request: RunRequest) -> RunRequest:
-    """Reject what would only fail later inside the run; return the request to start.
+def checked(request: RunRequest, rules: OriginRules) -> RunRequest:
+    """Reject what would only fail later inside the run, or what the deployment does not
+    allow; return the request to start. Blocking (a host may be resolved): call it from a
+    thread.
 
     A local repo must be given as an absolute path (`~` counts): a relative one would be
     resolved in the API's working directory, which the client cannot know (found by
@@ -50,7 +55,7 @@ def checked(request: RunRequest) -> RunRequest:
         message = f"unknown template {request.template!r}; valid ids: {valid}"
         raise invalid("template", message, request.template)
     if request.repo:
-        repo = checked_repo(request.repo)
+        repo = checked_repo(request.repo, rules)
         checked_branch(repo, request.base_branch)
         request = request.model_copy(update={"repo": repo})
     return request
@@ -69,22 +74,29 @@ def started_by(name: str) -> TypedSearchAttributes:
     return TypedSearchAttributes([SearchAttributePair(LOOP_STARTED_BY, name)])
 
 
-def checked_repo(repo: str, where: str = "body") -> str:
+def checked_repo(repo: str, rules: OriginRules, where: str = "body") -> str:
     """A URL as given; a local repository made absolute, or a 422 naming what is wrong
-    (and where: the body's `repo`, or a query parameter's)."""
+    (and where: the body's `repo`, or a query parameter's). An origin the deployment does
+    not allow (schemes/origin_policy.py) is refused first, before anything is looked at,
+    saying which setting would admit it."""
+    if not is_url(repo):
+        try:
+            path = Path(repo).expanduser()
+        except RuntimeError:
+            # `~name/...` for a user this machine does not have (found by the API fuzz test).
+            message = f"no such user's home directory: {repo}"
+            raise invalid("repo", message, repo, where) from None
+        if not path.is_absolute():
+            message = (
+                f"a local repository must be an absolute path, not {repo!r}: a relative one "
+                "would be found from the API's working directory, not yours"
+            )
+            raise invalid("repo", message, repo, where)
+    verdict = verdict_for(repo, rules)
+    if not verdict:
+        raise invalid("repo", f"origin not allowed: {refusal(verdict)}", redact(repo), where)
     if is_url(repo):
         return repo
-    try:
-        path = Path(repo).expanduser()
-    except RuntimeError:
-        # `~name/...` for a user this machine does not have (found by the API fuzz test).
-        raise invalid("repo", f"no such user's home directory: {repo}", repo, where) from None
-    if not path.is_absolute():
-        message = (
-            f"a local repository must be an absolute path, not {repo!r}: a relative one "
-            "would be found from the API's working directory, not yours"
-        )
-        raise invalid("repo", message, repo, where)
     if not path.is_dir():
         raise invalid("repo", f"no such directory: {repo}", repo, where)
     if not ((path / ".git").exists() or (path / "HEAD").is_file()):

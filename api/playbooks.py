@@ -146,7 +146,12 @@ async def send_deltas(
 async def _origin_for(
     client: Client, settings: Settings, workspaces: GitWorkspaces, name: str, repo: str | None
 ) -> str:
-    checked = None if repo is None else launch.checked_repo(repo, where="query")
+    rules = settings.origin_rules()
+    checked = (
+        None
+        if repo is None
+        else await asyncio.to_thread(launch.checked_repo, repo, rules, where="query")
+    )
     if repo is not None and playbook_name(repo) != name:
         message = f"the playbook of {repo} is {playbook_name(repo)}, not {name}"
         raise invalid("repo", message, repo, where="query")

@@ -17,6 +17,8 @@ import os
 import threading
 from collections.abc import Iterable, Mapping
 
+from loopworks.schemas.git_credentials import ENV_VAR as GIT_CREDENTIALS_VAR
+from loopworks.schemas.git_credentials import tokens_of
 from loopworks.schemas.settings import SECRET_FIELDS, Settings
 
 REDACTED = "[REDACTED]"
@@ -32,9 +34,10 @@ MIN_PARTIAL_CHARS = 4
 
 # Secrets the worker process may hold in its environment without Settings knowing them:
 # the ones the worker or its libraries read (the Anthropic SDK, Temporal's env config, the
-# OpenTelemetry exporter's auth header), the git token the image's askpass helper hands to
-# git, and the most common CI and cloud credentials of the machines workers run on. Kept
-# short on purpose: each is a credential by definition, so redacting it costs nothing.
+# OpenTelemetry exporter's auth header), GIT_TOKEN (how deployments gave git a token
+# before LOOPS_GIT_CREDENTIALS), and the most common CI and cloud credentials of the
+# machines workers run on. Kept short on purpose: each is a credential by definition, so
+# redacting it costs nothing.
 SECRET_ENV_VARS: tuple[str, ...] = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
@@ -49,11 +52,14 @@ SECRET_ENV_VARS: tuple[str, ...] = (
 )
 
 
-def _values(raw: str | None) -> set[str]:
-    """A secret setting's value and, for a list (LOOPS_API_TOKENS), each of its items."""
+def _values(raw: str | None, name: str = "") -> set[str]:
+    """A secret setting's value and, for a list (LOOPS_API_TOKENS), each of its items;
+    for LOOPS_GIT_CREDENTIALS, each token in it."""
     if not raw:
         return set()
     found = {raw.strip(), *(part.strip() for part in raw.split(","))}
+    if name == GIT_CREDENTIALS_VAR:
+        found |= tokens_of(raw)
     return {value for value in found if len(value) >= MIN_SECRET_CHARS}
 
 
@@ -62,7 +68,8 @@ def settings_secrets(settings: Settings) -> frozenset[str]:
     found: set[str] = set()
     for name in SECRET_FIELDS:
         value = getattr(settings, name)
-        found |= _values(value if isinstance(value, str) else None)
+        alias = Settings.model_fields[name].alias or name
+        found |= _values(value if isinstance(value, str) else None, alias)
     return frozenset(found)
 
 
@@ -72,7 +79,7 @@ def environ_secrets(environ: Mapping[str, str]) -> frozenset[str]:
     names = {*SECRET_ENV_VARS, *(Settings.model_fields[f].alias or f for f in SECRET_FIELDS)}
     found: set[str] = set()
     for name in names:
-        found |= _values(environ.get(name))
+        found |= _values(environ.get(name), name)
     return frozenset(found)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loopworks.api import tokens
-from loopworks.api.security import refusal_to_start
+from loopworks.api.security import is_loopback, refusal_to_start
 from loopworks.checks.bwrap import SandboxPolicy, reachable
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
@@ -130,9 +130,22 @@ def sandbox_workspaces(settings: Settings) -> Path | None:
     return workspaces
 
 
+def default_local_roots(settings: Settings, started_in: Path) -> str | None:
+    """The local roots `loops up` gives its API and worker when none are set: the directory
+    it was started from, for one user on loopback without tokens (`loops new --repo .`
+    keeps working); a shared deployment names its own (LOOPS_LOCAL_ROOTS)."""
+    if settings.local_roots is not None:
+        return None
+    if tokens.load(settings) or not is_loopback(settings.api_host):
+        return None
+    return str(started_in.resolve())
+
+
 class LocalStack:
     def __init__(self, settings: Settings, temporal_port: int, ui_port: int) -> None:
         self.settings = settings
+        # Set by `start` when it chose the local roots itself (default_local_roots).
+        self.local_roots: str | None = None
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -190,6 +203,8 @@ class LocalStack:
         env = dict(os.environ)
         if workspaces := sandbox_workspaces(self.settings):
             env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
+        if roots := default_local_roots(self.settings, Path.cwd()):
+            self.local_roots = env["LOOPS_LOCAL_ROOTS"] = roots
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,
@@ -327,6 +342,11 @@ def main(argv: list[str] | None = None) -> int:
             f"  data:         {settings.data_dir.resolve()}\n"
             f"  model:        {settings.llm.value if settings.llm else 'offline'}\n"
         )
+        if stack.local_roots:
+            out.write(
+                f"  local repos:  under {stack.local_roots}, where loops up started"
+                " (set LOOPS_LOCAL_ROOTS to choose)\n"
+            )
         out.flush()
         if args.demo:
             try:

@@ -6,11 +6,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loopworks.schemas.git_credentials import parse_credentials
 from loopworks.schemas.playbook import PlaybookLimits
 from loopworks.schemas.run import TokenUsage
+from loopworks.workspace.origin_policy import OriginRules, rules_from, schemes_from
 
 
 class LLMProvider(StrEnum):
@@ -42,7 +44,12 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
 # output in history, events and trajectories) is redacted of their values
 # (`loopworks.checks.redaction`). tests/unit/test_redaction.py fails when a field whose name
 # says key, token, secret or password is neither here nor known not to be a secret.
-SECRET_FIELDS: tuple[str, ...] = ("anthropic_api_key", "api_tokens", "api_read_tokens")
+SECRET_FIELDS: tuple[str, ...] = (
+    "anthropic_api_key",
+    "api_tokens",
+    "api_read_tokens",
+    "git_credentials",
+)
 
 
 class Settings(BaseSettings):
@@ -151,6 +158,47 @@ class Settings(BaseSettings):
     max_clone_bytes: int = Field(default=2 * 1024**3, ge=1024 * 1024, alias="LOOPS_MAX_CLONE_BYTES")
     keep_clones_hours: float = Field(default=24.0, ge=0, alias="LOOPS_KEEP_CLONES_HOURS")
     clones_max_bytes: int | None = Field(default=None, ge=0, alias="LOOPS_CLONES_MAX_BYTES")
+
+    # -- git credentials and the origins a deployment allows (SECURITY.md) ----------------
+    # Host -> git credential, JSON: {"github.com": {"username": "x-access-token",
+    # "token": "..."}}. Answered to git over https for exactly those hosts, never over http
+    # or to another host (schemas/git_credentials.py); unset: git gets no credential.
+    git_credentials: str | None = Field(default=None, alias="LOOPS_GIT_CREDENTIALS")
+    # Comma-separated URL prefixes (`https://github.com/acme/`) or hosts (`git-server`,
+    # `git.example.com:8443`) runs and graphs may name as repo. Unset: any URL of an
+    # allowed scheme whose host resolves to public addresses only. A host named here is
+    # admitted even on a private address (workspace/origin_policy.py).
+    allowed_origins: str | None = Field(default=None, alias="LOOPS_ALLOWED_ORIGINS")
+    # Schemes a repo URL may use: https and ssh by default; http, git and file only when
+    # named. `ext::`, `fd::` and every other `<transport>::` form are never allowed.
+    allowed_schemes: str = Field(default="https,ssh", alias="LOOPS_ALLOWED_SCHEMES")
+    # Comma-separated directories local repositories (and file:// URLs) must be under,
+    # symlinks resolved; never the data or workspaces directory. Unset: no local paths
+    # (`loops up` on loopback without tokens sets it to the directory it started in).
+    local_roots: str | None = Field(default=None, alias="LOOPS_LOCAL_ROOTS")
+
+    @field_validator("git_credentials")
+    @classmethod
+    def _check_credentials(cls, value: str | None) -> str | None:
+        parse_credentials(value)  # a malformed value stops the process, not a run
+        return value
+
+    @field_validator("allowed_schemes")
+    @classmethod
+    def _check_schemes(cls, value: str) -> str:
+        schemes_from(value)
+        return value
+
+    def origin_rules(self) -> OriginRules:
+        """The operator's allow-list, with the service's own default origin always in it and
+        the data and workspaces directories never a local root."""
+        return rules_from(
+            allowed=self.allowed_origins,
+            schemes=self.allowed_schemes,
+            local_roots=self.local_roots,
+            own=(self.default_origin_location or str(self.default_origin),),
+            private_dirs=(self.data_dir, self.workspaces_dir),
+        )
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:

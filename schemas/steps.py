@@ -40,6 +40,9 @@ UNSAFE_PATH = "UnsafeWorkspacePath"
 # The ApplicationError type of an origin (or a commit's tree) larger than the worker's
 # clone size cap, LOOPS_MAX_CLONE_BYTES: the same bytes come again, so never retried.
 CLONE_TOO_LARGE = "CloneTooLarge"
+# The ApplicationError type of an origin the deployment's settings do not allow
+# (workspace/origin_policy.py): never retried.
+ORIGIN_REFUSED = "OriginRefused"
 # The run's records on its branch: events, state, trajectories, reflection and insights.
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,6 +17,13 @@ from loopworks.deploy.search_attributes import register_search_attributes
 # pytest's temporary directories are out of the sandbox user's reach when the suite runs
 # as root. tests/*/test_sandbox*.py and the sandboxed runs set LOOPS_SANDBOX=auto.
 os.environ.setdefault("LOOPS_SANDBOX", "off")
+
+# The suite's repositories are local ones under the temporary directory, some asked over
+# file:// as a server would be: allowed the way an operator allows them, by settings
+# (workspace/origin_policy.py). Tests of the policy itself pass their own settings; a test
+# that must start without them (`loops up`'s own default) removes them.
+os.environ.setdefault("LOOPS_LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
+os.environ.setdefault("LOOPS_ALLOWED_SCHEMES", "https,ssh,file")
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
-from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.configured import workspaces_for
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,7 @@ def build_deps(settings: Settings, models: ModelSource | None = None) -> StepDep
         models=models or build_models(settings),
         agents=load_agents(overrides=settings.agents_dir),
         templates=load_templates(),
-        workspaces=GitWorkspaces(
-            settings.workspaces_dir.resolve(),
-            author_name=settings.git_author_name,
-            author_email=settings.git_author_email,
-            max_clone_bytes=settings.max_clone_bytes,
-        ),
+        workspaces=workspaces_for(settings),
     )
     choose_sandbox(settings)
     return deps

@@ -28,12 +28,14 @@ from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     INVALID_OUTPUT,
     ORIGIN_LACKS,
+    ORIGIN_REFUSED,
     UNSAFE_PATH,
     GitLocation,
     ModelStep,
 )
 from loopworks.workspace.files import UnsafePath
 from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.origin_access import OriginRefusedError
 from loopworks.workspace.runner import OriginLacksError
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -239,12 +241,16 @@ async def heartbeating() -> AsyncIterator[None]:
 @contextlib.contextmanager
 def failing_at_once_when_origin_lacks() -> Iterator[None]:
     """An origin that answered without the branch or commit a run starts from will not
-    have it on the next attempt either: fail the step now, saying so, rather than retry
-    for the policy's whole schedule."""
+    have it on the next attempt either, nor will an origin the deployment refuses become
+    allowed: fail the step now, saying so, rather than retry for the policy's schedule."""
     try:
         yield
     except OriginLacksError as err:
         raise ApplicationError(str(err), type=ORIGIN_LACKS, non_retryable=True) from err
+    except OriginRefusedError as err:
+        # The deployment does not allow the origin (a workflow started around the API, by
+        # the temporal CLI, is checked here too): no retry changes the settings.
+        raise ApplicationError(str(err), type=ORIGIN_REFUSED, non_retryable=True) from err
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ settings belong to its owner (its hooks never run: workspace/runner.py, HARDENIN
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -49,8 +50,12 @@ class CommitPublisher(OriginReader):
         author_name: str,
         author_email: str,
         max_clone_bytes: int | None = None,
+        credentials: str | None = None,
+        origin_check: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(root, author_name, author_email, max_clone_bytes)
+        super().__init__(
+            root, author_name, author_email, max_clone_bytes, credentials, origin_check
+        )
         # The origin URL this instance last gave each clone (by clone or set-url), so a
         # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:
         # a clone it does not know, or knows by another URL, is set again.

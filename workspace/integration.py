@@ -103,6 +103,8 @@ class IntegrationWorkspaces(GitWorkspaces):
             workspaces.author_name,
             workspaces.author_email,
             workspaces.max_clone_bytes,
+            credentials=workspaces.credentials,
+            origin_check=workspaces.origin_check,
         )
 
     @contextmanager

@@ -126,7 +126,7 @@ class OriginReader(GitRunner):
     def _origin_git_dir(self, origin: str, commit: str | None) -> Iterator[str]:
         """A git dir holding origin's objects: origin itself when local, else a cache."""
         if not is_url(origin):
-            local = Path(origin).expanduser().resolve()
+            local = Path(self._local_origin(origin))
             dotgit = local / ".git"
             yield str(dotgit if dotgit.exists() else local)
             return

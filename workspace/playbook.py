@@ -117,6 +117,8 @@ class PlaybookStore(IntegrationWorkspaces):
             workspaces.author_name,
             workspaces.author_email,
             workspaces.max_clone_bytes,
+            credentials=workspaces.credentials,
+            origin_check=workspaces.origin_check,
         )
 
     # -- reading -----------------------------------------------------------------------

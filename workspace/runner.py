@@ -14,14 +14,16 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
+from loopworks.schemas.git_credentials import ENV_VAR as CREDENTIALS_ENV_VAR
 from loopworks.schemas.git_names import is_url, valid_ref_name
 from loopworks.workspace.refs import redact
 
@@ -41,6 +43,28 @@ _STRIPPED_ENV = (
     "GIT_NAMESPACE",
     "GIT_AUTHOR_DATE",
     "GIT_COMMITTER_DATE",
+    # Programs git would ask for a password: the credential helper below is the only
+    # source of credentials (GIT_ASKPASS is set empty in `_env`, which also hides these).
+    "SSH_ASKPASS",
+    CREDENTIALS_ENV_VAR,
+)
+# The one credential helper git may use: answers for configured https hosts only
+# (schemas/git_credentials.py). `!` makes git run it through the shell, hence the quoting.
+CREDENTIAL_HELPER = f"!{shlex.quote(sys.executable)} -m loopworks.workspace.git_credential"
+# Before it, an empty `credential.helper` clears every helper git's config files named
+# (system, global, a repository's, url-scoped ones): command-line config is read last.
+# core.askPass empty and GIT_ASKPASS empty leave git no program to ask for a password.
+# No redirects: an admitted host must not send git on to one the origin policy refuses
+# (workspace/origin_policy.py judged the host named, not where it redirects).
+_CREDENTIAL_CONFIG = (
+    "-c",
+    "credential.helper=",
+    "-c",
+    f"credential.helper={CREDENTIAL_HELPER}",
+    "-c",
+    "core.askPass=",
+    "-c",
+    "http.followRedirects=false",
 )
 
 
@@ -84,6 +108,8 @@ _HARDENING_ARGS = tuple(arg for setting in HARDENING for arg in ("-c", setting))
 # settings are given again on the command line of the program it starts there.
 UPLOAD_PACK = shlex.join(["git", *_HARDENING_ARGS, "upload-pack"])
 RECEIVE_PACK = shlex.join(["git", *_HARDENING_ARGS, "receive-pack"])
+# What every git process this module starts is given before its own arguments.
+_ALWAYS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
 # Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
 # remote is its config (its url, uploadpack, sshCommand, credential helper).
 _NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}
@@ -197,10 +223,10 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 
 def _shown(cmd: Sequence[str]) -> str:
-    """The command as a message names it: the hardening it always carries left out."""
+    """The command as a message names it: the settings it always carries left out."""
     words = list(cmd)
-    if words[1 : 1 + len(_HARDENING_ARGS)] == list(_HARDENING_ARGS):
-        words[1 : 1 + len(_HARDENING_ARGS)] = []
+    if words[1 : 1 + len(_ALWAYS_ARGS)] == list(_ALWAYS_ARGS):
+        words[1 : 1 + len(_ALWAYS_ARGS)] = []
     shorter = {UPLOAD_PACK: "git upload-pack", RECEIVE_PACK: "git receive-pack"}
     for long, short in shorter.items():
         words = [word.replace(long, short) for word in words]
@@ -228,12 +254,20 @@ class GitRunner:
         author_name: str,
         author_email: str,
         max_clone_bytes: int | None = None,
+        credentials: str | None = None,
+        origin_check: Callable[[str], None] | None = None,
     ) -> None:
         self.root = Path(root)
         self.author_name = author_name
         self.author_email = author_email
         # LOOPS_MAX_CLONE_BYTES: what one clone of an origin may take (None: no cap).
         self.max_clone_bytes = max_clone_bytes
+        # LOOPS_GIT_CREDENTIALS as configured, handed to the credential helper only through
+        # git's environment; None: git gets no credential at all.
+        self.credentials = credentials
+        # Called with every origin before git is given it (workspace/origin_access.py);
+        # raises when the deployment does not allow it. None: every origin is used as is.
+        self.origin_check = origin_check
 
     # -- running git -------------------------------------------------------------------
 
@@ -250,11 +284,16 @@ class GitRunner:
             GIT_COMMITTER_NAME=self.author_name,
             GIT_COMMITTER_EMAIL=self.author_email,
             GIT_TERMINAL_PROMPT="0",
+            # Set and empty: git asks no askpass program (core.askPass and SSH_ASKPASS
+            # included: git only looks at them when this is unset).
+            GIT_ASKPASS="",
             # A clone deleted under a running step (a worker's data directory is a cache)
             # must make git fail, never find a repository above the clones and commit there.
             GIT_CEILING_DIRECTORIES=self._ceiling,
             **_NO_LAZY_FETCH,
         )
+        if self.credentials:
+            env[CREDENTIALS_ENV_VAR] = self.credentials
         env.update(extra or {})
         return env
 
@@ -343,8 +382,8 @@ class GitRunner:
         # says why, on measured numbers.
         # No program of the repository runs (HARDENING): neither an origin's nor what a
         # model could have written into a clone's .git (the sandbox keeps .git read-only
-        # too; this holds with LOOPS_SANDBOX=off).
-        cmd = ["git", *_HARDENING_ARGS, *args]
+        # too; this holds with LOOPS_SANDBOX=off). git asks no credential but ours.
+        cmd = ["git", *_ALWAYS_ARGS, *args]
         logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
         GIT_SPAWNS.add(args)
         return cmd
@@ -353,6 +392,8 @@ class GitRunner:
         # A leading dash would be read as an option (e.g. --upload-pack=<command>).
         if origin.startswith("-"):
             raise GitError(f"origin {redact(origin)!r} is neither a URL nor a path")
+        if self.origin_check is not None:
+            self.origin_check(origin)
         # Absolute paths keep working from any cwd and in a clone's remote config.
         return origin if is_url(origin) else str(Path(origin).expanduser().resolve())
 

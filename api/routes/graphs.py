@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
@@ -48,7 +49,8 @@ async def create_graph(
     response: Response,
     caller: CallerDep,
 ) -> GraphCreated:
-    request = graphs.within_limits(graphs.checked(body), settings)
+    request = await asyncio.to_thread(graphs.checked, body, settings.origin_rules())
+    request = graphs.within_limits(request, settings)
     client = await connection.client()
     graph_id = await graphs.start_graph(client, settings, request, caller=caller.name)
     url = str(router.url_path_for("get_graph", graph_id=graph_id))

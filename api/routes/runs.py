@@ -84,7 +84,8 @@ async def create_run(
     ] = None,
 ) -> RunCreated:
     # Checked before touching Temporal: bad input is a 422 even while Temporal is down.
-    request = launch.within_limits(launch.checked(body), settings)
+    request = await asyncio.to_thread(launch.checked, body, settings.origin_rules())
+    request = launch.within_limits(request, settings)
     client = await connection.client()
     started = await launch.start_run(client, settings, request, idempotency_key, caller=caller.name)
     status_url = router.url_path_for("get_run", run_id=started.run_id)

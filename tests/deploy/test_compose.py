@@ -46,6 +46,18 @@ pytestmark = pytest.mark.deploy
 COMPOSE_FILE = REPO / "docker-compose.yml"
 SECRETS_FILE = "loopworks.secrets.env"
 SECRETS_EXAMPLE = REPO / "loopworks.secrets.env.example"
+# Each app service's env files: what both need, then its own secrets only.
+ENV_FILES = {
+    "api": [SECRETS_FILE, "loopworks.api.env"],
+    "worker": [SECRETS_FILE, "loopworks.worker.env"],
+}
+
+
+def _mentioned(files: list[str]) -> set[str]:
+    """Names the examples of `files` assign (commented out or not)."""
+    return set().union(*(mentioned_env_names(REPO / f"{name}.example") for name in files))
+
+
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 
 LONG_RUNNING = {
@@ -216,12 +228,13 @@ def test_app_environment_covers_deploy_processes(
 ) -> None:
     service = services[service_name]
     environment = _environment(service)
-    assert service["env_file"] == SECRETS_FILE
-    from_file = mentioned_env_names(SECRETS_EXAMPLE)
+    files = ENV_FILES[service_name]
+    assert service["env_file"] == files
+    from_file = _mentioned(files)
     for name in names:
         if name in ENV_FILE_NAMES:
-            assert name not in environment, f"{name} in environment would override {SECRETS_FILE}"
-            assert name in from_file, f"{name} missing from {SECRETS_EXAMPLE.name}"
+            assert name not in environment, f"{name} in environment would override {files}"
+            assert name in from_file, f"{name} missing from the examples of {files}"
         else:
             assert name in environment, f"{service_name}: {name} not in environment"
     assert environment["LOOPS_DATA_DIR"] == "/data"
@@ -240,15 +253,37 @@ def test_api_listens_on_all_interfaces_on_its_published_port(services: dict[str,
 
 
 def test_secrets_come_only_from_the_ignored_env_file(services: dict[str, Any]) -> None:
-    secret_names = {"ANTHROPIC_API_KEY", "LOOPS_API_TOKENS", "GIT_TOKEN"}
-    assert secret_names <= mentioned_env_names(SECRETS_EXAMPLE)
+    secret_names = {"ANTHROPIC_API_KEY", "LOOPS_API_TOKENS", "LOOPS_GIT_CREDENTIALS"}
+    assert secret_names <= _mentioned(ENV_FILES["api"] + ENV_FILES["worker"])
     for name, service in services.items():
         leaked = secret_names & set(_environment(service))
         assert not leaked, f"{name} sets {leaked} in environment"
-    ignored = run(["git", "check-ignore", "-q", SECRETS_FILE], cwd=REPO)
-    assert ignored.returncode == 0, f"{SECRETS_FILE} must be git-ignored"
+    for env_file in {*ENV_FILES["api"], *ENV_FILES["worker"]}:
+        ignored = run(["git", "check-ignore", "-q", env_file], cwd=REPO)
+        assert ignored.returncode == 0, f"{env_file} must be git-ignored"
     dotenv_ignored = run(["git", "check-ignore", "-q", ".env"], cwd=REPO)
     assert dotenv_ignored.returncode == 1, ".env (image versions) must stay committable"
+
+
+def test_each_app_service_gets_only_its_own_secrets(services: dict[str, Any]) -> None:
+    """The API never calls the model and the worker serves no HTTP: neither holds the
+    other's secret. Both read origins, so both get the git credentials."""
+    api, worker = _mentioned(ENV_FILES["api"]), _mentioned(ENV_FILES["worker"])
+    assert "LOOPS_API_TOKENS" in api and "LOOPS_API_TOKENS" not in worker
+    assert "ANTHROPIC_API_KEY" in worker and "ANTHROPIC_API_KEY" not in api
+    assert "LOOPS_GIT_CREDENTIALS" in api & worker
+    for name in APPS:
+        assert "GIT_TOKEN" not in _mentioned(ENV_FILES.get(name, [])), "the old askpass token"
+
+
+def test_the_image_answers_no_git_prompt_for_any_host() -> None:
+    """The any-host askpass helper and the system-wide `safe.directory '*'` are gone: git
+    credentials come only from loopworks' own host-scoped helper (workspace/runner.py)."""
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    instructions = [line for line in dockerfile.splitlines() if not line.lstrip().startswith("#")]
+    text = "\n".join(instructions)
+    assert "GIT_ASKPASS" not in text and "askpass" not in text
+    assert "safe.directory" not in text
 
 
 def test_workers_scale(services: dict[str, Any]) -> None:
@@ -529,7 +564,8 @@ def compose_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("compose")
     shutil.copy(COMPOSE_FILE, project / "docker-compose.yml")
     shutil.copy(REPO / ".env", project / ".env")
-    shutil.copy(SECRETS_EXAMPLE, project / SECRETS_FILE)
+    for env_file in {*ENV_FILES["api"], *ENV_FILES["worker"]}:
+        shutil.copy(REPO / f"{env_file}.example", project / env_file)
     (project / "deploy").symlink_to(REPO / "deploy", target_is_directory=True)
     return project
 

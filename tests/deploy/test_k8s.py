@@ -91,7 +91,8 @@ def test_renders_every_resource(resources: dict[tuple[str, str], Any]) -> None:
 
 
 def test_the_example_secret_is_never_applied(kustomization: dict[str, Any]) -> None:
-    assert "secret.example.yaml" not in kustomization["resources"]
+    for example in K8S.glob("secret*.example.yaml"):
+        assert example.name not in kustomization["resources"]
     assert not kustomization.get("secretGenerator")
 
 
@@ -122,9 +123,12 @@ def test_environment_covers_deploy_processes(
     sources = {
         ref.get("configMapRef", ref.get("secretRef"))["name"] for ref in container["envFrom"]
     }
-    assert sources == {"loopworks-config", "loopworks-secrets"}
+    kind = deployment.removeprefix("loopworks-")
+    assert sources == {"loopworks-config", "loopworks-secrets", f"loopworks-{kind}-secrets"}
     own = {item["name"] for item in container.get("env", [])}
-    secret_example = (K8S / "secret.example.yaml").read_text()
+    secret_example = (K8S / "secret.example.yaml").read_text() + (
+        K8S / f"secret-{kind}.example.yaml"
+    ).read_text()
     for name in names:
         if name in ENV_FILE_NAMES:
             assert name in secret_example, f"{name}: document it in secret.example.yaml"
@@ -316,6 +320,27 @@ def test_temporal_frontend_admits_only_the_api_and_workers(
 
 def test_manifests_validate_against_kubernetes_schemas(rendered: Path) -> None:
     validator = require_tool("kubernetes-validate")
-    for path in (rendered, K8S / "secret.example.yaml", TEMPORAL_POLICY):
+    for path in (rendered, *K8S.glob("secret*.example.yaml"), TEMPORAL_POLICY):
         result = run([validator, "--strict", "--quiet", "-k", KUBERNETES_VERSION, str(path)])
         assert result.returncode == 0, f"{path.name}:\n{result.stdout}{result.stderr}"
+
+
+def test_each_app_gets_only_its_own_secrets(resources: dict[tuple[str, str], Any]) -> None:
+    """The API never calls the model and the workers serve no HTTP: neither Secret it reads
+    holds the other's. Both read origins, so the shared one has the git credentials."""
+
+    def keys(name: str) -> set[str]:
+        return set(yaml.safe_load((K8S / name).read_text())["stringData"])
+
+    shared = keys("secret.example.yaml")
+    api, worker = keys("secret-api.example.yaml"), keys("secret-worker.example.yaml")
+    assert "LOOPS_GIT_CREDENTIALS" in shared
+    assert not {"ANTHROPIC_API_KEY", "LOOPS_API_TOKENS", "GIT_TOKEN"} & shared
+    assert "LOOPS_API_TOKENS" in api and "ANTHROPIC_API_KEY" not in api
+    assert "ANTHROPIC_API_KEY" in worker and "LOOPS_API_TOKENS" not in worker
+    for deployment, other in (("api", "worker"), ("worker", "api")):
+        refs = [
+            ref.get("secretRef", {}).get("name")
+            for ref in _container(resources, f"loopworks-{deployment}")["envFrom"]
+        ]
+        assert f"loopworks-{other}-secrets" not in refs

@@ -20,6 +20,7 @@ from loopworks.deploy.local import (
     StackDown,
     _claim,
     _wait,
+    default_local_roots,
     free_port,
     main,
 )
@@ -196,3 +197,27 @@ def test_up_says_which_setting_is_wrong_instead_of_a_traceback(
     with caplog.at_level(logging.ERROR, logger="loopworks.local"):
         assert main([]) == 2
     assert "cannot start: " in caplog.text and said in caplog.text
+
+
+@pytest.mark.deploy
+@pytest.mark.parametrize(
+    ("settings", "defaulted"),
+    [
+        ({}, True),
+        ({"LOOPS_API_HOST": "localhost"}, True),
+        ({"LOOPS_API_HOST": "::1"}, True),
+        ({"LOOPS_LOCAL_ROOTS": "/srv/repos"}, False),
+        ({"LOOPS_LOCAL_ROOTS": ""}, False),
+        ({"LOOPS_API_TOKENS": "a-token"}, False),
+        ({"LOOPS_API_HOST": "0.0.0.0"}, False),
+    ],
+)
+def test_up_lets_one_user_on_loopback_name_repositories_where_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str], defaulted: bool
+) -> None:
+    """`loops new --repo .` needs no setting for a single user: loops up's local root is the
+    directory it started from, unless the API is shared (tokens, or not on loopback) or
+    the operator named the roots."""
+    monkeypatch.delenv("LOOPS_LOCAL_ROOTS", raising=False)
+    roots = default_local_roots(Settings(**settings), tmp_path)
+    assert roots == (str(tmp_path.resolve()) if defaulted else None)

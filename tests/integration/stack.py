@@ -197,6 +197,12 @@ class Stack:
             "LOOPS_DATA_DIR": str(self.data_dir),
             "LOOPS_LLM": "offline",
             "LOOPS_SANDBOX": os.environ.get("LOOPS_SANDBOX", "off"),
+            # The suite's origins, allowed as an operator allows them (tests/conftest.py).
+            **{
+                name: os.environ[name]
+                for name in ("LOOPS_LOCAL_ROOTS", "LOOPS_ALLOWED_SCHEMES", "LOOPS_ALLOWED_ORIGINS")
+                if name in os.environ
+            },
         }
         env.update(self.extra_env)
         env.update(overrides)

@@ -7,6 +7,7 @@ One worker and one API process serve the whole module.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +22,20 @@ from tests.integration.stack import DevServer, Stack, git
 
 pytestmark = pytest.mark.integration
 
+# Where nothing listens: an origin git cannot reach.
+UNREACHABLE_PORT = free_port()
+
 
 @pytest.fixture(scope="module")
 def http(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     root = tmp_path_factory.mktemp("playbook-stack")
-    stack = Stack(server=dev_server, data_dir=root / "data", logs=root / "logs")
+    # The unreachable origin below is named by the operator, as an internal git server
+    # on plain http would be (workspace/origin_policy.py).
+    allowed = {
+        "LOOPS_ALLOWED_SCHEMES": "https,ssh,file,http",
+        "LOOPS_ALLOWED_ORIGINS": f"127.0.0.1:{UNREACHABLE_PORT}",
+    }
+    stack = Stack(server=dev_server, data_dir=root / "data", logs=root / "logs", extra_env=allowed)
     try:
         stack.start_worker()
         _, base_url = stack.start_api()
@@ -155,7 +165,7 @@ def test_a_writer_that_refuses_says_why(http: httpx.Client, remote: Path) -> Non
 def test_an_origin_git_cannot_reach_is_a_502_naming_the_git_failure(http: httpx.Client) -> None:
     """The writer's git activity retries (about 15 s), then the change fails with what
     git said, as a 502: the origin is at fault, not the request."""
-    url = f"http://127.0.0.1:{free_port()}/nobody.git"  # nothing listens there
+    url = f"http://127.0.0.1:{UNREACHABLE_PORT}/nobody.git"  # nothing listens there
     name = playbook_name(url)
     failed = http.post(f"/playbooks/{name}/deltas", params={"repo": url}, json=_add("b-1", "x"))
     assert failed.status_code == 502, failed.text
@@ -169,8 +179,9 @@ def test_an_origin_git_cannot_reach_is_a_502_naming_the_git_failure(http: httpx.
 
 
 def test_a_bad_repo_parameter_is_named_as_the_query_parameter(http: httpx.Client) -> None:
+    missing = str(Path(tempfile.gettempdir()).resolve() / "no" / "such" / "dir")  # a local root
     response = http.post(
-        "/playbooks/nobody-00000000/deltas", params={"repo": "/no/such/dir"}, json=_add("b", "x")
+        "/playbooks/nobody-00000000/deltas", params={"repo": missing}, json=_add("b", "x")
     )
     assert response.status_code == 422
-    assert response.json()["message"] == "query.repo: no such directory: /no/such/dir"
+    assert response.json()["message"] == f"query.repo: no such directory: {missing}"

@@ -1,0 +1,76 @@
+"""The origin policy (workspace/origin_policy.py) applied: resolve what the decision needs (a
+host's addresses, a local path's real location) and refuse an origin before any git
+process, network connection or file read touches it."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+from loopworks.workspace.origin_policy import (
+    GIT_CREDENTIALS,
+    OriginRules,
+    Verdict,
+    admit,
+    needs_addresses,
+    parse_origin,
+)
+from loopworks.workspace.refs import redact
+from loopworks.workspace.runner import GitError
+
+# What GitRunner calls before it hands git an origin: raises OriginRefusedError.
+OriginCheck = Callable[[str], None]
+
+
+class OriginRefusedError(GitError):
+    """The deployment's settings do not allow this origin: asking again cannot help."""
+
+
+def resolve(host: str, port: int | None) -> tuple[str, ...]:
+    """Every address `host` resolves to (numeric forms such as `2130706433` or `0x7f.1`
+    included, as git's resolver would read them); empty when it does not resolve."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return ()
+    return tuple(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+def verdict_for(
+    origin: str,
+    rules: OriginRules,
+    resolver: Callable[[str, int | None], tuple[str, ...]] = resolve,
+) -> Verdict:
+    location = parse_origin(origin)
+    if isinstance(location, Verdict):
+        return location
+    addresses: tuple[str, ...] = ()
+    real_path = None
+    if location.local:
+        real_path = os.path.realpath(os.path.expanduser(location.path))
+    elif needs_addresses(location, rules):
+        addresses = resolver(location.host, location.port)
+    return admit(origin, rules, addresses, real_path)
+
+
+def refusal(verdict: Verdict) -> str:
+    """A refused verdict as one sentence naming the setting that would admit it."""
+    if verdict.setting is None:
+        return verdict.reason
+    if verdict.setting == GIT_CREDENTIALS:
+        return f"{verdict.reason} (set {GIT_CREDENTIALS})"
+    return f"{verdict.reason} (the setting {verdict.setting} admits it)"
+
+
+def check_origin(origin: str, rules: OriginRules) -> None:
+    verdict = verdict_for(origin, rules)
+    if not verdict:
+        raise OriginRefusedError(f"origin {redact(origin)} refused: {refusal(verdict)}")
+
+
+def origin_check(rules: OriginRules) -> OriginCheck:
+    def check(origin: str) -> None:
+        check_origin(origin, rules)
+
+    return check
