@@ -258,10 +258,7 @@ class TaskGraphWorkflow:
             # The loop reflects and pushes what it has when the graph is cancelled.
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(LOOP_GRAPH, self._state.graph_id),
-                    *self._started_by_attribute(),
-                ]
+                [SearchAttributePair(LOOP_GRAPH, self._state.graph_id), *self._started_by_pair()]
             ),
             static_summary=f"{task_id}: {task_state.task.title}"[:200],
         )
@@ -274,10 +271,9 @@ class TaskGraphWorkflow:
     def _started_by(self) -> str:
         return self._state.started_by or self._params.started_by
 
-    def _started_by_attribute(self) -> list[SearchAttributePair[str]]:
-        # A graph started before graphs recorded it has no name to hand on.
-        started_by = self._started_by
-        return [SearchAttributePair(LOOP_STARTED_BY, started_by)] if started_by else []
+    def _started_by_pair(self) -> list[SearchAttributePair[str]]:
+        # A graph started before graphs recorded who started it has no name to hand on.
+        return [SearchAttributePair(LOOP_STARTED_BY, self._started_by)] if self._started_by else []
 
     def _released(self) -> bool:
         return not self._memory.paused or self._stop_requested

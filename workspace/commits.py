@@ -8,7 +8,7 @@ Origin ends with the same objects and refs a push leaves, without the eight proc
 local push starts (a shell, receive-pack, pack-objects, unpack-objects, the connectivity
 walk, for-each-ref, gc --auto): about 16 ms of CPU a push, four a run, measured with
 scripts/bench.py. An origin named by a user, even a path, is always pushed to: its receive
-settings belong to its owner (its hooks never run: workspace/runner.py, HARDENING).
+settings belong to its owner (its hooks never run: workspace/lockdown.py, HARDENING).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files
+from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     changed_paths,
     commit_index,
@@ -29,7 +30,7 @@ from loopworks.workspace.objects import (
 )
 from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
-from loopworks.workspace.runner import GitError, serving_program
+from loopworks.workspace.runner import GitError
 from loopworks.workspace.stores import writes_into
 
 # A HEAD file holds a sha or a ref name: anything longer is not one.

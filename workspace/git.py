@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import uuid
 from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files
 from loopworks.workspace.commits import CommitPublisher, detached_head
+from loopworks.workspace.default_origin import create_default_origin
+from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     clone_shared,
     commit_of,
@@ -38,22 +39,14 @@ from loopworks.workspace.runner import (
     GitError,
     OriginLacksError,
     _rmtree,
-    serving_program,
 )
-from loopworks.workspace.stores import borrowed_stores, mark_own_origin, own_origin_store
+from loopworks.workspace.stores import borrowed_stores, own_origin_store
 from loopworks.workspace.sweep import used
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BRANCH = "main"
 # Origin's branches, as a clone keeps them.
 _BRANCHES = "+refs/heads/*:refs/remotes/origin/*"
-
-_README = (
-    "# loopworks runs\n\n"
-    "This repository holds loopworks run branches: each run works on its own branch,\n"
-    "and its in-progress commits are kept under refs/loopworks/<run id>.\n"
-)
 
 
 class GitWorkspaces(CommitPublisher):
@@ -68,48 +61,7 @@ class GitWorkspaces(CommitPublisher):
 
     def ensure_default_origin(self, path: Path) -> str:
         """Create a bare origin at `path` with one commit on `main`, unless it exists."""
-        path = Path(path)
-        if path.exists():
-            return str(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Build beside the target and rename into place: a racing process either wins
-        # the rename or finds the finished repository, never a half-built one.
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
-            bare, clone = staging / "origin.git", staging / "clone"
-            self._git(
-                ["init", "--quiet", "--bare", f"--initial-branch={DEFAULT_BRANCH}", str(bare)]
-            )
-            self._git(
-                ["clone", "--quiet", *serving_program(str(bare), "clone"), str(bare), str(clone)]
-            )
-            (clone / "README.md").write_text(_README, encoding="utf-8")
-            mark_own_origin(bare)
-            self._git(["add", "README.md"], cwd=clone)
-            self._git(
-                [
-                    "-c",
-                    "commit.gpgsign=false",
-                    "commit",
-                    "--quiet",
-                    "--no-verify",
-                    "-m",
-                    "Initial commit",
-                ],
-                cwd=clone,
-            )
-            push = ["push", "--quiet", *serving_program(str(bare), "push"), "origin"]
-            self._git([*push, f"HEAD:refs/heads/{DEFAULT_BRANCH}"], cwd=clone)
-            try:
-                os.rename(bare, path)
-                logger.info("created default origin at %s", path)
-            except OSError:
-                if not path.exists():
-                    raise
-                logger.debug("default origin %s was created concurrently", path)
-        finally:
-            _rmtree(staging)
-        return str(path)
+        return create_default_origin(self, path)
 
     def resolve_base(self, origin: str, base_branch: str | None) -> tuple[str, str]:
         """(branch, sha) of `base_branch` on origin, or of origin's default branch. The

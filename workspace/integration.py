@@ -29,6 +29,7 @@ from loopworks.schemas.tasks import (
 )
 from loopworks.workspace import files
 from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     commit_message_of,
     commit_of,
@@ -38,7 +39,7 @@ from loopworks.workspace.objects import (
     write_commit,
 )
 from loopworks.workspace.refs import checked_commit, checked_run_id, redact
-from loopworks.workspace.runner import GitError, _file_lock, serving_program
+from loopworks.workspace.runner import GitError, _file_lock
 
 # Every loop writes these at its repository root; in a task graph they are moved under
 # the task's own directory.

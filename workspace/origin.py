@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from loopworks.schemas.git_names import is_url
+from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     commit_of,
     holds_commit,
@@ -25,7 +26,6 @@ from loopworks.workspace.runner import (
     GitRunner,
     _file_lock,
     _rmtree,
-    serving_program,
 )
 from loopworks.workspace.sweep import used
 
