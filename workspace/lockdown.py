@@ -79,7 +79,7 @@ RECEIVE_PACK = shlex.join(["git", *_HARDENING_ARGS, "receive-pack"])
 ALWAYS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
 # Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
 # remote is its config (its url, uploadpack, sshCommand, credential helper).
-NO_LAZY_FETCH = {"GITNO_LAZY_FETCH": "1"}
+NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}
 
 
 def serving_program(url: str, subcommand: str) -> list[str]:
