@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
-import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -18,6 +18,7 @@ from loopworks.agent.tools.calls import (
     SEARCH_CAP_MATCHES,
     SEARCH_FILE_CAP_BYTES,
     SEARCH_LINE_CHARS,
+    SEARCH_TIME_CAP_SECONDS,
     WALK_CAP_FILES,
     WRITE_CAP_BYTES,
     EditFileArgs,
@@ -29,6 +30,7 @@ from loopworks.agent.tools.calls import (
     WriteFileArgs,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
+from loopworks.checks.patterns import UnsupportedPattern, compile_pattern
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.rules import CommandCheck
 
@@ -225,9 +227,11 @@ def _listing(lines: list[str], more: bool, none: str, truncated: str) -> ToolRes
 
 
 def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
+    """Lines matching the pattern, on RE2 (`checks.patterns`): a model's pattern cannot
+    hang the worker, and the walk stops after `SEARCH_TIME_CAP_SECONDS` saying so."""
     try:
-        regex = re.compile(args.pattern)
-    except re.error as exc:
+        regex = compile_pattern(args.pattern)
+    except UnsupportedPattern as exc:
         return fail(f"invalid regular expression {args.pattern!r}: {exc}")
     top = guard.path(args.path)
     if not top.exists():
@@ -235,8 +239,9 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
     hits: list[str] = []
     size = 0
     more = False
+    deadline = time.monotonic() + SEARCH_TIME_CAP_SECONDS
     for entry in _walk(top):
-        if entry is None:
+        if entry is None or time.monotonic() > deadline:
             more = True
             break
         rel = guard.relative(entry)
@@ -252,9 +257,10 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
             continue
         with target.open("r", encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, start=1):
-                if not regex.search(line):
-                    continue
+                # Without its line break: RE2's `$` is the end of the text only.
                 text = line.rstrip("\r\n")
+                if not regex.search(text):
+                    continue
                 if len(text) > SEARCH_LINE_CHARS:
                     text = text[:SEARCH_LINE_CHARS] + "..."
                 hit = f"{rel}:{lineno}: {text}"
