@@ -31,6 +31,7 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.deps import HEARTBEAT_EVERY_SECONDS, StepDeps
+from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
@@ -137,6 +138,9 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
         activities=activities_of(deps, client),
+        # Every activity's result and failure enters history redacted of the worker's
+        # secrets (worker/redacting.py).
+        interceptors=[RedactingInterceptor()],
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.
