@@ -37,6 +37,9 @@ pytestmark = pytest.mark.unit
             "fatal: unable to access 'https://***@host.example/r.git/': 403",
         ),
         ("ssh://git:pw@h:22/r and http://x@y/z", "ssh://***@h:22/r and http://***@y/z"),
+        # A login name is no credential: an ssh origin comes through whole.
+        ("ssh://git@github.com/team/app.git", None),
+        ("https://ghp_tokenAsUser@github.com/team/app.git", "https://***@github.com/team/app.git"),
         ("mail bob@example.com via https://example.com/a", None),
         ("git@github.com:team/app.git", None),
     ],
