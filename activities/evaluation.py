@@ -90,7 +90,9 @@ class EvaluationActivities:
         for prepared in step.checks:
             check = prepared.check
             if isinstance(check, PatternCheck):
-                outcomes.append(match_pattern(check, files[check.path]))
+                # Off the event loop, so heartbeats go on while a long file is searched.
+                text = files[check.path]
+                outcomes.append(await asyncio.to_thread(match_pattern, check, text))
             elif isinstance(check, JudgeCheck):
                 outcomes.append(judged[prepared.rule_id])
             else:

@@ -37,6 +37,7 @@ from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
 from loopworks.agent.tools import TOOLS, ToolResult, execute
+from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import CUT_OFF, model_errors
 from loopworks.schemas.roles import Role
@@ -140,7 +141,8 @@ async def run_agent(
             )
         )
     return AgentOutcome(
-        final_text=answer if answer is not None else _last_text(messages),
+        # The model's last words become a commit message and the step's summary.
+        final_text=redacted(answer if answer is not None else _last_text(messages)),
         turns=turns,
         usage=_usage(messages),
         records=records,
@@ -250,10 +252,14 @@ def _tool_definitions() -> list[ToolDefinition]:
 
 
 async def _execute(workspace: Path, name: str, arguments: dict[str, Any]) -> ToolResult:
+    """A tool's result, redacted (`checks.redaction`): what a tool read (a file holding a
+    key, a URL with a token) goes back to the model, and into the trajectory, without the
+    worker's secrets."""
     try:
-        return await asyncio.to_thread(execute, workspace, name, arguments)
+        result = await asyncio.to_thread(execute, workspace, name, arguments)
     except Exception as exc:  # `execute` never raises by contract; a model must not crash us
-        return ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")
+        result = ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")
+    return redacted(result)
 
 
 def trajectory(
@@ -319,6 +325,9 @@ def trajectory(
 def _record(
     call: ModelCall, step: AgentStep, turn: int, kind: RecordKind, **fields: Any
 ) -> TrajectoryRecord:
+    # Every line of a trajectory is made here, and is committed, pushed and served: its
+    # texts (prompts, the model's words and tool calls, tool results) redacted.
+    fields = redacted(fields)
     return TrajectoryRecord(
         run_id=call.run_id,
         step=step,

@@ -9,6 +9,7 @@ import uvicorn
 
 from loopworks.api.main import create_app
 from loopworks.api.security import refusal_to_start
+from loopworks.checks.redaction import install_log_redaction
 from loopworks.schemas.settings import Settings
 from loopworks.worker.telemetry import configure_tracing
 
@@ -35,4 +36,5 @@ def main() -> int:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_log_redaction()
     sys.exit(main())

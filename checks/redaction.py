@@ -1,21 +1,33 @@
-"""The second line of defence for what leaves a command (issue 11, item 6).
+"""Redaction: the worker's secrets and the credentials written into URLs, out of every
+text that leaves the worker.
 
-A command's output goes into the workflow history, the run's events and the agent's
-trajectory (committed to git and sent back to the model). The sandbox is meant to keep the
-worker's secrets out of a command's reach; this module makes sure that, if one gets through
-anyway (a command reading `/proc/<worker>/environ`, a secrets file), its value does not
-leave the activity: every secret value the worker holds is replaced by `[REDACTED]` and the
-text is capped.
+A command's output, a file an agent read, a model's text and git's error messages go into
+the workflow history, the run's events, prompts, the agent's trajectory (committed, pushed
+and served) and logs. The sandbox is meant to keep the worker's secrets out of a command's
+reach; this module makes sure that, if one gets through anyway (a command reading
+`/proc/<worker>/environ`, a secrets file in a repository, a model repeating one), its value
+does not go further: every secret value the worker holds is replaced by `[REDACTED]`, and
+the user and password of a URL (`https://user:token@host`) by `***`. `redact` does both on
+one text, `redacted` on every text inside a value (a model, a dict), `RedactingFilter` on
+every log record. The choke points that call them: command output (`checks.output`), tool
+results and trajectory records (`agent.loop`), what a model is given (`worker.deps`),
+every activity's result and failure (`worker.redacting`), and the logs of the worker and
+the API (their entry points install `install_log_redaction`).
 
-It is a second line, not a fix: a command that prints a secret encoded (base64, reversed,
-split across lines) gets it past any redaction. Only the sandbox stops that.
+It is a second line, not a fix: a secret printed encoded (base64, reversed, split across
+lines) gets past any redaction. Only the sandbox stops that.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from loopworks.schemas.git_credentials import ENV_VAR as GIT_CREDENTIALS_VAR
 from loopworks.schemas.git_credentials import tokens_of
@@ -106,8 +118,37 @@ def worker_secrets() -> frozenset[str]:
     return remembered | environ_secrets(os.environ)
 
 
+# A URL's userinfo (user, and password), from its `://` to the `@` before its host. Matched
+# from the `://` on, so that the scan stays linear over any text (a scheme matched before
+# it would be tried from every letter of a long word).
+_URL_USERINFO = re.compile(r"://([^/@\s]+)@")
+# The scheme just before a `://`, within the longest scheme looked for.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*$")
+# Schemes whose user is a login name, not a credential (`ssh://git@host/...`).
+_LOGIN_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git"})
+_LOGIN_SCHEME_CHARS = max(map(len, _LOGIN_SCHEMES))
+
+
+def redact_url_credentials(text: str) -> str:
+    """`text` with the userinfo of every URL in it (`https://user:token@host/...`, and
+    `https://token@host/...`, a token as the user) replaced by `***`: origins and git's
+    messages about them may carry a token. An ssh URL's user without a password
+    (`ssh://git@host/...`) is a login name, and stays: such an origin must still work."""
+    if "://" not in text:
+        return text
+
+    def replaced(match: re.Match[str]) -> str:
+        before = text[max(0, match.start() - _LOGIN_SCHEME_CHARS - 1) : match.start()]
+        scheme = _SCHEME.search(before)
+        login = scheme is not None and scheme.group().lower() in _LOGIN_SCHEMES
+        return match.group() if login and ":" not in match[1] else "://***@"
+
+    return _URL_USERINFO.sub(replaced, text)
+
+
 def redact(text: str, secrets: Iterable[str], *, cut_at_start: bool = False) -> str:
-    """`text` with every secret value (of at least MIN_SECRET_CHARS) replaced by `[REDACTED]`.
+    """`text` with every secret value (of at least MIN_SECRET_CHARS) replaced by `[REDACTED]`
+    and the credentials of every URL by `***` (`redact_url_credentials`).
 
     Longer secrets go first, so one that contains another is replaced whole. With
     `cut_at_start` (the text is the tail of something longer), an end of a secret the cut
@@ -122,7 +163,120 @@ def redact(text: str, secrets: Iterable[str], *, cut_at_start: bool = False) -> 
                 if text.startswith(secret[start:]):
                     text = REDACTED + text[len(secret) - start :]
                     break
-    return text
+    return redact_url_credentials(text)
+
+
+Value = TypeVar("Value")
+
+
+def redacted(value: Value, secrets: Iterable[str] | None = None) -> Value:
+    """`value` with every string inside it redacted (`redact`): a string, or the strings
+    of a pydantic model's fields, a dict's keys and values, a list's or a tuple's items,
+    at any depth. `secrets` default to the worker's (`worker_secrets`).
+
+    What holds nothing to redact comes back as it was, the same object; a model with
+    something to redact comes back a copy (not validated again: only strings changed).
+    """
+    known = frozenset(worker_secrets() if secrets is None else secrets)
+    return _redacted(value, known)  # type: ignore[no-any-return]
+
+
+def _redacted(value: Any, secrets: frozenset[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, BaseModel):
+        fields = {**value.__dict__, **(value.__pydantic_extra__ or {})}
+        changed = {}
+        for name, item in fields.items():
+            clean = _redacted(item, secrets)
+            if clean is not item:
+                changed[name] = clean
+        return value.model_copy(update=changed) if changed else value
+    if isinstance(value, dict):
+        items = [(_redacted(k, secrets), _redacted(v, secrets)) for k, v in value.items()]
+        if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):
+            return value
+        return type(value)(items)
+    if isinstance(value, list | tuple):
+        clean_items = [_redacted(item, secrets) for item in value]
+        if all(c is i for c, i in zip(clean_items, value, strict=True)):
+            return value
+        return type(value)(clean_items) if isinstance(value, list) else tuple(clean_items)
+    return value
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a log record in place (its message, arguments, traceback and stack) of the
+    process's secrets (`worker_secrets`) and of URL credentials; drops nothing.
+
+    Arguments are redacted one by one where that suffices, so a formatter that reads them
+    (uvicorn's access log does) still finds them; otherwise the record carries its whole
+    message, redacted, and no arguments.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = worker_secrets()
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg, secrets)
+        if record.args:
+            record.args = _redacted_args(record.args, secrets)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: logging reports it as it always does
+            return True
+        clean = redact(message, secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            # The handler formats the exception from exc_text when it is set.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, secrets)
+        return True
+
+
+def _redacted_args(args: Any, secrets: frozenset[str]) -> Any:
+    """A record's arguments with every one whose text holds something to redact replaced
+    by that text, redacted; the others (numbers, clean objects) as they were."""
+
+    def clean(arg: Any) -> Any:
+        if isinstance(arg, int | float | bool) or arg is None:
+            return arg
+        text = arg if isinstance(arg, str) else str(arg)
+        safe = redact(text, secrets)
+        return arg if safe == text else safe
+
+    if isinstance(args, Mapping):
+        return {key: clean(value) for key, value in args.items()}
+    return tuple(clean(arg) for arg in args)
+
+
+_factory_lock = threading.Lock()
+_installed = False
+
+
+def install_log_redaction() -> None:
+    """Redact every log record the process makes, from now on (`RedactingFilter`).
+
+    Installed on the record factory rather than on handlers: it then covers every logger
+    and every handler, those configured later included (uvicorn configures its own), and
+    the libraries' records (Temporal logs a failed activity's exception). Idempotent."""
+    global _installed
+    with _factory_lock:
+        if _installed:
+            return
+        make = logging.getLogRecordFactory()
+        redacting = RedactingFilter()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(*args, **kwargs)
+            redacting.filter(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _installed = True
 
 
 def cap(text: str, limit: int) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from loopworks.checks.output import collect
+from loopworks.checks.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.rules import CommandCheck, PatternCheck
@@ -23,8 +23,9 @@ from loopworks.workspace.origin import Absent, tree_path
 
 logger = logging.getLogger(__name__)
 
-# A pattern check reads this much of its file at most.
-PATTERN_READ_CAP_BYTES = 64 << 20
+# A pattern check reads this much of its file at most: one byte past what it searches, so
+# a larger file is known to be one (`match_pattern` then fails the check saying so).
+PATTERN_READ_CAP_BYTES = TEXT_MAX_BYTES + 1
 
 
 class CheckOutcome(BaseModel):
@@ -119,10 +120,10 @@ def _outcome(check: CommandCheck, code: int | None, output: str, killed: str) ->
     return CheckOutcome(passed=passed, detail=f"{head}\n{output}", exit_code=code)
 
 
-def _line_of(text: str, match: re.Match[str]) -> tuple[int, str]:
-    start = text.rfind("\n", 0, match.start()) + 1
-    end = text.find("\n", match.start())
-    return text.count("\n", 0, match.start()) + 1, text[start : end if end != -1 else None]
+def _line_of(text: str, offset: int) -> tuple[int, str]:
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    return text.count("\n", 0, offset) + 1, text[start : end if end != -1 else None]
 
 
 def run_pattern_check(check: PatternCheck, workdir: Path) -> CheckOutcome:
@@ -140,17 +141,36 @@ def run_pattern_check(check: PatternCheck, workdir: Path) -> CheckOutcome:
     return match_pattern(check, text)
 
 
+def _too_large(check: PatternCheck) -> CheckOutcome:
+    return CheckOutcome(
+        passed=False,
+        detail=f"file {check.path!r} is larger than {TEXT_MAX_BYTES // 1024} KiB, the most a "
+        "pattern check searches",
+    )
+
+
 def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:
     """Search the check's file (its `text`, or why there is none) for its pattern; passes
-    when (found) == `must_match`, and never without a file."""
+    when (found) == `must_match`, and never without a file.
+
+    The pattern runs on RE2 (`checks.patterns`), `^` and `$` matching at every line: no
+    pattern can hang the worker. One RE2 cannot run, or a file over `TEXT_MAX_BYTES`,
+    fails the check saying why.
+    """
     if text is Absent.OUTSIDE:
         return CheckOutcome(passed=False, detail=f"path {check.path!r} is outside the workspace")
     if text is Absent.MISSING:
         return CheckOutcome(passed=False, detail=f"file {check.path!r} does not exist")
-    match = re.search(check.pattern, text, flags=re.MULTILINE)
+    try:
+        regex = compile_pattern(check.pattern, multiline=True)
+    except UnsupportedPattern as exc:
+        return CheckOutcome(passed=False, detail=f"pattern {check.pattern!r} cannot run: {exc}")
+    if len(text.encode("utf-8")) > TEXT_MAX_BYTES:
+        return _too_large(check)
+    match = regex.search(text)
     passed = (match is not None) == check.must_match
     if match is not None:
-        lineno, line = _line_of(text, match)
+        lineno, line = _line_of(text, match.start())
         found = f"pattern {check.pattern!r} matched {check.path} line {lineno}: {line[:200]}"
         detail = found if check.must_match else f"{found} (it must not match)"
     else:

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from loopworks.checks.patterns import PATTERN_MAX_CHARS, UnsupportedPattern, check_pattern
+
 
 class Severity(StrEnum):
     FAIL = "fail"
@@ -110,8 +112,10 @@ class PatternCheck(BaseModel):
     )
     pattern: str = Field(
         min_length=1,
-        description="A Python regular expression, searched anywhere in the file's whole text "
-        "with `^` and `$` matching at every line (re.MULTILINE).",
+        max_length=PATTERN_MAX_CHARS,
+        description="A regular expression in RE2 syntax (Python's, without backreferences "
+        "or lookaround), searched anywhere in the file's whole text with `^` and `$` "
+        "matching at every line.",
     )
     must_match: bool = Field(
         default=True,
@@ -133,11 +137,12 @@ class PatternCheck(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
+        # RE2, as the check will run it: a pattern it cannot run is refused here (a 422
+        # for a client's rules, a repair for a model's) rather than at evaluation.
         try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        return value
+            return check_pattern(value, multiline=True)
+        except UnsupportedPattern as exc:
+            raise ValueError(f"not a valid regular expression for the checks: {exc}") from exc
 
 
 class JudgeCheck(BaseModel):

@@ -9,6 +9,7 @@ import sys
 
 from temporalio.client import Client
 
+from loopworks.checks.redaction import install_log_redaction
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.connect import connect
@@ -89,4 +90,5 @@ async def connected(settings: Settings, stop: asyncio.Event) -> Client | None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    install_log_redaction()
     sys.exit(asyncio.run(main()))

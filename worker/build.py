@@ -32,6 +32,7 @@ from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.deps import HEARTBEAT_EVERY_SECONDS, StepDeps
 from loopworks.worker.failures import PermanentFailures
+from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
@@ -134,7 +135,10 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
         activities=activities_of(deps, client),
-        interceptors=[PermanentFailures()],
+        # Outermost first: every activity's result and failure enters history redacted of
+        # the worker's secrets (worker/redacting.py), after the errors no retry can help
+        # are made non-retryable (worker/failures.py).
+        interceptors=[RedactingInterceptor(), PermanentFailures()],
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.

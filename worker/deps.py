@@ -16,7 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent
-from loopworks.checks.redaction import remember, settings_secrets
+from loopworks.checks.redaction import redacted, remember, settings_secrets
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition, WorkflowTemplate
@@ -109,7 +109,9 @@ class StepDeps:
             call_index=step.call_index,
             iteration=step.iteration,
             model=self.settings.model_for(agent.model),
-            context=context.model_dump(mode="json"),
+            # Every model call's inputs pass here (files, earlier answers, command output):
+            # no secret of the worker's goes to a model, nor into a recorded prompt.
+            context=redacted(context.model_dump(mode="json")),
         )
         return agent, call
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import posixpath
 import re
 
+from loopworks.checks.redaction import redact_url_credentials
+
 WORK_REF_PREFIX = "refs/loopworks/"
 
 # Run ids name a directory and ref components, so keep them to a safe alphabet. A task
@@ -18,12 +20,12 @@ _RUN_ID_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RUN_ID_SEGMENTS = 3
 _SHA = re.compile(r"^[0-9a-f]{7,64}$")
 FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
-_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
 
 
 def redact(text: str) -> str:
-    # Origins may embed tokens (https://user:token@host/...); keep them out of logs.
-    return _URL_USERINFO.sub("***@", text)
+    # Origins may embed tokens (https://user:token@host/...); keep them out of logs and
+    # errors. One rule for every redaction: loopworks.checks.redaction's.
+    return redact_url_credentials(text)
 
 
 def checked_run_id(run_id: str) -> str:

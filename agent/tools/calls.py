@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopworks.checks.patterns import PATTERN_MAX_CHARS
+
 READ_CAP_BYTES = 64 * 1024
 READ_DEFAULT_LINES = 2000
 WRITE_CAP_BYTES = 1024 * 1024
@@ -14,6 +16,8 @@ SEARCH_LINE_CHARS = 300
 SEARCH_FILE_CAP_BYTES = 2 * 1024 * 1024
 # Files looked at by one list or search, matching or not: bounds the walk of a huge tree.
 WALK_CAP_FILES = 50_000
+# One search's time: RE2 is linear in what it reads, but a tree can be large.
+SEARCH_TIME_CAP_SECONDS = 10.0
 COMMAND_OUTPUT_CAP_BYTES = 32 * 1024
 COMMAND_DEFAULT_TIMEOUT = 60.0
 COMMAND_MAX_TIMEOUT = 600.0
@@ -66,7 +70,10 @@ class ListFilesArgs(_Args):
 
 class SearchArgs(_Args):
     pattern: str = Field(
-        min_length=1, description="Python regular expression searched line by line."
+        min_length=1,
+        max_length=PATTERN_MAX_CHARS,
+        description="Regular expression in RE2 syntax (Python's, without backreferences or "
+        "lookaround) searched line by line.",
     )
     path: str = Field(default=".", description="File or directory relative to the workspace root.")
     glob: str = Field(default="*", description="Only search files whose name matches this glob.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import logging
-import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -18,6 +18,7 @@ from loopworks.agent.tools.calls import (
     SEARCH_CAP_MATCHES,
     SEARCH_FILE_CAP_BYTES,
     SEARCH_LINE_CHARS,
+    SEARCH_TIME_CAP_SECONDS,
     WALK_CAP_FILES,
     WRITE_CAP_BYTES,
     EditFileArgs,
@@ -29,6 +30,7 @@ from loopworks.agent.tools.calls import (
     WriteFileArgs,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
+from loopworks.checks.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.rules import CommandCheck
 from loopworks.workspace import files
@@ -225,9 +227,11 @@ def _listing(lines: list[str], more: bool, none: str, truncated: str) -> ToolRes
 
 
 def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
+    """Lines matching the pattern, on RE2 (`checks.patterns`): a model's pattern cannot
+    hang the worker, and the walk stops after `SEARCH_TIME_CAP_SECONDS` saying so."""
     try:
-        regex = re.compile(args.pattern)
-    except re.error as exc:
+        regex = compile_pattern(args.pattern)
+    except UnsupportedPattern as exc:
         return fail(f"invalid regular expression {args.pattern!r}: {exc}")
     rel = _relative(guard, args.path)
     if not files.lexists(guard.root, rel) and rel != ".":
@@ -235,8 +239,9 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
     hits: list[str] = []
     size = 0
     more = False
+    deadline = time.monotonic() + SEARCH_TIME_CAP_SECONDS
     for entry in _walk(guard.root, rel):
-        if entry is None:
+        if entry is None or time.monotonic() > deadline:
             more = True
             break
         path, _ = entry
@@ -264,7 +269,7 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
     )
 
 
-def _search_file(root: Path, path: str, regex: re.Pattern[str]) -> list[tuple[int, str]]:
+def _search_file(root: Path, path: str, regex: CompiledPattern) -> list[tuple[int, str]]:
     """(line number, line cut to SEARCH_LINE_CHARS) of the file's matching lines; none
     for a binary file or one over SEARCH_FILE_CAP_BYTES."""
     found: list[tuple[int, str]] = []
@@ -273,8 +278,9 @@ def _search_file(root: Path, path: str, regex: re.Pattern[str]) -> list[tuple[in
             return found
         text = io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
         for lineno, line in enumerate(text, start=1):
-            if regex.search(line):
-                cut = line.rstrip("\r\n")
+            # Without its line break: RE2's `$` is the end of the text only.
+            cut = line.rstrip("\r\n")
+            if regex.search(cut):
                 found.append(
                     (
                         lineno,

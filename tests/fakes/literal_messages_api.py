@@ -16,9 +16,11 @@ loop that gets through against it has proved its prompts:
 Knobs (settable while the server runs): `corrupt_answers` makes the next N forced answers
 invalid, so that a repair round trip can be checked; `lazy_agent_turns` makes the next N
 agent conversations end their first turn without writing; `reject_strict` refuses tools
-marked `"strict": true` as an API that does not know the field would; `agent_commands`
-are run, once each per agent conversation, once its files are written, with the tool that
-takes a string `command` (a prompt-injected model's doing, say).
+marked `"strict": true` as an API that does not know the field would; `agent_reads` makes
+the next agent conversation first read those paths, with the tool that takes a `path` and
+reads, and quote what it read when it ends its turn (a model doing what a file told it);
+`agent_commands` are run, once each per agent conversation, once its files are written,
+with the tool that takes a string `command` (a prompt-injected model's doing, say).
 
 It imports nothing from the project (a unit test checks): standard library only. It does not
 stream; mind that pydantic-ai streams a request whose `max_tokens` is past the SDK's
@@ -266,11 +268,13 @@ class LiteralMessagesAPI:
         corrupt_answers: int = 0,
         lazy_agent_turns: int = 0,
         reject_strict: bool = False,
+        agent_reads: list[str] | None = None,
         agent_commands: list[str] | None = None,
     ) -> None:
         self.corrupt_answers = corrupt_answers
         self.lazy_agent_turns = lazy_agent_turns
         self.reject_strict = reject_strict
+        self.agent_reads = list(agent_reads or [])
         self.agent_commands = list(agent_commands or [])
         self.strict_rejections = 0
         self.requests: list[RecordedRequest] = []
@@ -356,8 +360,14 @@ class LiteralMessagesAPI:
             lazy = first_turn and self.lazy_agent_turns > 0
             if lazy:
                 self.lazy_agent_turns -= 1
+            reads = self.agent_reads if first_turn else []
+            if reads:
+                self.agent_reads = []
         if lazy:
             return [_text("I have finished.")], "end_turn"
+        reader = _reading_tool(request.tools)
+        if reads and reader is not None:
+            return [_tool_use(reader, {"path": path}) for path in reads], "tool_use"
         users = [m for m in messages if m.get("role") == "user"]
         instructions = request.system_text + "\n" + (text_of(users[-1]) if users else "")
         writer = _writing_tool(request.tools, instructions)
@@ -381,7 +391,10 @@ class LiteralMessagesAPI:
             if runner is not None and pending:
                 return [_tool_use(runner, {"command": command}) for command in pending], "tool_use"
             done = f"Done: wrote {', '.join(dict.fromkeys(written))}." if written else None
-            return [_text(done or "Nothing to write.")], "end_turn"
+            ids = {b.get("id") for b in request.tool_uses() if b.get("name") == reader}
+            read = _results_of(messages, {str(i) for i in ids})
+            quoted = "".join(f"\nI read: {text}" for text in read)
+            return [_text((done or "Nothing to write.") + quoted)], "end_turn"
         first = text_of(users[0]) if users else ""
         title = next((line for line in first.splitlines() if line.strip()), "Untitled")
         document = f"# {title.lstrip('# ').strip()[:80]}\n\n{first}"
@@ -422,6 +435,18 @@ def _writing_tool(tools: list[dict[str, Any]], instructions: str) -> str | None:
     return next((w for w in writers if w in named), writers[0] if writers else None)
 
 
+def _reading_tool(tools: list[dict[str, Any]]) -> str | None:
+    """The tool taking a string `path` and no `content` whose name or description says it
+    reads."""
+    for tool in tools:
+        properties = (tool.get("input_schema") or {}).get("properties") or {}
+        says = f"{tool.get('name', '')} {tool.get('description', '')}".lower()
+        takes_a_path = (properties.get("path") or {}).get("type") == "string"
+        if takes_a_path and "content" not in properties and "read" in says:
+            return str(tool["name"])
+    return None
+
+
 def _tool_taking(tools: list[dict[str, Any]], prop: str) -> str | None:
     """The first tool with a string property `prop`."""
     for tool in tools:
@@ -429,6 +454,19 @@ def _tool_taking(tools: list[dict[str, Any]], prop: str) -> str | None:
         if properties.get(prop, {}).get("type") == "string":
             return str(tool["name"])
     return None
+
+
+def _results_of(messages: list[dict[str, Any]], tool_use_ids: set[str]) -> list[str]:
+    """The texts of the tool results answering `tool_use_ids`, in order."""
+    texts = []
+    for message in messages:
+        for block in _blocks(message):
+            if block.get("type") == "tool_result" and block.get("tool_use_id") in tool_use_ids:
+                content = block.get("content")
+                if isinstance(content, list):
+                    content = "".join(str(part.get("text", "")) for part in content)
+                texts.append(str(content))
+    return texts
 
 
 def _text(text: str) -> dict[str, Any]:
