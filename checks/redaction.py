@@ -65,11 +65,13 @@ SECRET_ENV_VARS: tuple[str, ...] = (
 
 
 def _values(raw: str | None, name: str = "") -> set[str]:
-    """A secret setting's value and, for a list (LOOPS_API_TOKENS), each of its items;
-    for LOOPS_GIT_CREDENTIALS, each token in it."""
+    """A secret setting's value and, for a list (LOOPS_API_TOKENS), each of its items and
+    each item's token; for LOOPS_GIT_CREDENTIALS, each token in it."""
     if not raw:
         return set()
-    found = {raw.strip(), *(part.strip() for part in raw.split(","))}
+    parts = [part.strip() for part in raw.split(",")]
+    # An API token list's items are `name:token` (LOOPS_API_TOKENS): the token alone too.
+    found = {raw.strip(), *parts, *(part.partition(":")[2].strip() for part in parts)}
     if name == GIT_CREDENTIALS_VAR:
         found |= tokens_of(raw)
     return {value for value in found if len(value) >= MIN_SECRET_CHARS}

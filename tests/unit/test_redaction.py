@@ -56,6 +56,16 @@ def test_settings_secrets_are_the_key_and_each_api_token() -> None:
     assert settings_secrets(Settings(LOOPS_LLM="offline")) == frozenset()
 
 
+def test_a_named_api_tokens_secret_is_redacted_without_its_name() -> None:
+    settings = Settings(
+        LOOPS_API_TOKENS="alice:alice-secret-abcdef,ci:ci-secret-abcdef",
+        LOOPS_API_READ_TOKENS="board:board-secret-abcdef",
+    )
+    found = settings_secrets(settings)
+    assert {"alice-secret-abcdef", "ci-secret-abcdef", "board-secret-abcdef"} <= found
+    assert redact("sent ci-secret-abcdef", found) == "sent [REDACTED]"
+
+
 def test_environment_secrets_are_the_well_known_variables_and_the_settings_aliases() -> None:
     environ = {
         "GITHUB_TOKEN": "ghp_faketoken123",
