@@ -22,8 +22,6 @@ WORKFLOW_CODE = [
     *sorted((PACKAGE / "workflows").glob("*.py")),
     *sorted(p for p in (PACKAGE / "schemas").glob("*.py") if p.name != "settings.py"),
     *(PACKAGE / "playbook" / name for name in PURE),
-    # Rules validate their patterns with it (schemas/rules.py).
-    PACKAGE / "checks" / "patterns.py",
 ]
 
 # Modules whose import alone says nothing non-deterministic is meant. loopworks'
@@ -56,7 +54,6 @@ ALLOWED_MODULES = (
     "loopworks.workflows",
     "loopworks.activities",
     *(f"loopworks.playbook.{name.removesuffix('.py')}" for name in PURE),
-    "loopworks.checks.patterns",
 )
 
 # Attributes that read the clock, reach threads, processes, the network or the disk.
