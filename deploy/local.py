@@ -205,6 +205,8 @@ class LocalStack:
             env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
         if roots := default_local_roots(self.settings, Path.cwd()):
             self.local_roots = env["LOOPS_LOCAL_ROOTS"] = roots
+            # One user on loopback: their own git credentials keep working.
+            env.setdefault("LOOPS_GIT_USER_HELPERS", "true")
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,

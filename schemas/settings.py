@@ -164,6 +164,10 @@ class Settings(BaseSettings):
     # "token": "..."}}. Answered to git over https for exactly those hosts, never over http
     # or to another host (schemas/git_credentials.py); unset: git gets no credential.
     git_credentials: str | None = Field(default=None, alias="LOOPS_GIT_CREDENTIALS")
+    # Also ask the credential helpers of the user's own git config (osxkeychain, `gh`,
+    # `store`), before ours: for one user on loopback, who is the operator there. `loops
+    # up` sets it when it serves loopback without tokens; a shared deployment never should.
+    git_user_helpers: bool = Field(default=False, alias="LOOPS_GIT_USER_HELPERS")
     # Comma-separated URL prefixes (`https://github.com/acme/`) or hosts (`git-server`,
     # `git.example.com:8443`) runs and graphs may name as repo. Unset: any URL of an
     # allowed scheme whose host resolves to public addresses only. A host named here is
