@@ -198,17 +198,22 @@ def admit(
     rules: OriginRules,
     addresses: tuple[str, ...] = (),
     real_path: str | None = None,
+    marked: bool = False,
 ) -> Verdict:
     """Whether runs may use `origin`, and if not, why and which setting would admit it.
 
     `addresses`: what a URL's host resolves to (needed when `needs_addresses`); a host
     that resolves to nothing is refused. `real_path`: a local origin's path with symlinks
-    resolved (default: the path as given, made absolute)."""
+    resolved (default: the path as given, made absolute). `marked`: a local origin carries
+    the mark of a service's own origin (workspace/stores.py), which lets clones write into
+    its store directly: only this service's own origin may, never one a client names."""
     if origin in rules.own or (real_path is not None and real_path in rules.own):
         return ADMITTED
     location = parse_origin(origin)
     if isinstance(location, Verdict):
         return location
+    if location.local and marked:
+        return _refused("it carries the mark of a loopworks service's own origin, not this one's")
     if location.local:
         return _admit_local(location, rules, real_path)
     return _admit_url(origin, location, rules, addresses)
