@@ -1,7 +1,8 @@
-"""The README's first run and first graph, as written, against a live API, worker and dev
-server: its commands are read from the README itself, so an edit that breaks one fails
-here. Only where the service is changes: the API's address (`127.0.0.1:8000`), the data
-directory (`.loops-data`) and the venv (`.venv/bin/`) are this test's."""
+"""The README's first run and first graph, and docs/graphs.md's worked example, as
+written, against a live API, worker and dev server: the commands are read from the pages
+themselves, so an edit that breaks one fails here. Only where the service is changes: the
+API's address (`127.0.0.1:8000`), the data directory (`.loops-data`) and the venv
+(`.venv/bin/`) are this test's."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.integration.stack import ROOT, Stack
 pytestmark = pytest.mark.integration
 
 README = ROOT / "README.md"
+GRAPHS = ROOT / "docs" / "graphs.md"
 TERMINAL = {status.value for status in TERMINAL_STATUSES}
 
 
@@ -39,6 +41,12 @@ def command_blocks(section: str) -> list[str]:
             blocks[-1].append(line[4:])
         previous_indented = indented
     return ["\n".join(block) for block in blocks]
+
+
+def fenced_block(page: Path, section: str) -> str:
+    """The first fenced code block of a section of a docs page."""
+    text = page.read_text(encoding="utf-8").split(f"\n## {section}\n", 1)[1]
+    return text.split("```", 2)[1].split("\n", 1)[1]
 
 
 class Shell:
@@ -112,3 +120,17 @@ def test_the_first_graph_goes_as_the_readme_says(shell: Shell) -> None:
     # `graph status --follow` exits 0 only once the graph completed.
     printed = shell.run(commands, timeout=420.0)
     assert re.search(r"T-001\s.*completed", printed), printed
+
+
+def test_the_graph_example_in_the_docs_completes(shell: Shell) -> None:
+    lines = fenced_block(GRAPHS, "A worked example").splitlines()
+    reads = next(i for i, line in enumerate(lines) if line.startswith("curl -s http"))
+    graph_id = json.loads(shell.run("\n".join(lines[:reads])))["graph_id"]
+    deadline = time.monotonic() + 300
+    state: dict[str, object] = {}
+    while time.monotonic() < deadline and state.get("status") not in ("completed", "failed"):
+        time.sleep(1)
+        state = httpx.get(f"{shell.base_url}/graphs/{graph_id}", timeout=30).json()
+    assert state.get("status") == "completed", state
+    ledger = shell.run("\n".join(lines[reads:]), graph_id=graph_id)
+    assert '"id": "T-003", "status": "completed"' in ledger, ledger
