@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         validated_graph,
     )
     from loopworks.workflows import graph_decisions as decide
-    from loopworks.workflows import graph_inputs, patches
+    from loopworks.workflows import graph_inputs
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
@@ -281,9 +281,7 @@ class TaskGraphWorkflow:
     async def _wait_for_a_loop(self) -> None:
         """Until a loop ends or a message changes what may start (resume, stop). A message
         that came while the graph was busy (starting loops, saving its ledger) wakes it at
-        once: before, it was forgotten here, and a stop waited for a loop to end."""
-        if not workflow.patched(patches.GRAPH_KEEPS_MESSAGES_WHILE_BUSY):
-            self._woken = False
+        once, rather than waiting for a loop to end."""
         woken = asyncio.ensure_future(workflow.wait_condition(lambda: self._woken))
         handles = {handle: task_id for task_id, handle in self._running.items()}
         done, _ = await workflow.wait([*handles, woken], return_when=asyncio.FIRST_COMPLETED)

@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, GitLocation, ModelOutput
     from loopworks.schemas.summary import IterationSummary, render_summary
-    from loopworks.workflows import decisions, patches
+    from loopworks.workflows import decisions
 
 # A repair's feedback (validation errors) is kept in events up to this many characters.
 REPAIR_TEXT_CAP = 500
@@ -209,13 +209,6 @@ class RunRecord:
             LOOP_ALIAS.value_set(state.alias),
         ]
         self._search_attributes.upsert(wanted)
-
-    def score_changed(self) -> None:
-        """A new evaluation: its score goes to the Temporal UI with the run's next upsert
-        (the next iteration, a phase switch, a block, the end), not in a workflow task of
-        its own: the API's status has it at once."""
-        if not patches.applies(patches.SCORE_WITH_NEXT_UPSERT):
-            self.sync_search_attributes()
 
 
 class OnRecord:
