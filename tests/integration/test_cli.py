@@ -1,7 +1,7 @@
 """The `loops` CLI as a real subprocess against a real API, worker and dev server.
 
 Each test starts its own worker (the offline model, slowed down so runs stay open long
-enough to steer) and API, and drives runs only through `python -m loopworks.api.cli`.
+enough to steer) and API, and drives runs only through `python -m loopworks.cli`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Cli:
         if self.token:
             variables["LOOPS_API_TOKEN"] = self.token
         return subprocess.run(
-            [sys.executable, "-m", "loopworks.api.cli", *args],
+            [sys.executable, "-m", "loopworks.cli", *args],
             cwd=ROOT,
             env=variables,
             input=stdin,

@@ -17,7 +17,6 @@ import httpx
 from httpx_sse import EventSource, connect_sse
 from pydantic import TypeAdapter, ValidationError
 
-from loopworks.api.cli.config import TOKEN_VARIABLE, CliConfig
 from loopworks.api.models import (
     ErrorBody,
     RunCreated,
@@ -25,6 +24,7 @@ from loopworks.api.models import (
     RunWorkspace,
     WorkspaceRemoved,
 )
+from loopworks.cli.config import TOKEN_VARIABLE, CliConfig
 from loopworks.schemas.events import EVENT, EVENTS, Event
 from loopworks.schemas.run import RunState
 

@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
-from loopworks.api.cli.client import ApiClient, CliError, parse_event
-from loopworks.api.cli.render import (
+from loopworks.cli.client import ApiClient, CliError, parse_event
+from loopworks.cli.render import (
     IterationTracker,
     artifact_location,
     final_summary,

