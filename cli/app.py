@@ -219,4 +219,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nloops: interrupted", file=sys.stderr)
         return 130
-
