@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# Strict editable mode: a tree of links under build/ that mypy, IDEs and import-linter
+# can read (scripts/editable_install.py); installing again refreshes it.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' \
+    --config-settings editable_mode=strict
 bash scripts/install-deploy-tools.sh
 .venv/bin/python -m ruff check .
 bash scripts/typecheck.sh

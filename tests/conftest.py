@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import runpy
 import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -24,6 +26,23 @@ os.environ.setdefault("LOOPS_SANDBOX", "off")
 # that must start without them (`loops up`'s own default) removes them.
 os.environ.setdefault("LOOPS_LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
 os.environ.setdefault("LOOPS_ALLOWED_SCHEMES", "https,ssh,file")
+
+EDITABLE_INSTALL = Path(__file__).resolve().parents[1] / "scripts" / "editable_install.py"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A module added since the strict editable install is not importable until the
+    install is refreshed: say so once, with the command, before anything fails on it."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller checked
+        return
+    check = runpy.run_path(str(EDITABLE_INSTALL))
+    tree = check["link_tree"](check["ROOT"])
+    if tree is not None and (problems := check["stale"](check["ROOT"], tree)):
+        raise pytest.UsageError(
+            "the editable install does not match the checkout: "
+            + "; ".join(problems)
+            + f". Refresh it: {check['INSTALL']}"
+        )
 
 
 @pytest.fixture(scope="session")
