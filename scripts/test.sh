@@ -10,6 +10,9 @@ PYTHON="${PYTHON:-python3}"
 # can read (scripts/editable_install.py); installing again refreshes it.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' \
     --config-settings editable_mode=strict
+# What scripts/up.sh installs, and more: it need not install again (and so rebuild the
+# link tree) while the suite runs it.
+touch .venv/.loopworks-installed
 bash scripts/install-deploy-tools.sh
 .venv/bin/python -m ruff check .
 bash scripts/typecheck.sh
