@@ -152,6 +152,7 @@ class LoopWorkflow:
             local=patches.applies(patches.PREPARE_WORKSPACE_LOCALLY),
         )
         self._state.origin = workspace.origin
+        self._state.model_source = workspace.model_source
         self._memory.commit = workspace.base_commit
         self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:
