@@ -1,0 +1,70 @@
+"""The search attributes a worker requires of its namespace: one list, the workflows'
+own keys, and what the worker says when the namespace lacks some it cannot add."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import loopworks.workflows
+from loopworks.deploy.processes import SEARCH_ATTRIBUTES
+from loopworks.worker.search_attributes import compare, create_commands, refusal
+from loopworks.workflows.search_attributes import REQUIRED, required_types
+
+pytestmark = pytest.mark.unit
+
+WORKFLOWS = Path(loopworks.workflows.__file__).parent
+
+
+def test_every_key_the_workflows_write_is_required_and_defined_once() -> None:
+    defined = [
+        path.name
+        for path in WORKFLOWS.glob("*.py")
+        if re.search(r"SearchAttributeKey\.for_", path.read_text())
+    ]
+    assert defined == ["search_attributes.py"], "define search attribute keys there only"
+    source = (WORKFLOWS / "search_attributes.py").read_text()
+    names = re.findall(r'SearchAttributeKey\.for_\w+\("(\w+)"\)', source)
+    assert sorted(names) == sorted(key.name for key in REQUIRED)
+    assert required_types() == SEARCH_ATTRIBUTES
+    assert required_types()["LoopScore"] == "Double" and required_types()["LoopBlocked"] == "Bool"
+
+
+def test_a_namespace_with_them_all_needs_nothing() -> None:
+    present = {**required_types(), "ExecutionStatus": "Keyword"}
+    assert compare(required_types(), present).complete
+
+
+def test_what_is_missing_and_what_has_another_type() -> None:
+    required = {"LoopStatus": "Keyword", "LoopScore": "Double", "LoopIteration": "Int"}
+    comparison = compare(required, {"LoopScore": "Int"})
+    assert comparison.missing == {"LoopStatus": "Keyword", "LoopIteration": "Int"}
+    assert comparison.mistyped == {"LoopScore": ("Double", "Int")}
+    assert not comparison.complete
+
+
+def test_the_commands_add_the_missing_ones_one_type_at_a_time() -> None:
+    missing = {"LoopStatus": "Keyword", "LoopIteration": "Int", "LoopPhase": "Keyword"}
+    assert create_commands(missing, "loops", "temporal:7233") == [
+        "temporal operator search-attribute create --address temporal:7233 --namespace loops"
+        " --name LoopStatus --name LoopPhase --type Keyword",
+        "temporal operator search-attribute create --address temporal:7233 --namespace loops"
+        " --name LoopIteration --type Int",
+    ]
+
+
+def test_a_worker_that_cannot_add_them_names_them_why_and_the_commands() -> None:
+    comparison = compare({"LoopStatus": "Keyword", "LoopBlocked": "Bool"}, {})
+    said = refusal(comparison, "loops", "temporal:7233", "Request unauthorized.")
+    assert said.startswith("namespace loops lacks search attributes the workflows write:")
+    assert "LoopStatus (Keyword), LoopBlocked (Bool)" in said
+    assert "this worker cannot add them (Request unauthorized.)" in said
+    assert "--name LoopStatus --type Keyword" in said and "--name LoopBlocked --type Bool" in said
+
+
+def test_a_wrong_type_is_refused_with_what_to_do() -> None:
+    said = refusal(compare({"LoopScore": "Double"}, {"LoopScore": "Int"}), "loops", "t:7233")
+    assert "LoopScore is Int, the workflows write Double" in said
+    assert "another namespace" in said and "create" not in said
