@@ -68,3 +68,14 @@ def test_a_wrong_type_is_refused_with_what_to_do() -> None:
     said = refusal(compare({"LoopScore": "Double"}, {"LoopScore": "Int"}), "loops", "t:7233")
     assert "LoopScore is Int, the workflows write Double" in said
     assert "another namespace" in said and "create" not in said
+
+
+def test_the_deployment_guide_names_each_with_its_type() -> None:
+    """deploy/README.md lists them for an operator who registers them by hand."""
+    guide = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
+    section = guide[guide.index("search attributes the workflows write") :][:1200]
+    for kind in set(required_types().values()):
+        names = [name for name, k in required_types().items() if k == kind]
+        listed = re.search(rf"((?:`\w+`,?\s*)+){kind}\b", section)
+        assert listed, kind
+        assert sorted(re.findall(r"`(\w+)`", listed.group(1))) == sorted(names), kind
