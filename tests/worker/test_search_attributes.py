@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
 import loopworks.workflows
 from loopworks.deploy.processes import SEARCH_ATTRIBUTES
-from loopworks.worker.search_attributes import compare, create_commands, refusal
+from loopworks.worker.search_attributes import (
+    compare,
+    create_commands,
+    ensure_search_attributes,
+    refusal,
+)
 from loopworks.workflows.search_attributes import REQUIRED, required_types
 
 pytestmark = pytest.mark.unit
@@ -79,3 +87,56 @@ def test_the_deployment_guide_names_each_with_its_type() -> None:
         listed = re.search(rf"((?:`\w+`,?\s*)+){kind}\b", section)
         assert listed, kind
         assert sorted(re.findall(r"`(\w+)`", listed.group(1))) == sorted(names), kind
+
+
+class Operator:
+    """The two operator-service calls the check makes, answered from a dict (name ->
+    the API's type number) or with an RPCError."""
+
+    def __init__(
+        self, known: dict[str, int], list_error: RPCError | None, add_error: RPCError | None
+    ) -> None:
+        self.known, self.list_error, self.add_error = known, list_error, add_error
+        self.added: dict[str, int] = {}
+
+    async def list_search_attributes(self, request: Any) -> Any:
+        if self.list_error:
+            raise self.list_error
+        return SimpleNamespace(system_attributes={}, custom_attributes=dict(self.known))
+
+    async def add_search_attributes(self, request: Any) -> None:
+        if self.add_error:
+            raise self.add_error
+        self.added.update(request.search_attributes)
+
+
+ALL = {key.name: key.indexed_value_type.value for key in REQUIRED}
+DENIED = RPCError("Request unauthorized.", RPCStatusCode.PERMISSION_DENIED, b"")
+
+
+@pytest.mark.parametrize(
+    ("known", "list_error", "add_error", "refused", "added"),
+    [
+        (ALL, None, None, None, {}),
+        ({}, None, None, None, ALL),
+        ({}, None, DENIED, "this worker cannot add them (Request unauthorized.)", {}),
+        ({**ALL, "LoopScore": 3}, None, None, "LoopScore is Int, the workflows write Double", {}),
+        # Not allowed to look: not checked (said in the log), not refused.
+        ({}, DENIED, None, None, {}),
+    ],
+    ids=["complete", "registered", "cannot-register", "wrong-type", "cannot-list"],
+)
+async def test_the_check_registers_what_it_may_and_refuses_what_it_may_not(
+    known: dict[str, int],
+    list_error: RPCError | None,
+    add_error: RPCError | None,
+    refused: str | None,
+    added: dict[str, int],
+) -> None:
+    operator = Operator(known, list_error, add_error)
+    client = SimpleNamespace(operator_service=operator)
+    said = await ensure_search_attributes(client, "loops", "t:7233")  # type: ignore[arg-type]
+    assert (said is None) == (refused is None), said
+    if refused is not None:
+        assert said is not None and refused in said
+    assert operator.added == added
