@@ -7,6 +7,7 @@ import asyncio
 from temporalio import activity
 
 from loopworks.checks.runner import sandboxed
+from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.steps import (
     CloseInput,
@@ -56,6 +57,7 @@ class RepositoryActivities:
             branch=run_branch(request.run_id),
             sandboxed=sandboxed(),
             playbook=playbook_name(origin),
+            model_source=model_source(self.deps.models, self.deps.settings.anthropic_base_url),
         )
 
     @activity.defn(name="close_run")

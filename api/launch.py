@@ -26,7 +26,7 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.record import LOOP_STARTED_BY
+from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
 from loopworks.workspace.origin_access import refusal, verdict_for
 from loopworks.workspace.origin_policy import OriginRules

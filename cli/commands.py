@@ -22,6 +22,7 @@ from loopworks.cli.render import (
     console_for,
     history_line,
     list_table,
+    model_line,
     status_line,
     status_notes,
 )
@@ -150,6 +151,8 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     ctx.print(status_line(state))
     for note in status_notes(state):
         ctx.print(note)
+    if model := model_line(state):
+        ctx.print(model)
     return 0
 
 

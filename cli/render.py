@@ -141,6 +141,12 @@ def status_notes(state: RunState) -> list[str]:
     return []
 
 
+def model_line(state: RunState) -> str | None:
+    """Which model answers the run: one on the offline model's canned answers says so
+    (None for a run recorded before runs named it)."""
+    return f"model: {state.model_source}" if state.model_source else None
+
+
 # --- list ---------------------------------------------------------------------------
 
 # BY: the name of the API token that started the run (`local` when the API is open).

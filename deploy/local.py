@@ -144,11 +144,27 @@ def default_local_roots(settings: Settings, started_in: Path) -> str | None:
     return str(started_in.resolve())
 
 
+# What `loops up`'s summary says runs on when it chose the offline model itself.
+OFFLINE_WITHOUT_KEY = "offline (no ANTHROPIC_API_KEY: set it to run on Anthropic)"
+
+
+def local_model(settings: Settings) -> tuple[dict[str, str], str]:
+    """The variables `loops up` gives its worker for the model, and the model its summary
+    names. A key or LOOPS_LLM chooses as for any worker; with neither, `loops up` (and only
+    it: a worker alone refuses) runs the offline model, so that the quick start needs
+    nothing, and says so."""
+    if settings.llm is None:
+        return {"LOOPS_LLM": "offline"}, OFFLINE_WITHOUT_KEY
+    return {}, settings.llm.value
+
+
 class LocalStack:
     def __init__(self, settings: Settings, temporal_port: int, ui_port: int) -> None:
         self.settings = settings
         # Set by `start` when it chose the local roots itself (default_local_roots).
         self.local_roots: str | None = None
+        # The model the worker runs, as the summary names it (local_model).
+        self.model = ""
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -210,6 +226,8 @@ class LocalStack:
             self.local_roots = env["LOOPS_LOCAL_ROOTS"] = roots
             # One user on loopback: their own git credentials keep working.
             env.setdefault("LOOPS_GIT_USER_HELPERS", "true")
+        model_env, self.model = local_model(self.settings)
+        env.update(model_env)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,
@@ -357,7 +375,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.dep
             f"  API docs:     {stack.api_base}/docs\n"
             f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
             f"  data:         {settings.data_dir.resolve()}\n"
-            f"  model:        {settings.llm.value if settings.llm else 'offline'}\n"
+            f"  model:        {stack.model}\n"
         )
         if stack.local_roots:
             out.write(

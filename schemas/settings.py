@@ -206,9 +206,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:
-        # Offline unless asked otherwise or a key is present: the service runs anywhere.
-        if self.llm is None:
-            self.llm = LLMProvider.ANTHROPIC if self.anthropic_api_key else LLMProvider.OFFLINE
+        # A key chooses Anthropic. Nothing chooses the offline model but LOOPS_LLM=offline
+        # (`loops up` sets it when there is no key, and says so): a worker given neither
+        # refuses to start (`no_model_chosen`) rather than answer runs with canned text.
+        if self.llm is None and self.anthropic_api_key:
+            self.llm = LLMProvider.ANTHROPIC
         return self
 
     def model_for(self, tier_or_id: str) -> str:

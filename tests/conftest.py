@@ -20,6 +20,11 @@ from loopworks.deploy.search_attributes import register_search_attributes
 # as root. tests/*/test_sandbox*.py and the sandboxed runs set LOOPS_SANDBOX=auto.
 os.environ.setdefault("LOOPS_SANDBOX", "off")
 
+# The suite's workers answer with the offline model, chosen as an operator chooses it: a
+# worker given neither LOOPS_LLM nor a key refuses to start. Tests of that refusal start
+# the worker without it (tests/worker/test_startup.py).
+os.environ.setdefault("LOOPS_LLM", "offline")
+
 # The suite's repositories are local ones under the temporary directory, some asked over
 # file:// as a server would be: allowed the way an operator allows them, by settings
 # (workspace/origin_policy.py). Tests of the policy itself pass their own settings; a test

@@ -42,10 +42,18 @@ from loopworks.workspace.configured import workspaces_for
 
 log = logging.getLogger(__name__)
 
+NO_MODEL_CHOSEN = (
+    "no model chosen: set ANTHROPIC_API_KEY to run on Anthropic, or LOOPS_LLM=offline to"
+    " answer runs with the offline model's canned text (LOOPS_LLM=anthropic|offline)"
+)
+
 
 def build_models(settings: Settings) -> ModelSource:
     """The worker's model source: one per worker, so what it learns of its server (that
-    strict tool input is refused) holds for the worker's lifetime."""
+    strict tool input is refused) holds for the worker's lifetime. A ValueError when no
+    model was chosen: the offline model only answers runs when asked to."""
+    if settings.llm is None:
+        raise ValueError(NO_MODEL_CHOSEN)
     if settings.llm == LLMProvider.ANTHROPIC:
         # Here, not at the top: the SDK takes seconds to import, which a worker on the
         # offline model (and the API, which imports this module's neighbours) never needs.

@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
@@ -51,9 +51,8 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
-    from loopworks.workflows.record import LOOP_STARTED_BY
+    from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
-LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
 

@@ -153,6 +153,7 @@ class LoopWorkflow:
             local=True,
         )
         self._state.origin = workspace.origin
+        self._state.model_source = workspace.model_source
         self._memory.commit = workspace.base_commit
         self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:

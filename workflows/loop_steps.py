@@ -85,7 +85,7 @@ class LoopSteps(OnRecord):
             ),
             MODEL_CALL,
             "hydrate the task",
-            step_events.hydrated(round_),
+            step_events.hydrated(round_, self.state.model_source),
         )
         self.learning.hydrated(hydrated)
         hydration = hydrated.hydration

@@ -222,6 +222,20 @@ def test_status_defaults_to_the_most_recent_run() -> None:
     assert out.splitlines()[0].startswith("write-a-short-guide-to-reflex-loops | completed | 2/4")
 
 
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [("offline", ["model: offline"]), ("anthropic (litellm)", ["model: anthropic (litellm)"]),
+     ("", [])],
+)  # fmt: skip
+def test_status_names_the_model_answering_the_run(source: str, said: list[str]) -> None:
+    """A run on canned answers says so; a run recorded before runs named it, nothing."""
+    state = STATE.model_copy(update={"model_source": source})
+    api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(state))})
+    code, out = run(["status", RUN_ID], api)
+    assert code == 0
+    assert out.splitlines()[2:] == said, out
+
+
 def test_status_without_any_run() -> None:
     api = Recorder({("GET", "/runs"): httpx.Response(200, json=[])})
     with pytest.raises(CliError, match="there are no runs yet"):

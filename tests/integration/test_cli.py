@@ -120,11 +120,17 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
         r"^── Iteration.*$", followed, re.M
     )
 
-    line, note = loops.ok("status", run_id).splitlines()
+    line, note, model = loops.ok("status", run_id).splitlines()
     fields = line.split(" | ")
     assert fields[:2] == ["write-a-short-guide-to-reflex-loops", "completed"], line
     assert re.fullmatch(r"\d+/4", fields[2]) and fields[4] == "DONE", line
     assert note == "stop: threshold_reached"
+    # A run on canned answers says so: in `loops status`, its state and its events.
+    assert model == "model: offline"
+    assert loops.state(run_id)["model_source"] == "offline"
+    events = httpx.get(f"{loops.base_url}/runs/{run_id}/events", timeout=30).json()
+    hydrated = [e for e in events if e["event"] == "hydration_done"]
+    assert hydrated and all(e["payload"]["model_source"] == "offline" for e in hydrated)
     assert loops.ok("status").splitlines()[0] == line  # the most recent run
 
     deadline = time.monotonic() + 15  # visibility is eventually consistent

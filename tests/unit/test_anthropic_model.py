@@ -796,7 +796,8 @@ async def test_one_model_per_model_id_on_one_client(api: FakeMessagesAPI) -> Non
         await built.provider.client.close()
 
 
-def test_a_key_selects_the_anthropic_provider() -> None:
+def test_a_key_selects_the_anthropic_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOPS_LLM", raising=False)  # the suite's choice (tests/conftest.py)
     assert Settings(ANTHROPIC_API_KEY="k").llm == LLMProvider.ANTHROPIC
     assert Settings(ANTHROPIC_API_KEY="k", LOOPS_LLM="offline").llm == LLMProvider.OFFLINE
 
