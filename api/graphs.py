@@ -36,7 +36,7 @@ from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validate
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workspace.origin_policy import OriginRules
+from loopworks.schemas.origin_rules import OriginRules
 
 WORKFLOW_TYPE = "TaskGraphWorkflow"
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]

@@ -29,7 +29,7 @@ from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.record import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
 from loopworks.workspace.origin_access import refusal, verdict_for
-from loopworks.workspace.origin_policy import OriginRules
+from loopworks.schemas.origin_rules import OriginRules
 from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
 

@@ -12,7 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from loopworks.schemas.git_credentials import parse_credentials
 from loopworks.schemas.playbook import PlaybookLimits
 from loopworks.schemas.run import TokenUsage
-from loopworks.workspace.origin_policy import OriginRules, rules_from, schemes_from
+from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
 
 
 class LLMProvider(StrEnum):

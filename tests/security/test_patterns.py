@@ -28,7 +28,7 @@ from temporalio.client import Client
 
 from loopworks.agent.tools.calls import SearchArgs
 from loopworks.api.main import create_app
-from loopworks.checks.patterns import (
+from loopworks.schemas.patterns import (
     PATTERN_MAX_CHARS,
     PROGRAM_MAX_SIZE,
     TEXT_MAX_BYTES,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
+from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.prompts.facts import prompt_facts
 from loopworks.prompts.catalog import (
     AGENTS_DIR,
     TEMPLATES_DIR,
