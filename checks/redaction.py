@@ -10,7 +10,7 @@ does not go further: every secret value the worker holds is replaced by `[REDACT
 the user and password of a URL (`https://user:token@host`) by `***`. `redact` does both on
 one text, `redacted` on every text inside a value (a model, a dict), `RedactingFilter` on
 every log record. The choke points that call them: command output (`checks.output`), tool
-results and trajectory records (`agent.loop`), what a model is given (`worker.deps`),
+results and trajectory records (`agent.loop`), what a model is given (`activities.model_calls`),
 every activity's result and failure (`worker.redacting`), and the logs of the worker and
 the API (their entry points install `install_log_redaction`).
 

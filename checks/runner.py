@@ -14,9 +14,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from loopworks.checks.output import collect
-from loopworks.schemas.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
+from loopworks.schemas.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 from loopworks.workspace import files
 from loopworks.workspace.origin import Absent, tree_path

@@ -82,7 +82,6 @@ class Location:
         return self.scheme in ("", "file")
 
 
-
 def parse_origin(origin: str) -> Location | Verdict:
     """`origin` taken apart, or a refusal when git could not be given it safely."""
     text = origin.strip()

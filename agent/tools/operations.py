@@ -30,8 +30,8 @@ from loopworks.agent.tools.calls import (
     WriteFileArgs,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
-from loopworks.schemas.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.checks.runner import run_command_check
+from loopworks.schemas.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.schemas.rules import CommandCheck
 from loopworks.workspace import files
 

@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from loopworks.agent.tools.calls import SearchArgs
 from loopworks.api.main import create_app
+from loopworks.checks.runner import match_pattern, run_pattern_check
 from loopworks.schemas.patterns import (
     PATTERN_MAX_CHARS,
     PROGRAM_MAX_SIZE,
@@ -35,7 +36,6 @@ from loopworks.schemas.patterns import (
     UnsupportedPattern,
     compile_pattern,
 )
-from loopworks.checks.runner import match_pattern, run_pattern_check
 from loopworks.schemas.rules import PatternCheck
 from loopworks.schemas.settings import Settings
 from tests.api.test_validation import _NoTemporal
@@ -109,14 +109,14 @@ def _heartbeat_case(data_dir: str, origin: str, commit: str) -> None:
     """The real `evaluate_group` activity, beating every 50 ms: the times of its beats."""
     from temporalio.testing import ActivityEnvironment
 
-    import loopworks.worker.deps as worker_deps
+    import loopworks.activities.heartbeat as heartbeat
     from loopworks.activities.evaluation import EvaluationActivities
     from loopworks.schemas.rules import CheckGroup, PreparedCheck
     from loopworks.schemas.settings import Settings
     from loopworks.schemas.steps import EvaluateGroupInput, GitLocation
     from loopworks.worker.build import build_deps
 
-    worker_deps.HEARTBEAT_EVERY_SECONDS = 0.05
+    heartbeat.HEARTBEAT_EVERY_SECONDS = 0.05
     beats: list[float] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *_: beats.append(time.monotonic())

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from loopworks.llm.facts import ANSWER_TOOL
-from loopworks.prompts.facts import prompt_facts
 from loopworks.prompts.catalog import (
     AGENTS_DIR,
     TEMPLATES_DIR,
@@ -18,6 +17,7 @@ from loopworks.prompts.catalog import (
     load_templates,
     template_ids,
 )
+from loopworks.prompts.facts import prompt_facts
 from loopworks.schemas.roles import ANSWER_MODELS, Role
 
 pytestmark = pytest.mark.unit
