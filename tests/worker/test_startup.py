@@ -4,6 +4,7 @@ offline worker start without importing the Anthropic SDK."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import loopworks.worker.__main__ as worker_main
+from loopworks.checks.redaction import worker_secrets
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
@@ -182,3 +185,33 @@ models = build_models(Settings(LOOPS_LLM="anthropic", ANTHROPIC_API_KEY="sk-test
 print(json.dumps({"models": type(models).__name__, "loaded": "anthropic" in sys.modules}))
 """
     assert _answer(script, tmp_path) == {"models": "AnthropicModels", "loaded": True}
+
+
+def test_building_the_activities_container_changes_nothing_global(tmp_path: Path) -> None:
+    """Tests build several workers' containers in one process: the worker's secrets are
+    remembered by its entry point, never as a side effect of building its dependencies."""
+    token = "container-token-7f3a9c2e51"
+    build_deps(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}"))
+    assert token not in worker_secrets()
+
+
+async def test_the_worker_entry_point_remembers_its_settings_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the agents' commands print is redacted of the settings' secrets from the
+    worker's start (checks/redaction.py), including values given other than by the
+    environment."""
+    token = "entry-point-token-4d8e1b6f02"
+    settings = Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}")
+
+    async def no_polling(*_: object) -> int:
+        return 0
+
+    monkeypatch.setattr(worker_main, "Settings", lambda: settings)
+    monkeypatch.setattr(worker_main, "poll", no_polling)
+    monkeypatch.setattr(worker_main, "configure_tracing", lambda *_: None)
+    # The test process keeps its own signal handling.
+    monkeypatch.setattr(asyncio.get_running_loop(), "add_signal_handler", lambda *_: None)
+    assert token not in worker_secrets()
+    assert await worker_main.main() == 0
+    assert token in worker_secrets()
