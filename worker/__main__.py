@@ -10,7 +10,7 @@ import sys
 from temporalio.client import Client
 
 from loopworks.activities.deps import StepDeps
-from loopworks.checks.redaction import install_log_redaction, remember, settings_secrets
+from loopworks.checks.redaction import install_log_redaction
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import connect
 from loopworks.service.telemetry import configure_tracing
@@ -26,9 +26,6 @@ async def main() -> int:
         # Catalogs and the model provider first: a malformed agent definition or a
         # missing key stops the worker before it polls, not at a run's first step.
         deps = build_deps(settings)
-        # From here on, every command's output in this process is redacted of the settings'
-        # secrets, the agents' tools' included, which never see the settings.
-        remember(settings_secrets(settings))
         # Before connecting: the client (and so the worker) gets the tracing interceptor.
         configure_tracing(settings, "loopworks-worker")
     except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no key

@@ -28,6 +28,7 @@ from loopworks.activities.qa import QAActivities
 from loopworks.activities.reflection import ReflectionActivities
 from loopworks.activities.repository import RepositoryActivities
 from loopworks.activities.skills import SkillActivities
+from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
@@ -131,6 +132,10 @@ def build_worker(
     deps: StepDeps | None = None,
 ) -> Worker:
     deps = deps or build_deps(settings, models)
+    # The worker about to run: from now on, every command's output in this process (the
+    # agents' tools' included, which never see the settings) and every activity's result
+    # (RedactingInterceptor) is redacted of the settings' secrets.
+    remember(settings_secrets(settings))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,

@@ -4,7 +4,6 @@ offline worker start without importing the Anthropic SDK."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import loopworks.worker.__main__ as worker_main
 from loopworks.checks.redaction import worker_secrets
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
@@ -188,30 +186,9 @@ print(json.dumps({"models": type(models).__name__, "loaded": "anthropic" in sys.
 
 
 def test_building_the_activities_container_changes_nothing_global(tmp_path: Path) -> None:
-    """Tests build several workers' containers in one process: the worker's secrets are
-    remembered by its entry point, never as a side effect of building its dependencies."""
+    """Tests build several containers in one process: the worker's secrets are remembered
+    as the worker is built (build_worker), never as a side effect of building what its
+    activities use. tests/security/test_model_text.py checks that a built worker redacts."""
     token = "container-token-7f3a9c2e51"
     build_deps(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}"))
     assert token not in worker_secrets()
-
-
-async def test_the_worker_entry_point_remembers_its_settings_secrets(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """What the agents' commands print is redacted of the settings' secrets from the
-    worker's start (checks/redaction.py), including values given other than by the
-    environment."""
-    token = "entry-point-token-4d8e1b6f02"
-    settings = Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}")
-
-    async def no_polling(*_: object) -> int:
-        return 0
-
-    monkeypatch.setattr(worker_main, "Settings", lambda: settings)
-    monkeypatch.setattr(worker_main, "poll", no_polling)
-    monkeypatch.setattr(worker_main, "configure_tracing", lambda *_: None)
-    # The test process keeps its own signal handling.
-    monkeypatch.setattr(asyncio.get_running_loop(), "add_signal_handler", lambda *_: None)
-    assert token not in worker_secrets()
-    assert await worker_main.main() == 0
-    assert token in worker_secrets()
