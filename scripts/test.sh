@@ -15,6 +15,8 @@ PYTHON="${PYTHON:-python3}"
 touch .venv/.loopworks-installed
 bash scripts/install-deploy-tools.sh
 .venv/bin/python -m ruff check .
+# The packages' layers: pyproject's [tool.importlinter] contracts.
+.venv/bin/lint-imports --no-cache --no-logo
 bash scripts/typecheck.sh
 # Most tests wait on servers, git and subprocesses: one pytest process per core it may
 # use, up to four, cuts the suite's time by a third or more on two cores. A module's tests

@@ -9,15 +9,15 @@ import sys
 
 from temporalio.client import Client
 
+from loopworks.activities.deps import StepDeps
 from loopworks.checks.redaction import install_log_redaction
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.settings import Settings
+from loopworks.service.connect import connect
+from loopworks.service.telemetry import configure_tracing
 from loopworks.worker.build import build_deps, build_worker
-from loopworks.worker.connect import connect
-from loopworks.worker.deps import StepDeps
 from loopworks.worker.retention import keep_sweeping, retention_policy
 from loopworks.worker.search_attributes import ensure_search_attributes
-from loopworks.worker.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.worker")
 

@@ -8,9 +8,8 @@ import os
 import socket
 from collections.abc import Callable
 
+from loopworks.schemas.origin_rules import GIT_CREDENTIALS, OriginRules
 from loopworks.workspace.origin_policy import (
-    GIT_CREDENTIALS,
-    OriginRules,
     Verdict,
     admit,
     needs_addresses,

@@ -109,14 +109,14 @@ def _heartbeat_case(data_dir: str, origin: str, commit: str) -> None:
     """The real `evaluate_group` activity, beating every 50 ms: the times of its beats."""
     from temporalio.testing import ActivityEnvironment
 
-    import loopworks.worker.deps as worker_deps
+    import loopworks.activities.heartbeat as heartbeat
     from loopworks.activities.evaluation import EvaluationActivities
     from loopworks.schemas.rules import CheckGroup, PreparedCheck
     from loopworks.schemas.settings import Settings
     from loopworks.schemas.steps import EvaluateGroupInput, GitLocation
     from loopworks.worker.build import build_deps
 
-    worker_deps.HEARTBEAT_EVERY_SECONDS = 0.05
+    heartbeat.HEARTBEAT_EVERY_SECONDS = 0.05
     beats: list[float] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *_: beats.append(time.monotonic())

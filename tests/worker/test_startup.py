@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.checks.redaction import worker_secrets
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
@@ -213,3 +214,12 @@ models = build_models(Settings(LOOPS_LLM="anthropic", ANTHROPIC_API_KEY="sk-test
 print(json.dumps({"models": type(models).__name__, "loaded": "anthropic" in sys.modules}))
 """
     assert _answer(script, tmp_path) == {"models": "AnthropicModels", "loaded": True}
+
+
+def test_building_the_activities_container_changes_nothing_global(tmp_path: Path) -> None:
+    """Tests build several containers in one process: the worker's secrets are remembered
+    as the worker is built (build_worker), never as a side effect of building what its
+    activities use. tests/security/test_model_text.py checks that a built worker redacts."""
+    token = "container-token-7f3a9c2e51"
+    build_deps(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}"))
+    assert token not in worker_secrets()

@@ -11,7 +11,7 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import GrpcCompression
 
 from loopworks.schemas.settings import Settings
-from loopworks.worker.telemetry import client_interceptors
+from loopworks.service.telemetry import client_interceptors
 
 # The one converter every client of the service uses: pydantic models cross as JSON.
 CONVERTER = pydantic_data_converter
