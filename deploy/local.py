@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 from collections.abc import Callable, Sequence
@@ -29,10 +27,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from loopworks.api import tokens
-from loopworks.api.security import is_loopback, refusal_to_start
-from loopworks.checks.bwrap import SandboxPolicy, reachable
+from loopworks.api.security import refusal_to_start
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
+from loopworks.deploy.one_machine import default_local_roots, local_model, sandbox_workspaces
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
 
@@ -112,50 +110,6 @@ def _api_ready(base: str) -> bool:
         return True
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
-
-
-def sandbox_workspaces(settings: Settings) -> Path | None:
-    """A place for the runs' workspaces that the sandbox's user can reach, when the data
-    directory is out of its reach: a root worker runs commands as `nobody`, which cannot
-    enter a private home (a checkout under /root). None when the default will do."""
-    if settings.sandbox == "off" or settings.workspaces_root or os.geteuid() != 0:
-        return None
-    policy = SandboxPolicy()
-    data = settings.data_dir.resolve()
-    data.mkdir(parents=True, exist_ok=True)
-    if reachable(data, policy.uid, policy.gid):
-        return None
-    digest = hashlib.sha256(str(data).encode()).hexdigest()[:12]
-    workspaces = Path(tempfile.gettempdir()) / f"loopworks-workspaces-{digest}"
-    workspaces.mkdir(mode=0o755, exist_ok=True)
-    workspaces.chmod(0o755)
-    log.info("the sandbox's user cannot reach %s: workspaces go to %s", data, workspaces)
-    return workspaces
-
-
-def default_local_roots(settings: Settings, started_in: Path) -> str | None:
-    """The local roots `loops up` gives its API and worker when none are set: the directory
-    it was started from, for one user on loopback without tokens (`loops new --repo .`
-    keeps working); a shared deployment names its own (LOOPS_LOCAL_ROOTS)."""
-    if settings.local_roots is not None:
-        return None
-    if tokens.load(settings) or not is_loopback(settings.api_host):
-        return None
-    return str(started_in.resolve())
-
-
-# What `loops up`'s summary says runs on when it chose the offline model itself.
-OFFLINE_WITHOUT_KEY = "offline (no ANTHROPIC_API_KEY: set it to run on Anthropic)"
-
-
-def local_model(settings: Settings) -> tuple[dict[str, str], str]:
-    """The variables `loops up` gives its worker for the model, and the model its summary
-    names. A key or LOOPS_LLM chooses as for any worker; with neither, `loops up` (and only
-    it: a worker alone refuses) runs the offline model, so that the quick start needs
-    nothing, and says so."""
-    if settings.llm is None:
-        return {"LOOPS_LLM": "offline"}, OFFLINE_WITHOUT_KEY
-    return {}, settings.llm.value
 
 
 class LocalStack:

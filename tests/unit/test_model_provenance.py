@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from loopworks.deploy.local import OFFLINE_WITHOUT_KEY, local_model
+from loopworks.deploy.one_machine import OFFLINE_WITHOUT_KEY, local_model
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.llm.provenance import model_source
