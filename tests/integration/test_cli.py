@@ -187,9 +187,10 @@ def test_cli_stops_a_running_run_and_cleans_it_once_finished(stack: Stack, tmp_p
     followed = loops.ok("status", run_id, "--follow", timeout=FOLLOW_TIMEOUT)
     assert "Stop reason: user_stop" in followed and "Message: enough" in followed, followed
 
-    line, note = loops.ok("status", run_id).splitlines()
+    line, note, model = loops.ok("status", run_id).splitlines()
     assert line.split(" | ")[1] == "stopped"
     assert note == "stop: user_stop (enough)"
+    assert model == "model: offline"
 
     unconfirmed = loops("clean", run_id)  # stdin is /dev/null: nobody can say yes
     assert unconfirmed.returncode == 1
