@@ -14,7 +14,7 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.agent.loop import AgentStep, to_jsonl
+from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio import activity
 
 from loopworks.activities.curation import current_items
-from loopworks.agent.loop import to_jsonl
+from loopworks.agent.trajectory import to_jsonl
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.contexts import (
     AcceptedFile,

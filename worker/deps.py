@@ -15,7 +15,8 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from loopworks.agent.loop import AgentOutcome, AgentStep, run_agent
+from loopworks.agent.loop import AgentOutcome, run_agent
+from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.redaction import redacted, remember, settings_secrets
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource
 from loopworks.llm.structured import Answered, ask
