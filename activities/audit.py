@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import CustodietContext
 from loopworks.schemas.roles import Audit, Role
 from loopworks.schemas.steps import AuditInput, AuditOutput
-from loopworks.worker.deps import StepDeps
 
 
 class AuditActivities:
@@ -22,5 +23,5 @@ class AuditActivities:
             plan_focus=step.plan_focus,
             evaluation=step.evaluation,
         )
-        answered = await self.deps.consult(Role.CUSTODIET, step, context, Audit)
+        answered = await consult(self.deps, Role.CUSTODIET, step, context, Audit)
         return AuditOutput(audit=answered.answer, usage=answered.usage, repairs=answered.repairs)

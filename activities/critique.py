@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import ArtifactCriticContext
 from loopworks.schemas.roles import Critique, Role
 from loopworks.schemas.steps import CritiqueInput, CritiqueOutput
-from loopworks.worker.deps import StepDeps
 
 
 class CritiqueActivities:
@@ -20,7 +21,7 @@ class CritiqueActivities:
         context = ArtifactCriticContext(
             task=step.task, artifact=artifact, evaluation=step.evaluation, rules=step.rules
         )
-        answered = await self.deps.consult(Role.ARTIFACT_CRITIC, step, context, Critique)
+        answered = await consult(self.deps, Role.ARTIFACT_CRITIC, step, context, Critique)
         return CritiqueOutput(
             critique=answered.answer, usage=answered.usage, repairs=answered.repairs
         )

@@ -7,12 +7,13 @@ import asyncio
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import TaskCuratorContext
 from loopworks.schemas.curation import CuratorPayload
 from loopworks.schemas.learning import CurateInput, CurateOutput
 from loopworks.schemas.playbook import PlaybookItem, PlaybookRead
 from loopworks.schemas.roles import Role
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.playbook import PlaybookStore
 
 
@@ -32,7 +33,7 @@ class CurationActivities:
             acceptance_criteria=step.acceptance_criteria,
             playbook_items=items,
         )
-        answered = await self.deps.consult(Role.TASK_CURATOR, step, context, CuratorPayload)
+        answered = await consult(self.deps, Role.TASK_CURATOR, step, context, CuratorPayload)
         return CurateOutput(payload=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
 

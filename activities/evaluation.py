@@ -12,6 +12,9 @@ import asyncio
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps, now
+from loopworks.activities.heartbeat import heartbeating
+from loopworks.activities.model_calls import consult
 from loopworks.checks.redaction import cap, redact, worker_secrets
 from loopworks.checks.runner import CheckOutcome, match_pattern, run_command_check
 from loopworks.schemas.contexts import EvaluatorContext, Question
@@ -19,7 +22,6 @@ from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CheckGroup, CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
-from loopworks.worker.deps import StepDeps, heartbeating, now
 from loopworks.workspace.origin import Absent
 
 # A check's detail in history: the runner keeps 8 KiB of a command's output; a little more
@@ -118,7 +120,7 @@ class EvaluationActivities:
             artifact="" if isinstance(artifact, Absent) else artifact,
         )
         answer_type = judgements_model(questions)
-        answered = await self.deps.consult(Role.EVALUATOR, step, context, answer_type)
+        answered = await consult(self.deps, Role.EVALUATOR, step, context, answer_type)
         output.usage, output.repairs = answered.usage, answered.repairs
         return {
             rule_id: CheckOutcome(passed=judgement.passed, detail=judgement.reason)

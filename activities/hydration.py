@@ -7,6 +7,8 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.playbook.selection import select_items
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.contexts import CriticContext, HydratorContext
@@ -14,7 +16,6 @@ from loopworks.schemas.playbook import Playbook, PlaybookItem, PlaybookUse
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.playbook import PlaybookStore
 
 
@@ -51,7 +52,7 @@ class HydrationActivities:
                 raise ValueError("`rules` is empty: draft at least one rule")
             normalise_rules(hydration.rules)  # duplicate ids
 
-        answered = await self.deps.consult(Role.HYDRATOR, step, context, Hydration, check)
+        answered = await consult(self.deps, Role.HYDRATOR, step, context, Hydration, check)
         hydration = answered.answer
         if hydration.template not in templates:
             hydration.template = suggested
@@ -107,5 +108,5 @@ class HydrationActivities:
     @activity.defn(name="review_plan")
     async def review_plan(self, step: ReviewInput) -> ReviewOutput:
         context = CriticContext(task=step.task, hydration=step.hydration)
-        answered = await self.deps.consult(Role.CRITIC, step, context, CriticReview)
+        answered = await consult(self.deps, Role.CRITIC, step, context, CriticReview)
         return ReviewOutput(review=answered.answer, usage=answered.usage, repairs=answered.repairs)

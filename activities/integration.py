@@ -22,6 +22,9 @@ from typing import TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
+from loopworks.activities.heartbeat import heartbeating
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.integration import (
     OUTPUT_TAIL_CHARS,
@@ -35,12 +38,6 @@ from loopworks.schemas.integration import (
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
-from loopworks.worker.deps import (
-    StepDeps,
-    failing_at_once_when_origin_lacks,
-    heartbeating,
-    refusing_unsafe_paths,
-)
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.integration import (

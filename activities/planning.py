@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import TaskPlannerContext
 from loopworks.schemas.roles import Role, TaskPlan
 from loopworks.schemas.steps import PlanGraphInput, PlanGraphOutput
 from loopworks.schemas.tasks import graph_errors
-from loopworks.worker.deps import StepDeps
 
 
 class PlanningActivities:
@@ -30,7 +31,7 @@ class PlanningActivities:
                     + "\n".join(f"- {error}" for error in errors)
                 )
 
-        answered = await self.deps.consult(Role.TASK_PLANNER, step, context, TaskPlan, check)
+        answered = await consult(self.deps, Role.TASK_PLANNER, step, context, TaskPlan, check)
         return PlanGraphOutput(
             tasks=answered.answer.tasks, usage=answered.usage, repairs=answered.repairs
         )

@@ -9,6 +9,8 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.heartbeat import heartbeating
 from loopworks.playbook import writer
 from loopworks.schemas.playbook import (
     AppliedBatch,
@@ -19,7 +21,6 @@ from loopworks.schemas.playbook import (
     PlaybookWrite,
     VersionWrite,
 )
-from loopworks.worker.deps import StepDeps, heartbeating
 from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
 
 

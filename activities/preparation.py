@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps, now
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import PreparerContext
 from loopworks.schemas.roles import Preparation, Role
 from loopworks.schemas.rules import PreparedCheck, concrete_checks, described_rules
 from loopworks.schemas.steps import PrepareInput, PrepareOutput, Timing
-from loopworks.worker.deps import StepDeps, now
 
 
 class PreparationActivities:
@@ -34,7 +35,7 @@ class PreparationActivities:
                         f"{sorted(expected - given)}, unknown rule ids {sorted(given - expected)}"
                     )
 
-            answered = await self.deps.consult(Role.PREPARER, step, context, Preparation, check)
+            answered = await consult(self.deps, Role.PREPARER, step, context, Preparation, check)
             output.checks += [
                 PreparedCheck(rule_id=c.rule_id, check=c.check) for c in answered.answer.checks
             ]

@@ -14,11 +14,15 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps, now
+from loopworks.activities.errors import refusing_unsafe_paths
+from loopworks.activities.model_calls import consult, run_agent
 from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
     ARTIFACT_PATH,
+    INVALID_OUTPUT,
     TRAJECTORY_DIR,
     ArtifactOutput,
     PlanInput,
@@ -28,7 +32,6 @@ from loopworks.schemas.steps import (
     Timing,
     trajectory_path,
 )
-from loopworks.worker.deps import INVALID_OUTPUT, StepDeps, now, refusing_unsafe_paths
 from loopworks.workspace import files
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.run_log import write_run_log
@@ -54,7 +57,7 @@ class ProductionActivities:
             iteration=step.iteration,
             last_evaluation=step.last_evaluation,
         )
-        answered = await self.deps.consult(Role.PLANNER, step, context, IterationPlan)
+        answered = await consult(self.deps, Role.PLANNER, step, context, IterationPlan)
         return PlanOutput(plan=answered.answer, usage=answered.usage, repairs=answered.repairs)
 
     @activity.defn(name="produce_artifact")
@@ -89,7 +92,7 @@ class ProductionActivities:
             current = await self._committed_artifact(step)
             previous_hash = files.sha256(workdir, ARTIFACT_PATH)
             context = context.model_copy(update={"current_artifact": current})
-            outcome = await self.deps.run_agent(role, step, context, workdir, verb)
+            outcome = await run_agent(self.deps, role, step, context, workdir, verb)
             # What the agent left, as the worker will read it: a link out of the workspace
             # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed.
             if not files.is_file(workdir, ARTIFACT_PATH):

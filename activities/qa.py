@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import QAVerifierContext
 from loopworks.schemas.roles import QAReport, Role
 from loopworks.schemas.steps import QAInput, QAOutput
-from loopworks.worker.deps import StepDeps
 
 
 class QAActivities:
@@ -24,5 +25,5 @@ class QAActivities:
             artifact=artifact,
             evaluation=step.evaluation,
         )
-        answered = await self.deps.consult(Role.QA_VERIFIER, step, context, QAReport)
+        answered = await consult(self.deps, Role.QA_VERIFIER, step, context, QAReport)
         return QAOutput(report=answered.answer, usage=answered.usage, repairs=answered.repairs)

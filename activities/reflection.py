@@ -11,11 +11,13 @@ import asyncio
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.errors import refusing_unsafe_paths
+from loopworks.activities.model_calls import consult
 from loopworks.schemas.contexts import ReflectorContext
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
-from loopworks.worker.deps import StepDeps, refusing_unsafe_paths
 from loopworks.workspace.run_log import insights_json, write_reflection, write_run_log
 
 
@@ -37,7 +39,7 @@ class ReflectionActivities:
             acceptance_criteria=state.acceptance_criteria,
             playbook_items=step.playbook_items,
         )
-        answered = await self.deps.consult(Role.REFLECTOR, step, context, ReflectionAnswer)
+        answered = await consult(self.deps, Role.REFLECTOR, step, context, ReflectionAnswer)
         answer, usage = answered.answer, answered.usage
         reflection = FrameworkReflection(
             request=state.task[:300],

@@ -6,7 +6,11 @@ import asyncio
 
 from temporalio import activity
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
+from loopworks.activities.heartbeat import heartbeating
 from loopworks.checks.runner import sandboxed
+from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.steps import (
     CloseInput,
@@ -14,12 +18,6 @@ from loopworks.schemas.steps import (
     RecordAndCloseInput,
     WorkspaceInfo,
     WorkspaceRequest,
-)
-from loopworks.worker.deps import (
-    StepDeps,
-    failing_at_once_when_origin_lacks,
-    heartbeating,
-    refusing_unsafe_paths,
 )
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.run_log import write_reflection, write_run_log
@@ -56,6 +54,7 @@ class RepositoryActivities:
             branch=run_branch(request.run_id),
             sandboxed=sandboxed(),
             playbook=playbook_name(origin),
+            model_source=model_source(self.deps.models, self.deps.settings.anthropic_base_url),
         )
 
     @activity.defn(name="close_run")

@@ -15,6 +15,10 @@ from pathlib import Path
 from temporalio import activity
 
 from loopworks.activities.curation import current_items
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.errors import refusing_unsafe_paths
+from loopworks.activities.heartbeat import heartbeating
+from loopworks.activities.model_calls import consult, run_agent
 from loopworks.agent.trajectory import to_jsonl
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.contexts import (
@@ -36,7 +40,6 @@ from loopworks.schemas.playbook import ItemKind
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.steps import trajectory_path
-from loopworks.worker.deps import StepDeps, heartbeating, refusing_unsafe_paths
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace.files import UnsafePath
 
@@ -66,8 +69,8 @@ class SkillActivities:
             workdir = await asyncio.to_thread(
                 workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
             )
-            outcome = await deps.run_agent(
-                Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
+            outcome = await run_agent(
+                deps, Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
             )
             with refusing_unsafe_paths():
                 files = _read_files(workdir, [*step.helper_paths, *step.reference_paths])
@@ -96,7 +99,7 @@ class SkillActivities:
             files=step.files,
             generator_summary=step.generator_summary,
         )
-        answered = await deps.consult(Role.SKILL_REFLECTOR, step, context, SkillReview)
+        answered = await consult(deps, Role.SKILL_REFLECTOR, step, context, SkillReview)
         reviews = {review.path: review for review in answered.answer.reviews}
         accepted: list[AcceptedFile] = []
         rejected: dict[str, str] = {}
@@ -143,7 +146,7 @@ class SkillActivities:
     async def curate_skills(self, step: CurateSkillsInput) -> CurateSkillsOutput:
         items = await current_items(self.deps, step.playbook)
         context = SkillCuratorContext(task=step.task, accepted=step.accepted, playbook_items=items)
-        answered = await self.deps.consult(Role.SKILL_CURATOR, step, context, SkillCuration)
+        answered = await consult(self.deps, Role.SKILL_CURATOR, step, context, SkillCuration)
         return CurateSkillsOutput(
             curation=answered.answer, usage=answered.usage, repairs=answered.repairs
         )

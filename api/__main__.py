@@ -11,7 +11,7 @@ from loopworks.api.main import create_app
 from loopworks.api.security import refusal_to_start
 from loopworks.checks.redaction import install_log_redaction
 from loopworks.schemas.settings import Settings
-from loopworks.worker.telemetry import configure_tracing
+from loopworks.service.telemetry import configure_tracing
 
 log = logging.getLogger("loopworks.api")
 

@@ -9,7 +9,7 @@ from temporalio.client import Client
 
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.schemas.settings import Settings
-from loopworks.worker.connect import connect
+from loopworks.service.connect import connect
 
 log = logging.getLogger("loopworks.api")
 

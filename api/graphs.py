@@ -30,13 +30,13 @@ from loopworks.schemas.graph import (
     GraphState,
     GraphStatus,
 )
+from loopworks.schemas.origin_rules import OriginRules
 from loopworks.schemas.run import RunState
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workspace.origin_policy import OriginRules
 
 WORKFLOW_TYPE = "TaskGraphWorkflow"
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]

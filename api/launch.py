@@ -22,14 +22,14 @@ from loopworks.api.errors import QuotaExceeded, invalid
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.origin_rules import OriginRules
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.record import LOOP_STARTED_BY
+from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
 from loopworks.workspace.origin_access import refusal, verdict_for
-from loopworks.workspace.origin_policy import OriginRules
 from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
 

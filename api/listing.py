@@ -11,7 +11,7 @@ from temporalio.common import SearchAttributeKey
 from loopworks.api.models import RunSummary
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
-from loopworks.workflows.record import (
+from loopworks.workflows.search_attributes import (
     LOOP_ALIAS,
     LOOP_BLOCKED,
     LOOP_ITERATION,

@@ -42,8 +42,8 @@ def create_app(
     `tracer_provider` to trace without the process-wide provider.
 
     FastAPI's own OpenTelemetry support makes a SERVER span `{method} {route}` per request
-    once a provider is installed (`loopworks.worker.telemetry.configure_tracing`) or passed here;
-    routes run in its context, so their Temporal calls join the request's trace.
+    once a provider is installed (`loopworks.service.telemetry.configure_tracing`) or passed
+    here; routes run in its context, so their Temporal calls join the request's trace.
     """
     settings = settings or Settings()
     app = FastAPI(

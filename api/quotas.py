@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from loopworks.api.errors import QuotaExceeded, UpstreamError, invalid
 from loopworks.schemas.run import Budget
 from loopworks.schemas.settings import Settings
-from loopworks.workflows.record import LOOP_STARTED_BY
+from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 
 # Runs take minutes: a client told to come back sooner would only be told again.
 IN_PROGRESS_RETRY_AFTER_S = 30

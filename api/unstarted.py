@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from loopworks.worker.connect import CONVERTER
+from loopworks.service.connect import CONVERTER
 
 Input = TypeVar("Input")
 

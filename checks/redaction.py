@@ -10,7 +10,7 @@ does not go further: every secret value the worker holds is replaced by `[REDACT
 the user and password of a URL (`https://user:token@host`) by `***`. `redact` does both on
 one text, `redacted` on every text inside a value (a model, a dict), `RedactingFilter` on
 every log record. The choke points that call them: command output (`checks.output`), tool
-results and trajectory records (`agent.loop`), what a model is given (`worker.deps`),
+results and trajectory records (`agent.loop`), what a model is given (`activities.model_calls`),
 every activity's result and failure (`worker.redacting`), and the logs of the worker and
 the API (their entry points install `install_log_redaction`).
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from pydantic import BaseModel
 
 from loopworks.schemas.git_credentials import ENV_VAR as GIT_CREDENTIALS_VAR
 from loopworks.schemas.git_credentials import tokens_of
+from loopworks.schemas.git_names import redact_url_credentials
 from loopworks.schemas.settings import SECRET_FIELDS, Settings
 
 REDACTED = "[REDACTED]"
@@ -118,34 +118,6 @@ def worker_secrets() -> frozenset[str]:
     with _lock:
         remembered = frozenset(_remembered)
     return remembered | environ_secrets(os.environ)
-
-
-# A URL's userinfo (user, and password), from its `://` to the `@` before its host. Matched
-# from the `://` on, so that the scan stays linear over any text (a scheme matched before
-# it would be tried from every letter of a long word).
-_URL_USERINFO = re.compile(r"://([^/@\s]+)@")
-# The scheme just before a `://`, within the longest scheme looked for.
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*$")
-# Schemes whose user is a login name, not a credential (`ssh://git@host/...`).
-_LOGIN_SCHEMES = frozenset({"ssh", "git+ssh", "ssh+git"})
-_LOGIN_SCHEME_CHARS = max(map(len, _LOGIN_SCHEMES))
-
-
-def redact_url_credentials(text: str) -> str:
-    """`text` with the userinfo of every URL in it (`https://user:token@host/...`, and
-    `https://token@host/...`, a token as the user) replaced by `***`: origins and git's
-    messages about them may carry a token. An ssh URL's user without a password
-    (`ssh://git@host/...`) is a login name, and stays: such an origin must still work."""
-    if "://" not in text:
-        return text
-
-    def replaced(match: re.Match[str]) -> str:
-        before = text[max(0, match.start() - _LOGIN_SCHEME_CHARS - 1) : match.start()]
-        scheme = _SCHEME.search(before)
-        login = scheme is not None and scheme.group().lower() in _LOGIN_SCHEMES
-        return match.group() if login and ":" not in match[1] else "://***@"
-
-    return _URL_USERINFO.sub(replaced, text)
 
 
 def redact(text: str, secrets: Iterable[str], *, cut_at_start: bool = False) -> str:

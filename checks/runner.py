@@ -14,9 +14,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from loopworks.checks.output import collect
-from loopworks.checks.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
+from loopworks.schemas.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 from loopworks.workspace import files
 from loopworks.workspace.origin import Absent, tree_path
@@ -153,7 +153,7 @@ def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:
     """Search the check's file (its `text`, or why there is none) for its pattern; passes
     when (found) == `must_match`, and never without a file.
 
-    The pattern runs on RE2 (`checks.patterns`), `^` and `$` matching at every line: no
+    The pattern runs on RE2 (`schemas.patterns`), `^` and `$` matching at every line: no
     pattern can hang the worker. One RE2 cannot run, or a file over `TEXT_MAX_BYTES`,
     fails the check saying why.
     """

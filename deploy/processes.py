@@ -7,6 +7,8 @@ docker-compose.yml agrees.
 
 from __future__ import annotations
 
+from loopworks.workflows.search_attributes import required_types
+
 API_MODULE = "loopworks.api"
 WORKER_MODULE = "loopworks.worker"
 
@@ -25,29 +27,13 @@ SHARED_ENV: tuple[str, ...] = (
     "LOOPS_TASK_QUEUE",
     "LOOPS_DATA_DIR",
     "LOOPS_DEFAULT_ORIGIN",
-    "LOOPS_LLM",
 )
 API_ENV: tuple[str, ...] = (*SHARED_ENV, "LOOPS_API_HOST", "LOOPS_API_PORT")
-WORKER_ENV: tuple[str, ...] = (*SHARED_ENV, "ANTHROPIC_API_KEY")
+# The API never calls the model. A worker needs LOOPS_LLM or a key: given neither, it
+# refuses to start rather than run the offline model unasked.
+WORKER_ENV: tuple[str, ...] = (*SHARED_ENV, "LOOPS_LLM", "ANTHROPIC_API_KEY")
 
-# Search attributes the workflow keeps current; the dev server and the compose
-# namespace job register exactly these.
-SEARCH_ATTRIBUTES: dict[str, str] = {
-    "LoopStatus": "Keyword",
-    "LoopPhase": "Keyword",
-    "LoopIteration": "Int",
-    "LoopScore": "Double",
-    "LoopBlocked": "Bool",
-    "LoopAlias": "Keyword",
-    # Who started a run or a graph (the API token's name), set when it starts.
-    "LoopStartedBy": "Keyword",
-    # A task graph's child loops carry their graph's id.
-    "LoopGraph": "Keyword",
-    # A task graph: its status and its tasks by state. The dev server's SQLite
-    # visibility allows 3 Int attributes in all: completed and failed are Ints (to
-    # query), every count is in GraphTasks (to read).
-    "GraphStatus": "Keyword",
-    "GraphTasks": "Keyword",
-    "GraphTasksCompleted": "Int",
-    "GraphTasksFailed": "Int",
-}
+# Search attributes the workflows write (workflows/search_attributes.py): the dev server
+# is started with exactly these, the compose namespace job registers them, and a worker
+# checks for them before it polls.
+SEARCH_ATTRIBUTES: dict[str, str] = required_types()

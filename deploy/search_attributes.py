@@ -1,42 +1,26 @@
-"""Register loopworks' search attributes on a Temporal namespace (idempotent)."""
+"""Register loopworks' search attributes on a Temporal namespace (idempotent): for the
+test servers and the benchmark, which start workers without `python -m loopworks.worker`'s
+own check (worker/search_attributes.py)."""
 
 from __future__ import annotations
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.deploy.processes import SEARCH_ATTRIBUTES
-
-_INDEXED_TYPE = {
-    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
-    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
-    "Double": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
-    "Bool": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
-}
+from loopworks.worker.search_attributes import add_attributes, compare, present_attributes
+from loopworks.workflows.search_attributes import required_types
 
 
 async def register_search_attributes(client: Client, namespace: str) -> list[str]:
-    """Add whichever of the loop's search attributes the namespace lacks; return them."""
+    """Add whichever of the workflows' search attributes the namespace lacks; return them."""
     try:
-        existing = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=namespace)
-        )
-        known = set(existing.custom_attributes) | set(existing.system_attributes)
+        present = await present_attributes(client, namespace)
     except RPCError as err:
         # The time-skipping test server can add search attributes but not list them.
         if err.status != RPCStatusCode.UNIMPLEMENTED:
             raise
-        known = set()
-    missing = {
-        name: _INDEXED_TYPE[kind] for name, kind in SEARCH_ATTRIBUTES.items() if name not in known
-    }
+        present = {}
+    missing = compare(required_types(), present).missing
     if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes=missing)
-        )
+        await add_attributes(client, namespace, missing)
     return sorted(missing)

@@ -43,7 +43,7 @@ def build_anthropic_client(settings: Settings) -> anthropic.AsyncAnthropic:
         # Fail at worker start, not at the first model call of the first run.
         raise ValueError(
             "LOOPS_LLM=anthropic needs a key: set ANTHROPIC_API_KEY (any value for a "
-            "compatible server that ignores it), or unset LOOPS_LLM to run offline"
+            "compatible server that ignores it), or LOOPS_LLM=offline for the offline model"
         )
     return client
 

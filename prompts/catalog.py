@@ -8,7 +8,7 @@ system prompt. The front-matter key `id` (templates) or `name` (agents) must mat
 name. Nothing here reads a file at import time.
 
 Agent definitions quote the names the code relies on as `{{name}}` placeholders (the keys
-of `loopworks.llm.facts.prompt_facts()`); loading an agent fills them in, and a name the
+of `loopworks.prompts.facts.prompt_facts()`); loading an agent fills them in, and a name the
 code does not know is an error, so no prompt can state a tool, file or field that is not
 there.
 """
@@ -31,6 +31,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from loopworks.prompts.facts import prompt_facts
 
 TEMPLATES_DIR = Path(__file__).parent / "templates"
 AGENTS_DIR = Path(__file__).parent / "agents"
@@ -277,10 +279,6 @@ def load_agents(
     an unknown name is a CatalogError naming the file and the placeholder.
     """
     if facts is None:
-        # Imported here: the facts come from the model layer and the tools, which must be
-        # free to import this module.
-        from loopworks.llm.facts import prompt_facts
-
         facts = prompt_facts()
     root = AGENTS_DIR if directory is None else directory
     paths = [*_markdown_files(root), *(_markdown_files(overrides) if overrides else [])]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
@@ -96,25 +94,6 @@ class LoopInput(BaseModel):
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_carry(cls, data: Any) -> Any:
-        """A run continued-as-new by loopworks 0.1 handed over its memory as `carry`,
-        field by field, with every event; its next execution goes on with it as memory."""
-        if not isinstance(data, dict) or not data.get("carry"):
-            return data
-        data = dict(data)
-        carry = dict(data.pop("carry"))
-        events = carry.pop("events", [])
-        data["memory"] = {
-            **carry,
-            "tail": events,
-            "last_seq": len(events),
-            "saved_seq": 0,
-            "approved": True,
-        }
-        return data
 
     def first_memory(self) -> RunMemory:
         """A new run's memory: its state as the request sets it up."""

@@ -33,6 +33,9 @@ class HydrationPayload(Payload):
     acceptance_criteria: list[str] = Field(default_factory=list)
     rules: list[str] = Field(default_factory=list, description="rule ids")
     round: int = Field(default=1, ge=1, description="1, then one more per critic REVISE")
+    model_source: str = Field(
+        default="", description="the model answering the run (`RunState.model_source`)"
+    )
 
 
 class CriticVerdictPayload(Payload):

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loopworks.checks.patterns import PATTERN_MAX_CHARS, UnsupportedPattern, check_pattern
+from loopworks.schemas.patterns import PATTERN_MAX_CHARS, UnsupportedPattern, check_pattern
 
 
 class Severity(StrEnum):

@@ -237,6 +237,13 @@ class RunState(BaseModel):
     started_by: str = Field(
         default="", description="the name of the API token that started the run (or its graph)"
     )
+    # Empty until the worker that prepares the workspace names it, and in runs recorded
+    # before runs named it.
+    model_source: str = Field(
+        default="",
+        description="the model answering the run: `anthropic`, `anthropic (<host>)` for "
+        "ANTHROPIC_BASE_URL's server, `offline` or `offline (scripted)`",
+    )
 
 
 class Approval(BaseModel):

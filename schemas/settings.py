@@ -10,9 +10,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loopworks.schemas.git_credentials import parse_credentials
+from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
 from loopworks.schemas.playbook import PlaybookLimits
-from loopworks.schemas.run import TokenUsage
-from loopworks.workspace.origin_policy import OriginRules, rules_from, schemes_from
 
 
 class LLMProvider(StrEnum):
@@ -27,17 +26,6 @@ class ModelPrice(BaseModel):
     output: float = Field(ge=0)
     cache_read: float = Field(default=0.0, ge=0)
     cache_write: float = Field(default=0.0, ge=0)
-
-
-# List prices of the default models when written; check them against your account and
-# override or extend with LOOPS_PRICES (JSON, by model id).
-DEFAULT_PRICES: dict[str, ModelPrice] = {
-    "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
-    "claude-sonnet-4-6": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
-    "claude-opus-4-8": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
-    # The opus default until 2026-11 (end of life 2027-01-22): runs that still name it.
-    "claude-opus-4-5": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
-}
 
 
 # The fields of Settings that hold a credential, by field name: what leaves a command (its
@@ -140,6 +128,7 @@ class Settings(BaseSettings):
     # Agent definitions here replace the packaged ones by file name: markdown with YAML
     # front matter, like the packaged ones.
     agents_dir: Path | None = Field(default=None, alias="LOOPS_AGENTS_DIR")
+    # Over the list prices (llm/pricing.py), by model id.
     prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="LOOPS_PRICES")
     git_author_name: str = Field(default="loopworks", alias="LOOPS_GIT_AUTHOR_NAME")
     git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
@@ -164,6 +153,10 @@ class Settings(BaseSettings):
     # "token": "..."}}. Answered to git over https for exactly those hosts, never over http
     # or to another host (schemas/git_credentials.py); unset: git gets no credential.
     git_credentials: str | None = Field(default=None, alias="LOOPS_GIT_CREDENTIALS")
+    # Also ask the credential helpers of the user's own git config (osxkeychain, `gh`,
+    # `store`), before ours: for one user on loopback, who is the operator there. `loops
+    # up` sets it when it serves loopback without tokens; a shared deployment never should.
+    git_user_helpers: bool = Field(default=False, alias="LOOPS_GIT_USER_HELPERS")
     # Comma-separated URL prefixes (`https://github.com/acme/`) or hosts (`git-server`,
     # `git.example.com:8443`) runs and graphs may name as repo. Unset: any URL of an
     # allowed scheme whose host resolves to public addresses only. A host named here is
@@ -202,9 +195,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _choose_llm(self) -> Settings:
-        # Offline unless asked otherwise or a key is present: the service runs anywhere.
-        if self.llm is None:
-            self.llm = LLMProvider.ANTHROPIC if self.anthropic_api_key else LLMProvider.OFFLINE
+        # A key chooses Anthropic. Nothing chooses the offline model but LOOPS_LLM=offline
+        # (`loops up` sets it when there is no key, and says so): a worker given neither
+        # refuses to start (`no_model_chosen`) rather than answer runs with canned text.
+        if self.llm is None and self.anthropic_api_key:
+            self.llm = LLMProvider.ANTHROPIC
         return self
 
     def model_for(self, tier_or_id: str) -> str:
@@ -216,20 +211,6 @@ class Settings(BaseSettings):
         """The entries of LOOPS_API_TOKENS (`name:token` or bare), blanks dropped; the API
         reads its tokens with `loopworks.api.tokens.load`, which also names them."""
         return [token.strip() for token in (self.api_tokens or "").split(",") if token.strip()]
-
-    def cost_usd(self, model: str, usage: TokenUsage) -> float:
-        """What `usage` of `model` costs; unknown models cost nothing we can know."""
-        price = self.prices.get(model) or DEFAULT_PRICES.get(model)
-        if price is None:
-            return 0.0
-        millions = 1_000_000
-        return round(
-            usage.input_tokens * price.input / millions
-            + usage.output_tokens * price.output / millions
-            + usage.cache_read_input_tokens * price.cache_read / millions
-            + usage.cache_creation_input_tokens * price.cache_write / millions,
-            6,
-        )
 
     @property
     def workspaces_dir(self) -> Path:

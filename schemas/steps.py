@@ -122,6 +122,9 @@ class WorkspaceInfo(BaseModel):
         default=True, description="whether the worker runs commands in the sandbox"
     )
     playbook: str = Field(default="", description="the name of the origin's playbook")
+    model_source: str = Field(
+        default="", description="the model the worker answers runs with (llm/provenance.py)"
+    )
 
 
 class CloseInput(BaseModel):

@@ -73,8 +73,8 @@ from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import HISTORY_PATH
+from loopworks.service.connect import connect
 from loopworks.worker.build import build_worker
-from loopworks.worker.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
 

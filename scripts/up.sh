@@ -11,9 +11,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import temporalio, fastapi, loopworks.deploy.local" >/dev/null 2>&1 \
    || [ ! -x .venv/bin/loops ] \
-   || [ pyproject.toml -nt .venv/.loopworks-installed ]; then
+   || [ pyproject.toml -nt .venv/.loopworks-installed ] \
+   || ! .venv/bin/python scripts/editable_install.py 2>/dev/null; then
   echo "up: installing loopworks into .venv" >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+  # As scripts/test.sh installs it; run again when modules are added or removed.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e . \
+      --config-settings editable_mode=strict
   touch .venv/.loopworks-installed
 fi
 exec .venv/bin/loops up "$@"

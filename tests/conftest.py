@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import runpy
 import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -18,12 +20,34 @@ from loopworks.deploy.search_attributes import register_search_attributes
 # as root. tests/*/test_sandbox*.py and the sandboxed runs set LOOPS_SANDBOX=auto.
 os.environ.setdefault("LOOPS_SANDBOX", "off")
 
+# The suite's workers answer with the offline model, chosen as an operator chooses it: a
+# worker given neither LOOPS_LLM nor a key refuses to start. Tests of that refusal start
+# the worker without it (tests/worker/test_startup.py).
+os.environ.setdefault("LOOPS_LLM", "offline")
+
 # The suite's repositories are local ones under the temporary directory, some asked over
 # file:// as a server would be: allowed the way an operator allows them, by settings
 # (workspace/origin_policy.py). Tests of the policy itself pass their own settings; a test
 # that must start without them (`loops up`'s own default) removes them.
 os.environ.setdefault("LOOPS_LOCAL_ROOTS", os.path.realpath(tempfile.gettempdir()))
 os.environ.setdefault("LOOPS_ALLOWED_SCHEMES", "https,ssh,file")
+
+EDITABLE_INSTALL = Path(__file__).resolve().parents[1] / "scripts" / "editable_install.py"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A module added since the strict editable install is not importable until the
+    install is refreshed: say so once, with the command, before anything fails on it."""
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: its controller checked
+        return
+    check = runpy.run_path(str(EDITABLE_INSTALL))
+    tree = check["link_tree"](check["ROOT"])
+    if tree is not None and (problems := check["stale"](check["ROOT"], tree)):
+        raise pytest.UsageError(
+            "the editable install does not match the checkout: "
+            + "; ".join(problems)
+            + f". Refresh it: {check['INSTALL']}"
+        )
 
 
 @pytest.fixture(scope="session")

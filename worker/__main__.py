@@ -9,13 +9,15 @@ import sys
 
 from temporalio.client import Client
 
+from loopworks.activities.deps import StepDeps
 from loopworks.checks.redaction import install_log_redaction
+from loopworks.llm.provenance import model_source
 from loopworks.schemas.settings import Settings
+from loopworks.service.connect import connect
+from loopworks.service.telemetry import configure_tracing
 from loopworks.worker.build import build_deps, build_worker
-from loopworks.worker.connect import connect
-from loopworks.worker.deps import StepDeps
 from loopworks.worker.retention import keep_sweeping, retention_policy
-from loopworks.worker.telemetry import configure_tracing
+from loopworks.worker.search_attributes import ensure_search_attributes
 
 log = logging.getLogger("loopworks.worker")
 
@@ -28,7 +30,7 @@ async def main() -> int:
         deps = build_deps(settings)
         # Before connecting: the client (and so the worker) gets the tracing interceptor.
         configure_tracing(settings, "loopworks-worker")
-    except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no key
+    except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no model
         log.error("cannot start: %s", err)
         return 2
     stop = asyncio.Event()
@@ -48,13 +50,21 @@ async def poll(settings: Settings, deps: StepDeps, stop: asyncio.Event) -> int:
     if client is None:
         log.info("worker stopped before Temporal could be reached")
         return 0
+    # Before polling: a namespace without the workflows' search attributes fails every
+    # workflow task that writes one, forever, behind a worker that looks healthy.
+    refused = await ensure_search_attributes(
+        client, settings.temporal_namespace, settings.temporal_address
+    )
+    if refused is not None:
+        log.error("cannot start: %s", refused)
+        return 2
     worker = build_worker(client, settings, deps=deps)
     log.info(
         "worker polling %s on %s (namespace %s, model %s)",
         settings.task_queue,
         settings.temporal_address,
         settings.temporal_namespace,
-        settings.llm.value if settings.llm else "offline",
+        model_source(deps.models, settings.anthropic_base_url),
     )
     async with worker:
         await stop.wait()

@@ -15,7 +15,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from loopworks.activities.audit import AuditActivities
 from loopworks.activities.critique import CritiqueActivities
 from loopworks.activities.curation import CurationActivities
+from loopworks.activities.deps import StepDeps
 from loopworks.activities.evaluation import EvaluationActivities
+from loopworks.activities.heartbeat import HEARTBEAT_EVERY_SECONDS
 from loopworks.activities.hydration import HydrationActivities
 from loopworks.activities.integration import IntegrationActivities
 from loopworks.activities.planning import PlanningActivities
@@ -26,11 +28,11 @@ from loopworks.activities.qa import QAActivities
 from loopworks.activities.reflection import ReflectionActivities
 from loopworks.activities.repository import RepositoryActivities
 from loopworks.activities.skills import SkillActivities
+from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
-from loopworks.worker.deps import HEARTBEAT_EVERY_SECONDS, StepDeps
 from loopworks.worker.failures import PermanentFailures
 from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
@@ -42,10 +44,18 @@ from loopworks.workspace.configured import workspaces_for
 
 log = logging.getLogger(__name__)
 
+NO_MODEL_CHOSEN = (
+    "no model chosen: set ANTHROPIC_API_KEY to run on Anthropic, or LOOPS_LLM=offline to"
+    " answer runs with the offline model's canned text (LOOPS_LLM=anthropic|offline)"
+)
+
 
 def build_models(settings: Settings) -> ModelSource:
     """The worker's model source: one per worker, so what it learns of its server (that
-    strict tool input is refused) holds for the worker's lifetime."""
+    strict tool input is refused) holds for the worker's lifetime. A ValueError when no
+    model was chosen: the offline model only answers runs when asked to."""
+    if settings.llm is None:
+        raise ValueError(NO_MODEL_CHOSEN)
     if settings.llm == LLMProvider.ANTHROPIC:
         # Here, not at the top: the SDK takes seconds to import, which a worker on the
         # offline model (and the API, which imports this module's neighbours) never needs.
@@ -130,6 +140,10 @@ def build_worker(
     deps: StepDeps | None = None,
 ) -> Worker:
     deps = deps or build_deps(settings, models)
+    # The worker about to run: from now on, every command's output in this process (the
+    # agents' tools' included, which never see the settings) and every activity's result
+    # (RedactingInterceptor) is redacted of the settings' secrets.
+    remember(settings_secrets(settings))
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
@@ -145,7 +159,7 @@ def build_worker(
         graceful_shutdown_timeout=timedelta(seconds=30),
         sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_timeout_seconds),
         # Cancellation reaches an activity only with a heartbeat's reply: the SDK sends
-        # each beat the step makes (worker/deps.py heartbeating) rather than hold it back.
+        # each beat the step makes (activities/heartbeat.py) rather than hold it back.
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
         default_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_EVERY_SECONDS),
         workflow_runner=workflow_runner(settings),

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         EvaluateGroupOutput,
         PrepareInput,
     )
-    from loopworks.workflows import decisions, patches, step_events
+    from loopworks.workflows import decisions, step_events
     from loopworks.workflows.policies import CHECK_GROUP, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steps import StepRunner, gather_all
@@ -54,12 +54,12 @@ class Checking(OnRecord):
         state, memory = self.state, self.memory
         rules = decisions.active_rules(state.rules, state.phase)
         key = decisions.rules_key(rules)
-        if memory.prepared_for == key and patches.applies(patches.PREPARE_ONCE_PER_RULES):
+        if memory.prepared_for == key:
             self.record.emit(
                 *step_events.prepared_without_activity(rules, memory.prepared_checks, reused=True)
             )
             return memory.prepared_checks
-        if not described_rules(rules) and patches.applies(patches.PREPARE_WITHOUT_A_MODEL):
+        if not described_rules(rules):
             # Every rule carries its check: nothing for a model to do, so no activity.
             if set_step:
                 self.record.set_step(Step.PREPARE)
@@ -87,9 +87,7 @@ class Checking(OnRecord):
         state, memory = self.state, self.memory
         known = self._known_results()
         pending = [check for check in checks if _key(check) not in known]
-        groups = decisions.group_checks(
-            pending, judges_apart=not patches.applies(patches.JUDGE_IN_CONTENT_GROUP)
-        )
+        groups = decisions.group_checks(pending)
         outputs = await gather_all(*(self._evaluate_group(g, members) for g, members in groups))
         for (_, members), output in zip(groups, outputs, strict=True):
             known.update(zip(map(_key, members), output.results, strict=True))
@@ -98,8 +96,10 @@ class Checking(OnRecord):
         memory.checked = list(zip(checks, results, strict=True))
         evaluation = decisions.score_results(state.rules, results, state.phase, state.thresholds)
         memory.last_evaluation = evaluation
+        # The score reaches the Temporal UI with the run's next upsert (the next iteration,
+        # a phase switch, a block, the end), not in a workflow task of its own: each one
+        # that upserts is a visibility write. The API's status has it at once.
         state.last_score = evaluation.score
-        self.record.score_changed()
         self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact)
         payload = step_events.evaluated(evaluation, outputs, reused=len(checks) - len(pending))
         self.record.emit(EventName.EVALUATION_DONE, payload)
@@ -109,8 +109,6 @@ class Checking(OnRecord):
         """The results of the checks already run on the commit at hand."""
         memory = self.memory
         if memory.checked_commit != memory.commit or not memory.checked:
-            return {}
-        if not patches.applies(patches.EVALUATE_EACH_CHECK_ONCE_PER_COMMIT):
             return {}
         return {_key(check): result for check, result in memory.checked}
 

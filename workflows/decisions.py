@@ -41,14 +41,12 @@ def rules_key(rules: list[Rule]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def group_checks(
-    checks: list[PreparedCheck], judges_apart: bool = False
-) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
+def group_checks(checks: list[PreparedCheck]) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
     """Checks by the group that runs them (independent groups run in parallel), in a
     fixed order so the workflow schedules them the same way on every replay."""
     groups: dict[CheckGroup, list[PreparedCheck]] = {}
     for check in checks:
-        groups.setdefault(group_of(check.check, judges_apart), []).append(check)
+        groups.setdefault(group_of(check.check, judges_apart=False), []).append(check)
     return sorted(groups.items())
 
 

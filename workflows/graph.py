@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
@@ -47,13 +47,12 @@ with workflow.unsafe.imports_passed_through():
         validated_graph,
     )
     from loopworks.workflows import graph_decisions as decide
-    from loopworks.workflows import graph_inputs, patches
+    from loopworks.workflows import graph_inputs
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
-    from loopworks.workflows.record import LOOP_STARTED_BY
+    from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
-LOOP_GRAPH = SearchAttributeKey.for_keyword("LoopGraph")
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
 
@@ -281,9 +280,7 @@ class TaskGraphWorkflow:
     async def _wait_for_a_loop(self) -> None:
         """Until a loop ends or a message changes what may start (resume, stop). A message
         that came while the graph was busy (starting loops, saving its ledger) wakes it at
-        once: before, it was forgotten here, and a stop waited for a loop to end."""
-        if not workflow.patched(patches.GRAPH_KEEPS_MESSAGES_WHILE_BUSY):
-            self._woken = False
+        once, rather than waiting for a loop to end."""
         woken = asyncio.ensure_future(workflow.wait_condition(lambda: self._woken))
         handles = {handle: task_id for task_id, handle in self._running.items()}
         done, _ = await workflow.wait([*handles, woken], return_when=asyncio.FIRST_COMPLETED)

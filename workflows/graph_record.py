@@ -7,20 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus
     from loopworks.schemas.tasks import LedgerLine, TaskStatus
     from loopworks.workflows import graph_decisions as decide
     from loopworks.workflows.record import SearchAttributes
-
-
-GRAPH_STATUS = SearchAttributeKey.for_keyword("GraphStatus")
-# The Temporal UI's list as a dashboard of graphs: every count to read, two to query.
-GRAPH_TASKS = SearchAttributeKey.for_keyword("GraphTasks")
-TASKS_COMPLETED = SearchAttributeKey.for_int("GraphTasksCompleted")
-TASKS_FAILED = SearchAttributeKey.for_int("GraphTasksFailed")
+    from loopworks.workflows.search_attributes import (
+        GRAPH_STATUS,
+        GRAPH_TASKS,
+        TASKS_COMPLETED,
+        TASKS_FAILED,
+    )
 
 
 class GraphRecord:

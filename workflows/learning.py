@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import RunRequest, Step
     from loopworks.schemas.steps import HydrateOutput, ModelOutput, ReflectOutput
-    from loopworks.workflows import patches
     from loopworks.workflows.policies import GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.skills import SkillLoopWorkflow
@@ -88,7 +87,7 @@ class Learning(OnRecord):
     async def learn(self, reflected: ReflectOutput | None) -> None:
         """Curate, run the skill sub-loop if asked, send the deltas."""
         playbook = self.playbook_to_read()
-        if reflected is None or playbook is None or not patches.applies(patches.DELTA_PLAYBOOK):
+        if reflected is None or playbook is None:
             return
         self.record.set_step(Step.CURATE)
         given = [item.id for item in self.memory.playbook_items]

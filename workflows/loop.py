@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
     from loopworks.schemas.steps import WorkspaceRequest
-    from loopworks.workflows import decisions, patches
+    from loopworks.workflows import decisions
     from loopworks.workflows.loop_steps import LoopSteps
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
@@ -105,7 +105,6 @@ class LoopWorkflow:
     @workflow.run
     async def run(self, params: LoopInput) -> LoopResult:
         record, memory = self._record, self._memory
-        patches.ask_at_start()
         record.sync_search_attributes()
         try:
             if memory.last_seq == 0:  # nothing happened yet: not a continued run
@@ -149,9 +148,12 @@ class LoopWorkflow:
             ),
             GIT,
             "prepare workspace",
-            local=patches.applies(patches.PREPARE_WORKSPACE_LOCALLY),
+            # Local: in the run's first workflow task, on the worker holding it, with no
+            # task queue round trip (workflows/policies.py, `start`).
+            local=True,
         )
         self._state.origin = workspace.origin
+        self._state.model_source = workspace.model_source
         self._memory.commit = workspace.base_commit
         self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:

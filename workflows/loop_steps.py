@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         ReviewInput,
         RunLog,
     )
-    from loopworks.workflows import decisions, patches, step_events
+    from loopworks.workflows import decisions, step_events
     from loopworks.workflows.checking import Checking
     from loopworks.workflows.learning import Learning
     from loopworks.workflows.policies import AGENT_STEP, GIT, MODEL_CALL
@@ -85,7 +85,7 @@ class LoopSteps(OnRecord):
             ),
             MODEL_CALL,
             "hydrate the task",
-            step_events.hydrated(round_),
+            step_events.hydrated(round_, self.state.model_source),
         )
         self.learning.hydrated(hydrated)
         hydration = hydrated.hydration
@@ -276,7 +276,7 @@ class LoopSteps(OnRecord):
                     workspace=self.workspace(),
                     committed_at=workflow.now(),
                     log=self.log(),
-                    commit_record=not patches.applies(patches.REFLECTION_RECORDED_AT_CLOSE),
+                    commit_record=False,  # the reflection goes into close's commit
                 ),
                 MODEL_CALL,
                 "reflect and write insights",
@@ -310,12 +310,13 @@ class LoopSteps(OnRecord):
             reflection=reflected.reflection if reflected else None,
             insights=reflected.insights if reflected else None,
         )
-        close = RepositoryActivities.record_and_close_run
-        if not patches.applies(patches.REFLECTION_RECORDED_AT_CLOSE):
-            close = RepositoryActivities.close_run  # the reflection is in reflect's commit
         try:
             closed = await self.runner.activity(
-                close, request, GIT, f"push {state.branch}", gated=False
+                RepositoryActivities.record_and_close_run,
+                request,
+                GIT,
+                f"push {state.branch}",
+                gated=False,
             )
         except ActivityError as err:
             self.record.fail(f"push failed: {describe(err)}")

@@ -33,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         PlaybookWrite,
         VersionWrite,
     )
-    from loopworks.workflows import patches
     from loopworks.workflows.policies import GIT, execute
 
 
@@ -90,25 +89,16 @@ class PlaybookWorkflow:
         if batch.batch_id not in self._applied:
             self._pending.setdefault(batch.batch_id, batch)
         async with self._lock:
-            playbook = await self._loaded()
+            await self._loaded()
             if batch.batch_id in self._applied:
                 # Sent again while it was being committed: applied once, and not again.
                 self._pending.pop(batch.batch_id, None)
                 return self._applied[batch.batch_id]
-            if patches.applies(patches.PLAYBOOK_GROUP_COMMIT):
-                # Each group takes the oldest batches waiting, until this one's.
-                while batch.batch_id not in self._applied:
-                    self._pending.setdefault(batch.batch_id, batch)
-                    await self._apply_pending(batch.batch_id)
-                return self._applied[batch.batch_id]
-            # Histories from before group commits: one commit per batch, in lock order.
-            del self._pending[batch.batch_id]
-            updated, applied = apply_batch(playbook, batch, self._params.limits)
-            if applied.changed:
-                applied.commit = await self._commit(updated, batch.batch_id, batch.source)
-                self._playbook = updated
-            self._remember(applied)
-            return applied
+            # Each group takes the oldest batches waiting, until this one's.
+            while batch.batch_id not in self._applied:
+                self._pending.setdefault(batch.batch_id, batch)
+                await self._apply_pending(batch.batch_id)
+            return self._applied[batch.batch_id]
 
     async def _apply_pending(self, own: str) -> None:
         """Apply the batches waiting, oldest first, each a version of its own, and commit
@@ -182,9 +172,10 @@ class PlaybookWorkflow:
     async def run(self, params: PlaybookInput) -> None:
         try:
             await self._loaded()
-        except ActivityError:
-            if not workflow.patched(patches.PLAYBOOK_OUTLIVES_AN_UNREADABLE_ORIGIN):
-                raise
+        except ActivityError as err:
+            # An origin that cannot be read now (down, unreachable) does not end the
+            # writer: the next batch's handler reads it again and tells its sender why.
+            workflow.logger.warning("playbook %s unread for now: %s", params.name, err)
         limit = params.continue_after_batches
         await workflow.wait_condition(
             lambda: (

@@ -89,10 +89,13 @@ def start(
 ) -> ActivityHandle[T]:
     """Start one activity method under `policy` (its timeouts and retries).
 
-    `local`: as a local activity, for short plumbing that commits nothing (patches.py,
-    PREPARE_WORKSPACE_LOCALLY). It has no heartbeat timeout: the worker running it holds
-    the workflow task open, so a dead worker's attempt is retried elsewhere when that
-    task times out."""
+    `local`: as a local activity, for short plumbing that commits nothing (preparing a
+    run's workspace): an activity costs the server a task queue round trip and the
+    workflow task its completion wakes, about as much CPU as that git. A step that
+    commits stays an activity: a local activity's input is not in history until its
+    workflow task completes, so a worker lost mid-step would commit again at another
+    time. It has no heartbeat timeout: the worker running it holds the workflow task
+    open, so a dead worker's attempt is retried elsewhere when that task times out."""
     if local:
         return workflow.start_local_activity_method(
             method,

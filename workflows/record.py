@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.evaluation import Evaluation
@@ -38,19 +38,18 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, GitLocation, ModelOutput
     from loopworks.schemas.summary import IterationSummary, render_summary
-    from loopworks.workflows import decisions, patches
+    from loopworks.workflows import decisions
+    from loopworks.workflows.search_attributes import (
+        LOOP_ALIAS,
+        LOOP_BLOCKED,
+        LOOP_ITERATION,
+        LOOP_PHASE,
+        LOOP_SCORE,
+        LOOP_STATUS,
+    )
 
 # A repair's feedback (validation errors) is kept in events up to this many characters.
 REPAIR_TEXT_CAP = 500
-
-LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
-LOOP_PHASE = SearchAttributeKey.for_keyword("LoopPhase")
-LOOP_ITERATION = SearchAttributeKey.for_int("LoopIteration")
-LOOP_SCORE = SearchAttributeKey.for_float("LoopScore")
-LOOP_BLOCKED = SearchAttributeKey.for_bool("LoopBlocked")
-LOOP_ALIAS = SearchAttributeKey.for_keyword("LoopAlias")
-# Who started a run or a graph (an API token's name): set once, when it starts.
-LOOP_STARTED_BY = SearchAttributeKey.for_keyword("LoopStartedBy")
 
 
 class SearchAttributes:
@@ -209,13 +208,6 @@ class RunRecord:
             LOOP_ALIAS.value_set(state.alias),
         ]
         self._search_attributes.upsert(wanted)
-
-    def score_changed(self) -> None:
-        """A new evaluation: its score goes to the Temporal UI with the run's next upsert
-        (the next iteration, a phase switch, a block, the end), not in a workflow task of
-        its own: the API's status has it at once."""
-        if not patches.applies(patches.SCORE_WITH_NEXT_UPSERT):
-            self.sync_search_attributes()
 
 
 class OnRecord:

@@ -28,7 +28,9 @@ from loopworks.schemas.steps import (
 Announcement = tuple[EventName, Payload]
 
 
-def hydrated(round_: int) -> Callable[[HydrateOutput], Announcement]:
+def hydrated(round_: int, model_source: str = "") -> Callable[[HydrateOutput], Announcement]:
+    """The run's first model step's event also names the model answering the run."""
+
     def announce(output: HydrateOutput) -> Announcement:
         hydration = output.hydration
         return EventName.HYDRATION_DONE, ev.HydrationPayload(
@@ -37,6 +39,7 @@ def hydrated(round_: int) -> Callable[[HydrateOutput], Announcement]:
             acceptance_criteria=hydration.acceptance_criteria,
             rules=[rule.id for rule in hydration.rules],
             round=round_,
+            model_source=model_source,
         )
 
     return announce

@@ -22,7 +22,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import Budget, Step, StopReason
     from loopworks.schemas.steps import INVALID_OUTPUT, ModelOutput, ModelStep
-    from loopworks.workflows import patches
     from loopworks.workflows.policies import StepPolicy, start
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
@@ -133,8 +132,6 @@ async def _settled(handle: Awaitable[T], method: Callable[..., Any], local: bool
     except FailureError as err:
         if not local or isinstance(err, ActivityError):
             raise
-        if not patches.applies(patches.LOCAL_FAILURE_FAILS_THE_STEP):
-            raise  # how runs from before the change failed: their histories replay so
         name = getattr(method, "__name__", "local activity")
         raise ActivityError(
             f"local activity {name} failed",

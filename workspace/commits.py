@@ -53,9 +53,16 @@ class CommitPublisher(OriginReader):
         max_clone_bytes: int | None = None,
         credentials: str | None = None,
         origin_check: Callable[[str], None] | None = None,
+        user_helpers: bool = False,
     ) -> None:
         super().__init__(
-            root, author_name, author_email, max_clone_bytes, credentials, origin_check
+            root,
+            author_name,
+            author_email,
+            max_clone_bytes,
+            credentials,
+            origin_check,
+            user_helpers,
         )
         # The origin URL this instance last gave each clone (by clone or set-url), so a
         # step on a clone it already set up spawns no `remote set-url`. Only ever a cache:

@@ -17,4 +17,5 @@ def workspaces_for(settings: Settings) -> GitWorkspaces:
         max_clone_bytes=settings.max_clone_bytes,
         credentials=settings.git_credentials,
         origin_check=origin_check(settings.origin_rules()),
+        user_helpers=settings.git_user_helpers,
     )

@@ -106,6 +106,7 @@ class IntegrationWorkspaces(GitWorkspaces):
             workspaces.max_clone_bytes,
             credentials=workspaces.credentials,
             origin_check=workspaces.origin_check,
+            user_helpers=workspaces.user_helpers,
         )
 
     @contextmanager

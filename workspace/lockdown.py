@@ -23,9 +23,8 @@ CREDENTIAL_HELPER = f"!{shlex.quote(sys.executable)} -m loopworks.workspace.git_
 # core.askPass empty and GIT_ASKPASS empty leave git no program to ask for a password.
 # No redirects: an admitted host must not send git on to one the origin policy refuses
 # (workspace/origin_policy.py judged the host named, not where it redirects).
+_CLEAR_HELPERS = ("-c", "credential.helper=")
 _CREDENTIAL_CONFIG = (
-    "-c",
-    "credential.helper=",
     "-c",
     f"credential.helper={CREDENTIAL_HELPER}",
     "-c",
@@ -75,8 +74,11 @@ _HARDENING_ARGS = tuple(arg for setting in HARDENING for arg in ("-c", setting))
 # settings are given again on the command line of the program it starts there.
 UPLOAD_PACK = shlex.join(["git", *_HARDENING_ARGS, "upload-pack"])
 RECEIVE_PACK = shlex.join(["git", *_HARDENING_ARGS, "receive-pack"])
-# What every git process this module starts is given before its own arguments.
-ALWAYS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
+# What every git process this module starts is given before its own arguments...
+ALWAYS_ARGS = (*_HARDENING_ARGS, *_CLEAR_HELPERS, *_CREDENTIAL_CONFIG)
+# ...or, for the one user of a `loops up` on loopback (LOOPS_GIT_USER_HELPERS), the same
+# without clearing the helpers their own git config names: theirs are asked before ours.
+WITH_USER_HELPERS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
 # Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
 # remote is its config (its url, uploadpack, sshCommand, credential helper).
 NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}

@@ -8,9 +8,8 @@ import os
 import socket
 from collections.abc import Callable
 
+from loopworks.schemas.origin_rules import GIT_CREDENTIALS, OriginRules
 from loopworks.workspace.origin_policy import (
-    GIT_CREDENTIALS,
-    OriginRules,
     Verdict,
     admit,
     needs_addresses,
@@ -18,6 +17,7 @@ from loopworks.workspace.origin_policy import (
 )
 from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
+from loopworks.workspace.stores import own_origin_store
 
 # What GitRunner calls before it hands git an origin: raises OriginRefusedError.
 OriginCheck = Callable[[str], None]
@@ -47,11 +47,13 @@ def verdict_for(
         return location
     addresses: tuple[str, ...] = ()
     real_path = None
+    marked = False
     if location.local:
         real_path = os.path.realpath(os.path.expanduser(location.path))
+        marked = own_origin_store(real_path) is not None
     elif needs_addresses(location, rules):
         addresses = resolver(location.host, location.port)
-    return admit(origin, rules, addresses, real_path)
+    return admit(origin, rules, addresses, real_path, marked)
 
 
 def refusal(verdict: Verdict) -> str:

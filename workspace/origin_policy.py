@@ -27,39 +27,24 @@ import ipaddress
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from loopworks.schemas.git_names import is_url
+from loopworks.schemas.origin_rules import (
+    ALLOWED_ORIGINS,
+    ALLOWED_SCHEMES,
+    GIT_CREDENTIALS,
+    KNOWN_SCHEMES,
+    LOCAL_ROOTS,
+    SCHEME_ALIASES,
+    OriginRules,
+)
 
-ALLOWED_ORIGINS = "LOOPS_ALLOWED_ORIGINS"
-ALLOWED_SCHEMES = "LOOPS_ALLOWED_SCHEMES"
-LOCAL_ROOTS = "LOOPS_LOCAL_ROOTS"
-GIT_CREDENTIALS = "LOOPS_GIT_CREDENTIALS"
-
-# The schemes git speaks itself; any other makes git run `git-remote-<scheme>`.
-KNOWN_SCHEMES = frozenset({"https", "ssh", "http", "git", "file"})
-DEFAULT_SCHEMES = frozenset({"https", "ssh"})
-_SCHEME_ALIASES = {"git+ssh": "ssh", "ssh+git": "ssh"}
 _DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
 # git's `<transport>::<address>`: ext:: runs a shell command, fd:: reads file descriptors.
 _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _BRACKETED = re.compile(r"^(?P<user>[^@\[\]]*@)?\[(?P<inner>[^\]]*)\]:(?P<path>.*)$", re.S)
-
-
-@dataclass(frozen=True)
-class OriginRules:
-    """The operator's allow-list, paths already absolute and resolved."""
-
-    allowed: tuple[str, ...] = ()
-    schemes: frozenset[str] = DEFAULT_SCHEMES
-    local_roots: tuple[str, ...] = ()
-    # The data and workspaces directories: never an origin (the service's own clones and
-    # caches), whatever root contains them.
-    private_dirs: tuple[str, ...] = ()
-    # The service's own default origin, as the service names it: always admitted.
-    own: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,40 +82,6 @@ class Location:
         return self.scheme in ("", "file")
 
 
-def _split_list(raw: str | None) -> list[str]:
-    return [item.strip() for item in (raw or "").split(",") if item.strip()]
-
-
-def rules_from(
-    allowed: str | None,
-    schemes: str,
-    local_roots: str | None,
-    own: tuple[str, ...],
-    private_dirs: tuple[Path, ...],
-) -> OriginRules:
-    """The rules the settings of those names make, directories resolved (symlinks too)."""
-    return OriginRules(
-        allowed=tuple(_split_list(allowed)),
-        schemes=schemes_from(schemes),
-        local_roots=tuple(_real(root) for root in _split_list(local_roots)),
-        private_dirs=tuple(_real(str(path)) for path in private_dirs),
-        own=tuple(o if is_url(o) else _real(o) for o in own),
-    )
-
-
-def schemes_from(raw: str) -> frozenset[str]:
-    """The schemes LOOPS_ALLOWED_SCHEMES names; ValueError for one git does not speak."""
-    named = {_SCHEME_ALIASES.get(s.lower(), s.lower()) for s in _split_list(raw)}
-    if unknown := named - KNOWN_SCHEMES:
-        known = ", ".join(sorted(KNOWN_SCHEMES))
-        raise ValueError(f"{ALLOWED_SCHEMES}: unknown scheme(s) {sorted(unknown)}; use {known}")
-    return frozenset(named)
-
-
-def _real(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(path))
-
-
 def parse_origin(origin: str) -> Location | Verdict:
     """`origin` taken apart, or a refusal when git could not be given it safely."""
     text = origin.strip()
@@ -155,7 +106,7 @@ def _parse_url(text: str) -> Location | Verdict:
         port = parts.port
     except ValueError as err:
         return _refused(f"{text!r} is not a usable URL: {err}")
-    scheme = _SCHEME_ALIASES.get(parts.scheme.lower(), parts.scheme.lower())
+    scheme = SCHEME_ALIASES.get(parts.scheme.lower(), parts.scheme.lower())
     userinfo, at, _ = parts.netloc.rpartition("@")
     user, colon, _ = userinfo.partition(":")
     return Location(
@@ -198,17 +149,22 @@ def admit(
     rules: OriginRules,
     addresses: tuple[str, ...] = (),
     real_path: str | None = None,
+    marked: bool = False,
 ) -> Verdict:
     """Whether runs may use `origin`, and if not, why and which setting would admit it.
 
     `addresses`: what a URL's host resolves to (needed when `needs_addresses`); a host
     that resolves to nothing is refused. `real_path`: a local origin's path with symlinks
-    resolved (default: the path as given, made absolute)."""
+    resolved (default: the path as given, made absolute). `marked`: a local origin carries
+    the mark of a service's own origin (workspace/stores.py), which lets clones write into
+    its store directly: only this service's own origin may, never one a client names."""
     if origin in rules.own or (real_path is not None and real_path in rules.own):
         return ADMITTED
     location = parse_origin(origin)
     if isinstance(location, Verdict):
         return location
+    if location.local and marked:
+        return _refused("it carries the mark of a loopworks service's own origin, not this one's")
     if location.local:
         return _admit_local(location, rules, real_path)
     return _admit_url(origin, location, rules, addresses)

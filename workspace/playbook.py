@@ -119,6 +119,7 @@ class PlaybookStore(IntegrationWorkspaces):
             workspaces.max_clone_bytes,
             credentials=workspaces.credentials,
             origin_check=workspaces.origin_check,
+            user_helpers=workspaces.user_helpers,
         )
 
     # -- reading -----------------------------------------------------------------------

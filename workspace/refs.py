@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from loopworks.checks.redaction import redact_url_credentials
+from loopworks.schemas.git_names import redact_url_credentials
 
 WORK_REF_PREFIX = "refs/loopworks/"
 
@@ -24,7 +24,7 @@ FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 def redact(text: str) -> str:
     # Origins may embed tokens (https://user:token@host/...); keep them out of logs and
-    # errors. One rule for every redaction: loopworks.checks.redaction's.
+    # errors. One rule for a URL's credentials, checks/redaction.py's too.
     return redact_url_credentials(text)
 
 

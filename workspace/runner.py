@@ -28,6 +28,7 @@ from loopworks.workspace.lockdown import (
     NO_LAZY_FETCH,
     RECEIVE_PACK,
     UPLOAD_PACK,
+    WITH_USER_HELPERS_ARGS,
     serving_program,
 )
 from loopworks.workspace.refs import redact
@@ -154,8 +155,10 @@ def _file_lock(path: Path) -> Iterator[None]:
 def _shown(cmd: Sequence[str]) -> str:
     """The command as a message names it: the settings it always carries left out."""
     words = list(cmd)
-    if words[1 : 1 + len(ALWAYS_ARGS)] == list(ALWAYS_ARGS):
-        words[1 : 1 + len(ALWAYS_ARGS)] = []
+    for always in (ALWAYS_ARGS, WITH_USER_HELPERS_ARGS):
+        if words[1 : 1 + len(always)] == list(always):
+            words[1 : 1 + len(always)] = []
+            break
     shorter = {UPLOAD_PACK: "git upload-pack", RECEIVE_PACK: "git receive-pack"}
     for long, short in shorter.items():
         words = [word.replace(long, short) for word in words]
@@ -185,6 +188,7 @@ class GitRunner:
         max_clone_bytes: int | None = None,
         credentials: str | None = None,
         origin_check: Callable[[str], None] | None = None,
+        user_helpers: bool = False,
     ) -> None:
         self.root = Path(root)
         self.author_name = author_name
@@ -197,6 +201,9 @@ class GitRunner:
         # Called with every origin before git is given it (workspace/origin_access.py);
         # raises when the deployment does not allow it. None: every origin is used as is.
         self.origin_check = origin_check
+        # LOOPS_GIT_USER_HELPERS: the credential helpers of the user's own git config are
+        # asked too (a `loops up` on loopback, its user the operator); False: ours alone.
+        self.user_helpers = user_helpers
 
     # -- running git -------------------------------------------------------------------
 
@@ -304,15 +311,15 @@ class GitRunner:
                 f"{_shown(cmd)} failed with exit code {proc.returncode}: {redact(stderr.strip())}"
             )
 
-    @staticmethod
-    def _command(args: Sequence[str], cwd: Path | None) -> list[str]:
+    def _command(self, args: Sequence[str], cwd: Path | None) -> list[str]:
         # Processes for what touches a work tree or the network; git's plumbing (object
         # and ref reads, ref moves, status, trees) is asked in-process: workspace/objects.py
         # says why, on measured numbers.
         # No program of the repository runs (HARDENING): neither an origin's nor what a
         # model could have written into a clone's .git (the sandbox keeps .git read-only
         # too; this holds with LOOPS_SANDBOX=off). git asks no credential but ours.
-        cmd = ["git", *ALWAYS_ARGS, *args]
+        always = WITH_USER_HELPERS_ARGS if self.user_helpers else ALWAYS_ARGS
+        cmd = ["git", *always, *args]
         logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
         GIT_SPAWNS.add(args)
         return cmd

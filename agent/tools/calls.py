@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopworks.checks.patterns import PATTERN_MAX_CHARS
+from loopworks.schemas.patterns import PATTERN_MAX_CHARS
 
 READ_CAP_BYTES = 64 * 1024
 READ_DEFAULT_LINES = 2000

@@ -30,8 +30,8 @@ from loopworks.agent.tools.calls import (
     WriteFileArgs,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
-from loopworks.checks.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.checks.runner import run_command_check
+from loopworks.schemas.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.schemas.rules import CommandCheck
 from loopworks.workspace import files
 
@@ -227,7 +227,7 @@ def _listing(lines: list[str], more: bool, none: str, truncated: str) -> ToolRes
 
 
 def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
-    """Lines matching the pattern, on RE2 (`checks.patterns`): a model's pattern cannot
+    """Lines matching the pattern, on RE2 (`schemas.patterns`): a model's pattern cannot
     hang the worker, and the walk stops after `SEARCH_TIME_CAP_SECONDS` saying so."""
     try:
         regex = compile_pattern(args.pattern)

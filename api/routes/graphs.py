@@ -18,7 +18,7 @@ from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORI
 from loopworks.api.security import CallerDep, require_token
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
-from loopworks.workflows.record import LOOP_STARTED_BY
+from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.refs import checked_run_id
 
 router = APIRouter(

@@ -14,12 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from temporalio.client import Client
 
-from loopworks.api.cli import commands
-from loopworks.api.cli.__main__ import build_parser, main
-from loopworks.api.cli.client import ApiClient, ApiError, CliError
-from loopworks.api.cli.config import CliConfig
 from loopworks.api.main import create_app
 from loopworks.api.models import RunCreated, RunSummary
+from loopworks.cli import commands
+from loopworks.cli.app import build_parser, main
+from loopworks.cli.client import ApiClient, ApiError, CliError
+from loopworks.cli.config import CliConfig
 from loopworks.schemas.events import EVENTS
 from loopworks.schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient
@@ -220,6 +220,20 @@ def test_status_defaults_to_the_most_recent_run() -> None:
     assert code == 0
     assert api.requests[0].url.params["limit"] == "1"
     assert out.splitlines()[0].startswith("write-a-short-guide-to-reflex-loops | completed | 2/4")
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [("offline", ["model: offline"]), ("anthropic (litellm)", ["model: anthropic (litellm)"]),
+     ("", [])],
+)  # fmt: skip
+def test_status_names_the_model_answering_the_run(source: str, said: list[str]) -> None:
+    """A run on canned answers says so; a run recorded before runs named it, nothing."""
+    state = STATE.model_copy(update={"model_source": source})
+    api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(state))})
+    code, out = run(["status", RUN_ID], api)
+    assert code == 0
+    assert out.splitlines()[2:] == said, out
 
 
 def test_status_without_any_run() -> None:

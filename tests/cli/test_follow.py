@@ -11,10 +11,10 @@ import httpx
 import pytest
 from rich.console import Console
 
-from loopworks.api.cli.client import ApiClient, CliError
-from loopworks.api.cli.config import CliConfig
-from loopworks.api.cli.follow import Follower, Progress
-from loopworks.api.cli.render import console_for, final_summary
+from loopworks.cli.client import ApiClient, CliError
+from loopworks.cli.config import CliConfig
+from loopworks.cli.follow import Follower, Progress
+from loopworks.cli.render import console_for, final_summary
 from loopworks.schemas.events import Event
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunState, RunStatus, Step, StopInfo

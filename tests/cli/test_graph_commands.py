@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from loopworks.api.cli import commands, graphs
-from loopworks.api.cli.__main__ import build_parser, main
-from loopworks.api.cli.client import ApiClient, ApiError, CliError
-from loopworks.api.cli.config import CliConfig
 from loopworks.api.models import GraphCreated, GraphListed
+from loopworks.cli import commands, graphs
+from loopworks.cli.app import build_parser, main
+from loopworks.cli.client import ApiClient, ApiError, CliError
+from loopworks.cli.config import CliConfig
 from loopworks.schemas.graph import GraphState, GraphStatus, TaskState
 from loopworks.schemas.tasks import LedgerLine, Task, TaskStatus
 from tests.cli.sample import RUN_ID, STATE, wire, wire_list

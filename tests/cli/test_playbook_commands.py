@@ -10,11 +10,11 @@ import json
 import httpx
 import pytest
 
-from loopworks.api.cli import commands
-from loopworks.api.cli.__main__ import build_parser, main
-from loopworks.api.cli.client import ApiClient, ApiError
-from loopworks.api.cli.config import CliConfig
-from loopworks.api.cli.playbook import diff
+from loopworks.cli import commands
+from loopworks.cli.app import build_parser, main
+from loopworks.cli.client import ApiClient, ApiError
+from loopworks.cli.config import CliConfig
+from loopworks.cli.playbook import diff
 from loopworks.schemas.playbook import (
     AppliedBatch,
     ItemKind,

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import RenderableType
 
-from loopworks.api.cli.render import (
+from loopworks.api.models import RunSummary
+from loopworks.cli.render import (
     IterationTracker,
     artifact_location,
     console_for,
@@ -20,7 +21,6 @@ from loopworks.api.cli.render import (
     status_line,
     status_notes,
 )
-from loopworks.api.models import RunSummary
 from loopworks.schemas.events import (
     EVENT,
     Approved,

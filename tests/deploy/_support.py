@@ -13,8 +13,8 @@ from loopworks.deploy.binaries import find_binary
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run scripts/install-deploy-tools.sh (as root for the apt packages)"
 
-# Variables deploy/processes.py lists that the app containers get from the secrets
-# env file (compose: loopworks.secrets.env; Kubernetes: the loopworks-secrets
+# Variables deploy/processes.py lists that the worker containers get from their env
+# files (compose: loopworks.worker.env; Kubernetes: the loopworks-worker-secrets
 # Secret) instead of `environment`. An `environment` entry would override the file
 # (and an empty LOOPS_LLM is not a valid provider), so they must NOT be there.
 ENV_FILE_NAMES = frozenset({"ANTHROPIC_API_KEY", "LOOPS_LLM"})

@@ -593,13 +593,15 @@ def test_compose_resolves_to_pinned_images(compose_project: Path, dotenv: dict[s
     for name, service in resolved.items():
         for port in service.get("ports", []):
             assert _host_ip(port) == "127.0.0.1", (name, port)
-    # What the containers really get: `environment` merged with the env_file. Only
-    # LOOPS_LLM stays unset by default (the example comments it out), so the
-    # settings choose the provider from ANTHROPIC_API_KEY.
+    # What the containers really get: `environment` merged with the env_files. A
+    # worker chooses its model (LOOPS_LLM) explicitly: given neither it nor a key, it
+    # refuses to start rather than run the offline model unasked.
     for service_name, names in (("api", API_ENV), ("worker", WORKER_ENV)):
         environment = resolved[service_name]["environment"]
-        missing = set(names) - set(environment) - {"LOOPS_LLM"}
+        missing = set(names) - set(environment)
         assert not missing, f"{service_name} containers lack {missing}"
+    assert resolved["worker"]["environment"]["LOOPS_LLM"] == "anthropic"
+    assert "LOOPS_LLM" not in resolved["api"]["environment"], "the API never calls the model"
 
 
 def test_exposing_the_api_leaves_temporal_on_loopback(compose_project: Path) -> None:

@@ -20,10 +20,10 @@ from loopworks.deploy.local import (
     StackDown,
     _claim,
     _wait,
-    default_local_roots,
     free_port,
     main,
 )
+from loopworks.deploy.one_machine import default_local_roots
 from loopworks.schemas.settings import Settings
 
 

@@ -146,7 +146,14 @@ class DevServer:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, workdir: Path, port: int | None = None) -> DevServer:
+    def start(
+        cls,
+        workdir: Path,
+        port: int | None = None,
+        search_attributes: Mapping[str, str] = SEARCH_ATTRIBUTES,
+    ) -> DevServer:
+        """`search_attributes`: what the server is started knowing (a server started by
+        hand knows none of loopworks')."""
         port, ui_port = port or free_port(), free_port()
         command = [
             find_binary("temporal"),
@@ -164,7 +171,7 @@ class DevServer:
             "--log-level",
             "error",
         ]
-        for name, kind in SEARCH_ATTRIBUTES.items():
+        for name, kind in search_attributes.items():
             command += ["--search-attribute", f"{name}={kind}"]
         # A namespace of its own for a test that must see only its own runs.
         command += ["--namespace", FUZZ_NAMESPACE]

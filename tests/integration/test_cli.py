@@ -1,7 +1,7 @@
 """The `loops` CLI as a real subprocess against a real API, worker and dev server.
 
 Each test starts its own worker (the offline model, slowed down so runs stay open long
-enough to steer) and API, and drives runs only through `python -m loopworks.api.cli`.
+enough to steer) and API, and drives runs only through `python -m loopworks.cli`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Cli:
         if self.token:
             variables["LOOPS_API_TOKEN"] = self.token
         return subprocess.run(
-            [sys.executable, "-m", "loopworks.api.cli", *args],
+            [sys.executable, "-m", "loopworks.cli", *args],
             cwd=ROOT,
             env=variables,
             input=stdin,
@@ -120,11 +120,17 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
         r"^── Iteration.*$", followed, re.M
     )
 
-    line, note = loops.ok("status", run_id).splitlines()
+    line, note, model = loops.ok("status", run_id).splitlines()
     fields = line.split(" | ")
     assert fields[:2] == ["write-a-short-guide-to-reflex-loops", "completed"], line
     assert re.fullmatch(r"\d+/4", fields[2]) and fields[4] == "DONE", line
     assert note == "stop: threshold_reached"
+    # A run on canned answers says so: in `loops status`, its state and its events.
+    assert model == "model: offline"
+    assert loops.state(run_id)["model_source"] == "offline"
+    events = httpx.get(f"{loops.base_url}/runs/{run_id}/events", timeout=30).json()
+    hydrated = [e for e in events if e["event"] == "hydration_done"]
+    assert hydrated and all(e["payload"]["model_source"] == "offline" for e in hydrated)
     assert loops.ok("status").splitlines()[0] == line  # the most recent run
 
     deadline = time.monotonic() + 15  # visibility is eventually consistent

@@ -1,4 +1,4 @@
-"""How every entry point connects to Temporal (`worker/connect.py`): plain gRPC to a server
+"""How every entry point connects to Temporal (`service/connect.py`): plain gRPC to a server
 without TLS, gzip when asked or over TLS, against a real dev server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import GrpcCompression
 
 from loopworks.schemas.settings import Settings
-from loopworks.worker.connect import compression, connect, connect_options
+from loopworks.service.connect import compression, connect, connect_options
 from tests.integration.stack import DevServer
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from loopworks.schemas.loop import EVENT_TAIL, LoopInput
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
-from loopworks.worker.connect import connect
+from loopworks.service.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
 from tests.integration.stack import Stack
 

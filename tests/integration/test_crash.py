@@ -15,7 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
-from loopworks.worker.connect import connect
+from loopworks.service.connect import connect
 from loopworks.workflows.loop import LoopWorkflow
 from tests.integration.stack import Stack
 

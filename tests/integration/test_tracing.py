@@ -32,9 +32,8 @@ from loopworks.llm.offline import OfflineModels
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.run import TERMINAL_STATUSES
 from loopworks.schemas.settings import Settings
-from loopworks.worker.build import build_deps, build_worker
-from loopworks.worker.connect import connect
-from loopworks.worker.telemetry import (
+from loopworks.service.connect import connect
+from loopworks.service.telemetry import (
     TracingConfigError,
     build_tracer_provider,
     client_interceptors,
@@ -42,6 +41,7 @@ from loopworks.worker.telemetry import (
     tracer,
     tracing_interceptor,
 )
+from loopworks.worker.build import build_deps, build_worker
 from tests.integration.stack import Stack
 
 TERMINAL = {status.value for status in TERMINAL_STATUSES}

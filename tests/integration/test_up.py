@@ -49,7 +49,6 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         "LOOPS_TEMPORAL_UI_PORT": str(ui_port),
         "LOOPS_API_PORT": str(api_port),
         "LOOPS_DATA_DIR": str(tmp_path / "data"),
-        "LOOPS_LLM": "offline",
         # As a user gets it: commands sandboxed. The data directory is pytest's, out of
         # reach of the sandbox's user when the suite runs as root: the launcher then puts
         # the workspaces where that user can reach them.
@@ -58,14 +57,19 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         # sent none and was answered 401).
         "LOOPS_API_TOKENS": "first-token, second-token",
     }
+    # As a user without a key gets it: no model chosen. `loops up` (unlike a worker
+    # started alone) runs the offline model then, and says so.
     env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("LOOPS_LLM", None)
     returncode, output = _launch(
         ["bash", str(ROOT / "scripts" / "up.sh"), "--demo", "--exit-after-demo"], env, 240
     )
 
     assert returncode == 0, output
+    assert "  model:        offline (no ANTHROPIC_API_KEY" in output, output
     worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
+    assert "model offline)" in worker_log, worker_log[-2000:]
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
     assert f"Temporal UI:  http://127.0.0.1:{ui_port}" in output
     match = re.search(r"Run (\S+) completed \(threshold_reached\)", output)

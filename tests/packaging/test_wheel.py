@@ -327,7 +327,7 @@ def test_loops_help(installed: Installed) -> None:
     commands = installed.python_json(
         """
         import argparse, json
-        from loopworks.api.cli.__main__ import build_parser
+        from loopworks.cli.app import build_parser
         print(json.dumps(sorted(
             name
             for action in build_parser()._actions

@@ -180,6 +180,7 @@ def test_the_worker_sweeps_when_it_starts(tmp_path: Path, origin: Path) -> None:
         "LOOPS_DATA_DIR": str(data),
         "LOOPS_SANDBOX": "off",
         "LOOPS_KEEP_CLONES_HOURS": "1",
+        "LOOPS_LLM": "offline",
     }
     worker = start("worker", [sys.executable, *WORKER_COMMAND[1:]], env, tmp_path / "logs")
     try:

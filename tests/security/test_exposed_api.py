@@ -35,7 +35,7 @@ def _listening(port: int) -> bool:
 
 @pytest.mark.parametrize(
     "command",
-    [["-m", "loopworks.api"], ["-m", "loopworks.api.cli", "up"]],
+    [["-m", "loopworks.api"], ["-m", "loopworks.cli", "up"]],
     ids=["python -m loopworks.api", "loops up"],
 )
 def test_an_exposed_api_without_tokens_does_not_serve(stack: Stack, command: list[str]) -> None:
@@ -152,7 +152,7 @@ async def test_who_started_a_run_and_a_graph_is_recorded_and_capped(
 
     # `loops list` says who.
     shown = subprocess.run(
-        [sys.executable, "-m", "loopworks.api.cli", "list", "--json"],
+        [sys.executable, "-m", "loopworks.cli", "list", "--json"],
         cwd=ROOT,
         env=stack.env(LOOPS_API_URL=base, LOOPS_API_TOKEN=READER),
         capture_output=True,
@@ -163,7 +163,7 @@ async def test_who_started_a_run_and_a_graph_is_recorded_and_capped(
     by_id = {run["run_id"]: run["started_by"] for run in json.loads(shown.stdout)}
     assert by_id[run_id] == "alice" and by_id[loop_id] == "alice"
     table = subprocess.run(
-        [sys.executable, "-m", "loopworks.api.cli", "list"],
+        [sys.executable, "-m", "loopworks.cli", "list"],
         cwd=ROOT,
         env=stack.env(LOOPS_API_URL=base, LOOPS_API_TOKEN=READER),
         capture_output=True,

@@ -136,6 +136,30 @@ def test_the_configured_https_host_gets_its_credential_and_no_other_host_does(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("user_helpers", [False, True])
+def test_the_users_own_helpers_answer_only_when_loops_up_keeps_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_helpers: bool
+) -> None:
+    """A `loops up` user's private https origin authenticates through their own git config
+    (LOOPS_GIT_USER_HELPERS, which `loops up` sets on loopback without tokens); a
+    deployment's git processes never ask that config."""
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(cert))
+    with credential_seeker(tls=(cert, key)) as seeker:
+        store = tmp_path / "git-credentials"
+        store.write_text(f"https://me:{OTHER_TOKEN}@{seeker.host}\n")
+        global_config = tmp_path / "gitconfig"
+        global_config.write_text(f"[credential]\n\thelper = store --file={store}\n")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
+        workspaces = GitWorkspaces(tmp_path / "w", "loopworks", "l@x", user_helpers=user_helpers)
+        with pytest.raises(GitError) as raised:
+            workspaces.resolve_base(seeker.url(), None)
+        assert seeker.seen.paths
+        assert seeker.seen.credentials() == ([f"me:{OTHER_TOKEN}"] if user_helpers else [])
+        assert OTHER_TOKEN not in str(raised.value)
+
+
+@pytest.mark.integration
 def test_the_credential_is_in_no_clone_config_and_on_no_command_line(tmp_path: Path) -> None:
     from tests.integration.stack import bare_remote
 

@@ -28,6 +28,7 @@ from loopworks.schemas.integration import IntegrationRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ORIGIN_REFUSED, WorkspaceRequest
 from loopworks.worker.build import build_deps
+from loopworks.workspace.stores import mark_own_origin
 from tests.integration.stack import bare_remote
 from tests.security.credential_seeker import Seeker, credential_seeker
 
@@ -62,6 +63,10 @@ def _refused_origins(tmp_path: Path, seeker: Seeker) -> list[tuple[str, str | No
     """(origin, the setting the refusal names)."""
     outside = bare_remote(tmp_path / "elsewhere")  # a real repository, outside the roots
     inside_data = bare_remote(tmp_path / "data" / "clones")
+    # Under a root, but marked as a service's own origin: its clones would borrow its
+    # store and write into it directly (workspace/stores.py), whatever it borrows in turn.
+    marked = bare_remote(tmp_path / "projects" / "marked")
+    mark_own_origin(marked)
     return [
         (seeker.url(), "LOOPS_ALLOWED_SCHEMES"),
         (f"https://127.0.0.1:{seeker.port}/r.git", "LOOPS_ALLOWED_ORIGINS"),
@@ -73,6 +78,7 @@ def _refused_origins(tmp_path: Path, seeker: Seeker) -> list[tuple[str, str | No
         (str(outside), "LOOPS_LOCAL_ROOTS"),
         (outside.as_uri(), "LOOPS_ALLOWED_SCHEMES"),
         (str(inside_data), None),
+        (str(marked), None),
         (f"https://x-access-token:{TOKEN}@github.com/acme/app.git", "LOOPS_GIT_CREDENTIALS"),
     ]
 

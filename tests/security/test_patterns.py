@@ -28,14 +28,14 @@ from temporalio.client import Client
 
 from loopworks.agent.tools.calls import SearchArgs
 from loopworks.api.main import create_app
-from loopworks.checks.patterns import (
+from loopworks.checks.runner import match_pattern, run_pattern_check
+from loopworks.schemas.patterns import (
     PATTERN_MAX_CHARS,
     PROGRAM_MAX_SIZE,
     TEXT_MAX_BYTES,
     UnsupportedPattern,
     compile_pattern,
 )
-from loopworks.checks.runner import match_pattern, run_pattern_check
 from loopworks.schemas.rules import PatternCheck
 from loopworks.schemas.settings import Settings
 from tests.api.test_validation import _NoTemporal
@@ -109,14 +109,14 @@ def _heartbeat_case(data_dir: str, origin: str, commit: str) -> None:
     """The real `evaluate_group` activity, beating every 50 ms: the times of its beats."""
     from temporalio.testing import ActivityEnvironment
 
-    import loopworks.worker.deps as worker_deps
+    import loopworks.activities.heartbeat as heartbeat
     from loopworks.activities.evaluation import EvaluationActivities
     from loopworks.schemas.rules import CheckGroup, PreparedCheck
     from loopworks.schemas.settings import Settings
     from loopworks.schemas.steps import EvaluateGroupInput, GitLocation
     from loopworks.worker.build import build_deps
 
-    worker_deps.HEARTBEAT_EVERY_SECONDS = 0.05
+    heartbeat.HEARTBEAT_EVERY_SECONDS = 0.05
     beats: list[float] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *_: beats.append(time.monotonic())
@@ -225,7 +225,7 @@ async def test_rules_with_a_pattern_re2_cannot_run_are_a_422_saying_why(tmp_path
     app = create_app(settings, client=cast(Client, _NoTemporal()))
     rule = {"id": "r", "description": "d", "check": {"kind": "pattern", "pattern": r"(\w+) \1"}}
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://api.test"
+        transport=httpx.ASGITransport(app=app), base_url="http://localhost"
     ) as client:
         response = await client.post("/runs", json={"task": "t", "rules": [rule]})
     assert response.status_code == 422, response.text

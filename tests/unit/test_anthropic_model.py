@@ -17,12 +17,15 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.agent.loop import NUDGE, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.anthropic import AnthropicModels, build_anthropic_client
 from loopworks.llm.base import InvalidOutput, ModelCall, render_context, user_prompt
 from loopworks.llm.errors import MODEL_REQUEST_REJECTED, MODEL_UNAVAILABLE
 from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.llm.pricing import cost_usd
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.contexts import PlannerContext
@@ -31,7 +34,6 @@ from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, ModelStep
 from loopworks.worker.build import build_models
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
 from tests.fakes.messages_api import (
     FakeMessagesAPI,
@@ -718,8 +720,8 @@ async def test_consult_passes_provider_errors_through_unchanged(tmp_path: Path) 
     )
     deps = deps_with(Raising(rejected), tmp_path)
     with pytest.raises(ApplicationError) as raised:
-        await deps.consult(
-            Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
+        await consult(
+            deps, Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
         )
     assert raised.value is rejected
 
@@ -730,8 +732,8 @@ async def test_consult_turns_invalid_output_twice_into_non_retryable_invalid_out
     api.script(Role.PLANNER, truncated({"focus": "half"}), truncated({"focus": "half"}))
     deps = deps_with(models, tmp_path)
     with pytest.raises(ApplicationError) as raised:
-        await deps.consult(
-            Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
+        await consult(
+            deps, Role.PLANNER, ModelStep(run_id="r"), PlannerContext(**PLAN_CONTEXT), IterationPlan
         )
     assert raised.value.type == INVALID_OUTPUT and raised.value.non_retryable
     assert "planner answered with invalid output" in raised.value.message
@@ -743,7 +745,8 @@ async def test_consult_asks_the_agents_model_with_its_prompt_and_prices_it(
     settings = Settings()
     deps = deps_with(models, tmp_path)
     api.script(Role.PLANNER, answer({"focus": "", "steps": []}))
-    answered = await deps.consult(
+    answered = await consult(
+        deps,
         Role.PLANNER,
         ModelStep(run_id="r", operator_note="keep it short"),
         PlannerContext(**PLAN_CONTEXT),
@@ -754,7 +757,7 @@ async def test_consult_asks_the_agents_model_with_its_prompt_and_prices_it(
     assert api.requests[0].system_text == PLANNER
     assert api.requests[0].context == {**PLAN_CONTEXT, "operator_note": "keep it short"}
     assert len(answered.repairs) == 1
-    assert answered.usage.cost_usd == settings.cost_usd(model, answered.usage) > 0
+    assert answered.usage.cost_usd == cost_usd(model, answered.usage, settings.prices) > 0
 
 
 # --- settings and wiring -----------------------------------------------------------------
@@ -796,7 +799,8 @@ async def test_one_model_per_model_id_on_one_client(api: FakeMessagesAPI) -> Non
         await built.provider.client.close()
 
 
-def test_a_key_selects_the_anthropic_provider() -> None:
+def test_a_key_selects_the_anthropic_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOOPS_LLM", raising=False)  # the suite's choice (tests/conftest.py)
     assert Settings(ANTHROPIC_API_KEY="k").llm == LLMProvider.ANTHROPIC
     assert Settings(ANTHROPIC_API_KEY="k", LOOPS_LLM="offline").llm == LLMProvider.OFFLINE
 
@@ -830,4 +834,4 @@ def test_no_default_model_is_one_the_sdk_calls_deprecated_and_each_has_a_price()
     defaults = [settings.model_haiku, settings.model_sonnet, settings.model_opus]
     assert [m for m in defaults if m in DEPRECATED_MODELS] == []
     one_of_each = TokenUsage(input_tokens=1_000_000, output_tokens=1_000_000)
-    assert [m for m in defaults if settings.cost_usd(m, one_of_each) == 0] == []
+    assert [m for m in defaults if cost_usd(m, one_of_each, settings.prices) == 0] == []

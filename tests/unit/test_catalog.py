@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loopworks.llm.facts import ANSWER_TOOL, prompt_facts
+from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.prompts.catalog import (
     AGENTS_DIR,
     TEMPLATES_DIR,
@@ -17,6 +17,7 @@ from loopworks.prompts.catalog import (
     load_templates,
     template_ids,
 )
+from loopworks.prompts.facts import prompt_facts
 from loopworks.schemas.roles import ANSWER_MODELS, Role
 
 pytestmark = pytest.mark.unit

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import for_role
 from loopworks.llm.base import NO_INPUTS, section_title, user_prompt
 from loopworks.llm.offline import OfflineModels
 from loopworks.llm.offline_answers import default_answer
@@ -49,7 +51,6 @@ from loopworks.schemas.rules import Phase, Rule, Severity, normalise_rules
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ModelStep
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
 from tests.fakes.sections import context_from_sections
 
@@ -333,7 +334,7 @@ def test_offline_model_refuses_another_roles_context() -> None:
         default_answer(Role.CUSTODIET, SAMPLES[Role.QA_VERIFIER].model_dump(mode="json"))
 
 
-# --- StepDeps.for_role: the one place a context becomes a call ---------------------------
+# --- for_role: the one place a context becomes a call ---------------------------
 
 
 def deps(tmp_path: Path) -> StepDeps:
@@ -349,16 +350,16 @@ def deps(tmp_path: Path) -> StepDeps:
 def test_for_role_sends_the_contexts_json_with_the_operators_note_last(tmp_path: Path) -> None:
     context = SAMPLES[Role.CUSTODIET]
     step = ModelStep(run_id="r", operator_note="The block was a false alarm.")
-    _, call = deps(tmp_path).for_role(Role.CUSTODIET, step, context)
+    _, call = for_role(deps(tmp_path), Role.CUSTODIET, step, context)
     assert call.context == {
         **context.model_dump(mode="json"),
         OPERATOR_NOTE: "The block was a false alarm.",
     }
     assert list(call.context)[-1] == OPERATOR_NOTE
-    _, plain = deps(tmp_path).for_role(Role.CUSTODIET, ModelStep(run_id="r"), context)
+    _, plain = for_role(deps(tmp_path), Role.CUSTODIET, ModelStep(run_id="r"), context)
     assert plain.context == context.model_dump(mode="json")
 
 
 def test_for_role_refuses_another_roles_context(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="custodiet takes a CustodietContext"):
-        deps(tmp_path).for_role(Role.CUSTODIET, ModelStep(run_id="r"), SAMPLES[Role.PLANNER])
+        for_role(deps(tmp_path), Role.CUSTODIET, ModelStep(run_id="r"), SAMPLES[Role.PLANNER])

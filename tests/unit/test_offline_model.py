@@ -134,7 +134,7 @@ THRESHOLDS = Thresholds()
 
 
 def model_call(role: Role, context: RoleContext, call_index: int = 1) -> ModelCall:
-    """A call as `StepDeps.consult` makes it."""
+    """A call as `activities.model_calls.consult` makes it."""
     return ModelCall(
         role=role,
         run_id="run-1",

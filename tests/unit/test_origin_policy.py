@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from loopworks.workspace.origin_policy import (
+from loopworks.schemas.origin_rules import (
     ALLOWED_ORIGINS,
     ALLOWED_SCHEMES,
     GIT_CREDENTIALS,
     LOCAL_ROOTS,
     OriginRules,
-    admit,
-    public_address,
     rules_from,
     schemes_from,
 )
+from loopworks.workspace.origin_policy import admit, public_address
 
 pytestmark = pytest.mark.unit
 

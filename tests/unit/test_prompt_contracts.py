@@ -21,8 +21,9 @@ from pydantic import BaseModel
 
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.base import section_title
-from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG, prompt_facts
+from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
+from loopworks.prompts.facts import prompt_facts
 from loopworks.schemas.contexts import CONTEXTS, AcceptedFile
 from loopworks.schemas.curation import (
     REFERENCES_DIR,

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
 import pytest
 
-from loopworks.schemas.events import EVENT, EventName
+from loopworks.schemas.events import EVENT
 from loopworks.schemas.loop import EVENT_TAIL, LoopInput
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
@@ -25,27 +24,6 @@ def _event(seq: int) -> dict[str, object]:
         "phase": "A", "step": "PLAN", "event": "iteration_advanced",
         "payload": {"iteration": seq},
     }  # fmt: skip
-
-
-def test_a_run_continued_by_the_previous_release_goes_on_with_its_memory() -> None:
-    """steered_run.json was recorded before the memory model: its continue-as-new input
-    hands over `carry`. The next execution must read it as the run's memory."""
-    history = json.loads((HISTORIES / "steered_run.json").read_text())
-    [carried] = [
-        json.loads(base64.b64decode(e["workflowExecutionContinuedAsNewEventAttributes"]["input"]["payloads"][0]["data"]))
-        for e in history["events"]
-        if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW"
-    ]  # fmt: skip
-    assert "carry" in carried and "memory" not in carried
-    params = LoopInput.model_validate(carried)
-    memory = params.memory
-    assert memory is not None
-    old = carried["carry"]
-    assert memory.last_seq == len(old["events"]) == memory.tail[-1].seq
-    assert memory.saved_seq == 0 and memory.unsaved() == memory.tail  # git has none yet
-    assert memory.commit == old["commit"] and memory.next_iteration == old["next_iteration"]
-    assert memory.approved and memory.state == params.memory.state
-    assert memory.tail[-1].event == EventName.CONTINUED_AS_NEW
 
 
 def test_a_new_runs_memory_starts_from_its_request() -> None:

@@ -12,6 +12,7 @@ import pytest
 from pydantic_ai.models.function import FunctionModel
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
 from loopworks.activities.planning import PlanningActivities
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -27,7 +28,6 @@ from loopworks.schemas.roles import Hydration, IterationPlan, Role, TaskPlan
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ARTIFACT_PATH, INVALID_OUTPUT, PlanGraphInput
 from loopworks.schemas.tasks import MAX_EXISTING_FILES, Task, graph_errors, validated_graph
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.git import GitWorkspaces
 
 pytestmark = pytest.mark.unit

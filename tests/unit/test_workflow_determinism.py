@@ -16,14 +16,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2]
 
 # What runs inside a workflow: the workflows themselves and the pure code they call. The
-# settings are read by the worker and the API, never in a workflow.
+# settings (and the origin rules they parse) are read by the worker and the API, never in
+# a workflow.
 PURE = ["deltas.py", "selection.py", "similarity.py"]
+SETTINGS = {"settings.py", "origin_rules.py"}
 WORKFLOW_CODE = [
     *sorted((PACKAGE / "workflows").glob("*.py")),
-    *sorted(p for p in (PACKAGE / "schemas").glob("*.py") if p.name != "settings.py"),
+    *sorted(p for p in (PACKAGE / "schemas").glob("*.py") if p.name not in SETTINGS),
     *(PACKAGE / "playbook" / name for name in PURE),
-    # Rules validate their patterns with it (schemas/rules.py).
-    PACKAGE / "checks" / "patterns.py",
 ]
 
 # Modules whose import alone says nothing non-deterministic is meant. loopworks'
@@ -56,7 +56,6 @@ ALLOWED_MODULES = (
     "loopworks.workflows",
     "loopworks.activities",
     *(f"loopworks.playbook.{name.removesuffix('.py')}" for name in PURE),
-    "loopworks.checks.patterns",
 )
 
 # Attributes that read the clock, reach threads, processes, the network or the disk.

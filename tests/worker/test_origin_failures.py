@@ -12,13 +12,13 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from loopworks.activities.deps import StepDeps
 from loopworks.activities.integration import IntegrationActivities
 from loopworks.activities.repository import RepositoryActivities
 from loopworks.schemas.integration import IntegrationRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ORIGIN_LACKS, WorkspaceRequest
 from loopworks.worker.build import build_deps
-from loopworks.worker.deps import StepDeps
 from loopworks.workspace.runner import GitError
 from tests.integration.stack import bare_remote
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.checks.redaction import worker_secrets
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
@@ -21,15 +22,28 @@ from tests.integration.stack import ROOT
 pytestmark = pytest.mark.unit
 
 
-def python(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """`python args` as a fresh process, with none of loopworks' settings from this
-    environment, its data under tmp_path and no Temporal listening."""
+def clean_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    """This environment without loopworks' settings, plus `env`: the data under tmp_path,
+    no Temporal listening, and the offline model chosen as an operator chooses it."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
-    base |= {"LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    base |= {
+        "LOOPS_DATA_DIR": str(tmp_path / "data"),
+        "TEMPORAL_ADDRESS": "127.0.0.1:9",
+        "LOOPS_LLM": "offline",
+    }
+    return base | env
+
+
+def python(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python args` as a fresh process in `clean_env`."""
+    return run_python(args, clean_env(tmp_path, **env))
+
+
+def run_python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
-        env=base | env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
@@ -84,6 +98,22 @@ def test_bad_configuration_stops_the_worker_with_a_message(
     assert "cannot start" in done.stderr and message in done.stderr
 
 
+def test_a_worker_given_neither_a_key_nor_a_model_refuses_to_start(tmp_path: Path) -> None:
+    """No silent offline model: outside `loops up`, a worker that was not told which model
+    to run says which settings choose one, before it tries to reach Temporal."""
+    env = clean_env(tmp_path)
+    del env["LOOPS_LLM"]
+    done = run_python(["-m", "loopworks.worker"], env)
+    assert done.returncode == 2, done.stderr
+    (said,) = [line for line in done.stderr.splitlines() if "cannot start" in line]
+    assert "cannot start: no model chosen" in said
+    assert "LOOPS_LLM=offline" in said and "ANTHROPIC_API_KEY" in said
+    assert "cannot reach Temporal" not in done.stderr
+    # A key alone chooses Anthropic; LOOPS_LLM=offline alone, the offline model.
+    assert Settings(ANTHROPIC_API_KEY="sk-test", LOOPS_LLM=None).llm == "anthropic"
+    assert Settings(LOOPS_LLM="offline").llm == "offline"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root worker's sandbox user is refused")
 def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
     tmp_path: Path,
@@ -104,10 +134,12 @@ def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
 def started_until(args: list[str], tmp_path: Path, text: str, **env: str) -> str:
     """Start `python args` as `python` runs it, read its stderr until `text`, then stop
     it (SIGTERM): what it said by then. It must end by itself, with exit code 0."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LOOPS_"))}
-    base |= {"LOOPS_DATA_DIR": str(tmp_path / "data"), "TEMPORAL_ADDRESS": "127.0.0.1:9"}
     process = subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, env=base | env, stderr=subprocess.PIPE, text=True
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=clean_env(tmp_path, **env),
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: list[str] = []
     try:
@@ -182,3 +214,12 @@ models = build_models(Settings(LOOPS_LLM="anthropic", ANTHROPIC_API_KEY="sk-test
 print(json.dumps({"models": type(models).__name__, "loaded": "anthropic" in sys.modules}))
 """
     assert _answer(script, tmp_path) == {"models": "AnthropicModels", "loaded": True}
+
+
+def test_building_the_activities_container_changes_nothing_global(tmp_path: Path) -> None:
+    """Tests build several containers in one process: the worker's secrets are remembered
+    as the worker is built (build_worker), never as a side effect of building what its
+    activities use. tests/security/test_model_text.py checks that a built worker redacts."""
+    token = "container-token-7f3a9c2e51"
+    build_deps(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}"))
+    assert token not in worker_secrets()

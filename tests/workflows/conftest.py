@@ -48,7 +48,7 @@ class LoopHarness:
             LOOPS_DATA_DIR=self.data_dir,
             LOOPS_TASK_QUEUE=self.task_queue,
             LOOPS_WORKFLOW_SANDBOX=workflow_sandbox,
-            **settings_env,
+            **{"LOOPS_LLM": "offline", **settings_env},
         )
         model = OfflineModels(
             latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})

@@ -38,14 +38,15 @@ from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
 from loopworks.worker.build import activities_of, build_deps, build_worker
-from loopworks.workflows.graph import LOOP_GRAPH, TaskGraphWorkflow
-from loopworks.workflows.graph_record import (
+from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.search_attributes import (
     GRAPH_STATUS,
     GRAPH_TASKS,
+    LOOP_GRAPH,
     TASKS_COMPLETED,
     TASKS_FAILED,
 )
-from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, commit_all
 
 pytestmark = pytest.mark.workflow

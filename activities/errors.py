@@ -1,0 +1,65 @@
+"""How a step's failures reach its workflow: one no retry can help as a non-retryable
+ApplicationError saying why, at once; a workspace lost under a step as one to retry."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from temporalio.exceptions import ApplicationError
+
+from loopworks.llm.base import InvalidOutput
+from loopworks.schemas.steps import INVALID_OUTPUT, ORIGIN_LACKS, ORIGIN_REFUSED, UNSAFE_PATH
+from loopworks.workspace.files import UnsafePath
+from loopworks.workspace.origin_access import OriginRefusedError
+from loopworks.workspace.runner import OriginLacksError
+
+WORKSPACE_LOST = "WorkspaceLost"
+
+
+@contextlib.contextmanager
+def final_when_invalid_output() -> Iterator[None]:
+    """A model's answer still invalid after its repair leaves the step as a non-retryable
+    error: the workflow retries the step once, and the repair was that retry."""
+    try:
+        yield
+    except InvalidOutput as exc:
+        raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+
+
+def still_a_clone(workdir: Path) -> None:
+    """The data directory is a cache the worker may lose at any moment (issue 14): when the
+    clone vanished while the agent worked in it, the step failed for that, not for the
+    model's answer (a deliverable "not written" included). A plain ApplicationError is
+    retried, from the same commit, in a fresh clone on whichever worker takes it."""
+    if not (workdir / ".git").is_dir():
+        raise ApplicationError(
+            f"the workspace {workdir.name} was removed while the agent worked in it",
+            type=WORKSPACE_LOST,
+        )
+
+
+@contextlib.contextmanager
+def failing_at_once_when_origin_lacks() -> Iterator[None]:
+    """An origin that answered without the branch or commit a run starts from will not
+    have it on the next attempt either, nor will an origin the deployment refuses become
+    allowed: fail the step now, saying so, rather than retry for the policy's schedule."""
+    try:
+        yield
+    except OriginLacksError as err:
+        raise ApplicationError(str(err), type=ORIGIN_LACKS, non_retryable=True) from err
+    except OriginRefusedError as err:
+        # The deployment does not allow the origin (a workflow started around the API, by
+        # the temporal CLI, is checked here too): no retry changes the settings.
+        raise ApplicationError(str(err), type=ORIGIN_REFUSED, non_retryable=True) from err
+
+
+@contextlib.contextmanager
+def refusing_unsafe_paths() -> Iterator[None]:
+    """A path in the workspace the worker will not read or write (workspace/files.py) fails
+    the step at once, saying which and why: the same tree would be refused again."""
+    try:
+        yield
+    except UnsafePath as err:
+        raise ApplicationError(str(err), type=UNSAFE_PATH, non_retryable=True) from err

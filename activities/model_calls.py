@@ -1,0 +1,127 @@
+"""The one path every model call takes: the role's agent definition and model, the step's
+inputs redacted, heartbeats meanwhile so a stop cancels it promptly, a span, a price."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.errors import final_when_invalid_output, still_a_clone
+from loopworks.activities.heartbeat import heartbeating
+from loopworks.agent.loop import AgentOutcome
+from loopworks.agent.loop import run_agent as run_agent_loop
+from loopworks.agent.trajectory import AgentStep
+from loopworks.checks.redaction import redacted
+from loopworks.llm.base import ModelCall
+from loopworks.llm.pricing import price
+from loopworks.llm.structured import Answered, ask
+from loopworks.prompts.catalog import AgentDefinition
+from loopworks.schemas.contexts import CONTEXTS, RoleContext
+from loopworks.schemas.roles import Role
+from loopworks.schemas.steps import ARTIFACT_PATH, ModelStep
+from loopworks.service.tracing import model_span, record_usage
+
+Answer = TypeVar("Answer", bound=BaseModel)
+
+
+async def consult(
+    deps: StepDeps,
+    role: Role,
+    step: ModelStep,
+    context: RoleContext,
+    answer_type: type[Answer],
+    check: Callable[[Answer], None] | None = None,
+) -> Answered[Answer]:
+    """Ask the role's model, heartbeating meanwhile so a stop cancels it promptly.
+
+    An answer that does not fit `answer_type`, or that `check` refuses (ValueError),
+    goes back to the model once with the errors; if the repair fails too, the step
+    answers InvalidOutput, which Temporal does not retry: the workflow owns seed 001's
+    "retry once, then phase_error", and the repair was that retry.
+    """
+    agent, call = for_role(deps, role, step, context)
+    # Invalid output leaves the span as a non-retryable error for the workflow's retry-once.
+    span_of_call = model_span(deps.tracer, "llm", role, step, call.model)
+    with span_of_call as span, final_when_invalid_output():
+        async with heartbeating():
+            answered = await ask(deps.models, call, agent.prompt, answer_type, check)
+        price(answered.usage, call.model, deps.settings)
+        record_usage(span, answered.usage)
+    return answered
+
+
+def for_role(
+    deps: StepDeps, role: Role, step: ModelStep, context: RoleContext
+) -> tuple[AgentDefinition, ModelCall]:
+    """The role's agent definition and the call to its model: the model id of its tier,
+    and the context it is given (with the operator's note from a cleared block or an
+    approval, when there is one), as the JSON the model layer renders."""
+    if not isinstance(context, CONTEXTS[role]):
+        raise TypeError(
+            f"{role.value} takes a {CONTEXTS[role].__name__}, not a {type(context).__name__}"
+        )
+    agent = deps.agents[role.value]
+    if step.operator_note:
+        context = context.model_copy(update={"operator_note": step.operator_note})
+    call = ModelCall(
+        role=role,
+        run_id=step.run_id,
+        call_index=step.call_index,
+        iteration=step.iteration,
+        model=deps.settings.model_for(agent.model),
+        # Every model call's inputs pass here (files, earlier answers, command output):
+        # no secret of the worker's goes to a model, nor into a recorded prompt.
+        context=redacted(context.model_dump(mode="json")),
+    )
+    return agent, call
+
+
+async def run_agent(
+    deps: StepDeps,
+    role: Role,
+    step: ModelStep,
+    context: RoleContext,
+    workdir: Path,
+    verb: AgentStep,
+    deliverable: str | None = ARTIFACT_PATH,
+) -> AgentOutcome:
+    """The role's agent over the workspace: its prompt as the system, the step's inputs
+    as the first message, the workspace tools; usage priced as `consult` prices it."""
+    agent, call = for_role(deps, role, step, context)
+    span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
+    with span_of_agent as span, final_when_invalid_output():
+        # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
+        async with heartbeating():
+            try:
+                outcome = await run_agent_loop(
+                    deps.models,
+                    call,
+                    agent.prompt,
+                    workdir,
+                    deps.settings.agent_max_turns,
+                    verb,
+                    deliverable,
+                )
+            except Exception:
+                still_a_clone(workdir)
+                raise
+            still_a_clone(workdir)
+        price(outcome.usage, call.model, deps.settings)
+        record_usage(span, outcome.usage)
+        if outcome.limit_reached:
+            activity.logger.warning(
+                "%s stopped at the turn limit (%d turns)", role.value, outcome.turns
+            )
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "loops.agent.turns": outcome.turns,
+                    "loops.agent.turn_limit_reached": outcome.limit_reached,
+                }
+            )
+    return outcome

@@ -1,0 +1,221 @@
+"""`loops` / `python -m loopworks.cli`: the command line, wired with argparse.
+
+Exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from loopworks.cli import commands, graphs, playbook, up
+from loopworks.cli.client import ApiClient, CliError
+from loopworks.cli.config import DEFAULT_API_URL, CliConfig
+
+Command = Callable[[commands.Context, argparse.Namespace], int]
+
+EPILOG = f"""\
+environment:
+  LOOPS_API_URL    the API (default {DEFAULT_API_URL})
+  LOOPS_API_TOKEN  sent as "Authorization: Bearer <token>"
+
+exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage
+"""
+
+
+def _connection_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    # Accepted before or after the command; after it, an unset flag must not reset
+    # the value given before it, hence SUPPRESS there.
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--url", default=default, help="API base URL (env LOOPS_API_URL)")
+    parser.add_argument("--token", default=default, help="API bearer token (env LOOPS_API_TOKEN)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="loops",
+        description="Start, steer and watch loopworks runs through its API.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _connection_options(parser, suppress=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _connection_options(common, suppress=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
+        command = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        command.set_defaults(handler=handler)
+        return command
+
+    new = add("new", commands.cmd_new, "start a run; prints its id")
+    new.add_argument("task", help="what the run should produce")
+    new.add_argument("--repo", help="URL or path of a git repository (default: the service's)")
+    new.add_argument("--base-branch", help="branch of --repo to start from")
+    new.add_argument("--template", help="workflow template id")
+    new.add_argument("--max-iterations", type=_positive)
+    new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
+    new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
+    new.add_argument(
+        "--interactive", action="store_true", help="wait for `loops approve` before iterating"
+    )
+    new.add_argument("--idempotency-key", help="the same key returns the same run")
+    _follow_options(new)
+
+    status = add("status", commands.cmd_status, "a run's status (default: the most recent run)")
+    status.add_argument("run", nargs="?", metavar="RUN")
+    _follow_options(status)
+    status.add_argument("--json", action="store_true", help="print the full state as JSON")
+
+    stop = add("stop", commands.cmd_stop, "stop a run (it still reflects and pushes)")
+    stop.add_argument("run", metavar="RUN")
+    stop.add_argument("--reason", help="recorded as the stop message")
+
+    clear = add("clear-block", commands.cmd_clear_block, "release a custodiet block")
+    clear.add_argument("run", metavar="RUN")
+    clear.add_argument("--note", required=True, help="goes into the next step's context")
+
+    pause = add("pause", commands.cmd_pause, "pause after the current step")
+    pause.add_argument("run", metavar="RUN")
+    resume = add("resume", commands.cmd_resume, "resume a paused run")
+    resume.add_argument("run", metavar="RUN")
+
+    approve = add("approve", commands.cmd_approve, "approve an interactive run's criteria")
+    approve.add_argument("run", metavar="RUN")
+    approve.add_argument("--max-iterations", type=_positive)
+    approve.add_argument("--rules-file", type=Path, help="edited rules as JSON or YAML")
+    approve.add_argument("--note", help="goes into the first step's context")
+
+    listing = add("list", commands.cmd_list, "list runs, newest first")
+    listing.add_argument("--status", help="only runs with this status")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--json", action="store_true")
+
+    history = add("history", commands.cmd_history, "a run's event timeline")
+    history.add_argument("run", metavar="RUN")
+    history.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    artifact = add("artifact", commands.cmd_artifact, "print a run's artifact (markdown)")
+    artifact.add_argument("run", metavar="RUN")
+
+    clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
+    clean.add_argument("run", metavar="RUN")
+    clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    _graph_parser(sub, common)
+    playbook.add_parser(sub, common)
+
+    up.add_parser(sub)
+    return parser
+
+
+def _graph_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """`loops graph <command>`: the task graph commands, a parser of their own."""
+    graph = sub.add_parser(
+        "graph",
+        help="start, watch and steer task graphs (a goal split into task loops)",
+        description="Task graphs: a goal split into atomic tasks, each run as a loop in "
+        "dependency order, merged onto one integration branch.",
+    )
+    graph_sub = graph.add_subparsers(dest="graph_command", metavar="COMMAND", required=True)
+
+    def add(name: str, handler: Command, help_text: str) -> argparse.ArgumentParser:
+        command = graph_sub.add_parser(
+            name, parents=[common], help=help_text, description=help_text
+        )
+        command.set_defaults(handler=handler)
+        return command
+
+    def graph_id(command: argparse.ArgumentParser) -> None:
+        command.add_argument("graph", metavar="GRAPH")
+
+    new = add("new", graphs.cmd_new, "start a task graph; prints its id")
+    new.add_argument("goal", help="what the graph should achieve")
+    new.add_argument("--repo", help="URL or path of a git repository (default: the service's)")
+    new.add_argument("--base-branch", help="branch of --repo to start from")
+    new.add_argument(
+        "--tasks-file", type=Path, help="the tasks as a JSON or YAML list (default: planned)"
+    )
+    new.add_argument("--max-parallel", type=_positive, help="task loops at once (API: 1-10)")
+    new.add_argument("--max-iterations", type=_positive, help="each task loop's iterations")
+    new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
+    new.add_argument(
+        "--interactive", action="store_true", help="wait for `loops graph approve` first"
+    )
+    new.add_argument("--follow", "-f", action="store_true", help="then follow it, as status -f")
+
+    status = add("status", graphs.cmd_status, "a graph's tasks as a tree, with their runs")
+    graph_id(status)
+    status.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="redraw until the graph ends; exit 0 if it completed, else 1",
+    )
+    status.add_argument("--json", action="store_true", help="print the state as JSON")
+
+    ledger = add("ledger", graphs.cmd_ledger, "a graph's status ledger (seed 004)")
+    graph_id(ledger)
+    ledger.add_argument("--json", action="store_true", help="the JSON lines as the graph wrote")
+
+    listing = add("list", graphs.cmd_list, "list task graphs")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.add_argument("--json", action="store_true")
+
+    stop = add("stop", graphs.cmd_stop, "stop a graph (running task loops still push)")
+    graph_id(stop)
+    stop.add_argument("--reason", help="recorded as the stop message")
+
+    graph_id(add("pause", graphs.cmd_pause, "start no new task; running ones go on"))
+    graph_id(add("resume", graphs.cmd_resume, "resume a paused graph"))
+
+    approve = add("approve", graphs.cmd_approve, "start an interactive graph's tasks")
+    graph_id(approve)
+    approve.add_argument("--tasks-file", type=Path, help="an edited task list (JSON or YAML)")
+    approve.add_argument("--note", help="recorded with the approval")
+
+    clear = add("clear-block", graphs.cmd_clear_block, "release a task loop's custodiet block")
+    graph_id(clear)
+    clear.add_argument("--task", required=True, help="the task whose loop is blocked")
+    clear.add_argument("--note", required=True, help="goes into the loop's next step")
+
+
+def _follow_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--follow", "-f", action="store_true", help="print iteration summaries until it ends"
+    )
+    parser.add_argument(
+        "--poll", action="store_true", help="with --follow: poll instead of the live stream"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    # Known args only, so that the words after `up` reach its launcher unread.
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "up":
+        return up.run(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    config = CliConfig.load(url=args.url, token=args.token)
+    handler: Command = args.handler
+    try:
+        with ApiClient(config) as client:
+            return handler(commands.Context(config, client), args)
+    except CliError as err:
+        print(f"loops: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nloops: interrupted", file=sys.stderr)
+        return 130

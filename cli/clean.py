@@ -1,0 +1,63 @@
+"""`loops clean`: remove a finished run's workspace clones, after confirmation.
+
+The clones live on the service's disk (`$LOOPS_DATA_DIR/workspaces/` of the API and the
+worker), not necessarily on the machine the CLI runs on, so the API lists them
+(`GET /runs/{id}/workspace`) and removes them (`DELETE`). The run's result is not among
+them: that is the pushed branch `loops/<run_id>` on its origin, which stays.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.filesize import decimal
+from rich.prompt import Confirm
+from rich.text import Text
+
+from loopworks.api.models import WorkspaceEntry
+from loopworks.cli.client import ApiClient, CliError
+
+
+def confirm(question: str, stdin: TextIO, console: Console) -> bool:
+    """A y/N question; with nobody at a terminal to answer it, refuse rather than guess.
+
+    (rich's Confirm reads whatever stream it is given, piped or not; the TTY check is
+    ours. An empty answer, or the end of input, is its default: no.)
+    """
+    if not stdin.isatty():
+        raise CliError(
+            "refusing to delete without confirmation: stdin is not a terminal (pass --yes)"
+        )
+    return Confirm.ask(Text(question), console=console, default=False, stream=stdin)
+
+
+def entry_line(entry: WorkspaceEntry) -> str:
+    return f"  {entry.name} ({decimal(entry.bytes)})"
+
+
+def clean(client: ApiClient, run_id: str, yes: bool, stdin: TextIO, console: Console) -> int:
+    """List the run's clones, ask (unless `yes`), remove them; the exit code."""
+    workspace = client.workspace(run_id)
+    if not workspace.finished:
+        raise CliError(
+            f"run {run_id} has not finished; only a finished run's workspace is cleaned"
+            f" (stop it first: loops stop {run_id})"
+        )
+    if not workspace.entries:
+        console.print(f"nothing to clean for {run_id}")
+        return 0
+    console.print(
+        f"run {run_id} has finished; this deletes its workspaces on the service"
+        f" ({decimal(workspace.bytes)}):"
+    )
+    for entry in workspace.entries:
+        console.print(entry_line(entry))
+    console.print("its pushed branch stays on its origin")
+    question = f"Delete {len(workspace.entries)} workspace(s)?"
+    if not yes and not confirm(question, stdin, console):
+        console.print("nothing deleted")
+        return 1
+    removed = client.remove_workspace(run_id)
+    console.print(f"deleted {len(removed.removed)} workspace(s), {decimal(removed.bytes)}")
+    return 0

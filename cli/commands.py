@@ -1,0 +1,251 @@
+"""One function per `loops` command: call the API, print what it answered, return the
+exit code. Failures are raised as `CliError` and printed by `main`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from pydantic import TypeAdapter
+from rich.table import Table
+
+from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
+from loopworks.cli import clean as cleaning
+from loopworks.cli.client import RUNS, ApiClient, CliError, run_path
+from loopworks.cli.config import CliConfig
+from loopworks.cli.follow import Follower, Progress
+from loopworks.cli.render import (
+    console_for,
+    history_line,
+    list_table,
+    model_line,
+    status_line,
+    status_notes,
+)
+from loopworks.schemas.git_names import is_url
+from loopworks.schemas.run import RunStatus
+
+APPROVAL_FIELDS = frozenset({"rules", "thresholds", "max_iterations", "note"})
+
+
+class Context:
+    """What every command gets: the client, the config, where to print (a rich console
+    on `out`; notes beside a command's output on `err`) and where a confirmation is read
+    from."""
+
+    def __init__(
+        self,
+        config: CliConfig,
+        client: ApiClient,
+        out: TextIO | None = None,
+        stdin: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.out = out or sys.stdout
+        self.stdin = stdin if stdin is not None else sys.stdin
+        self.err = err or sys.stderr
+        self.console = console_for(self.out)
+
+    def print(self, text: str = "") -> None:
+        self.console.print(text)
+
+
+def read_document(path: Path) -> Any:
+    """A JSON or YAML file's data (YAML reads JSON too); the API validates what it holds."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise CliError(f"{path} is neither JSON nor YAML: {err}") from err
+
+
+def load_criteria(path: Path) -> dict[str, Any]:
+    """A rules file: a list of rules, or a mapping with rules / thresholds /
+    max_iterations / note. JSON or YAML (YAML reads JSON too). The API validates it."""
+    data = read_document(path)
+    if isinstance(data, list):
+        return {"rules": data}
+    if isinstance(data, dict) and data and set(data) <= APPROVAL_FIELDS:
+        return dict(data)
+    raise CliError(
+        f"{path} must hold a list of rules or a mapping of {', '.join(sorted(APPROVAL_FIELDS))}"
+    )
+
+
+def most_recent_run(client: ApiClient) -> str:
+    runs = client.list_runs(limit=1)
+    if not runs:
+        raise CliError('there are no runs yet; start one with: loops new "task"')
+    return runs[0].run_id
+
+
+def _follow(ctx: Context, run_id: str, use_stream: bool) -> int:
+    # The status thread gets a client of its own; the main one is busy reading the stream.
+    poller = ApiClient(ctx.config)
+    try:
+        progress = Progress(ctx.console)
+        Follower(
+            ctx.client,
+            run_id,
+            progress,
+            state_source=lambda: poller.run_state(run_id),
+            use_stream=use_stream,
+        ).run()
+    finally:
+        poller.close()
+    return 0
+
+
+# --- commands ----------------------------------------------------------------------
+
+
+def repo_for_api(repo: str) -> str:
+    """A URL as given; a local path made absolute from the caller's directory. The API
+    refuses a relative path: it could only resolve it from its own directory, so
+    `--repo .` would have meant the API's checkout, not the caller's."""
+    if is_url(repo):
+        return repo
+    return str(Path(repo).expanduser().resolve())
+
+
+def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"task": args.task}
+    if args.rules_file:
+        criteria = load_criteria(args.rules_file)
+        criteria.pop("note", None)
+        body.update(criteria)
+    if args.repo:
+        body["repo"] = repo_for_api(args.repo)
+    for field in ("template", "max_iterations"):
+        value = getattr(args, field)
+        if value is not None:
+            body[field] = value
+    if args.base_branch:
+        body["base_branch"] = args.base_branch
+    if args.audit_probability is not None:
+        body["audit_probability"] = args.audit_probability
+    if args.interactive:
+        body["mode"] = "interactive"
+    run_id = ctx.client.create_run(body, args.idempotency_key).run_id
+    ctx.print(run_id)
+    if args.follow:
+        return _follow(ctx, run_id, use_stream=not args.poll)
+    return 0
+
+
+def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
+    run_id = args.run or most_recent_run(ctx.client)
+    if args.follow:
+        return _follow(ctx, run_id, use_stream=not args.poll)
+    state = ctx.client.run_state(run_id)
+    if args.json:
+        ctx.print(state.model_dump_json(indent=2))
+        return 0
+    ctx.print(status_line(state))
+    for note in status_notes(state):
+        ctx.print(note)
+    if model := model_line(state):
+        ctx.print(model)
+    return 0
+
+
+def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
+    body = {"reason": args.reason} if args.reason else {}
+    ctx.client.message(args.run, "stop", body)
+    ctx.print(f"stop requested for {args.run}; it reflects, pushes what it has, then ends")
+    return 0
+
+
+def cmd_clear_block(ctx: Context, args: argparse.Namespace) -> int:
+    state = ctx.client.message(args.run, "clear-block", {"note": args.note})
+    ctx.print(status_line(state))
+    return 0
+
+
+def cmd_pause(ctx: Context, args: argparse.Namespace) -> int:
+    ctx.client.message(args.run, "pause")
+    ctx.print(f"pause requested for {args.run}; it finishes its current step, then waits")
+    return 0
+
+
+def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
+    state = ctx.client.message(args.run, "resume")
+    ctx.print(status_line(state))
+    return 0
+
+
+def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = load_criteria(args.rules_file) if args.rules_file else {}
+    if args.max_iterations is not None:
+        body["max_iterations"] = args.max_iterations
+    if args.note:
+        body["note"] = args.note
+    state = ctx.client.message(args.run, "approve", body)
+    ctx.print(status_line(state))
+    return 0
+
+
+def cmd_list(ctx: Context, args: argparse.Namespace) -> int:
+    runs = ctx.client.list_runs(limit=args.limit, status=args.status)
+    return print_listing(ctx, runs, args.json, RUNS, list_table, "no runs")
+
+
+def print_listing(
+    ctx: Context,
+    items: list[Any],
+    as_json: bool,
+    adapter: TypeAdapter[Any],
+    table: Callable[[list[Any]], Table],
+    empty: str,
+) -> int:
+    """A list command's answer: its JSON, a table, or a line saying there is nothing."""
+    if as_json:
+        ctx.print(adapter.dump_json(items, indent=2).decode())
+    elif items:
+        ctx.console.print(table(items))
+    else:
+        ctx.print(empty)
+    return 0
+
+
+def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
+    events = ctx.client.events(args.run)
+    if args.json:
+        for event in events:
+            ctx.print(event.model_dump_json())
+        return 0
+    if not events:
+        ctx.print(f"no events for {args.run}")
+    for event in events:
+        ctx.print(history_line(event))
+    return 0
+
+
+def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
+    response = ctx.client.text_response(run_path(args.run, "artifact"))
+    text = response.text
+    ctx.out.write(text if text.endswith("\n") else text + "\n")
+    ctx.out.flush()
+    status = response.headers.get(RUN_STATUS_HEADER)
+    if status in LIVE_STATUSES:
+        # On stderr: stdout stays the artifact alone, for a pipe or a file.
+        commit = response.headers.get(ARTIFACT_COMMIT_HEADER, "")[:8]
+        ctx.err.write(
+            f"loops: run {args.run} is {status}: this is its latest draft"
+            f"{f' (commit {commit})' if commit else ''}, not its final artifact\n"
+        )
+    return 0
+
+
+LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_terminal)
+
+
+def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:
+    return cleaning.clean(ctx.client, args.run, args.yes, ctx.stdin, ctx.console)

@@ -1,0 +1,34 @@
+"""The facts the code relies on that a model must be told: prompts read them from here.
+
+Agent definitions write `{{artifact_path}}`, `{{answer_tool}}`, `{{write_file}}` and so on;
+the catalog fills them in when it loads the agents, so a renamed tool or file changes the
+prompts with it and no prompt states a name the code does not use.
+"""
+
+from __future__ import annotations
+
+from loopworks.agent.tools import TOOLS
+from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
+from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
+from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
+from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.schemas.tasks import MAX_EXISTING_FILES
+
+
+def prompt_facts() -> dict[str, str]:
+    """Every placeholder an agent definition may use, with its value."""
+    facts = {
+        "artifact_path": ARTIFACT_PATH,
+        "answer_tool": ANSWER_TOOL,
+        # The workspace tools, as a list a prompt can quote: `read_file`, `write_file`, …
+        "workspace_tools": ", ".join(f"`{name}`" for name in TOOLS),
+        # Seed 004's atomic rule, as the task graph's validator counts it.
+        "max_existing_files": str(MAX_EXISTING_FILES),
+        "task_planner_files_cap": str(TASK_PLANNER_FILES_CAP),
+        # Where the skill sub-loop writes (seed 003): helpers and reference notes.
+        "skills_dir": SKILLS_DIR,
+        "references_dir": REFERENCES_DIR,
+        "self_test_flag": SELF_TEST_FLAG,
+    }
+    facts.update({name: name for name in TOOLS})
+    return facts

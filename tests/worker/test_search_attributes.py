@@ -1,0 +1,142 @@
+"""The search attributes a worker requires of its namespace: one list, the workflows'
+own keys, and what the worker says when the namespace lacks some it cannot add."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from temporalio.service import RPCError, RPCStatusCode
+
+import loopworks.workflows
+from loopworks.deploy.processes import SEARCH_ATTRIBUTES
+from loopworks.worker.search_attributes import (
+    compare,
+    create_commands,
+    ensure_search_attributes,
+    refusal,
+)
+from loopworks.workflows.search_attributes import REQUIRED, required_types
+
+pytestmark = pytest.mark.unit
+
+WORKFLOWS = Path(loopworks.workflows.__file__).parent
+
+
+def test_every_key_the_workflows_write_is_required_and_defined_once() -> None:
+    defined = [
+        path.name
+        for path in WORKFLOWS.glob("*.py")
+        if re.search(r"SearchAttributeKey\.for_", path.read_text())
+    ]
+    assert defined == ["search_attributes.py"], "define search attribute keys there only"
+    source = (WORKFLOWS / "search_attributes.py").read_text()
+    names = re.findall(r'SearchAttributeKey\.for_\w+\("(\w+)"\)', source)
+    assert sorted(names) == sorted(key.name for key in REQUIRED)
+    assert required_types() == SEARCH_ATTRIBUTES
+    assert required_types()["LoopScore"] == "Double" and required_types()["LoopBlocked"] == "Bool"
+
+
+def test_a_namespace_with_them_all_needs_nothing() -> None:
+    present = {**required_types(), "ExecutionStatus": "Keyword"}
+    assert compare(required_types(), present).complete
+
+
+def test_what_is_missing_and_what_has_another_type() -> None:
+    required = {"LoopStatus": "Keyword", "LoopScore": "Double", "LoopIteration": "Int"}
+    comparison = compare(required, {"LoopScore": "Int"})
+    assert comparison.missing == {"LoopStatus": "Keyword", "LoopIteration": "Int"}
+    assert comparison.mistyped == {"LoopScore": ("Double", "Int")}
+    assert not comparison.complete
+
+
+def test_the_commands_add_the_missing_ones_one_type_at_a_time() -> None:
+    missing = {"LoopStatus": "Keyword", "LoopIteration": "Int", "LoopPhase": "Keyword"}
+    assert create_commands(missing, "loops", "temporal:7233") == [
+        "temporal operator search-attribute create --address temporal:7233 --namespace loops"
+        " --name LoopStatus --name LoopPhase --type Keyword",
+        "temporal operator search-attribute create --address temporal:7233 --namespace loops"
+        " --name LoopIteration --type Int",
+    ]
+
+
+def test_a_worker_that_cannot_add_them_names_them_why_and_the_commands() -> None:
+    comparison = compare({"LoopStatus": "Keyword", "LoopBlocked": "Bool"}, {})
+    said = refusal(comparison, "loops", "temporal:7233", "Request unauthorized.")
+    assert said.startswith("namespace loops lacks search attributes the workflows write:")
+    assert "LoopStatus (Keyword), LoopBlocked (Bool)" in said
+    assert "this worker cannot add them (Request unauthorized.)" in said
+    assert "--name LoopStatus --type Keyword" in said and "--name LoopBlocked --type Bool" in said
+
+
+def test_a_wrong_type_is_refused_with_what_to_do() -> None:
+    said = refusal(compare({"LoopScore": "Double"}, {"LoopScore": "Int"}), "loops", "t:7233")
+    assert "LoopScore is Int, the workflows write Double" in said
+    assert "another namespace" in said and "create" not in said
+
+
+def test_the_deployment_guide_names_each_with_its_type() -> None:
+    """deploy/README.md lists them for an operator who registers them by hand."""
+    guide = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
+    section = guide[guide.index("search attributes the workflows write") :][:1200]
+    for kind in set(required_types().values()):
+        names = [name for name, k in required_types().items() if k == kind]
+        listed = re.search(rf"((?:`\w+`,?\s*)+){kind}\b", section)
+        assert listed, kind
+        assert sorted(re.findall(r"`(\w+)`", listed.group(1))) == sorted(names), kind
+
+
+class Operator:
+    """The two operator-service calls the check makes, answered from a dict (name ->
+    the API's type number) or with an RPCError."""
+
+    def __init__(
+        self, known: dict[str, int], list_error: RPCError | None, add_error: RPCError | None
+    ) -> None:
+        self.known, self.list_error, self.add_error = known, list_error, add_error
+        self.added: dict[str, int] = {}
+
+    async def list_search_attributes(self, request: Any) -> Any:
+        if self.list_error:
+            raise self.list_error
+        return SimpleNamespace(system_attributes={}, custom_attributes=dict(self.known))
+
+    async def add_search_attributes(self, request: Any) -> None:
+        if self.add_error:
+            raise self.add_error
+        self.added.update(request.search_attributes)
+
+
+ALL = {key.name: key.indexed_value_type.value for key in REQUIRED}
+DENIED = RPCError("Request unauthorized.", RPCStatusCode.PERMISSION_DENIED, b"")
+
+
+@pytest.mark.parametrize(
+    ("known", "list_error", "add_error", "refused", "added"),
+    [
+        (ALL, None, None, None, {}),
+        ({}, None, None, None, ALL),
+        ({}, None, DENIED, "this worker cannot add them (Request unauthorized.)", {}),
+        ({**ALL, "LoopScore": 3}, None, None, "LoopScore is Int, the workflows write Double", {}),
+        # Not allowed to look: not checked (said in the log), not refused.
+        ({}, DENIED, None, None, {}),
+    ],
+    ids=["complete", "registered", "cannot-register", "wrong-type", "cannot-list"],
+)
+async def test_the_check_registers_what_it_may_and_refuses_what_it_may_not(
+    known: dict[str, int],
+    list_error: RPCError | None,
+    add_error: RPCError | None,
+    refused: str | None,
+    added: dict[str, int],
+) -> None:
+    operator = Operator(known, list_error, add_error)
+    client = SimpleNamespace(operator_service=operator)
+    said = await ensure_search_attributes(client, "loops", "t:7233")  # type: ignore[arg-type]
+    assert (said is None) == (refused is None), said
+    if refused is not None:
+        assert said is not None and refused in said
+    assert operator.added == added
