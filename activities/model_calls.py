@@ -13,8 +13,9 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import final_when_invalid_output, still_a_clone
 from loopworks.activities.heartbeat import heartbeating
-from loopworks.agent.loop import AgentOutcome, AgentStep
+from loopworks.agent.loop import AgentOutcome
 from loopworks.agent.loop import run_agent as run_agent_loop
+from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
 from loopworks.llm.pricing import price

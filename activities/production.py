@@ -17,7 +17,7 @@ from temporalio.exceptions import ApplicationError
 from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult, run_agent
-from loopworks.agent.loop import AgentStep, to_jsonl
+from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (

@@ -19,7 +19,7 @@ from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.activities.model_calls import consult, run_agent
-from loopworks.agent.loop import to_jsonl
+from loopworks.agent.trajectory import to_jsonl
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.contexts import (
     AcceptedFile,

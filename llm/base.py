@@ -2,10 +2,11 @@
 
 The model layer is pydantic-ai's `Model`, which a `ModelSource` gives for each call: a
 structured role sends its requests to it directly, with its agent definition as
-instructions and the answer model as a forced tool (`loopworks.llm.structured`); PRODUCE
-and REFINE run an `Agent` with the workspace tools (`loopworks.agent.loop`). Sources are
-the Anthropic Messages API (`loopworks.llm.anthropic`) and the offline model
-(`loopworks.llm.offline`, a pydantic-ai `FunctionModel`).
+instructions and the answer model as a forced tool (`loopworks.llm.structured`); PRODUCE,
+REFINE and the skill generator run a pydantic-ai `Agent` on it with the workspace tools
+(`loopworks.agent.loop`). Sources are the Anthropic Messages API
+(`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline`, a pydantic-ai
+`FunctionModel`).
 """
 
 from __future__ import annotations

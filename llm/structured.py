@@ -8,10 +8,9 @@ turns into `phase_error`.
 
 Each request goes out through pydantic-ai's direct `model_request`, on the same `Model`
 (Anthropic or offline) and with the same tool definition an `Agent` would send: the
-conversation is at most two requests with no tools to run, and an agent run's machinery
-cost about 2.5 ms of CPU a call against 0.1 ms for the request itself (a third of a
-worker's CPU in the 100-run benchmark). PRODUCE and REFINE, which run tools, keep
-the agent (`loopworks.agent.loop`).
+conversation is at most two requests with no tools to run, so an agent run's machinery
+would add CPU and nothing else. PRODUCE, REFINE and the skill generator, which run
+tools, are a pydantic-ai `Agent` (`loopworks.agent.loop`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from loopworks.agent.loop import from_jsonl
+from loopworks.agent.trajectory import from_jsonl
 from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import Stack
 

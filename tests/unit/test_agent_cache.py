@@ -1,6 +1,7 @@
 """What a model call is built from is made once per shape and shared by calls (the
-answer tools of structured roles): each call still sees only its own instructions, check,
-workspace and tool log, run after run and when runs interleave."""
+answer tools of structured roles, the pydantic-ai agent of PRODUCE, REFINE and the skill
+generator): each call still sees only its own instructions, check, workspace and tool
+log, run after run and when runs interleave."""
 
 from __future__ import annotations
 
@@ -70,8 +71,10 @@ def call(role: Role = Role.CRITIC) -> ModelCall:
 @pytest.fixture(autouse=True)
 def empty_caches() -> Iterator[None]:
     structured.answer_tool.cache_clear()
+    loop._agent.cache_clear()
     yield
     structured.answer_tool.cache_clear()
+    loop._agent.cache_clear()
 
 
 def refusing(refused: str, seen: list[str]) -> Callable[[Verdict], None]:
@@ -141,6 +144,8 @@ async def test_concurrent_agents_write_into_each_calls_own_workspace(tmp_path: P
     assert outcome_one.repairs == [] and len(outcome_two.repairs) == 1
     assert set(first.instructions) == {"Produce one."}
     assert set(second.instructions) == {"Produce two."}
+    # One agent (its tools' schemas made once) served both runs.
+    assert loop._agent.cache_info().misses == 1
 
 
 async def test_a_run_without_a_deliverable_is_not_nudged_after_one_with(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from pathlib import Path
@@ -21,15 +22,9 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
-from loopworks.agent.loop import (
-    NUDGE,
-    RECORD_TEXT_CAP,
-    AgentOutcome,
-    from_jsonl,
-    run_agent,
-    to_jsonl,
-)
+from loopworks.agent.loop import NUDGE, AgentOutcome, run_agent
 from loopworks.agent.tools import TOOLS
+from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
 from loopworks.llm.errors import CUT_OFF
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -322,6 +317,34 @@ async def test_a_turn_cut_off_before_any_output_is_invalid_output(tmp_path: Path
         await run(model, tmp_path, step="refine")
     assert raised.value.detail == CUT_OFF
     assert len(model.seen) == 1
+
+
+async def test_a_refusal_is_invalid_output_and_not_nudged(tmp_path: Path) -> None:
+    said = TextPart("I can't help with that.")
+    model = ScriptedModels(ModelResponse(parts=[said], finish_reason="content_filter"))
+    with pytest.raises(InvalidOutput) as raised:
+        await run(model, tmp_path)
+    assert raised.value.detail == "the model refused to go on: I can't help with that."
+    assert len(model.seen) == 1
+
+
+async def test_a_stop_cancels_the_agent_while_it_waits_for_the_model(tmp_path: Path) -> None:
+    asked = asyncio.Event()
+
+    async def slow(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.set()
+        await asyncio.sleep(30)
+        return says("too late")
+
+    class Slow(ScriptedModels):
+        def model(self, call: ModelCall) -> FunctionModel:
+            return FunctionModel(slow, model_name="slow")
+
+    task = asyncio.create_task(run(Slow(), tmp_path))
+    await asked.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, timeout=2)
 
 
 async def test_the_tool_calls_of_the_last_turn_run_before_the_limit_stops_the_loop(

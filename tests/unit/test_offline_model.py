@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from loopworks.agent.loop import AgentStep, run_agent
+from loopworks.agent.loop import run_agent
+from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.llm.base import InvalidOutput, ModelCall
 from loopworks.llm.offline import OfflineModels, OfflineScript, ScriptEntry

@@ -19,8 +19,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
-from loopworks.agent.loop import from_jsonl
 from loopworks.agent.tools import TOOLS
+from loopworks.agent.trajectory import from_jsonl
 from loopworks.llm.anthropic import AnthropicModels
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.roles import Role

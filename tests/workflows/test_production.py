@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loopworks.agent.loop import from_jsonl
+from loopworks.agent.trajectory import from_jsonl
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
