@@ -171,7 +171,8 @@ class RepairedPayload(Payload):
 
 
 class PlaybookLoadedPayload(Payload):
-    """The playbook version hydration read and the items it was given (issue 13)."""
+    """The playbook version hydration read and the items it was given
+    (docs/playbook.md#how-hydration-reads-it)."""
 
     name: str
     version: int
