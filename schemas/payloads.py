@@ -116,8 +116,7 @@ class ReflectionPayload(Payload):
     reflection: dict[str, Any] = Field(description="the Framework Reflection, as written")
     outcome: str
     commit: str = Field(
-        description="the commit reflected on (the reflection itself joins close's commit; "
-        "before the reflection-recorded-at-close patch: the reflection's own commit)"
+        description="the commit reflected on (the reflection itself joins close's commit)"
     )
 
 
