@@ -137,8 +137,8 @@ class GraphInput(BaseModel):
     request: GraphRequest
     created_at: str
     memory: GraphMemory | None = None
-    # The API token's name that started it; its task loops carry it on. "" before graphs
-    # recorded it.
+    # The API token's name that started it; its task loops carry it on. "" for a graph
+    # started other than through the API.
     started_by: str = ""
     # Continue-as-new once the history has this many events (when no task loop runs);
     # unset, the server's own suggestion decides.
