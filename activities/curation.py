@@ -1,5 +1,5 @@
-"""After reflection: the task curator (seed 003) decides what the run teaches the
-repository's playbook, and whether to start the skill sub-loop."""
+"""After reflection: the task curator (docs/playbook.md#what-a-run-sends-back) decides what
+the run teaches the repository's playbook, and whether to start the skill sub-loop."""
 
 from __future__ import annotations
 

@@ -29,10 +29,11 @@ def final_when_invalid_output() -> Iterator[None]:
 
 
 def still_a_clone(workdir: Path) -> None:
-    """The data directory is a cache the worker may lose at any moment (issue 14): when the
-    clone vanished while the agent worked in it, the step failed for that, not for the
-    model's answer (a deliverable "not written" included). A plain ApplicationError is
-    retried, from the same commit, in a fresh clone on whichever worker takes it."""
+    """The data directory is a cache the worker may lose at any moment
+    (docs/architecture.md#where-state-lives): when the clone vanished while the agent worked
+    in it, the step failed for that, not for the model's answer (a deliverable "not written"
+    included). A plain ApplicationError is retried, from the same commit, in a fresh clone
+    on whichever worker takes it."""
     if not (workdir / ".git").is_dir():
         raise ApplicationError(
             f"the workspace {workdir.name} was removed while the agent worked in it",

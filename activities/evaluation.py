@@ -1,8 +1,8 @@
 """Step 6: EVALUATE, one activity per independent check group, run in parallel.
 
-Evaluators are strict and non-creative (seed 001): commands and patterns are run, not
-judged; only `llm` checks ask a model, yes/no questions, all of a group's in one call.
-Two groups, as seed 001 has them: executable checks, in a working clone; content rules
+Evaluators are strict and non-creative: commands and patterns are run, not judged; only
+`llm` checks ask a model, yes/no questions, all of a group's in one call. Two groups
+(docs/loop.md#rules-and-checks): executable checks, in a working clone; content rules
 (patterns and judgements), read from the commit's files.
 """
 

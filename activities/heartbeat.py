@@ -9,11 +9,10 @@ from collections.abc import AsyncIterator
 
 from temporalio import activity
 
-# How often a running step tells Temporal it is alive. Cancellation (a stop) reaches a
-# step only in a heartbeat's reply, so this is how long a stop waits on a model call; and
-# each beat is a call the server records: the benchmark's run makes 17 model calls, which
-# at 20 s each and a beat a second would be 340 calls; at 3 s a stop still lands within
-# seconds, for a third of them.
+# How often a running step tells Temporal it is alive. Cancellation (a stop) reaches a step
+# only in a heartbeat's reply, so this is how long a stop waits on a model call; and each
+# beat is a call the server records, so a beat every 3 s costs a third of a beat a second's
+# calls while a stop still lands within seconds (docs/benchmarks.md#model-calls-per-run).
 # Three beats fit in the steps' 10-second heartbeat timeout (workflows/policies.py).
 HEARTBEAT_EVERY_SECONDS = 3.0
 

@@ -1,5 +1,5 @@
-"""A task graph's integration branch (seed 004): prepared once, merged into one task branch
-at a time by the merge queue, and carrying the status ledger.
+"""A task graph's integration branch (docs/graphs.md#the-merge-queue): prepared once, merged
+into one task branch at a time by the merge queue, and carrying the status ledger.
 
 A task is completed only when its verification command exits 0 on the merged tree, so a
 merge is pushed only after that. Every push is a compare-and-swap on the branch head: a
@@ -102,7 +102,7 @@ class IntegrationActivities:
     @activity.defn(name="record_ledger")
     async def record_ledger(self, request: LedgerRequest) -> LedgerOutput:
         """Append the ledger lines it lacks, write missing task files, archive completed
-        tasks past seed 004's threshold, and push it all as one change."""
+        tasks past the archiving threshold (ARCHIVE_AFTER), and push it all as one change."""
         return await _in_thread(self._record, request)
 
     # -- prepare -----------------------------------------------------------------------
@@ -125,7 +125,8 @@ class IntegrationActivities:
                     f"could not create {branch}", type=INTEGRATION_BRANCH_MISSING
                 )
             files = git.list_files(origin, head)
-            # Seed 002: a prep package in the repository may stand in for planning.
+            # A prep package in the repository may stand in for planning
+            # (docs/graphs.md#prep-packages).
             package = git.read_file(origin, head, PREP_PACKAGE_PATH)
             tasks = git.read_file(origin, head, PREP_TASKS_PATH) if package else None
         return IntegrationInfo(
@@ -230,9 +231,10 @@ class IntegrationActivities:
         with self._at_head(origin, branch, LEDGER_SLOT) as (head, workdir):
             commit = head
             if read_ledger(workdir) is None:
-                # Seed 004 §3.C: the ledger exists, empty, before its first line.
+                # The ledger exists, empty, before its first line: a reader of the branch finds
+                # the file from the start.
                 workspace_files.write_text(workdir, LEDGER_PATH, "")
-                commit = git.commit(workdir, "Task ledger: bootstrap, empty (seed 004)", when)
+                commit = git.commit(workdir, "Task ledger: bootstrap, empty", when)
             appended = append_lines(workdir, request.lines)
             archived_ids = archived(workdir)
             written = [

@@ -1,4 +1,5 @@
-"""Planning a task graph (seed 004): the task planner splits a goal into atomic tasks."""
+"""Planning a task graph (docs/graphs.md#from-a-goal-to-tasks): the task planner splits a
+goal into atomic tasks."""
 
 from __future__ import annotations
 

@@ -55,8 +55,7 @@ class PlaybookActivities:
 
     @activity.defn(name="commit_playbook")
     async def commit_playbook(self, write: PlaybookWrite) -> str:
-        """One version: what writers started before versions were committed together
-        still schedule (their histories replay with it)."""
+        """One version, on its own: a rollback's."""
         versions = [
             VersionWrite(playbook=write.playbook, batch_id=write.batch_id, source=write.source)
         ]

@@ -1,8 +1,7 @@
-"""Step 10: the Framework Reflection and the session-insights record (seed 000).
+"""Step 10: the framework reflection and the session-insights record (docs/loop.md#steps).
 
-Both are written into the run's branch (`.loops/`: by close, in the run's last commit,
-for runs since the `reflection-recorded-at-close` patch) and, for trend analysis across
-runs, under the data directory's `insights/`.
+Both are written into the run's branch (`.loops/`: by close, in the run's last commit) and,
+for trend analysis across runs, under the data directory's `insights/`.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ class RepositoryActivities:
 
     @activity.defn(name="close_run")
     async def close_run(self, request: CloseInput) -> CloseOutput:
-        """Seed 000's session close: commit the run's last events and final state, push
-        the run branch and verify the remote has it."""
+        """The run's close (step 12, docs/loop.md#steps): commit the run's last events and
+        final state, push the run branch and verify the remote has it."""
         async with heartbeating():
             return await self._close(request)
 

@@ -1,6 +1,6 @@
-"""The skill sub-loop's three steps (seed 003): the generator writes helpers and reference
-notes into the run's workspace, the reflector reviews them and code runs each helper's
-check, the curator proposes the playbook deltas for what was kept.
+"""The skill sub-loop's three steps (docs/playbook.md#the-skill-sub-loop): the generator
+writes helpers and reference notes into the run's workspace, the reflector reviews them and
+code runs each helper's check, the curator proposes the playbook deltas for what was kept.
 
 The generator's commit is published to the run's work ref (the reflector may run on
 another worker) but becomes the run's only when the workflow adopts the reflector's

@@ -165,7 +165,7 @@ def _graph_parser(
     )
     status.add_argument("--json", action="store_true", help="print the state as JSON")
 
-    ledger = add("ledger", graphs.cmd_ledger, "a graph's status ledger (seed 004)")
+    ledger = add("ledger", graphs.cmd_ledger, "a graph's status ledger: each task transition")
     graph_id(ledger)
     ledger.add_argument("--json", action="store_true", help="the JSON lines as the graph wrote")
 

@@ -4,7 +4,8 @@ Events come from the live stream (`GET /runs/{id}/events?follow=1`, server-sent 
 read with httpx-sse, whose `id:` is the event's seq, resumed with `Last-Event-ID` after
 a dropped connection) or, when the API answers that request with plain JSON, from
 polling `events?after=N`. Either way each event is handled once, in seq order: finished
-iterations print seed 001 Step 8's summary, and the end prints Step 7's.
+iterations print their summary (docs/loop.md#iteration-summary), and the end prints how
+the run ended.
 
 Events say what finished, not what is running, so the current step comes from the
 run's status: rich's spinner on a terminal, a plain line per change otherwise.

@@ -81,8 +81,8 @@ class GraphApi:
 
 
 def load_tasks(path: Path) -> list[Any]:
-    """A tasks file: a JSON or YAML list of seed 004 tasks. The API validates them (ids,
-    requirements, cycles, verification commands) and names every problem."""
+    """A tasks file: a JSON or YAML list of tasks (docs/graphs.md#tasks). The API validates
+    them (ids, requirements, cycles, verification commands) and names every problem."""
     data = read_document(path)
     if not isinstance(data, list) or not data:
         raise CliError(f"{path} must hold a list of tasks (id, title, description, ...)")
@@ -194,7 +194,7 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_ledger(ctx: Context, args: argparse.Namespace) -> int:
     text = GraphApi(ctx.client).ledger(args.graph)
     if args.json:
-        # The lines as the graph wrote them (seed 004's keys and order), blank ones dropped.
+        # The lines as the graph wrote them (their keys and order), blank ones dropped.
         for line in text.splitlines():
             if line.strip():
                 ctx.out.write(line + "\n")

@@ -1,5 +1,5 @@
-"""What the CLI prints: the status line, the runs table, the event timeline, seed 001
-Step 8's iteration summaries (rebuilt from events) and Step 7's final summary.
+"""What the CLI prints: the status line, the runs table, the event timeline, the iteration
+summaries (rebuilt from events; docs/loop.md#iteration-summary) and the final summary.
 
 Everything reads the API's models (`RunState`, `RunSummary`, the typed events), and
 returns text or a rich renderable, so it is tested without a terminal.
@@ -105,7 +105,7 @@ def stop_reason(state: RunState) -> str | None:
 
 
 def status_line(state: RunState) -> str:
-    """Seed 001's `alias | status | iteration | phase | current_step | last_score | updated_at`."""
+    """`alias | status | iteration | phase | current_step | last_score | updated_at`."""
     return " | ".join(
         [
             state.alias or state.run_id,
@@ -186,7 +186,7 @@ def _ids(items: Iterable[str]) -> str:
 
 
 def event_detail(event: Event) -> str:
-    """One phrase per event, in the terms seed 001 Step 8 uses."""
+    """One phrase per event, in the terms the iteration summary uses."""
     match event:
         case RunStarted(payload=p):
             return _short(p.task)
@@ -293,11 +293,11 @@ NOTICED = frozenset(
 )
 
 
-# --- seed 001 Step 8: iteration summaries from events --------------------------------
+# --- iteration summaries from events -------------------------------------------------
 
 
 class IterationTracker:
-    """Rebuilds Step 8's summaries from the event stream, one per evaluated phase.
+    """Rebuilds the iteration summaries from the event stream, one per evaluated phase.
 
     An iteration's summary is complete when the loop moves on: `phase_switched` closes
     phase A's evaluation (B re-evaluates the same artifact), `iteration_advanced` closes
@@ -367,7 +367,7 @@ def iteration_summaries(events: Iterable[Event], max_iterations: int, artifact: 
     return [render_summary(summary) for summary in summaries]
 
 
-# --- seed 001 Step 7: the final summary ----------------------------------------------
+# --- the final summary: how the run ended (docs/loop.md#stop-reasons) -----------------
 
 
 def final_summary(state: RunState) -> str:

@@ -20,7 +20,7 @@ WORKER_COMMAND: tuple[str, ...] = ("python", "-m", WORKER_MODULE)
 GIT_SERVER_SCRIPT = "deploy/git-server.sh"
 GIT_SERVER_COMMAND: tuple[str, ...] = ("loopworks-git-server",)
 
-# Variables both processes read (see README "Configuration").
+# Variables both processes read (docs/configuration.md).
 SHARED_ENV: tuple[str, ...] = (
     "TEMPORAL_ADDRESS",
     "TEMPORAL_NAMESPACE",

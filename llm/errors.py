@@ -40,7 +40,8 @@ MODEL_UNAVAILABLE = "ModelUnavailable"
 # far future should slow a run down, not park it for days.
 MAX_RETRY_AFTER = timedelta(minutes=5)
 
-# Statuses that may succeed on a later attempt (DESIGN: 4xx other than these fail).
+# Statuses that may succeed on a later attempt; any other 4xx fails at once
+# (docs/models.md#when-a-call-fails).
 _RETRYABLE_4XX = frozenset({408, 409, 429})
 
 _REJECTED: dict[int, str] = {

@@ -1,5 +1,6 @@
-"""The offline model's answers for the delta playbook's roles (seed 003): the reflector's
-tags, the task curator, and the skill sub-loop's generator, reflector and curator.
+"""The offline model's answers for the delta playbook's roles (docs/playbook.md): the
+reflector's tags, the task curator, and the skill sub-loop's generator, reflector and
+curator.
 
 Deterministic, like every offline answer. The task curator asks for nothing unless the
 task says so, through markers anywhere in the task's text:

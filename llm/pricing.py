@@ -13,7 +13,7 @@ DEFAULT_PRICES: dict[str, ModelPrice] = {
     "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.1, cache_write=1.25),
     "claude-sonnet-4-6": ModelPrice(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
     "claude-opus-4-8": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
-    # The opus default until 2026-11 (end of life 2027-01-22): runs that still name it.
+    # A former opus default, still priced for the runs and definitions that name it.
     "claude-opus-4-5": ModelPrice(input=5.0, output=25.0, cache_read=0.5, cache_write=6.25),
 }
 

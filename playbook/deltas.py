@@ -1,5 +1,5 @@
-"""Applying a batch of deltas to a playbook (seed 003, after ACE): models propose, code
-applies.
+"""Applying a batch of deltas to a playbook (docs/playbook.md#deltas, after ACE): models
+propose, code applies.
 
 Pure and deterministic, no clock, no randomness, no I/O: `PlaybookWorkflow` calls it
 inside the workflow, so every replay makes the same version. A batch is applied to a

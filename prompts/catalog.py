@@ -1,4 +1,4 @@
-"""Workflow templates (seed 000) and agent definitions (seed 003) shipped with the service.
+"""Workflow templates and agent definitions (docs/loop.md#roles) shipped with the service.
 
 Both are markdown files with YAML front matter, read by one loader (`_load`) on
 python-frontmatter and validated by the pydantic models below. A template's front matter
@@ -38,7 +38,7 @@ TEMPLATES_DIR = Path(__file__).parent / "templates"
 AGENTS_DIR = Path(__file__).parent / "agents"
 
 TIERS: tuple[str, ...] = ("haiku", "sonnet", "opus")
-# Seed 003: the model is optional and defaults to "sonnet".
+# An agent definition need not name a model: it then gets the middle tier.
 DEFAULT_MODEL = "sonnet"
 
 FALLBACK_TEMPLATE = "minor-edit"

@@ -22,10 +22,11 @@ def prompt_facts() -> dict[str, str]:
         "answer_tool": ANSWER_TOOL,
         # The workspace tools, as a list a prompt can quote: `read_file`, `write_file`, …
         "workspace_tools": ", ".join(f"`{name}`" for name in TOOLS),
-        # Seed 004's atomic rule, as the task graph's validator counts it.
+        # The atomic rule, as the task graph's validator counts it (docs/graphs.md#tasks).
         "max_existing_files": str(MAX_EXISTING_FILES),
         "task_planner_files_cap": str(TASK_PLANNER_FILES_CAP),
-        # Where the skill sub-loop writes (seed 003): helpers and reference notes.
+        # Where the skill sub-loop writes: helpers and reference notes
+        # (docs/playbook.md#the-skill-sub-loop).
         "skills_dir": SKILLS_DIR,
         "references_dir": REFERENCES_DIR,
         "self_test_flag": SELF_TEST_FLAG,

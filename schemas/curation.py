@@ -1,4 +1,4 @@
-"""What the curating roles answer: seed 003's task curator payload and the skill sub-loop's
+"""What the curating roles answer: the task curator's payload and the skill sub-loop's
 reflector and curator, and the reflector's tags on the playbook items a run was given.
 
 Models propose; code decides. `curated_deltas` turns the task curator's
@@ -40,7 +40,7 @@ class Priority(StrEnum):
 
 
 class ProposedUpdate(BaseModel):
-    """Seed 003's proposed update. `action` (default `add`) says what the code does with
+    """A change the task curator proposes. `action` (default `add`) says what the code does with
     it: `add` a new item (`target` is its section, `description` its content), `update`
     the item whose id is `id` (new content `description`), or `remove` the item `id`."""
 
@@ -75,7 +75,8 @@ class ProposedUpdate(BaseModel):
 
 
 class CuratorPayload(BaseModel):
-    """The task curator's answer: seed 003's JSON payload."""
+    """The task curator's answer: what the run teaches the playbook
+    (docs/playbook.md#what-a-run-sends-back)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -1,4 +1,5 @@
-"""Results of EVALUATE and the distance-to-success block of seed 001 Step 7."""
+"""Results of EVALUATE, and the distance-to-success block a run that ran out of iterations
+carries (docs/loop.md#distance-to-success)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The run's history.jsonl line (seed 001 Step 6): one model per event, keyed on its name.
+"""The run's history.jsonl line: one model per event, keyed on its name (docs/loop.md#events).
 
-Every line has seed 001's envelope (`seq`, `ts`, `run_id`, `iteration`, `phase`, `step`,
+Every line has the same envelope (`seq`, `ts`, `run_id`, `iteration`, `phase`, `step`,
 `event`, `status`) and a `payload` whose shape the event's name fixes. The workflow emits
 these models, git keeps them, the API serves them and the CLI parses them with the same
 `EVENT` adapter, so a payload field renamed on one side fails the other's tests.
@@ -47,7 +47,7 @@ from loopworks.schemas.rules import Phase
 
 
 class EventName(StrEnum):
-    # Seed 001.
+    # The loop's steps.
     RUN_STARTED = "run_started"
     PLAN_CREATED = "plan_created"
     ARTIFACT_CREATED = "artifact_created"
@@ -60,7 +60,7 @@ class EventName(StrEnum):
     PHASE_ERROR = "phase_error"
     STOPPED = "stopped"
     FAILED = "failed"
-    # Seed 000.
+    # The roles around the loop: hydration, review, audit, QA, reflection; the push.
     HYDRATION_DONE = "hydration_done"
     CRITIC_VERDICT = "critic_verdict"
     AUDIT_VERDICT = "audit_verdict"
@@ -68,18 +68,18 @@ class EventName(StrEnum):
     QA_VERDICT = "qa_verdict"
     REFLECTION_DONE = "reflection_done"
     PUSHED = "pushed"
-    # Control (seed 002, seed 001's confirmation).
+    # Control messages (docs/loop.md#control): approval, pause and resume.
     APPROVED = "approved"
     PAUSED = "paused"
     RESUMED = "resumed"
     # A fresh Temporal history for a long run (the run and its events go on).
     CONTINUED_AS_NEW = "continued_as_new"
-    # A model's answer was invalid and it repaired it when shown the errors (seed 001's
-    # "retry once" that succeeded).
+    # A model's answer was invalid and it repaired it when shown the errors: the one retry
+    # an invalid answer gets, which succeeded (docs/loop.md#invalid-answers).
     OUTPUT_REPAIRED = "output_repaired"
     # The worker that prepared the run runs commands outside the sandbox (LOOPS_SANDBOX=off).
     COMMANDS_UNSANDBOXED = "commands_unsandboxed"
-    # The delta playbook (seed 003, issue 13): what hydration was given, what the task
+    # The delta playbook (docs/playbook.md): what hydration was given, what the task
     # curator decided, what the skill sub-loop kept, and what the playbook applied.
     PLAYBOOK_LOADED = "playbook_loaded"
     CURATED = "curated"

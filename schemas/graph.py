@@ -1,4 +1,4 @@
-"""A task graph: a goal split into atomic tasks (seed 004), each run as a child loop, in
+"""A task graph: a goal split into atomic tasks (docs/graphs.md), each run as a child loop, in
 dependency order, with one ledger and one merge queue. The request, the graph's state
 (its status query), its memory across continue-as-new and its result."""
 
@@ -22,7 +22,8 @@ def task_loop_id(graph_id: str, task_id: str, attempt: int) -> str:
 
 
 class PrepUpload(BaseModel):
-    """Seed 002's two files, as text: prep-package.json and prep-tasks.jsonl."""
+    """A prep package's two files, as text: prep-package.json and prep-tasks.jsonl
+    (docs/graphs.md#prep-packages)."""
 
     package: str = Field(min_length=2, max_length=200_000, description="prep-package.json")
     tasks: str = Field(max_length=2_000_000, description="prep-tasks.jsonl")
@@ -43,7 +44,7 @@ class GraphRequest(BaseModel):
     )
     prep_package: PrepUpload | None = Field(
         default=None,
-        description="a seed 002 prep package sent with the request instead of read from the "
+        description="a prep package sent with the request instead of read from the "
         "repository's .workflow/.loop/",
     )
     # Each task's loop.
@@ -100,7 +101,7 @@ class GraphState(BaseModel):
     )
     prep_rejected: list[str] = Field(
         default_factory=list,
-        description="seed 002: why the repository's prep package was not used (then planned)",
+        description="why the repository's prep package was not used (then planned)",
     )
     message: str = Field(default="", description="why the graph ended as it did")
     created_at: str = ""
@@ -136,8 +137,8 @@ class GraphInput(BaseModel):
     request: GraphRequest
     created_at: str
     memory: GraphMemory | None = None
-    # The API token's name that started it; its task loops carry it on. "" before graphs
-    # recorded it.
+    # The API token's name that started it; its task loops carry it on. "" for a graph
+    # started other than through the API.
     started_by: str = ""
     # Continue-as-new once the history has this many events (when no task loop runs);
     # unset, the server's own suggestion decides.

@@ -1,4 +1,5 @@
-"""Seed 000's Framework Reflection and its unified session-insights schema."""
+"""The reflector's framework reflection, and the session-insights record a run leaves
+(step 10 in docs/loop.md#steps)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Inputs and outputs of a task graph's integration activities (activities/integration.py):
 the integration branch, the merge queue that merges one task branch at a time into it, and
-the status ledger kept on it (seed 004)."""
+the status ledger kept on it (docs/graphs.md#the-ledger)."""
 
 from __future__ import annotations
 

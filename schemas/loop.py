@@ -88,8 +88,8 @@ class LoopInput(BaseModel):
     created_at: str
     # None for a new run; a continued run's memory otherwise.
     memory: RunMemory | None = None
-    # The API token's name that started it (its graph's, for a task loop); "" before
-    # runs recorded it.
+    # The API token's name that started it (its graph's, for a task loop); "" for a run
+    # started other than through the API.
     started_by: str = ""
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.

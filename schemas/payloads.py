@@ -116,8 +116,7 @@ class ReflectionPayload(Payload):
     reflection: dict[str, Any] = Field(description="the Framework Reflection, as written")
     outcome: str
     commit: str = Field(
-        description="the commit reflected on (the reflection itself joins close's commit; "
-        "before the reflection-recorded-at-close patch: the reflection's own commit)"
+        description="the commit reflected on (the reflection itself joins close's commit)"
     )
 
 
@@ -171,7 +170,8 @@ class RepairedPayload(Payload):
 
 
 class PlaybookLoadedPayload(Payload):
-    """The playbook version hydration read and the items it was given (issue 13)."""
+    """The playbook version hydration read and the items it was given
+    (docs/playbook.md#how-hydration-reads-it)."""
 
     name: str
     version: int

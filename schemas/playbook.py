@@ -1,4 +1,5 @@
-"""The delta playbook (seed 003, after ACE): itemised context that runs learn from runs.
+"""The delta playbook (after ACE): itemised context that runs learn from runs
+(docs/playbook.md).
 
 A playbook is a list of short items, one per origin repository (and one for the service's
 own default origin). Models never rewrite it: they propose deltas (`ADD`, `UPDATE`,

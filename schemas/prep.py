@@ -1,8 +1,9 @@
-"""A prep package (seed 002): a task list prepared ahead of a loop, and its six checks.
+"""A prep package: a task list prepared ahead of a loop, and its six checks
+(docs/graphs.md#prep-packages).
 
 A preparation tool writes `.workflow/.loop/prep-package.json` and, one task per line,
-`.workflow/.loop/prep-tasks.jsonl`. Seed 002 consumes the package only when all six of
-its checks pass, and reports every failure. Everything here is pure: the caller reads the
+`.workflow/.loop/prep-tasks.jsonl`. A graph takes its tasks from the package only when all
+six checks pass, and reports every failure. Everything here is pure: the caller reads the
 files and passes the clock in (a workflow's `workflow.now()`), so a replay decides alike.
 """
 
@@ -22,17 +23,17 @@ from loopworks.schemas.tasks import TASK_ID_PATTERN, GraphError, Task
 PREP_DIR = ".workflow/.loop"
 PREP_PACKAGE_PATH = f"{PREP_DIR}/prep-package.json"
 PREP_TASKS_PATH = f"{PREP_DIR}/prep-tasks.jsonl"
-# Seed 002 check 2: the skill a package must be prepared for (seed 002 says `ccw-loop`,
-# the skill it belongs to; here the consumer is loopworks).
+# Check 2: the skill a package must be prepared for (the preparation tool's own loop says
+# `ccw-loop`; here the consumer is loopworks).
 TARGET_SKILL = "loopworks"
-# Seed 002 check 4: an older package may be stale.
+# Check 4: an older package may be stale.
 MAX_AGE = timedelta(hours=24)
-# The tool seed 002 names labels UTC+8 times with a `Z` (`getUtc8ISOString` adds 8 hours
+# The preparation tool labels UTC+8 times with a `Z` (its `getUtc8ISOString` adds 8 hours
 # and keeps toISOString's `Z`), so a fresh package may look up to 8 hours ahead of now.
-# Seed 002 accepts any future time; we accept up to MAX_AGE ahead and refuse beyond, where
-# no clock skew explains it.
+# Rather than accept any future time, we accept up to MAX_AGE ahead and refuse beyond,
+# where no clock skew explains it.
 MAX_AHEAD = timedelta(hours=24)
-# A prep task without acceptance criteria gets this one (seed 004 needs at least one).
+# A prep task without acceptance criteria gets this one (a task needs at least one).
 DEFAULT_CRITERION = "The verification command exits 0."
 TITLE_MAX = 80
 
@@ -63,10 +64,10 @@ class PrepAutoLoop(BaseModel):
 
 
 class PrepPackage(BaseModel):
-    """`prep-package.json` as seed 002 reads it; fields it does not read are kept as-is.
+    """`prep-package.json` as the checks read it; fields they do not read are kept as-is.
 
     `prep_package_errors` checks the raw JSON rather than this model, because a model
-    stops at the first bad field and seed 002 reports every failed check.
+    stops at the first bad field and every failed check is reported.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -81,7 +82,7 @@ class PrepPackage(BaseModel):
 
 
 def _same_root(a: str, b: str) -> bool:
-    # Textual, as seed 002 compares them: no symlink is resolved (that would be I/O).
+    # Textual: no symlink is resolved (that would be I/O).
     return posixpath.normpath(a) == posixpath.normpath(b)
 
 
@@ -108,7 +109,7 @@ def _age_error(generated_at: Any, now: datetime) -> str | None:
 def prep_package_errors(
     package: dict[str, Any], tasks_text: str | None, repo_root: str, now: datetime
 ) -> list[str]:
-    """Seed 002's six checks, every failure reported, each naming what it checked; [] when
+    """The six checks, every failure reported, each naming what it checked; [] when
     the package may be consumed.
 
     `package` is the parsed prep-package.json, `tasks_text` prep-tasks.jsonl's text (None
@@ -157,7 +158,7 @@ _SOURCE_ID = re.compile(r"^[A-Za-z]+-0*(\d+)$")
 
 
 def _task_id(value: Any) -> str | None:
-    """A prep id as seed 004 spells it: `task-001`, `TASK-1` and `T-001` are `T-001`."""
+    """A prep id as a task id: `task-001`, `TASK-1` and `T-001` are `T-001`."""
     if not isinstance(value, str):
         return None
     if re.match(TASK_ID_PATTERN, value):
@@ -215,11 +216,11 @@ def _as_task(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def prep_tasks(tasks_text: str) -> list[Task]:
-    """prep-tasks.jsonl's tasks as seed 004 tasks, in line order; blank lines skipped.
+    """prep-tasks.jsonl's tasks as graph tasks (`Task`), in line order; blank lines skipped.
 
-    Seed 002 requires `id` and `description` on a line and keeps the rest as-is; seed 002's
-    preparation tool writes ccw-loop tasks. A line in seed 004's own shape is taken as it
-    is; otherwise each seed 004 field is read from the first of these that is set:
+    A line needs `id` and `description` and may carry anything else; the preparation tool
+    writes its own loop's (ccw-loop's) tasks. A line in `Task`'s own shape is taken as it
+    is; otherwise each `Task` field is read from the first of these that is set:
 
     - `id`: `id`, respelled `T-<n>` with at least 3 digits (`task-001`, `TASK-1` -> `T-001`);
     - `title`: `title`, else the description's first line up to its first `: ` (ccw writes
@@ -235,8 +236,8 @@ def prep_tasks(tasks_text: str) -> list[Task]:
       command is guessed.
 
     Other fields (`status`, `priority`, `tool`, `mode`, ...) are ignored: the ledger owns
-    status. Unlike seed 002, which skips a bad line, every bad line is reported (the graph
-    would otherwise lose a task silently): GraphError with one message per line, "line N:".
+    status. No bad line is skipped: each is reported (the graph would otherwise lose a task
+    silently), GraphError with one message per line, "line N:".
     """
     tasks: list[Task] = []
     errors: list[str] = []
@@ -253,7 +254,7 @@ def prep_tasks(tasks_text: str) -> list[Task]:
             continue
         missing = [key for key in ("id", "description") if not line.get(key)]
         if missing:
-            errors.append(f"line {number}: {' and '.join(missing)} missing (seed 002 needs both)")
+            errors.append(f"line {number}: {' and '.join(missing)} missing (a task needs both)")
             continue
         fields = _as_task(line)
         if fields["id"] is None:

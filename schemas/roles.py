@@ -26,9 +26,10 @@ class Role(StrEnum):
     CUSTODIET = "custodiet"
     QA_VERIFIER = "qa-verifier"
     REFLECTOR = "reflector"
-    # Splits a goal into a graph of atomic tasks (seed 004); each task runs as a child loop.
+    # Splits a goal into a graph of atomic tasks (docs/graphs.md); each task runs as a child
+    # loop.
     TASK_PLANNER = "task-planner"
-    # The delta playbook (seed 003): the task curator, and the skill sub-loop's three.
+    # The delta playbook (docs/playbook.md): the task curator, and the skill sub-loop's three.
     TASK_CURATOR = "task-curator"
     SKILL_GENERATOR = "skill-generator"
     SKILL_REFLECTOR = "skill-reflector"
@@ -52,7 +53,8 @@ class QAVerdict(StrEnum):
 
 
 class Hydration(BaseModel):
-    """Prompt hydrator (seed 000): template, plan, acceptance criteria, draft rules."""
+    """The hydrator's answer: the task as a template, a plan, acceptance criteria and draft
+    rules."""
 
     template: str = Field(
         min_length=1,
@@ -83,7 +85,7 @@ class Hydration(BaseModel):
 
 
 class CriticReview(BaseModel):
-    """The critic's review of a hydration (seed 000), before any work starts."""
+    """The critic's review of a hydration, before any work starts."""
 
     verdict: CriticVerdict = Field(
         description="`PROCEED`: the work starts on this plan. `REVISE`: the hydrator redoes "
@@ -104,7 +106,7 @@ class CriticReview(BaseModel):
 
 
 class IterationPlan(BaseModel):
-    """The plan of one iteration (seed 001 PLAN)."""
+    """The plan of one iteration (the PLAN step)."""
 
     focus: str = Field(
         min_length=1,
@@ -145,7 +147,7 @@ class PreparedCheckAnswer(BaseModel):
 
 
 class Preparation(BaseModel):
-    """PREPARE's answer (seed 001): one concrete check per rule it was given."""
+    """PREPARE's answer: one concrete check per rule it was given."""
 
     checks: list[PreparedCheckAnswer] = Field(
         description="Exactly one check per rule given: a rule left without a check, or a "
@@ -236,7 +238,7 @@ class Issue(BaseModel):
 
 
 class Critique(BaseModel):
-    """CRITIQUE's answer (seed 001), after a failed evaluation."""
+    """CRITIQUE's answer, after a failed evaluation."""
 
     issues: list[Issue] = Field(
         min_length=1,
@@ -246,7 +248,7 @@ class Critique(BaseModel):
 
 
 class Audit(BaseModel):
-    """The custodiet's audit (seed 000)."""
+    """The custodiet's audit of the run so far, which may block it."""
 
     verdict: AuditVerdict = Field(
         description="`OK`: the run goes on. `BLOCK`: the run stops, status blocked, until a "
@@ -265,7 +267,7 @@ class Audit(BaseModel):
 
 
 class QAReport(BaseModel):
-    """The QA verifier's report (seed 000), before the run may complete."""
+    """The QA verifier's report, before the run may complete."""
 
     verdict: QAVerdict = Field(
         description="`VERIFIED`: the run completes. `ISSUES`: the refiner gets `issues` for "
@@ -328,7 +330,7 @@ class ReflectionAnswer(BaseModel):
 
 
 class TaskPlan(BaseModel):
-    """The task planner's answer (seed 004): the goal as a graph of atomic tasks."""
+    """The task planner's answer: the goal as a graph of atomic tasks."""
 
     tasks: list[Task] = Field(
         min_length=1,

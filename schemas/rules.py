@@ -1,4 +1,5 @@
-"""Evaluation rules (seed 001's RULE-SCHEMA) and the concrete checks PREPARE makes of them."""
+"""Evaluation rules (docs/loop.md#rules-and-checks) and the concrete checks PREPARE makes of
+them."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ class Phase(StrEnum):
     B = "B"
 
 
-# Seed 001: "if template shorthand omitted weight, derive from severity".
+# A rule that sets no weight weighs by its severity (docs/loop.md#scoring).
 DEFAULT_WEIGHT: dict[Severity, float] = {Severity.FAIL: 2.0, Severity.WARN: 1.0, Severity.INFO: 0.0}
 
 
@@ -216,7 +217,8 @@ class Rule(BaseModel):
 
 
 def normalise_rules(rules: list[Rule]) -> list[Rule]:
-    """Rules in full RULE-SCHEMA form, ids unique (seed 001 Step 2 normalisation)."""
+    """Rules in full form (every weight set, from severity when a rule gave none), ids unique:
+    the rules a run keeps after hydration or an approval."""
     seen: set[str] = set()
     for rule in rules:
         if rule.id in seen:
@@ -250,9 +252,10 @@ def described_rules(rules: Sequence[Rule]) -> list[Rule]:
 
 
 class CheckGroup(StrEnum):
-    """Independent groups EVALUATE runs in parallel (seed 001: executable checks, and
-    content rules read from the artifact). JUDGE: runs started before `llm` checks joined
-    the content group evaluate them apart."""
+    """Independent groups EVALUATE runs in parallel: executable checks in a clone of their
+    own, and content rules read from the commit's files (docs/loop.md#rules-and-checks).
+    JUDGE: `llm` checks apart from the content group, only when `group_of` is asked for it
+    (`judges_apart`); the loop never asks."""
 
     EXEC = "exec"
     CONTENT = "content"
@@ -261,7 +264,7 @@ class CheckGroup(StrEnum):
 
 def group_of(check: CommandCheck | PatternCheck | JudgeCheck, judges_apart: bool) -> CheckGroup:
     """Commands need a working clone of their own; patterns and judgements only read the
-    commit's files, so they are one group (unless `judges_apart`, as runs before were)."""
+    commit's files, so they are one group (unless `judges_apart`)."""
     if isinstance(check, CommandCheck):
         return CheckGroup.EXEC
     if isinstance(check, JudgeCheck) and judges_apart:

@@ -1,4 +1,5 @@
-"""The run request, statuses, stop reasons and the run status (seed 001's run.json)."""
+"""The run request, statuses and stop reasons (docs/loop.md#statuses, docs/loop.md#stop-reasons),
+and the run state, which is also `.loops/run.json` on the run's branch."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class StopReason(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
 
 
-# Seed 001 Step 7's table, plus the reasons seed 000 adds.
+# The status each stop reason gives (docs/loop.md#stop-reasons).
 STATUS_FOR_REASON: dict[StopReason, RunStatus] = {
     StopReason.THRESHOLD_REACHED: RunStatus.COMPLETED,
     StopReason.NO_MAJOR_ISSUES: RunStatus.COMPLETED,
@@ -205,7 +206,8 @@ class BlockInfo(BaseModel):
 
 
 class RunState(BaseModel):
-    """The status query: seed 001's run.json plus block state and token usage."""
+    """The status query, and `.loops/run.json` on the run's branch: the run's progress, its
+    block state and its token usage (docs/loop.md#control)."""
 
     run_id: str
     alias: str

@@ -61,12 +61,13 @@ class Settings(BaseSettings):
     # a worker that cannot sandbox refuses to start unless this is `off`.
     sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
     # Temporal's workflow sandbox guards workflow code against non-deterministic calls at
-    # run time, and costs a fifth of the worker's CPU (the SDK enters it for each payload
-    # it converts: the README's benchmark figures). The only workflow code a worker runs
-    # is loopworks' own, and the tests run it all inside the sandbox (every workflow test,
-    # every recorded history replayed, tests/workflows/conftest.py) and check its modules
-    # for the calls it would stop (tests/unit/test_workflow_determinism.py): the guard is
-    # kept where a mistake can be made, before release. `true` keeps it at run time too.
+    # run time, and costs a fifth of the worker's CPU (the SDK enters it for each payload it
+    # converts: docs/benchmarks.md#figures-behind-individual-choices). The only workflow
+    # code a worker runs is loopworks' own, and the tests run it all inside the sandbox
+    # (every workflow test, every recorded history replayed, tests/workflows/conftest.py)
+    # and check its modules for the calls it would stop
+    # (tests/unit/test_workflow_determinism.py): the guard is kept where a mistake can be
+    # made, before release. `true` keeps it at run time too.
     workflow_sandbox: bool = Field(default=False, alias="LOOPS_WORKFLOW_SANDBOX")
     # Where runs' working clones live; default `<LOOPS_DATA_DIR>/workspaces`. The sandbox's
     # user must reach them (`loops up` picks a place when the data directory is private).
@@ -82,7 +83,7 @@ class Settings(BaseSettings):
     # any token is set, every route but health and docs needs one.
     api_tokens: str | None = Field(default=None, alias="LOOPS_API_TOKENS")
     # A request body past this is refused (413) before it is read whole: the largest a
-    # route takes is a graph with a seed 002 prep package, about 2.2 MB of text.
+    # route takes is a graph with a prep package, about 2.2 MB of text.
     api_max_body_bytes: int = Field(
         default=8 * 1024 * 1024, ge=64 * 1024, alias="LOOPS_API_MAX_BODY_BYTES"
     )
@@ -121,7 +122,8 @@ class Settings(BaseSettings):
     agent_max_turns: int = Field(default=12, ge=1, alias="LOOPS_AGENT_MAX_TURNS")
     offline_latency_ms: int = Field(default=0, ge=0, alias="LOOPS_OFFLINE_LATENCY_MS")
     offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
-    # Seed 000's tiers; agent definitions name a tier (or a model id, used as is).
+    # The model tiers (docs/models.md#models-per-role); agent definitions name a tier (or a
+    # model id, used as is).
     model_haiku: str = Field(default="claude-haiku-4-5", alias="LOOPS_MODEL_HAIKU")
     model_sonnet: str = Field(default="claude-sonnet-4-6", alias="LOOPS_MODEL_SONNET")
     model_opus: str = Field(default="claude-opus-4-8", alias="LOOPS_MODEL_OPUS")
@@ -134,9 +136,9 @@ class Settings(BaseSettings):
     git_author_email: str = Field(default="loopworks@localhost", alias="LOOPS_GIT_AUTHOR_EMAIL")
     # otlp, console or off; unset means OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, else off.
     tracing: str | None = Field(default=None, alias="LOOPS_TRACING")
-    # The delta playbook (issue 13): the whole playbook's token budget, the versions after
-    # which an item nobody used is pruned, how similar an ADD must be to merge into an
-    # item, and how much of it hydration is given.
+    # The delta playbook (docs/playbook.md#budget-and-pruning): the whole playbook's token
+    # budget, the versions after which an item nobody used is pruned, how similar an ADD
+    # must be to merge into an item, and how much of it hydration is given.
     playbook_max_tokens: int = Field(default=4000, ge=100, alias="LOOPS_PLAYBOOK_MAX_TOKENS")
     playbook_unused_after: int = Field(default=50, ge=1, alias="LOOPS_PLAYBOOK_UNUSED_AFTER")
     playbook_similarity: float = Field(default=0.85, gt=0, le=1, alias="LOOPS_PLAYBOOK_SIMILARITY")

@@ -24,11 +24,12 @@ from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
 from loopworks.schemas.run import RunState, TokenUsage
 from loopworks.schemas.tasks import Task
 
-# Where a run's artifact lives in its workspace (seed 001's artifact.md).
+# Where a run's artifact lives in its workspace (docs/loop.md#terms).
 ARTIFACT_PATH = "artifact.md"
 
 # The ApplicationError type of an answer that does not fit its role's schema: never
-# retried by Temporal, because the workflow owns seed 001's "retry the phase once".
+# retried by Temporal, because the workflow owns the one repair an invalid answer gets
+# (docs/loop.md#invalid-answers).
 INVALID_OUTPUT = "InvalidOutput"
 # The ApplicationError type of an origin lacking what a run or graph starts from (the
 # base branch named, any commit): a definite answer, so never retried.
@@ -55,8 +56,8 @@ def trajectory_path(iteration: int, step: str) -> str:
     return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}.jsonl"
 
 
-# Seed 001's persistence contract, on the run's branch: the append-only event log and the
-# run's state, written by the steps that commit.
+# The run's record on its branch (docs/workspace.md#the-runs-record-in-git): the append-only
+# event log and the run's state, written by the steps that commit.
 HISTORY_PATH = f"{RECORDS_DIR}/history.jsonl"
 RUN_STATE_PATH = f"{RECORDS_DIR}/run.json"
 

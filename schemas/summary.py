@@ -1,4 +1,4 @@
-"""Seed 001 Step 8's compact iteration summary, as plain text.
+"""The compact iteration summary, as plain text (docs/loop.md#iteration-summary).
 
 The workflow shows it as its current details in the Temporal UI; the CLI prints it.
 """

@@ -1,4 +1,5 @@
-"""Task graphs (seed 004): atomic tasks, their status ledger, and the one graph validator.
+"""Task graphs (docs/graphs.md): atomic tasks, their status ledger, and the one graph
+validator.
 
 A goal is split into tasks (`docs/tasks/T-XXX.json`), each run as a child loop in
 dependency order; the orchestrator alone appends to the ledger
@@ -20,19 +21,21 @@ from pydantic import BaseModel, Field, StringConstraints, field_validator
 LEDGER_PATH = "docs/current/task-status.jsonl"
 TASKS_DIR = "docs/tasks"
 ARCHIVE_PATH = "docs/tasks/ARCHIVE.jsonl"
-# Seed 004 §4: more than this many completed task files in docs/tasks/ triggers archiving.
+# More than this many completed task files in docs/tasks/ are archived
+# (docs/graphs.md#the-ledger).
 ARCHIVE_AFTER = 10
-# Seed 004 §3.A: a task may modify at most this many existing files.
+# The atomic rule: a task may modify at most this many existing files (docs/graphs.md#tasks).
 MAX_EXISTING_FILES = 3
 
-# Seed 004's `T-XXX`, and the fix tasks the orchestrator adds for a failed one (§3.D).
+# `T-` and at least three digits, and the fix tasks the orchestrator adds for a failed one
+# (docs/graphs.md#failures-and-fix-tasks).
 TASK_ID_PATTERN = r"^T-\d{3,}(-fix-\d+)?$"
 
 NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
 class TaskStatus(StrEnum):
-    """Seed 004 §3.D's transitions, spelled as its ledger spells them."""
+    """A task's statuses, spelled as the ledger spells them (docs/graphs.md#the-ledger)."""
 
     PENDING = "pending"
     IN_PROGRESS = "in-progress"
@@ -57,7 +60,7 @@ def _repo_path(path: str) -> str:
 
 
 class TaskContext(BaseModel):
-    """What a task's agent is pointed at (seed 004 `context`)."""
+    """What a task's agent is pointed at (its `context`)."""
 
     files: list[str] = Field(
         default_factory=list,
@@ -81,7 +84,8 @@ class TaskContext(BaseModel):
 
 
 class Task(BaseModel):
-    """One atomic unit of work (seed 004 §1, `docs/tasks/T-XXX.json`): a single logical
+    """One atomic unit of work (docs/graphs.md#tasks; kept as `docs/tasks/T-XXX.json` in the
+    repository worked on): a single logical
     change that a child loop makes and `verification_command` proves."""
 
     id: str = Field(
@@ -113,7 +117,8 @@ class Task(BaseModel):
 
 
 class LedgerLine(BaseModel):
-    """One line of the status ledger (seed 004 §2), plus what loopworks records with it."""
+    """One line of the status ledger (docs/graphs.md#the-ledger): the ledger's own fields
+    (`id`, `status`, `updated_at`, `summary`, `delta`) and what loopworks records with them."""
 
     id: str = Field(pattern=TASK_ID_PATTERN)
     status: TaskStatus
@@ -133,8 +138,8 @@ class LedgerLine(BaseModel):
         """The line as the ledger holds it, without its newline.
 
         Unset (None) fields are left out, and so is `attempt` on a first attempt, so that a
-        line with only seed 004's fields is written exactly as the seed writes it (same
-        keys, same order, `json.dumps`' `", "`/`": "` separators).
+        line with only the ledger's own fields is plain `json.dumps` of them (same keys, same
+        order, its `", "`/`": "` separators), as other tools reading the ledger write it.
         """
         data = self.model_dump(mode="json", exclude_none=True)
         if data.get("attempt") == 1:
@@ -148,18 +153,18 @@ def ledger_lines(text: str) -> list[LedgerLine]:
 
 
 def latest_lines(lines: Sequence[LedgerLine]) -> dict[str, LedgerLine]:
-    """Each task's most recent line (seed 004 §3.B: the last line for an id wins)."""
+    """Each task's most recent line (the last line for an id is its status)."""
     return {line.id: line for line in lines}
 
 
 def task_file(task: Task | str) -> str:
-    """Where seed 004 keeps a task: `docs/tasks/<id>.json`."""
+    """Where a graph keeps a task in the repository worked on: `docs/tasks/<id>.json`."""
     task_id = task.id if isinstance(task, Task) else task
     return f"{TASKS_DIR}/{task_id}.json"
 
 
 def task_json(task: Task) -> str:
-    """A task file's text: seed 004's keys in its order, indented, newline-terminated."""
+    """A task file's text: `Task`'s keys in their order, indented, newline-terminated."""
     return task.model_dump_json(indent=2) + "\n"
 
 
@@ -246,10 +251,10 @@ def graph_errors(tasks: Sequence[Task], existing_files: Collection[str] | None =
 
     Checked: an empty graph, duplicate ids, a `requires` naming no task of the graph,
     cycles (the tasks on each, with one path through them), a blank verification command,
-    and seed 004's atomic rule: a task whose `context.files` include more than 3 of
+    and the atomic rule: a task whose `context.files` include more than 3 of
     `existing_files` (the repository's paths at the base commit) must be split. With
     `existing_files` None the atomic rule is skipped. `context.files` lists what a task
-    reads or modifies, not which it modifies: seed 004 gives no other field, so every
+    reads or modifies, not which it modifies: a task has no other field to say so, so every
     existing file listed counts.
     """
     if not tasks:

@@ -1,4 +1,5 @@
-"""The loop's decisions as plain functions (seed 001 Steps 4, 5 and 7).
+"""The loop's decisions as plain functions (what follows an evaluation, stagnation, stop
+reasons and the distance to success: docs/loop.md).
 
 Nothing here touches Temporal, so every rule is unit-tested on its own and the
 workflow reads as a sequence of steps.
@@ -17,18 +18,19 @@ from loopworks.schemas.evaluation import CheckResult, DistanceToSuccess, Evaluat
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule, Severity, group_of
 from loopworks.schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
 
-# Seed 001: "if delta < 0.02 ... increment stagnation_count; if stagnation_count >= 2, stop".
+# A failed evaluation that gains less than this is stagnant; this many in a row stop the run
+# (docs/loop.md#stagnation).
 STAGNATION_DELTA = 0.02
 STAGNATION_LIMIT = 2
 # Critic REVISE sends the plan back to hydration at most this many times.
 MAX_PLAN_REVISIONS = 2
-# A task alias keeps this many characters at most (seed 001 allows 64), so that a run id
+# A task alias keeps this many characters at most, so that a run id
 # (`<alias>-<yyyyMMdd-HHmmss>-<6 hex>`) stays short enough to read.
 ALIAS_MAX_LENGTH = 40
 
 
 def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
-    """Phase A activates A rules; phase B activates A and B (seed 001 `active_levels`)."""
+    """Phase A activates A rules; phase B activates A and B (docs/loop.md#phases)."""
     if phase == Phase.A:
         return [rule for rule in rules if rule.phase == Phase.A]
     return list(rules)
@@ -111,13 +113,12 @@ class Decision:
 
 
 def next_stagnation_count(previous: Evaluation | None, current: Evaluation, count: int) -> int:
-    """Seed 001's stagnation counter.
+    """The stagnation counter (docs/loop.md#stagnation).
 
-    The seed counts an evaluation as stagnant when the score rose by less than 0.02 "and
-    there are no fail blockers"; read literally that never fires, because an evaluation
-    without fail blockers already stops with `no_major_issues`. We read it as "and no
-    fail blocker was cleared": a loop that fixes a blocker is progressing even if the
-    score barely moves.
+    An evaluation is stagnant when the score rose by less than 0.02 and no fail blocker of
+    the previous one was cleared: a loop that fixes a blocker is progressing even if the
+    score barely moves. ("And no fail blocker is left" would never fire: an evaluation
+    without one already stops with `no_major_issues`.)
     """
     if previous is None:
         return 0
@@ -137,7 +138,8 @@ def decide(
     max_iterations: int,
     stagnation_count: int,
 ) -> Decision:
-    """Seed 001 Steps 4 and 5, in order: pass → switch or stop; then the stop conditions."""
+    """What follows an evaluation, in order: pass → switch or stop; then the stop conditions
+    (docs/loop.md#what-follows-an-evaluation)."""
     if evaluation.passed:
         if evaluation.phase == Phase.A:
             return Decision(Next.SWITCH_TO_B, stagnation_count=stagnation_count)
@@ -158,7 +160,8 @@ def is_success(reason: StopReason) -> bool:
 
 
 def distance_to_success(evaluation: Evaluation) -> DistanceToSuccess:
-    """Seed 001 Step 7's block for a run that hit `iteration_limit` without passing."""
+    """The block for a run that hit `iteration_limit` without passing
+    (docs/loop.md#distance-to-success)."""
     return DistanceToSuccess(
         phase=evaluation.phase,
         threshold=evaluation.threshold,
@@ -177,13 +180,13 @@ def should_audit(draw: float, probability: float) -> bool:
 
 
 def alias_for(task: str) -> str:
-    """Seed 001's task alias: a lowercase hyphen slug of 3-40 characters.
+    """The task alias: a lowercase hyphen slug of 3-40 characters (docs/loop.md#terms).
 
     python-slugify transliterates to ASCII ("Écrire" gives "ecrire"), keeps only `a-z` and
     `0-9` words joined by single hyphens, and cuts at a word boundary (a first word longer
     than the cap is cut). So the run id made from the alias is a valid Temporal workflow id
     and git ref component (`workspace.refs.checked_run_id`). Slugify leaves an empty or
-    short slug as it is; seed 001 wants at least 3 characters, hence the two fallbacks.
+    short slug as it is; an alias has at least 3 characters, hence the two fallbacks.
     """
     slug = slugify(task, max_length=ALIAS_MAX_LENGTH, word_boundary=True) or "task"
     return slug if len(slug) >= 3 else f"{slug}-loop"

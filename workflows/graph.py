@@ -1,4 +1,4 @@
-"""TaskGraphWorkflow: a goal split into atomic tasks (seed 004), each a child LoopWorkflow,
+"""TaskGraphWorkflow: a goal split into atomic tasks (docs/graphs.md), each a child LoopWorkflow,
 run in dependency order, merged one at a time, completed only when its verification
 command passes on the integration branch.
 
@@ -271,7 +271,7 @@ class TaskGraphWorkflow:
         return self._state.started_by or self._params.started_by
 
     def _started_by_pair(self) -> list[SearchAttributePair[str]]:
-        # A graph started before graphs recorded who started it has no name to hand on.
+        # A graph started other than through the API (the `temporal` CLI, say) names nobody.
         return [SearchAttributePair(LOOP_STARTED_BY, self._started_by)] if self._started_by else []
 
     def _released(self) -> bool:

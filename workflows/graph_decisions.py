@@ -1,11 +1,11 @@
-"""A task graph's decisions as plain functions (seed 004 §3.D and §4).
+"""A task graph's decisions as plain functions (docs/graphs.md).
 
 Which tasks start next, which can no longer start, when the graph is done, what fix task
 follows a failure, when completed task files are archived. Nothing here touches Temporal,
 so the TaskGraphWorkflow imports it as it is and every rule is unit-tested on its own.
 
 A requirement is met when its task completed, or when one of its fix tasks
-(`<id>-fix-<n>`, seed 004 §3.D's "new Fix task") completed: a fix stands in for the task it
+(`<id>-fix-<n>`, docs/graphs.md#failures-and-fix-tasks) completed: a fix stands in for the task it
 fixes, so the tasks after a failed one still run once the fix succeeds, and the ledger
 keeps the failure as it happened.
 """
@@ -41,8 +41,8 @@ def fixes_by_root(tasks: Sequence[Task]) -> dict[str, list[str]]:
 
 
 def _status(status: Mapping[str, TaskStatus], task_id: str) -> TaskStatus:
-    # A task the ledger has no line for yet is pending (seed 004 §3.D: it exists in
-    # docs/tasks/ and is about to be added to the ledger).
+    # A task the ledger has no line for yet is pending: it exists in docs/tasks/ and is
+    # about to be added to the ledger.
     return status.get(task_id, TaskStatus.PENDING)
 
 
@@ -143,7 +143,7 @@ def graph_done(tasks: Sequence[Task], status: Mapping[str, TaskStatus]) -> bool:
 
 
 def counts(status: Mapping[str, TaskStatus]) -> dict[str, int]:
-    """How many tasks have each status, every status listed (0 included), in seed 004's
+    """How many tasks have each status, every status listed (0 included), in the ledger's
     order: pending, in-progress, completed, failed, blocked."""
     tally = {value.value: 0 for value in TaskStatus}
     for value in status.values():
@@ -152,7 +152,7 @@ def counts(status: Mapping[str, TaskStatus]) -> dict[str, int]:
 
 
 def fix_task(failed: Task, tasks: Sequence[Task], failure: str) -> Task:
-    """Seed 004 §3.D's "new Fix task" for a failed task.
+    """The fix task for a failed task (docs/graphs.md#failures-and-fix-tasks).
 
     Its id is `<id>-fix-<n>`, n one above the highest fix of that task so far (a fix of a
     fix is numbered from the task it fixes, `T-001-fix-1` -> `T-001-fix-2`, so ids stay
@@ -188,14 +188,14 @@ def fix_task(failed: Task, tasks: Sequence[Task], failure: str) -> Task:
 
 
 def archive_due(in_tasks_dir: Collection[str], status: Mapping[str, TaskStatus]) -> list[str]:
-    """Seed 004 §4: when docs/tasks/ holds more than ARCHIVE_AFTER completed task files,
+    """When docs/tasks/ holds more than ARCHIVE_AFTER completed task files,
     all of them (sorted) move to ARCHIVE.jsonl; otherwise none do."""
     completed = sorted(t for t in in_tasks_dir if status.get(t) == TaskStatus.COMPLETED)
     return completed if len(completed) > ARCHIVE_AFTER else []
 
 
-# Why a task whose loop was running when its graph stopped ended failed (seed 004's
-# ledger has no `stopped`).
+# Why a task whose loop was running when its graph stopped ended failed (the ledger has
+# no `stopped` status).
 STOPPED_WITH_THE_GRAPH = "stopped with the graph"
 
 

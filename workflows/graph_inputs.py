@@ -1,5 +1,6 @@
-"""What a task graph hands on: a task as its child loop's request, and the tasks of a
-seed 002 prep package. Plain functions, no Temporal: the clock is passed in."""
+"""What a task graph hands on: a task as its child loop's request, and the tasks of a prep
+package (docs/graphs.md#prep-packages). Plain functions, no Temporal: the clock is passed
+in."""
 
 from __future__ import annotations
 
@@ -64,9 +65,9 @@ def from_prep_package(
     files: Collection[str],
     now: datetime,
 ) -> PrepOutcome:
-    """Seed 002: a ready, fresh package for this repository stands in for planning; any
-    other is rejected with every failure listed (seed 002's six checks, then the graph
-    validator), and the graph plans instead."""
+    """A ready, fresh package for this repository stands in for planning; any other is
+    rejected with every failure listed (the six checks, then the graph validator), and the
+    graph plans instead."""
     try:
         package = json.loads(package_text)
     except ValueError as err:

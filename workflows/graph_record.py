@@ -1,6 +1,6 @@
-"""A task graph's record as its workflow keeps it: the graph's state (the status query)
-and seed 004's ledger, where every task transition is a line. Used from inside the
-workflow only: it reads `workflow.now()`, never the real clock."""
+"""A task graph's record as its workflow keeps it: the graph's state (the status query) and
+its ledger, where every task transition is a line (docs/graphs.md#the-ledger). Used from
+inside the workflow only: it reads `workflow.now()`, never the real clock."""
 
 from __future__ import annotations
 

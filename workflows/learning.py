@@ -1,4 +1,5 @@
-"""What a run takes from its repository's playbook and what it gives back (issue 13).
+"""What a run takes from its repository's playbook and what it gives back
+(docs/playbook.md#how-hydration-reads-it, docs/playbook.md#what-a-run-sends-back).
 
 At hydration the run reads the playbook (the current version, or a pinned one) and
 records the version and the items it was given. After reflection the task curator

@@ -181,7 +181,8 @@ class LoopWorkflow:
         )
 
     async def _iterate(self, iteration: int) -> None:
-        """Steps 4-9, per seed 001 Step 4, until a stop condition ends the loop."""
+        """Steps 4-9 (docs/loop.md#steps), iteration after iteration, until a stop condition
+        ends the loop (docs/loop.md#what-follows-an-evaluation)."""
         memory, first = self._memory, iteration
         while True:
             limit = self._params.continue_as_new_after_events

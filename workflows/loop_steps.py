@@ -293,7 +293,7 @@ class LoopSteps(OnRecord):
         return reflected
 
     async def close(self, reflected: ReflectOutput | None) -> None:
-        """Step 11: commit the run's record (its reflection too), push the run branch,
+        """Step 12, close: commit the run's record (its reflection too), push the run branch,
         verify the remote has it."""
         self.record.set_step(Step.CLOSE)
         state = self.state

@@ -1,4 +1,4 @@
-"""PlaybookWorkflow: the one writer of a repository's delta playbook (seed 003, ACE).
+"""PlaybookWorkflow: the one writer of a repository's delta playbook (docs/playbook.md).
 
 An entity workflow, one per playbook (`playbook/<name>`), that lives as long as the
 playbook does. Runs deliver their delta batches as signals and read the outcome with the

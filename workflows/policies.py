@@ -26,7 +26,8 @@ class StepPolicy:
 
 
 # A model call: long, heartbeating (so a dead worker or a stop is noticed in seconds),
-# retried with backoff; invalid output is the workflow's to retry (seed 001: once).
+# retried with backoff; invalid output is the workflow's to retry, once
+# (docs/loop.md#invalid-answers).
 MODEL_CALL = StepPolicy(
     start_to_close=timedelta(minutes=10),
     heartbeat=timedelta(seconds=10),

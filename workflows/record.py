@@ -1,4 +1,4 @@
-"""The run's record as the workflow keeps it: its status (seed 001's run.json), its
+"""The run's record as the workflow keeps it: its state (run.json on the branch), its
 events (history.jsonl, of which the workflow keeps a bounded tail: git holds the rest) and
 the search attributes that make the Temporal UI a dashboard.
 
@@ -120,8 +120,8 @@ class RunRecord:
             self.emit(EventName.OUTPUT_REPAIRED, RepairedPayload(repairs=repairs))
 
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
-        """A new artifact commit from PRODUCE or REFINE (seed 001 Step 6's payloads); the
-        step adapter has counted its usage."""
+        """A new artifact commit from PRODUCE or REFINE, and its event; the step adapter has
+        counted its usage."""
         self.state.artifact_commit = output.commit
         fields: dict[str, Any] = {
             "commit": output.commit,
@@ -141,8 +141,8 @@ class RunRecord:
     def conclude(
         self, reason: StopReason, message: str, last_evaluation: Evaluation | None
     ) -> None:
-        """Record why the loop stopped; on `iteration_limit` without a pass, with seed
-        001's distance-to-success block."""
+        """Record why the loop stopped; on `iteration_limit` without a pass, with the
+        distance-to-success block (docs/loop.md#distance-to-success)."""
         distance = None
         if reason == StopReason.ITERATION_LIMIT and last_evaluation and not last_evaluation.passed:
             distance = decisions.distance_to_success(last_evaluation)
@@ -179,7 +179,8 @@ class RunRecord:
         artifact: ArtifactOutput | None,
         critique: Critique | None = None,
     ) -> None:
-        """Seed 001 Step 8's compact summary as the run's current details in the UI."""
+        """The compact iteration summary as the run's current details in the UI
+        (docs/loop.md#iteration-summary)."""
         summary = IterationSummary(
             iteration=self.state.iteration,
             max_iterations=self.state.max_iterations,

@@ -1,4 +1,5 @@
-"""SkillLoopWorkflow: seed 003's skill sub-loop, a child of the run whose task curator
+"""SkillLoopWorkflow: the skill sub-loop (docs/playbook.md#the-skill-sub-loop), a child of the
+run whose task curator
 asked for helpers or reference notes.
 
 Generator, reflector (with each helper's check run by code), curator: each an activity

@@ -74,7 +74,7 @@ class Steering(OnRecord):
             raise ValueError(f"run is not blocked (status {self.state.status.value})")
 
     def pause(self) -> RunState:
-        """Seed 002's pause: the current step finishes, then the run waits."""
+        """Pause: the current step finishes, then the run waits (docs/loop.md#control)."""
         self.memory.paused = True
         self.record.emit(EventName.PAUSED, Empty())
         return self.state
@@ -123,7 +123,7 @@ class Steering(OnRecord):
     # --- holds -------------------------------------------------------------------------
 
     async def await_approval(self) -> None:
-        """Seed 001's explicit confirmation: nothing iterates until a person approves."""
+        """Interactive mode's confirmation: nothing iterates until a person approves."""
         self.record.set_status(RunStatus.AWAITING_APPROVAL)
         await workflow.wait_condition(lambda: self.memory.approved or self.stop_requested)
         if self.stop_requested:

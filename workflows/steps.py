@@ -1,10 +1,10 @@
 """The step adapter: how the loop runs an activity, and a model step under its policy.
 
-Every model step has one shape: mark the run's current step, pass the gate, run the
-activity with the fields every model call carries (`ModelStep`), turn seed 001's
-"invalid output twice" into a phase error, count the answer's usage and repairs, and
-emit the step's typed event. `StepRunner.model_step` is that shape, once. Used from
-inside the workflow only.
+Every model step has one shape: mark the run's current step, pass the gate, run the activity
+with the fields every model call carries (`ModelStep`), turn "invalid output twice" into a
+phase error (docs/loop.md#invalid-answers), count the answer's usage and repairs, and emit
+the step's typed event. `StepRunner.model_step` is that shape, once. Used from inside the
+workflow only.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class StepRunner:
                 method, build(self.fields(role)), policy, summary, gated=gated
             )
         except InvalidOutput as err:
-            # The repair inside the step was seed 001's one retry: this is the second miss.
+            # The repair inside the step was the one retry: this is the second miss.
             payload = PhaseErrorPayload(step=step.value, error=str(err))
             self.record.emit(EventName.PHASE_ERROR, payload, status="error")
             raise Finished(

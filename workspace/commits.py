@@ -1,14 +1,14 @@
 """A step's work recorded: the commit in the run's clone, and the commit onto origin.
 
-Onto origin by `git push`, except for the origin this service created on disk (the
-embedded default, workspace/stores.py): a run's clone borrows that origin's object store,
-writes its commits' objects straight into it, and moves origin's refs in one ref
-transaction (workspace/objects.py).
-Origin ends with the same objects and refs a push leaves, without the eight processes a
-local push starts (a shell, receive-pack, pack-objects, unpack-objects, the connectivity
-walk, for-each-ref, gc --auto): about 16 ms of CPU a push, four a run, measured with
-scripts/bench.py. An origin named by a user, even a path, is always pushed to: its receive
-settings belong to its owner (its hooks never run: workspace/lockdown.py, HARDENING).
+Onto origin by `git push`, except for the origin this service created on disk (the embedded
+default, workspace/stores.py): a run's clone borrows that origin's object store, writes its
+commits' objects straight into it, and moves origin's refs in one ref transaction
+(workspace/objects.py). Origin ends with the same objects and refs a push leaves, without
+the eight processes a local push starts (a shell, receive-pack, pack-objects,
+unpack-objects, the connectivity walk, for-each-ref, gc --auto:
+docs/benchmarks.md#figures-behind-individual-choices). An origin named by a user, even a
+path, is always pushed to: its receive settings belong to its owner (its hooks never run:
+workspace/lockdown.py, HARDENING).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class CommitPublisher(OriginReader):
             url = self.origin_url(workdir)
             push = ["push", "--quiet", "--force", "--no-verify", *serving_program(url, "push")]
             self._git([*push, "origin", *refspecs], cwd=workdir)
-            # Seed 000's close: the remote is asked what it has, not trusted from the push.
+            # The close's check: the remote is asked what it has, not trusted from the push.
             remote = next(
                 (r[0] for r in self._ls_remote(url, ref) if len(r) == 2 and r[1] == ref), None
             )
@@ -149,7 +149,7 @@ class CommitPublisher(OriginReader):
         # What receive-pack would do after a push: pack loose objects and refs once
         # there are many (detached, and a no-op most times).
         self._git([f"--git-dir={origin}", "gc", "--auto", "--quiet"], check=False)
-        # Seed 000's close: origin is asked what it has, not trusted from the update.
+        # The close's check: origin is asked what it has, not trusted from the update.
         return ref_target(open_repository(origin), refs[0])
 
     def origin_url(self, workdir: Path) -> str:

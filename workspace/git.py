@@ -331,8 +331,8 @@ class GitWorkspaces(CommitPublisher):
             else:
                 # No automatic gc or maintenance after each commit and fetch: a clone lives
                 # as long as its run, and each would spawn one more process. No template
-                # either: its sample hooks never run here, and copying them was a third of
-                # a clone.
+                # either: its sample hooks never run here, and copying them is a good part of a
+                # clone's cost (docs/benchmarks.md#figures-behind-individual-choices).
                 clone = [
                     "clone",
                     "--quiet",

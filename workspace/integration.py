@@ -3,7 +3,7 @@ time, and only ever moved by a compare-and-swap push.
 
 Plain synchronous code (no Temporal imports), like workspace/git.py, which it extends
 rather than grows: activities/integration.py runs each whole operation in one thread.
-Below the git part, the ledger's files as seed 004 keeps them, edited in a clone.
+Below the git part, the ledger's files (docs/graphs.md#the-ledger), edited in a clone.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ class IntegrationWorkspaces(GitWorkspaces):
         return tree is not None and read_path(repo, tree, path) is not None
 
 
-# -- the ledger's files (seed 004), in a working clone -----------------------------------
+# -- the ledger's files, in a working clone ---------------------------------------------
 
 
 def _identity(line: str) -> str:
@@ -352,7 +352,7 @@ def archived(workdir: Path) -> set[str]:
 
 
 def archive_completed(workdir: Path, ledger_text: str) -> list[str]:
-    """Seed 004 §4: when docs/tasks/ holds more than ARCHIVE_AFTER task files whose
+    """When docs/tasks/ holds more than ARCHIVE_AFTER task files whose
     latest ledger line is `completed`, move them all into ARCHIVE.jsonl, one line each;
     the ids moved, in ledger order. The tasks' directories (artifact, loop records) stay."""
     latest = latest_lines(ledger_lines(ledger_text))

@@ -5,14 +5,12 @@ commits (a step's commit once `git add -A` has staged it). What touches a work t
 the network stays `git` processes (workspace/runner.py): checkout, clean, add, fetch,
 push, a clone from elsewhere, merge.
 
-A library here, processes there, on measured numbers (2 shared cores, scripts/bench.py
-and a per-process rusage count): a git process costs 2 to 7 ms of CPU to answer one of
-these (a local clone 18: it starts a shell and upload-pack), where libgit2 answers in 0.1
-to 0.6 ms (a clone about 4), opening the repository included. A run started 43 git
-processes, 0.18 s of CPU; it now starts 14, 0.06 s. Checkout, clean and add stay
-processes: git's rules for a work tree (ignored files, nested repositories, attributes)
-are what the crash tests pin, and each is one process a step. Every function here is
-checked against the git command it stands for (tests/integration/test_git_objects.py).
+A library here, processes there, because a git process costs many times what libgit2 does to
+answer one of these questions (docs/benchmarks.md#figures-behind-individual-choices).
+Checkout, clean and add stay processes: git's rules for a work tree (ignored files, nested
+repositories, attributes) are what the crash tests pin, and each is one process a step.
+Every function here is checked against the git command it stands for
+(tests/integration/test_git_objects.py).
 
 Repositories are opened for each call, by path, never searching above it: a clone
 deleted under a running step fails here as it does for git with GIT_CEILING_DIRECTORIES.
@@ -255,8 +253,8 @@ def clone_shared(source: str | Path, target: Path) -> None:
     """`git clone --shared --no-checkout` of the repository at the local path `source` (a
     work tree or a git dir): `target` borrows its object store (git alternates) and has
     it as `origin`, with nothing checked out and no refs of its own yet (a step's first
-    fetch brings branches; its checkout, a tree). About 4 ms of CPU in-process, against
-    18 for git, which starts a shell and upload-pack to list refs that nothing here reads."""
+    fetch brings branches; its checkout, a tree). In-process, because git starts a shell and
+    upload-pack to list refs that nothing here reads."""
     GIT_IN_PROCESS.add(["clone"])
     open_repository(source)  # one git would clone from, or GitError
     # The store's path as given, not resolved (libgit2's repo.path is): git writes it so,

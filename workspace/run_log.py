@@ -1,6 +1,7 @@
-"""The run's record in its workspace: seed 001's `history.jsonl` and `run.json` under
-`.loops/`, written by the steps that commit, so the events live in git, not in the
-workflow's memory; and seed 000's reflection and insights beside them.
+"""The run's record in its workspace (docs/workspace.md#the-runs-record-in-git): its
+`history.jsonl` and `run.json` under `.loops/`, written by the steps that commit, so the
+events live in git, not in the workflow's memory; and the reflection and insights beside
+them.
 
 Appending is idempotent: only events with a higher seq than the file's last line are
 added, so a retried step that starts again from the same commit writes the same bytes.

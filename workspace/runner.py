@@ -313,8 +313,8 @@ class GitRunner:
 
     def _command(self, args: Sequence[str], cwd: Path | None) -> list[str]:
         # Processes for what touches a work tree or the network; git's plumbing (object
-        # and ref reads, ref moves, status, trees) is asked in-process: workspace/objects.py
-        # says why, on measured numbers.
+        # and ref reads, ref moves, status, trees) is asked in-process, for the CPU a process
+        # costs (docs/benchmarks.md#figures-behind-individual-choices).
         # No program of the repository runs (HARDENING): neither an origin's nor what a
         # model could have written into a clone's .git (the sandbox keeps .git read-only
         # too; this holds with LOOPS_SANDBOX=off). git asks no credential but ours.

@@ -1,4 +1,5 @@
-"""The producer's workspace tools and the policy (seed 003's PreToolUse guard) they all pass."""
+"""The producer's workspace tools and the guard every call of them passes before it runs
+(docs/workspace.md#agent-tools)."""
 
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.agent.tools.workspace_tools import (

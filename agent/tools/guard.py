@@ -1,4 +1,5 @@
-"""The PreToolUse policy every workspace tool call passes (seed 003's `permissionDecision: deny`).
+"""The policy every workspace tool call passes before it runs: a call it denies does not run,
+and the model reads why (docs/workspace.md#agent-tools).
 
 What holds a command is the sandbox (`checks/sandbox.py`): the workspace is its only writable
 path, the workspace's `.git` is read-only, there is no network and no secret in its environment,
@@ -14,12 +15,12 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
   sandbox and would otherwise touch what loopworks owns, git that writes or a path inside
   `.git` (`git_policy`); and a command too long to be one (write a script instead).
 
-Commands that read secrets, leave the workspace, use the network or try to escape are no longer
-refused: inside the sandbox they fail on their own, and with LOOPS_SANDBOX=off (every run then
-carries `commands_unsandboxed`) commands run as the worker's user with nothing but the scrubbed
-environment and these refusals in their way. Whatever the mode, the worker's own git never runs
-a workspace's hooks or fsmonitor (`workspace/runner.py`). A refusal raises `ToolDenied`, whose
-message is shown to the model.
+Commands that read secrets, leave the workspace, use the network or try to escape are not
+refused here: inside the sandbox they fail on their own, and with LOOPS_SANDBOX=off (every
+run then carries `commands_unsandboxed`) commands run as the worker's user with nothing but
+the scrubbed environment and these refusals in their way. Whatever the mode, the worker's
+own git never runs a workspace's hooks or fsmonitor (`workspace/runner.py`). A refusal
+raises `ToolDenied`, whose message is shown to the model.
 """
 
 from __future__ import annotations

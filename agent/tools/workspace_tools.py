@@ -1,9 +1,11 @@
 """The producer's tools over a run's workspace: read, write, edit, list, search, run a command.
 
-Every call passes `ToolGuard` (seed 003's PreToolUse policy). Every outcome, a refusal or a
-failure included, is a `ToolResult`: a denied call is an error for the model to read, never an
-exception for the agent loop. `TOOLS` describes the tools for the Anthropic Messages API
-(`tools=[spec.to_api() for spec in TOOLS.values()]`) and `execute` runs one tool call.
+Every call passes `ToolGuard` before it runs (docs/workspace.md#agent-tools). Every outcome,
+a refusal or a failure included, is a `ToolResult`: a denied call is an error for the model
+to read, never an exception for the agent loop. `TOOLS` describes each tool (its name,
+description and the JSON schema of its arguments), from which the agent loop makes the
+model's tool definitions (`tool_definitions` gives them in the Messages API's own shape),
+and `execute` runs one tool call.
 
 Plain synchronous code: the agent loop's activity calls it from a thread.
 """

@@ -103,9 +103,10 @@ async def get_ledger(
         int | None, Header(alias="Last-Event-ID", ge=0, description="Resume after this line")
     ] = None,
 ) -> Response:
-    """Seed 004's status ledger as JSON lines, as the graph appends it to
-    docs/current/task-status.jsonl on its integration branch; with `follow`, its lines as
-    they come (event `ledger`, id the line's number), as `/runs/{id}/events` streams."""
+    """The graph's status ledger (docs/graphs.md#the-ledger) as JSON lines, as the graph
+    appends it to docs/current/task-status.jsonl on its integration branch; with `follow`,
+    its lines as they come (event `ledger`, id the line's number), as `/runs/{id}/events`
+    streams."""
     if not follow:
         lines = await graphs.read_ledger(handle)
         text = "".join(line.to_jsonl() + "\n" for line in lines)

@@ -340,9 +340,9 @@ async def test_ledger_appends_each_line_once_and_writes_task_files(repo: Repo) -
         line("T-002", TaskStatus.PENDING).to_jsonl(),
     ]
     assert Task.model_validate_json(repo.show(out.commit, task_file("T-001"))) == tasks[0]
-    # Seed 004's bootstrap: the ledger existed, empty, before its first line.
+    # The ledger's bootstrap: it existed, empty, before its first line.
     subjects = git("--git-dir", repo.origin, "log", "--format=%s", f"{base}..{out.commit}")
-    assert subjects.splitlines()[-1] == "Task ledger: bootstrap, empty (seed 004)"
+    assert subjects.splitlines()[-1] == "Task ledger: bootstrap, empty"
     assert repo.show(f"{out.commit}~1", LEDGER_PATH) == ""
 
     retried = await repo.acts.record_ledger(request)

@@ -209,7 +209,7 @@ def test_bad_lines_are_all_named_by_number() -> None:
     assert raised.value.errors == [
         "line 2: not JSON (Expecting property name enclosed in double quotes at column 2)",
         "line 4: not a JSON object",
-        "line 5: description missing (seed 002 needs both)",
+        "line 5: description missing (a task needs both)",
         "line 6: id 'setup' is not a task id like T-001",
         "line 7 (T-007): acceptance_criteria.0: String should have at least 1 character",
     ]
