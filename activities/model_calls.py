@@ -41,8 +41,8 @@ async def consult(
 
     An answer that does not fit `answer_type`, or that `check` refuses (ValueError),
     goes back to the model once with the errors; if the repair fails too, the step
-    answers InvalidOutput, which Temporal does not retry: the workflow owns seed 001's
-    "retry once, then phase_error", and the repair was that retry.
+    answers InvalidOutput, which Temporal does not retry: the workflow owns the one retry
+    an invalid answer gets (docs/loop.md#invalid-answers), and the repair was that retry.
     """
     agent, call = for_role(deps, role, step, context)
     # Invalid output leaves the span as a non-retryable error for the workflow's retry-once.

@@ -52,7 +52,7 @@ class ModelSource(Protocol):
 
 class InvalidOutput(Exception):
     """A model's answer does not fit its role's schema, even after it was shown the errors
-    (seed 001: one repair, then phase_error)."""
+    (one repair, then phase_error: docs/loop.md#invalid-answers)."""
 
     def __init__(self, role: Role, detail: str) -> None:
         super().__init__(f"{role.value} answered with invalid output: {detail}")
@@ -82,9 +82,8 @@ NO_INPUTS = "(no inputs)"
 
 
 def user_prompt(context: dict[str, Any]) -> str:
-    """The first user message of a step: its inputs as labelled sections, once. (A JSON
-    copy of them after the sections, sent until 2026-11, was about 45% of every first
-    message: input tokens a real model is paid for twice.)"""
+    """The first user message of a step: its inputs as labelled sections, once; a second
+    copy of them as JSON would be input tokens a real model is paid for twice."""
     return render_context(context) or NO_INPUTS
 
 

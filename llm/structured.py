@@ -3,7 +3,7 @@
 The model answers by calling one tool (`ANSWER_TOOL`) whose input schema is the answer
 model's. An answer that does not fit the schema, or that the step's own check refuses, is
 sent back once as the call's failed result, with its errors, so the model can repair it
-(seed 001's "retry once"); a second invalid answer is `InvalidOutput`, which the workflow
+(docs/loop.md#invalid-answers); a second invalid answer is `InvalidOutput`, which the workflow
 turns into `phase_error`.
 
 Each request goes out through pydantic-ai's direct `model_request`, on the same `Model`
@@ -47,8 +47,8 @@ logger = logging.getLogger(__name__)
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
-# Seed 001: an invalid answer is retried once. Here the retry is a repair: the model sees
-# its answer's errors.
+# An invalid answer is retried once (docs/loop.md#invalid-answers). Here the retry is a
+# repair: the model sees its answer's errors.
 REPAIR_ATTEMPTS = 1
 
 # What a model that answered in prose is told.
