@@ -25,6 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
+from loopworks.schemas.actions import CommandRun
 from loopworks.schemas.curation import HelperReview
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.playbook import PlaybookItem
@@ -147,6 +148,31 @@ class CustodietContext(RoleContext):
     plan_focus: str = Field(description="What the current iteration set out to achieve.")
     evaluation: Evaluation | None = Field(
         default=None, description="The iteration's evaluation, when there is one."
+    )
+    # What the iteration did, read from git and the agents' trajectories, not their words.
+    diff_stat: str = Field(
+        default="",
+        description="Every file the iteration changed, from its start commit: status, "
+        "lines added and removed, path; the run's own records left out.",
+    )
+    commands_run: list[CommandRun] = Field(
+        default_factory=list,
+        description="Every command the agents ran this iteration, in order, with its exit "
+        "code (none when it was refused or timed out, and why).",
+    )
+    files_written: list[str] = Field(
+        default_factory=list, description="Every file the agents wrote or edited with a tool."
+    )
+    files_deleted: list[str] = Field(
+        default_factory=list, description="Every file the iteration deleted."
+    )
+    declared_files: list[str] = Field(
+        default_factory=list,
+        description="The files the task declared it touches; empty when it declared none.",
+    )
+    outside_declared_files: list[str] = Field(
+        default_factory=list,
+        description="Paths the iteration changed that the declared files do not cover.",
     )
 
 

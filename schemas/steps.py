@@ -258,10 +258,20 @@ class AuditInput(ModelStep):
     intent: str
     plan_focus: str
     evaluation: Evaluation | None = None
+    # The iteration to audit: its work now and the commit it started from; without them
+    # (a run started before they were given) the custodiet sees only the fields above.
+    workspace: GitLocation | None = None
+    iteration_start: str = ""
+    declared_files: list[str] = Field(default_factory=list)
+    committed_at: datetime | None = None
 
 
 class AuditOutput(ModelOutput):
     audit: Audit
+    # On BLOCK: the state of the work written up, and the commit holding it as
+    # `.loops/blocked.md` (None when there was no workspace to commit it in).
+    report: str = ""
+    commit: str | None = None
 
 
 class CritiqueInput(ModelStep):

@@ -188,6 +188,7 @@ class LoopWorkflow:
             if iteration > first and history_is_long(limit):
                 await self._continue_as_new(iteration)
             self._state.iteration = iteration
+            memory.iteration_start = memory.commit
             self._record.sync_search_attributes()
             plan = await self._do.plan()
             evaluation = await self._do.produce_prepare_evaluate()
