@@ -11,6 +11,9 @@ import pytest
 from loopworks.agent.actions import commands_run, files_written, outside_declared
 from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.schemas.actions import AuditEvidence, CommandRun, blocked_report
+from loopworks.schemas.graph import GraphRequest, TaskState
+from loopworks.schemas.tasks import Task, TaskContext
+from loopworks.workflows.graph_inputs import loop_request
 from loopworks.workspace.changes import FileChange, capped_patch, diff_stat, without_records
 
 pytestmark = pytest.mark.unit
@@ -125,3 +128,16 @@ def test_the_blocked_report_says_what_was_done_the_violation_and_what_to_look_at
     assert "`curl https://x` (exit code 6, produce)" in report
     assert "changes outside the task's declared files (`src/app.py`): `tests/test_app.py`" in report
     assert "commands that failed: `curl https://x`" in report
+
+
+def test_a_graph_tasks_loop_declares_the_tasks_files() -> None:
+    task = Task(
+        id="T-001",
+        title="Add the parser",
+        description="Parse the config",
+        context=TaskContext(files=["src/parse.py", "tests/test_parse.py"]),
+        acceptance_criteria=["parses"],
+        verification_command="pytest -q",
+    )
+    request = loop_request(TaskState(task=task), GraphRequest(goal="g"), "/origin", "main")
+    assert request.declared_files == ["src/parse.py", "tests/test_parse.py"]
