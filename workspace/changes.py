@@ -81,7 +81,8 @@ def changes_between(repository: str | Path, old: str, new: str) -> list[FileChan
     repo = open_repository(repository)
     try:
         diff = repo.diff(
-            repo.revparse_single(f"{old}^{{tree}}"), repo.revparse_single(f"{new}^{{tree}}")
+            repo.revparse_single(old).peel(pygit2.Commit),
+            repo.revparse_single(new).peel(pygit2.Commit),
         )
         found = [_change(patch) for patch in diff if patch is not None]
     except (pygit2.GitError, KeyError, ValueError) as exc:

@@ -4,6 +4,8 @@ write-up a BLOCK commits."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +16,13 @@ from loopworks.schemas.actions import AuditEvidence, CommandRun, blocked_report
 from loopworks.schemas.graph import GraphRequest, TaskState
 from loopworks.schemas.tasks import Task, TaskContext
 from loopworks.workflows.graph_inputs import loop_request
-from loopworks.workspace.changes import FileChange, capped_patch, diff_stat, without_records
+from loopworks.workspace.changes import (
+    FileChange,
+    capped_patch,
+    changes_between,
+    diff_stat,
+    without_records,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -141,3 +149,35 @@ def test_a_graph_tasks_loop_declares_the_tasks_files() -> None:
     )
     request = loop_request(TaskState(task=task), GraphRequest(goal="g"), "/origin", "main")
     assert request.declared_files == ["src/parse.py", "tests/test_parse.py"]
+
+
+@pytest.mark.integration
+def test_changes_between_two_commits_are_those_git_diff_shows(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "keep.py").write_text("a\nb\n")
+    (tmp_path / "gone.py").write_text("x\n")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    start = git("rev-parse", "HEAD")
+    (tmp_path / "keep.py").write_text("a\nc\nd\n")
+    (tmp_path / "gone.py").unlink()
+    (tmp_path / "new.py").write_text("n\n")
+    git("add", "-A")
+    git("commit", "-qm", "work")
+    changes = changes_between(tmp_path, start, git("rev-parse", "HEAD"))
+    assert [(c.path, c.status, c.added, c.removed) for c in changes] == [
+        ("gone.py", "D", 0, 1),
+        ("keep.py", "M", 2, 1),
+        ("new.py", "A", 1, 0),
+    ]
+    assert "-b\n+c\n+d" in capped_patch(changes)
