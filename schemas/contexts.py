@@ -133,6 +133,16 @@ class EvaluatorContext(RoleContext):
     task: str = Field(description="The user's request.")
     questions: list[Question] = Field(description="Every question of the group.")
     artifact: str = Field(description="The artifact's text; empty when there is none.")
+    # A code task's change, judged on the code and not only on the artifact's account.
+    diff_stat: str = Field(
+        default="",
+        description="Every file the run changed besides the artifact, from the commit it "
+        "started from; empty for a task that changed only the artifact.",
+    )
+    patch: str = Field(
+        default="",
+        description="Those changes' patch, cut at a size, the files left out named at its end.",
+    )
 
 
 class ArtifactCriticContext(RoleContext):

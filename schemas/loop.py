@@ -34,6 +34,7 @@ class RunMemory(BaseModel):
     iteration_start: str = Field(
         default="", description="the commit the current iteration started from"
     )
+    base_commit: str = Field(default="", description="the commit the run started from")
     intent: str = ""
     critic_verdict: str | None = None
     guidance: list[str] = Field(default_factory=list)

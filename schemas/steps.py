@@ -245,6 +245,9 @@ class EvaluateGroupInput(ModelStep):
     group: CheckGroup
     checks: list[PreparedCheck]
     workspace: GitLocation
+    # The commit the run started from: a judge is shown the change since (none: it sees
+    # only the artifact).
+    base_commit: str = ""
 
 
 class EvaluateGroupOutput(ModelOutput):
