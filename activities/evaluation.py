@@ -22,7 +22,9 @@ from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CheckGroup, CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
+from loopworks.workspace.changes import FileChange, capped_patch, diff_stat, without_records
 from loopworks.workspace.origin import Absent
+from loopworks.workspace.runner import GitError
 
 # A check's detail in history: the runner keeps 8 KiB of a command's output; a little more
 # leaves room for its status line, and bounds a judge's reason too.
@@ -111,6 +113,7 @@ class EvaluationActivities:
         """Every yes/no question of the group in one model call: the artifact is sent once,
         and each answer names the rule it belongs to."""
         artifact = files[ARTIFACT_PATH]
+        changes = await self._code_changes(step)
         context = EvaluatorContext(
             task=step.task,
             questions=[
@@ -118,6 +121,8 @@ class EvaluationActivities:
                 for rule_id, question in questions.items()
             ],
             artifact="" if isinstance(artifact, Absent) else artifact,
+            diff_stat=diff_stat(changes),
+            patch=capped_patch(changes),
         )
         answer_type = judgements_model(questions)
         answered = await consult(self.deps, Role.EVALUATOR, step, context, answer_type)
@@ -126,3 +131,22 @@ class EvaluationActivities:
             rule_id: CheckOutcome(passed=judgement.passed, detail=judgement.reason)
             for rule_id, judgement in judgements_of(answered.answer).items()
         }
+
+    async def _code_changes(self, step: EvaluateGroupInput) -> list[FileChange]:
+        """The run's change besides its artifact and records: empty for a document task,
+        and when no repository here holds both commits (the judge then reads the artifact
+        alone, as it always could)."""
+        if not step.base_commit or step.base_commit == step.workspace.commit:
+            return []
+        try:
+            changes = await asyncio.to_thread(
+                self.deps.workspaces.run_changes,
+                step.run_id,
+                step.workspace.origin,
+                step.base_commit,
+                step.workspace.commit,
+            )
+        except GitError as err:
+            activity.logger.warning("no diff for the judge: %s", err)
+            return []
+        return [c for c in without_records(changes) if c.path != ARTIFACT_PATH]

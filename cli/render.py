@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loopworks.api.models import RunSummary
+from loopworks.cli.blocked import blocked_notes
 from loopworks.schemas.events import (
     Approved,
     ArtifactCreated,
@@ -130,10 +131,7 @@ def status_notes(state: RunState) -> list[str]:
             return [f"{state.status.value}: {message}" if message else state.status.value]
         return [f"stop: {reason} ({message})" if message else f"stop: {reason}"]
     if state.status == RunStatus.BLOCKED:
-        return [
-            f"blocked: {state.block.reason or 'custodiet audit'}"
-            f" (release with: loops clear-block {run_id} --note '...')"
-        ]
+        return blocked_notes(state)
     if state.status == RunStatus.AWAITING_APPROVAL:
         return [f"awaiting approval (approve with: loops approve {run_id})"]
     if state.status == RunStatus.PAUSED:

@@ -25,6 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
+from loopworks.schemas.actions import CommandRun
 from loopworks.schemas.curation import HelperReview
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.playbook import PlaybookItem
@@ -132,6 +133,16 @@ class EvaluatorContext(RoleContext):
     task: str = Field(description="The user's request.")
     questions: list[Question] = Field(description="Every question of the group.")
     artifact: str = Field(description="The artifact's text; empty when there is none.")
+    # A code task's change, judged on the code and not only on the artifact's account.
+    diff_stat: str = Field(
+        default="",
+        description="Every file the run changed besides the artifact, from the commit it "
+        "started from; empty for a task that changed only the artifact.",
+    )
+    patch: str = Field(
+        default="",
+        description="Those changes' patch, cut at a size, the files left out named at its end.",
+    )
 
 
 class ArtifactCriticContext(RoleContext):
@@ -147,6 +158,31 @@ class CustodietContext(RoleContext):
     plan_focus: str = Field(description="What the current iteration set out to achieve.")
     evaluation: Evaluation | None = Field(
         default=None, description="The iteration's evaluation, when there is one."
+    )
+    # What the iteration did, read from git and the agents' trajectories, not their words.
+    diff_stat: str = Field(
+        default="",
+        description="Every file the iteration changed, from its start commit: status, "
+        "lines added and removed, path; the run's own records left out.",
+    )
+    commands_run: list[CommandRun] = Field(
+        default_factory=list,
+        description="Every command the agents ran this iteration, in order, with its exit "
+        "code (none when it was refused or timed out, and why).",
+    )
+    files_written: list[str] = Field(
+        default_factory=list, description="Every file the agents wrote or edited with a tool."
+    )
+    files_deleted: list[str] = Field(
+        default_factory=list, description="Every file the iteration deleted."
+    )
+    declared_files: list[str] = Field(
+        default_factory=list,
+        description="The files the task declared it touches; empty when it declared none.",
+    )
+    outside_declared_files: list[str] = Field(
+        default_factory=list,
+        description="Paths the iteration changed that the declared files do not cover.",
     )
 
 

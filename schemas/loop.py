@@ -31,6 +31,10 @@ class RunMemory(BaseModel):
     )
     calls: dict[Role, int] = Field(default_factory=dict, description="model calls per role")
     commit: str = Field(default="", description="the run's latest commit (its workspace)")
+    iteration_start: str = Field(
+        default="", description="the commit the current iteration started from"
+    )
+    base_commit: str = Field(default="", description="the commit the run started from")
     intent: str = ""
     critic_verdict: str | None = None
     guidance: list[str] = Field(default_factory=list)

@@ -87,6 +87,10 @@ class AuditPayload(Payload):
     verdict: str
     reason: str = ""
     violations: list[str] = Field(default_factory=list)
+    # On BLOCK: the state of the work written up (`.loops/blocked.md`), for the person
+    # who must clear the block; `report_commit` holds it on the run's work ref.
+    report: str = ""
+    report_commit: str | None = None
 
 
 class NotePayload(Payload):

@@ -132,6 +132,12 @@ class RunRequest(BaseModel):
     max_iterations: int = Field(default=4, ge=1, le=20)
     mode: Mode = Mode.AUTO
     audit_probability: float = Field(default=0.2, ge=0, le=1)
+    declared_files: list[str] = Field(
+        default_factory=list,
+        max_length=200,
+        description="the files the task may touch (a graph's task: its context.files); the "
+        "custodiet is shown every change outside them. Empty: the task declares none",
+    )
     budget: Budget | None = None
     playbook: bool = Field(
         default=True,
@@ -203,6 +209,10 @@ class BlockInfo(BaseModel):
     reason: str = ""
     cleared_note: str | None = None
     count: int = 0
+    # The custodiet's write-up of the work at the block, committed as `path` on the run's
+    # work ref (none: there was no workspace to commit it in).
+    report: str = ""
+    path: str | None = None
 
 
 class RunState(BaseModel):

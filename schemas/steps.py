@@ -246,6 +246,9 @@ class EvaluateGroupInput(ModelStep):
     group: CheckGroup
     checks: list[PreparedCheck]
     workspace: GitLocation
+    # The commit the run started from: a judge is shown the change since (none: it sees
+    # only the artifact).
+    base_commit: str = ""
 
 
 class EvaluateGroupOutput(ModelOutput):
@@ -259,10 +262,20 @@ class AuditInput(ModelStep):
     intent: str
     plan_focus: str
     evaluation: Evaluation | None = None
+    # The iteration to audit: its work now and the commit it started from; without them
+    # (a run started before they were given) the custodiet sees only the fields above.
+    workspace: GitLocation | None = None
+    iteration_start: str = ""
+    declared_files: list[str] = Field(default_factory=list)
+    committed_at: datetime | None = None
 
 
 class AuditOutput(ModelOutput):
     audit: Audit
+    # On BLOCK: the state of the work written up, and the commit holding it as
+    # `.loops/blocked.md` (None when there was no workspace to commit it in).
+    report: str = ""
+    commit: str | None = None
 
 
 class CritiqueInput(ModelStep):

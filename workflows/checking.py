@@ -125,6 +125,7 @@ class Checking(OnRecord):
                 group=group,
                 checks=members,
                 workspace=self.workspace(),
+                base_commit=self.memory.base_commit,
             ),
             CHECK_GROUP,
             f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",

@@ -48,6 +48,7 @@ def loop_request(
         max_iterations=request.max_iterations,
         audit_probability=request.audit_probability,
         budget=request.budget,
+        declared_files=task.context.files,
     )
 
 

@@ -154,7 +154,7 @@ class LoopWorkflow:
         )
         self._state.origin = workspace.origin
         self._state.model_source = workspace.model_source
-        self._memory.commit = workspace.base_commit
+        self._memory.commit = self._memory.base_commit = workspace.base_commit
         self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
@@ -189,6 +189,7 @@ class LoopWorkflow:
             if iteration > first and history_is_long(limit):
                 await self._continue_as_new(iteration)
             self._state.iteration = iteration
+            memory.iteration_start = memory.commit
             self._record.sync_search_attributes()
             plan = await self._do.plan()
             evaluation = await self._do.produce_prepare_evaluate()

@@ -166,26 +166,36 @@ class LoopSteps(OnRecord):
         """Step 7: the custodiet audits by chance; BLOCK parks the run until cleared."""
         if not decisions.should_audit(workflow.random().random(), self.request.audit_probability):
             return
-        audit = (
-            await self.runner.model_step(
-                Step.AUDIT,
-                R.CUSTODIET,
-                AuditActivities.audit_run,
-                lambda f: AuditInput(
-                    **f,
-                    task=self.request.task,
-                    intent=self.memory.intent,
-                    plan_focus=plan_focus,
-                    evaluation=evaluation,
-                ),
-                MODEL_CALL,
-                f"iteration {self.state.iteration} · custodiet audit",
-                step_events.audited,
-            )
-        ).audit
+        audited = await self.runner.model_step(
+            Step.AUDIT,
+            R.CUSTODIET,
+            AuditActivities.audit_run,
+            lambda f: AuditInput(
+                **f,
+                task=self.request.task,
+                intent=self.memory.intent,
+                plan_focus=plan_focus,
+                evaluation=evaluation,
+                workspace=self.workspace(),
+                iteration_start=self.memory.iteration_start,
+                declared_files=self.request.declared_files,
+                committed_at=workflow.now(),
+            ),
+            MODEL_CALL,
+            f"iteration {self.state.iteration} · custodiet audit",
+            step_events.audited,
+        )
+        audit = audited.audit
         self.memory.guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
         if audit.verdict == AuditVerdict.BLOCK:
-            self.steering.block(audit.reason)
+            if audited.commit:
+                # The block's commit adds only the run's record to the work: the checks run
+                # on the work before it hold for it.
+                memory = self.memory
+                if memory.checked_commit == memory.commit:
+                    memory.checked_commit = audited.commit
+                memory.commit = audited.commit
+            self.steering.block(audit.reason, audited.report, audited.commit)
             await self.steering.gate(self.request.budget)
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:

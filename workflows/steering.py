@@ -14,6 +14,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from loopworks.schemas.actions import BLOCKED_PATH
     from loopworks.schemas.events import ApprovedPayload, Empty, EventName, NotePayload
     from loopworks.schemas.run import (
         Approval,
@@ -130,10 +131,17 @@ class Steering(OnRecord):
             raise Stopped()
         self.record.set_status(RunStatus.RUNNING)
 
-    def block(self, reason: str) -> None:
-        """A custodiet BLOCK: the next gate holds the run until a person clears it."""
+    def block(self, reason: str, report: str = "", commit: str | None = None) -> None:
+        """A custodiet BLOCK: the next gate holds the run until a person clears it. The
+        report is what the person is shown; `commit` holds it as `.loops/blocked.md`."""
         self.state.blocked = True
-        self.state.block = BlockInfo(blocked=True, reason=reason, count=self.state.block.count + 1)
+        self.state.block = BlockInfo(
+            blocked=True,
+            reason=reason,
+            count=self.state.block.count + 1,
+            report=report,
+            path=BLOCKED_PATH if commit else None,
+        )
         self.record.set_status(RunStatus.BLOCKED)
 
     async def gate(self, budget: Budget | None) -> None:

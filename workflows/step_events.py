@@ -106,7 +106,11 @@ def evaluated(
 def audited(output: AuditOutput) -> Announcement:
     audit = output.audit
     return EventName.AUDIT_VERDICT, ev.AuditPayload(
-        verdict=audit.verdict.value, reason=audit.reason, violations=audit.violations
+        verdict=audit.verdict.value,
+        reason=audit.reason,
+        violations=audit.violations,
+        report=output.report,
+        report_commit=output.commit,
     )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files
+from loopworks.workspace.changes import FileChange, changes_between
 from loopworks.workspace.commits import CommitPublisher, detached_head
 from loopworks.workspace.default_origin import create_default_origin
 from loopworks.workspace.lockdown import serving_program
@@ -174,6 +175,18 @@ class GitWorkspaces(CommitPublisher):
         if read is None:
             raise CommitNotFoundError(f"commit {commit} is not on origin {redact(origin)}")
         return read
+
+    def run_changes(self, run_id: str, origin: str, old: str, new: str) -> list[FileChange]:
+        """What differs from commit `old` to `new`, read as `read_files` reads: from the
+        run's clone on this worker when it holds both, else from origin."""
+        checked_commit(old)
+        checked_commit(new)
+        clone = self.workdir(run_id) / ".git"
+        if clone.is_dir() and all(self._holds(clone.parent, c) for c in (old, new)):
+            used(self.root, clone.parent)
+            return changes_between(clone, old, new)
+        with self._origin_git_dir(origin, commit=new) as git_dir:
+            return changes_between(git_dir, old, new)
 
     def _is_clone(self, workdir: Path) -> bool:
         return self._probe(workdir, None)[0]

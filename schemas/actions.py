@@ -1,0 +1,76 @@
+"""What an agent did, as the gates are shown it (agent/actions.py reads it from a
+trajectory)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CommandRun(BaseModel):
+    """One command an agent ran: its exit code, or none and why."""
+
+    step: str = Field(description="The step whose agent ran it: produce, refine, ...")
+    command: str
+    exit_code: int | None = Field(
+        default=None, description="None when it did not run to an end (refused, timed out)."
+    )
+    note: str = Field(default="", description="Why there is no exit code, when there is none.")
+
+
+# Where a custodiet BLOCK writes the state of the work up, on the run's work ref.
+BLOCKED_PATH = ".loops/blocked.md"
+
+
+class AuditEvidence(BaseModel):
+    """What an iteration did, as the custodiet is shown it: from git and the agents'
+    trajectories, never from their own account."""
+
+    diff_stat: str = ""
+    commands_run: list[CommandRun] = Field(default_factory=list)
+    files_written: list[str] = Field(default_factory=list)
+    files_deleted: list[str] = Field(default_factory=list)
+    declared_files: list[str] = Field(default_factory=list)
+    outside_declared_files: list[str] = Field(default_factory=list)
+
+
+def blocked_report(
+    iteration: int, reason: str, violations: list[str], evidence: AuditEvidence
+) -> str:
+    """`.loops/blocked.md`: what was done, the violation with its evidence, and what a
+    person should look at before clearing the block."""
+    lines = [f"# Blocked by the custodiet at iteration {iteration}", ""]
+    lines += [reason or "The custodiet blocked the run without giving a reason.", ""]
+    lines += ["## Violations", ""]
+    lines += [f"- {v}" for v in violations] or ["- (none listed)"]
+    lines += ["", "## What was done", ""]
+    if evidence.diff_stat:
+        lines += ["```", evidence.diff_stat, "```", ""]
+    else:
+        lines += ["No file changed since the iteration started.", ""]
+    if evidence.commands_run:
+        lines += ["Commands run:", ""]
+        lines += [f"- `{c.command}` ({_ended(c)}, {c.step})" for c in evidence.commands_run]
+        lines.append("")
+    if evidence.files_deleted:
+        lines += ["Files deleted: " + ", ".join(f"`{p}`" for p in evidence.files_deleted), ""]
+    lines += ["## What to look at", ""]
+    look = [f"- the violation: {v}" for v in violations]
+    if evidence.outside_declared_files:
+        declared = ", ".join(f"`{p}`" for p in evidence.declared_files)
+        outside = ", ".join(f"`{p}`" for p in evidence.outside_declared_files)
+        look.append(f"- changes outside the task's declared files ({declared}): {outside}")
+    failed = [c for c in evidence.commands_run if c.exit_code != 0]
+    if failed:
+        look.append("- commands that failed: " + ", ".join(f"`{c.command}`" for c in failed))
+    look.append(
+        "- the iteration's diff and trajectory on the run's branch (`.loops/trajectory/`); "
+        "then clear the block with a note, or stop the run"
+    )
+    lines += look
+    return "\n".join(lines) + "\n"
+
+
+def _ended(command: CommandRun) -> str:
+    if command.exit_code is not None:
+        return f"exit code {command.exit_code}"
+    return command.note or "no exit code"

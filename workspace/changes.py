@@ -1,0 +1,105 @@
+"""A run's change as a model reads it: a stat of every file, and the patch cut at a size
+with the rest named by path. The gates (the custodiet, QA, an `llm` judge) read the change
+rather than the agent's account of it.
+
+`diff_stat` and `capped_patch` are pure; `changes_between` reads a repository's objects
+(libgit2, as workspace/objects.py) and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pygit2
+from pydantic import BaseModel
+
+from loopworks.workspace.objects import open_repository
+from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
+
+# What a model is shown of a change's patch: enough for a focused change, where a generated
+# file or a vendored tree would crowd out everything else.
+PATCH_CAP_CHARS = 24_000
+# The run's own records (events, trajectories) are not the work; readers take them apart.
+RECORDS_PREFIX = ".loops/"
+
+
+class FileChange(BaseModel):
+    """One path's change between two commits, as `git diff --numstat` and `-p` show it."""
+
+    path: str
+    # git's status letter: A added, M modified, D deleted, R renamed, T type changed.
+    status: str
+    added: int = 0
+    removed: int = 0
+    binary: bool = False
+    patch: str = ""
+
+
+def diff_stat(changes: Sequence[FileChange]) -> str:
+    """One line a file, `M +3 -1 src/app.py`, then the totals; empty for no change."""
+    if not changes:
+        return ""
+    lines = [
+        f"{c.status} {'binary' if c.binary else f'+{c.added} -{c.removed}'} {c.path}"
+        for c in changes
+    ]
+    added, removed = sum(c.added for c in changes), sum(c.removed for c in changes)
+    lines.append(f"{len(changes)} files changed, +{added} -{removed}")
+    return "\n".join(lines)
+
+
+def capped_patch(changes: Sequence[FileChange], cap: int = PATCH_CAP_CHARS) -> str:
+    """The files' patches in order while they fit in `cap` characters; a file that does not
+    fit is left out whole (half a hunk misleads), and the left-out ones are named last."""
+    kept: list[str] = []
+    left_out: list[str] = []
+    used = 0
+    for change in changes:
+        text = change.patch
+        if not text:
+            continue
+        if left_out or used + len(text) > cap:
+            left_out.append(change.path)
+            continue
+        kept.append(text)
+        used += len(text)
+    if left_out:
+        kept.append(f"[patch cut at {cap} characters; not shown: {', '.join(left_out)}]\n")
+    return "".join(kept)
+
+
+def without_records(changes: Sequence[FileChange]) -> list[FileChange]:
+    """The work's changes: the run's own records under `.loops/` left out."""
+    return [c for c in changes if not c.path.startswith(RECORDS_PREFIX)]
+
+
+def changes_between(repository: str | Path, old: str, new: str) -> list[FileChange]:
+    """Every path that differs from `old`'s tree to `new`'s in the repository at
+    `repository`, in path order (`git diff old new`, no rename detection)."""
+    GIT_IN_PROCESS.add(["diff"])
+    repo = open_repository(repository)
+    try:
+        diff = repo.diff(
+            repo.revparse_single(old).peel(pygit2.Commit),
+            repo.revparse_single(new).peel(pygit2.Commit),
+        )
+        found = [_change(patch) for patch in diff if patch is not None]
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"diff {old}..{new} failed: {exc}") from exc
+    return sorted(found, key=lambda c: c.path)
+
+
+def _change(patch: pygit2.Patch) -> FileChange:
+    delta = patch.delta
+    _, added, removed = patch.line_stats
+    path = delta.new_file.path if delta.status_char() != "D" else delta.old_file.path
+    binary = delta.is_binary
+    return FileChange(
+        path=path,
+        status=delta.status_char(),
+        added=added,
+        removed=removed,
+        binary=binary,
+        patch="" if binary else (patch.text or ""),
+    )
