@@ -31,6 +31,7 @@ class RunMemory(BaseModel):
     )
     calls: dict[Role, int] = Field(default_factory=dict, description="model calls per role")
     commit: str = Field(default="", description="the run's latest commit (its workspace)")
+    base_commit: str = Field(default="", description="the commit the run started from")
     intent: str = ""
     critic_verdict: str | None = None
     guidance: list[str] = Field(default_factory=list)

@@ -155,6 +155,7 @@ class LoopWorkflow:
         self._state.origin = workspace.origin
         self._state.model_source = workspace.model_source
         self._memory.commit = workspace.base_commit
+        self._memory.base_commit = workspace.base_commit
         self._memory.playbook = workspace.playbook
         if not workspace.sandboxed:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"

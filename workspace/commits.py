@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files
+from loopworks.workspace.changes import FileDiff
 from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     changed_paths,
     commit_index,
     commit_of,
+    file_diffs,
     open_repository,
     ref_target,
     update_refs,
@@ -97,6 +99,10 @@ class CommitPublisher(OriginReader):
     def changed_paths(self, workdir: Path) -> list[str]:
         """Paths (relative, sorted) whose content differs from HEAD: what `commit` would record."""
         return changed_paths(workdir)
+
+    def file_diffs(self, workdir: Path, base: str, head: str) -> list[FileDiff]:
+        """Each file the clone's commit `head` changed since `base`, with its patch."""
+        return file_diffs(workdir, base, head)
 
     def publish(self, workdir: Path, run_id: str, commit: str) -> None:
         """Force `commit` onto the run's work ref on origin so any worker can fetch it."""

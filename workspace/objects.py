@@ -28,8 +28,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus, ObjectType, ReferenceType, RepositoryOpenFlag
+from pygit2.enums import (
+    DeltaStatus,
+    FileMode,
+    FileStatus,
+    ObjectType,
+    ReferenceType,
+    RepositoryOpenFlag,
+)
 
+from loopworks.workspace.changes import FileDiff
 from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 
 # As git's --follow-symlinks: links followed this many times on one path, no more.
@@ -340,3 +348,23 @@ def write_commit(
     text = message if message.endswith("\n") else f"{message}\n"
     made = repo.create_commit(None, signature, signature, text, tree, parents)
     return str(made)
+
+
+def file_diffs(workdir: Path, base: str, head: str) -> list[FileDiff]:
+    """Each file changed from commit `base` to `head` (`git diff base head`, no rename
+    detection), in path order, with its line counts and patch."""
+    GIT_IN_PROCESS.add(["diff"])
+    repo = open_repository(workdir)
+    old, new = tree_of(repo, base), tree_of(repo, head)
+    if old is None or new is None:
+        raise GitError(f"{workdir} lacks commit {base if old is None else head}")
+    diffs = []
+    for patch in repo.diff(old, new):
+        if patch is None:
+            continue
+        delta = patch.delta
+        deleted = delta.status == DeltaStatus.DELETED
+        path = delta.old_file.path if deleted else delta.new_file.path
+        _, added, removed = patch.line_stats
+        diffs.append(FileDiff(path, added, removed, patch.text or "", delta.is_binary))
+    return sorted(diffs, key=lambda d: d.path)
