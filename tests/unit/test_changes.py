@@ -3,9 +3,13 @@ listed by path (workspace/changes.py)."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from loopworks.workspace.changes import FileDiff, capped_patch, diff_stat
+from loopworks.workspace.objects import file_diffs
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +48,40 @@ def test_patch_past_the_cap_lists_the_rest_by_path_and_cuts_no_file() -> None:
 def test_a_zero_cap_lists_every_path() -> None:
     text = capped_patch([_diff("a.py", 10), _diff("b.py", 10)], 0)
     assert text.splitlines()[1:] == ["a.py", "b.py"]
+
+
+@pytest.mark.integration
+def test_file_diffs_read_a_real_repository_as_git_diff_does(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "keep.py").write_text("a = 1\nb = 2\n")
+    (tmp_path / "gone.py").write_text("x\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    base = git("rev-parse", "HEAD")
+    (tmp_path / "keep.py").write_text("a = 1\nb = 3\nc = 4\n")
+    (tmp_path / "gone.py").unlink()
+    (tmp_path / "new.py").write_text("n\n")
+    git("add", "-A")
+    git("commit", "-qm", "work")
+
+    diffs = file_diffs(tmp_path, base, git("rev-parse", "HEAD"))
+
+    assert [(d.path, d.added, d.deleted) for d in diffs] == [
+        ("gone.py", 0, 1),
+        ("keep.py", 2, 1),
+        ("new.py", 1, 0),
+    ]
+    assert git("diff", "--numstat", base, "HEAD").splitlines() == [
+        "0\t1\tgone.py",
+        "2\t1\tkeep.py",
+        "1\t0\tnew.py",
+    ]
+    keep = next(d for d in diffs if d.path == "keep.py")
+    assert "-b = 2\n+b = 3\n+c = 4\n" in keep.patch
