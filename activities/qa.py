@@ -78,7 +78,8 @@ class QAActivities:
     async def _record(self, step: QAInput, records: list[TrajectoryRecord]) -> str:
         """QA's trajectory, committed on top of the commit it verified, in the run's own
         clone (not QA's checkout, whose commands may have left anything)."""
-        if step.committed_at is None:
+        when = step.committed_at
+        if when is None:
             return ""
         workspaces, location = self.deps.workspaces, step.workspace
 
@@ -87,7 +88,7 @@ class QAActivities:
                 workdir = workspaces.checkout(step.run_id, location.origin, location.commit)
                 files.write_text(workdir, trajectory_path(step.iteration, "qa"), to_jsonl(records))
             message = f"iteration {step.iteration} · qa: trajectory"
-            sha = workspaces.commit(workdir, message, step.committed_at)
+            sha = workspaces.commit(workdir, message, when)
             workspaces.publish(workdir, step.run_id, sha)
             return sha
 

@@ -359,12 +359,12 @@ def file_diffs(workdir: Path, base: str, head: str) -> list[FileDiff]:
     if old is None or new is None:
         raise GitError(f"{workdir} lacks commit {base if old is None else head}")
     diffs = []
-    for patch in repo.diff(old, new):
+    for patch in old.diff_to_tree(new):
         if patch is None:
             continue
         delta = patch.delta
         deleted = delta.status == DeltaStatus.DELETED
         path = delta.old_file.path if deleted else delta.new_file.path
         _, added, removed = patch.line_stats
-        diffs.append(FileDiff(path, added, removed, patch.text or "", delta.is_binary))
+        diffs.append(FileDiff(path, added, removed, patch.text or "", bool(delta.is_binary)))
     return sorted(diffs, key=lambda d: d.path)
