@@ -23,10 +23,13 @@ from loopworks.schemas.roles import QAReport, Role
 from loopworks.schemas.steps import RECORDS_DIR, QAInput, QAOutput, trajectory_path
 from loopworks.workspace import files
 from loopworks.workspace.changes import FileDiff, capped_patch, diff_stat
+from loopworks.workspace.runner import GitError
 
 # QA's own checkout: its commands may write (caches, build output), never into the run's.
 QA_SLOT = "qa"
 RUN_COMMAND = "run_command"
+# The stat lists this many files; the rest are counted (the totals are of all).
+STAT_MAX_FILES = 500
 
 
 class QAActivities:
@@ -41,14 +44,20 @@ class QAActivities:
             workdir = await asyncio.to_thread(
                 workspaces.checkout, step.run_id, location.origin, location.commit, QA_SLOT
             )
-        diffs = await self._change(step, workdir)
+        try:
+            diffs = await self._change(step, workdir)
+            stat = diff_stat(diffs, STAT_MAX_FILES)
+        except GitError as exc:
+            # The diff is an aid: QA can still read the tree and run `git diff` itself.
+            activity.logger.warning("QA gets no diff: %s", exc)
+            diffs, stat = [], f"(the diff could not be read: {exc}; run `git diff` yourself)"
         context = QAVerifierContext(
             task=step.task,
             intent=step.intent,
             acceptance_criteria=step.acceptance_criteria,
             artifact=artifact,
             evaluation=step.evaluation,
-            diff_stat=diff_stat(diffs),
+            diff_stat=stat,
             patch=capped_patch(diffs, self.deps.settings.qa_patch_cap_chars),
             changed_files=step.changed,
             producer_summary=step.producer_summary,

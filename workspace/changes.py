@@ -23,16 +23,20 @@ class FileDiff:
     binary: bool = False
 
 
-def diff_stat(diffs: Sequence[FileDiff]) -> str:
-    """`git diff --stat`'s content: ` path | +added -deleted` for each file, then the
-    totals. Empty when nothing changed."""
+def diff_stat(diffs: Sequence[FileDiff], max_files: int | None = None) -> str:
+    """`git diff --stat`'s content: ` path | +added -deleted` for each file (the first
+    `max_files` of them, then how many more), then the totals of all. Empty when nothing
+    changed."""
     if not diffs:
         return ""
-    width = max(len(d.path) for d in diffs)
+    shown = diffs if max_files is None else diffs[:max_files]
+    width = max((len(d.path) for d in shown), default=0)
     lines = [
         f" {d.path.ljust(width)} | " + ("binary" if d.binary else f"+{d.added} -{d.deleted}")
-        for d in diffs
+        for d in shown
     ]
+    if len(shown) < len(diffs):
+        lines.append(f" ... and {len(diffs) - len(shown)} more files")
     added = sum(d.added for d in diffs)
     deleted = sum(d.deleted for d in diffs)
     files = "file" if len(diffs) == 1 else "files"

@@ -29,6 +29,16 @@ def test_stat_lists_every_file_and_the_totals() -> None:
     assert diff_stat([]) == ""
 
 
+def test_stat_past_max_files_counts_the_rest_and_totals_all() -> None:
+    diffs = [_diff(f"f{n}.py", 40, 2, 1) for n in range(5)]
+    assert diff_stat(diffs, max_files=2).splitlines() == [
+        " f0.py | +2 -1",
+        " f1.py | +2 -1",
+        " ... and 3 more files",
+        " 5 files changed, 10 insertions(+), 5 deletions(-)",
+    ]
+
+
 def test_patch_under_the_cap_is_whole() -> None:
     diffs = [_diff("a.py", 100), _diff("b.py", 100)]
     assert capped_patch(diffs, 200) == diffs[0].patch + diffs[1].patch
