@@ -13,8 +13,9 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import final_when_invalid_output, still_a_clone
 from loopworks.activities.heartbeat import heartbeating
-from loopworks.agent.loop import AgentOutcome
+from loopworks.agent.loop import AgentOutcome, AnsweredOutcome
 from loopworks.agent.loop import run_agent as run_agent_loop
+from loopworks.agent.loop import run_answering_agent as answering_loop
 from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
@@ -124,4 +125,35 @@ async def run_agent(
                     "loops.agent.turn_limit_reached": outcome.limit_reached,
                 }
             )
+    return outcome
+
+
+async def run_answering_agent(
+    deps: StepDeps,
+    role: Role,
+    step: ModelStep,
+    context: RoleContext,
+    workdir: Path,
+    verb: AgentStep,
+    answer_type: type[Answer],
+) -> AnsweredOutcome[Answer]:
+    """A verifier's read-only agent over `workdir`, answering an `answer_type` through
+    the forced answer tool; priced and traced as `run_agent`."""
+    agent, call = for_role(deps, role, step, context)
+    span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
+    with span_of_agent as span, final_when_invalid_output():
+        async with heartbeating():
+            outcome = await answering_loop(
+                deps.models,
+                call,
+                agent.prompt,
+                workdir,
+                deps.settings.qa_max_turns,
+                verb,
+                answer_type,
+            )
+        price(outcome.usage, call.model, deps.settings)
+        record_usage(span, outcome.usage)
+        if span.is_recording():
+            span.set_attributes({"loops.agent.turns": outcome.turns})
     return outcome

@@ -8,6 +8,10 @@ it can adapt to, never as an exception. An answer given before the deliverable
 (`artifact.md`) exists is sent back once with a reminder, the nudge (the output
 validator's `ModelRetry`); ending without it again is invalid output. The conversation
 (`all_messages()`) becomes the step's trajectory (`loopworks.agent.trajectory`).
+
+The QA verifier is the same loop with the tools that only read (`READ_ONLY_TOOLS`: no
+tool of its set writes a file; its commands run in a checkout of their own, thrown away),
+ending not with prose but with the forced answer tool (`run_answering_agent`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,18 @@ import asyncio
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed
+from pydantic import BaseModel
+from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, ToolOutput
 from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    ToolReturnPart,
+)
 from pydantic_ai.usage import UsageLimits
 
 from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
@@ -28,6 +39,8 @@ from loopworks.agent.trajectory import AgentStep, TrajectoryRecord, record, text
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import model_errors
+from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.llm.structured import REPAIR_ATTEMPTS, answer_tool
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -36,6 +49,9 @@ from loopworks.workspace import files
 # Tools whose successful call writes the file named by their `path` argument.
 _WRITING_TOOLS = frozenset({"write_file", "edit_file"})
 WRITE_FILE = TOOLS["write_file"].name
+# What a verifier may use: reading and running, never writing a file.
+READ_ONLY_TOOLS = ("read_file", "list_files", "search", "run_command")
+Answer = TypeVar("Answer", bound=BaseModel)
 # An answer without the deliverable is sent back this many times before it is invalid.
 NUDGES = 1
 NUDGE = (
@@ -212,3 +228,94 @@ def _delivered(root: Path, deliverable: str | None) -> bool:
         return files.is_file(root, deliverable)
     except files.UnsafePath:
         return True
+
+
+@dataclass
+class AnsweredOutcome(Generic[Answer]):
+    """A verifier's validated answer, and what it took to reach it."""
+
+    answer: Answer
+    turns: int
+    usage: TokenUsage
+    records: list[TrajectoryRecord]
+    repairs: list[str] = field(default_factory=list)
+
+
+async def run_answering_agent(
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
+    workspace: Path,
+    max_turns: int,
+    step_label: AgentStep,
+    answer_type: type[Answer],
+) -> AnsweredOutcome[Answer]:
+    """Run the role's read-only agent over `workspace` until it answers through the
+    forced answer tool (`ANSWER_TOOL`), for at most `max_turns` turns.
+
+    An answer that does not fit `answer_type` goes back once with its errors (seed 001's
+    retry, as `llm.structured.ask` repairs); a second one, or no answer within the turns,
+    is InvalidOutput: the workflow's retry-once, then phase_error.
+    """
+    deps = _Workspace(call.role, workspace, None)
+    with model_errors(call.role):
+        try:
+            async with _answering_agent(answer_type, call.role).iter(
+                user_prompt(call.context),
+                model=source.model(call),
+                instructions=instructions,
+                deps=deps,
+                usage_limits=UsageLimits(request_limit=max_turns),
+                retries={"tools": max_turns, "output": REPAIR_ATTEMPTS},
+            ) as agent_run:
+                async for _ in agent_run:
+                    pass
+        except UsageLimitExceeded as exc:
+            raise InvalidOutput(
+                call.role, f"it did not answer with `{ANSWER_TOOL}` within {max_turns} turns"
+            ) from exc
+        except UnexpectedModelBehavior as exc:
+            if "output" not in str(exc):
+                raise
+            raise InvalidOutput(call.role, f"no valid answer after a repair: {exc}") from exc
+    messages = agent_run.all_messages()
+    if agent_run.result is None:  # pragma: no cover - iter ends with a result or raises
+        raise InvalidOutput(call.role, "it ended without an answer")
+    records = trajectory(messages, call, instructions, step_label)
+    return AnsweredOutcome(
+        answer=agent_run.result.output,
+        turns=sum(isinstance(m, ModelResponse) for m in messages),
+        usage=usage_of(agent_run.usage),
+        records=records,
+        repairs=_answer_repairs(messages),
+    )
+
+
+def _answer_repairs(messages: list[ModelMessage]) -> list[str]:
+    """What the answer was sent back to fix; a failed command or read is no repair."""
+    repairs = []
+    for message in messages:
+        for part in message.parts if isinstance(message, ModelRequest) else ():
+            if isinstance(part, RetryFeedbackPart):
+                repairs.append(part.model_response())
+            elif (
+                isinstance(part, ToolReturnPart)
+                and part.tool_name == ANSWER_TOOL
+                and part.outcome == "retried"
+            ):
+                repairs.append(part.model_response_str(wrap_if_error=False))
+    return repairs
+
+
+# One agent per answer type and role, as `_agent`: the tools' schemas and the answer
+# tool's are built once.
+@functools.cache
+def _answering_agent(answer_type: type[Answer], role: Role) -> Agent[_Workspace, Answer]:
+    definition = answer_tool(answer_type, role, False)
+    output = ToolOutput(answer_type, name=ANSWER_TOOL, description=definition.description)
+    agent: Agent[_Workspace, Answer] = Agent(
+        deps_type=_Workspace,
+        tools=[_tool(TOOLS[name]) for name in READ_ONLY_TOOLS],
+        output_type=output,
+    )
+    return agent

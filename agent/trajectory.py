@@ -24,7 +24,7 @@ from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
 
 # `skill`: the skill sub-loop's generator, whose records are `loop_type: skill`.
-AgentStep = Literal["produce", "refine", "skill"]
+AgentStep = Literal["produce", "refine", "skill", "qa"]
 LoopType = Literal["task", "skill"]
 RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]
 

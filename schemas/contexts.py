@@ -194,6 +194,20 @@ class QAVerifierContext(RoleContext):
     evaluation: Evaluation | None = Field(
         default=None, description="The last evaluation, when there is one."
     )
+    diff_stat: str = Field(
+        default="",
+        description="The run's whole change since the commit it started from, one line a file.",
+    )
+    patch: str = Field(
+        default="",
+        description="The change's unified diff, capped; the files past the cap listed by path.",
+    )
+    changed_files: list[str] = Field(
+        default_factory=list, description="The files the last producing step changed."
+    )
+    producer_summary: str = Field(
+        default="", description="What the producer said of its work: a claim, not evidence."
+    )
 
 
 class ReflectorContext(RoleContext):

@@ -106,6 +106,9 @@ class QAPayload(Payload):
     verdict: str
     issues: list[Issue] = Field(default_factory=list)
     summary: str = ""
+    # What the verdict cost: the agent's model turns and the commands it ran.
+    turns: int = 0
+    commands: int = 0
 
 
 class CritiquePayload(Payload):

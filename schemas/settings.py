@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     anthropic_timeout_seconds: float = Field(default=300, gt=0, alias="LOOPS_ANTHROPIC_TIMEOUT_S")
     # PRODUCE and REFINE end after this many model turns even if the agent wants more.
     agent_max_turns: int = Field(default=12, ge=1, alias="LOOPS_AGENT_MAX_TURNS")
+    # The QA verifier's agent: its turn budget, and how much of the run's patch it is sent.
+    qa_max_turns: int = Field(default=12, ge=1, alias="LOOPS_QA_MAX_TURNS")
+    qa_patch_cap_chars: int = Field(default=40_000, ge=0, alias="LOOPS_QA_PATCH_CAP_CHARS")
     offline_latency_ms: int = Field(default=0, ge=0, alias="LOOPS_OFFLINE_LATENCY_MS")
     offline_script: Path | None = Field(default=None, alias="LOOPS_OFFLINE_SCRIPT")
     # The model tiers (docs/models.md#models-per-role); agent definitions name a tier (or a

@@ -295,10 +295,22 @@ class QAInput(ModelStep):
     acceptance_criteria: list[str]
     evaluation: Evaluation | None
     workspace: GitLocation
+    # The commit the run started from: QA reads the run's whole change against it. Empty
+    # (a run recorded before QA read the change): no diff is sent.
+    base_commit: str = ""
+    # What the last PRODUCE or REFINE changed and said of its work.
+    changed: list[str] = Field(default_factory=list)
+    producer_summary: str = ""
+    committed_at: datetime | None = None
 
 
 class QAOutput(ModelOutput):
     report: QAReport
+    # The commit holding QA's trajectory on top of the one it verified; empty when none
+    # was made (a run recorded before QA was an agent).
+    commit: str = ""
+    turns: int = 0
+    commands: int = 0
 
 
 # --- reflection ------------------------------------------------------------------------

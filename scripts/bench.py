@@ -246,6 +246,7 @@ class RunFigures:
     input_tokens: int
     output_tokens: int
     repairs: int
+    qa_commands: int = 0  # the commands the QA verifier's agent ran
 
 
 async def one_run(client: Client, queue: str) -> RunFigures:
@@ -275,6 +276,9 @@ async def one_run(client: Client, queue: str) -> RunFigures:
         input_tokens=state.usage.input_tokens,
         output_tokens=state.usage.output_tokens,
         repairs=sum(e.event == EventName.OUTPUT_REPAIRED for e in result.log),
+        qa_commands=sum(
+            getattr(e.payload, "commands", 0) for e in result.log if e.event == EventName.QA_VERDICT
+        ),
     )
 
 
@@ -472,6 +476,8 @@ async def main(
     print(f"model calls/run      {per_run(calls):.1f}")
     print(f"model calls/iter     {calls / max(iterations, 1):.1f}")
     print(f"repairs/run          {per_run(sum(r.repairs for r in results)):.1f}")
+    # QA's model calls are its row in the table below.
+    print(f"QA commands/run      {per_run(sum(r.qa_commands for r in results)):.1f}")
     print(f"input tokens/run     {per_run(sum(r.input_tokens for r in results)):.0f} (estimate)")
     print(f"output tokens/run    {per_run(sum(r.output_tokens for r in results)):.0f} (estimate)")
     print(f"prompts+tools/run    {per_run(unseen_tokens):.0f} tokens more input (not in usage)")

@@ -200,25 +200,31 @@ class LoopSteps(OnRecord):
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
         """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
-        state = self.state
-        report = (
-            await self.runner.model_step(
-                Step.QA,
-                R.QA_VERIFIER,
-                QAActivities.verify_result,
-                lambda f: QAInput(
-                    **f,
-                    task=self.request.task,
-                    intent=self.memory.intent,
-                    acceptance_criteria=state.acceptance_criteria,
-                    evaluation=evaluation,
-                    workspace=self.workspace(),
-                ),
-                MODEL_CALL,
-                f"iteration {state.iteration} · QA verification",
-                step_events.verified,
-            )
-        ).report
+        state, produced = self.state, self.memory.last_artifact
+        verified = await self.runner.model_step(
+            Step.QA,
+            R.QA_VERIFIER,
+            QAActivities.verify_result,
+            lambda f: QAInput(
+                **f,
+                task=self.request.task,
+                intent=self.memory.intent,
+                acceptance_criteria=state.acceptance_criteria,
+                evaluation=evaluation,
+                workspace=self.workspace(),
+                base_commit=self.memory.base_commit,
+                changed=produced.changed if produced else [],
+                producer_summary=produced.summary if produced else "",
+                committed_at=workflow.now(),
+            ),
+            # QA is an agent now: it runs the tests, for as long as a producer may.
+            AGENT_STEP,
+            f"iteration {state.iteration} · QA verification",
+            step_events.verified,
+        )
+        if verified.commit:  # its trajectory, on top of the commit it verified
+            self.memory.commit = verified.commit
+        report = verified.report
         if report.verdict == QAVerdict.VERIFIED:
             raise Finished(reason)
         if state.iteration >= state.max_iterations:

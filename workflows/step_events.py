@@ -117,7 +117,11 @@ def audited(output: AuditOutput) -> Announcement:
 def verified(output: QAOutput) -> Announcement:
     report = output.report
     return EventName.QA_VERDICT, ev.QAPayload(
-        verdict=report.verdict.value, issues=report.issues, summary=report.summary
+        verdict=report.verdict.value,
+        issues=report.issues,
+        summary=report.summary,
+        turns=output.turns,
+        commands=output.commands,
     )
 
 

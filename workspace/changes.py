@@ -36,14 +36,17 @@ class FileChange(BaseModel):
     patch: str = ""
 
 
-def diff_stat(changes: Sequence[FileChange]) -> str:
-    """One line a file, `M +3 -1 src/app.py`, then the totals; empty for no change."""
+def diff_stat(changes: Sequence[FileChange], max_files: int | None = None) -> str:
+    """One line a file, `M +3 -1 src/app.py` (the first `max_files` of them, then how many
+    more), then the totals of all; empty for no change."""
     if not changes:
         return ""
+    shown = changes if max_files is None else changes[:max_files]
     lines = [
-        f"{c.status} {'binary' if c.binary else f'+{c.added} -{c.removed}'} {c.path}"
-        for c in changes
+        f"{c.status} {'binary' if c.binary else f'+{c.added} -{c.removed}'} {c.path}" for c in shown
     ]
+    if len(shown) < len(changes):
+        lines.append(f"... and {len(changes) - len(shown)} more files")
     added, removed = sum(c.added for c in changes), sum(c.removed for c in changes)
     lines.append(f"{len(changes)} files changed, +{added} -{removed}")
     return "\n".join(lines)

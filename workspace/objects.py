@@ -26,7 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus, ObjectType, ReferenceType, RepositoryOpenFlag
+from pygit2.enums import (
+    FileMode,
+    FileStatus,
+    ObjectType,
+    ReferenceType,
+    RepositoryOpenFlag,
+)
 
 from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 

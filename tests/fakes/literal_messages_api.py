@@ -20,7 +20,9 @@ marked `"strict": true` as an API that does not know the field would; `agent_rea
 the next agent conversation first read those paths, with the tool that takes a `path` and
 reads, and quote what it read when it ends its turn (a model doing what a file told it);
 `agent_commands` are run, once each per agent conversation, once its files are written,
-with the tool that takes a string `command` (a prompt-injected model's doing, say).
+with the tool that takes a string `command` (a prompt-injected model's doing, say); in a
+conversation that must end with a forced answer (`any` among several tools, a verifier's),
+they are run first, then the answer is given.
 
 It imports nothing from the project (a unit test checks): standard library only. It does not
 stream; mind that pydantic-ai streams a request whose `max_tokens` is past the SDK's
@@ -186,7 +188,8 @@ class RecordedRequest:
     @property
     def forced_tool(self) -> dict[str, Any] | None:
         """The tool `tool_choice` forces: named, or the one of `any` (the system prompt's
-        backticked pick among several, else the first)."""
+        last backticked pick among several: a prompt ends by saying how to answer; else
+        the first)."""
         choice = self.body.get("tool_choice") or {}
         tools = self.tools
         if choice.get("type") == "tool":
@@ -195,7 +198,7 @@ class RecordedRequest:
             return None
         by_name = {t.get("name"): t for t in tools}
         named = [by_name[n] for n in BACKTICKED_NAME.findall(self.system_text) if n in by_name]
-        return (named or tools)[0]
+        return named[-1] if named else tools[0]
 
     @property
     def is_agent_turn(self) -> bool:
@@ -335,6 +338,8 @@ class LiteralMessagesAPI:
                 self.strict_rejections += 1
             return _error(400, f"tools.{strict[0]}.strict: Extra inputs are not permitted")
         choice = request.body.get("tool_choice") or {}
+        if choice.get("type") == "any" and (commands := self._commands_to_run(request)):
+            return 200, self._message(request, commands, "tool_use")
         if choice.get("type") in ("tool", "any"):
             tool = request.forced_tool
             if tool is None:
@@ -344,6 +349,21 @@ class LiteralMessagesAPI:
             content, stop_reason = self._agent_turn(request)
             return 200, self._message(request, content, stop_reason)
         return 200, self._message(request, [_text("Nothing to write.")], "end_turn")
+
+    def _commands_to_run(self, request: RecordedRequest) -> list[dict[str, Any]]:
+        """Under `any` with several tools (an agent that must end with an answer tool),
+        `agent_commands` not yet run in this conversation, with the command tool."""
+        runner = _tool_taking(request.tools, "command")
+        if runner is None or len(request.tools) < 2:
+            return []
+        ran = [
+            (block.get("input") or {}).get("command")
+            for block in request.tool_uses()
+            if block.get("name") == runner
+        ]
+        with self._lock:
+            pending = [c for c in self.agent_commands if c not in ran]
+        return [_tool_use(runner, {"command": command}) for command in pending]
 
     def _forced_answer(self, tool: dict[str, Any]) -> dict[str, Any]:
         schema = tool.get("input_schema") or {}

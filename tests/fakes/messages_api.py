@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.llm.offline import WRITE_FILE_TOOL
 from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
 from loopworks.prompts.catalog import AgentDefinition, load_agents
@@ -92,12 +93,16 @@ class RecordedRequest:
 
     @property
     def tool(self) -> dict[str, Any]:
-        """The forced tool: the one `tool_choice` names, or the only one with `any`."""
+        """The forced tool: the one `tool_choice` names, or with `any` the only one, or
+        the answer tool among a verifier's tools (it answers at once, as the offline
+        model does)."""
         choice = self.body.get("tool_choice") or {}
         tools = self.body.get("tools") or []
         name = choice.get("name")
-        if choice.get("type") == "any" and len(tools) == 1:
-            return dict(tools[0])
+        if choice.get("type") == "any":
+            if len(tools) == 1:
+                return dict(tools[0])
+            name = ANSWER_TOOL
         for tool in tools:
             if tool.get("name") == name:
                 return dict(tool)

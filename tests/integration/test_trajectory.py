@@ -95,14 +95,21 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
     origin = Path(state["origin"])
     branch = f"loops/{run_id}"
     names = git(origin, "ls-tree", "--name-only", f"{branch}:{TRAJECTORY}").split()
-    assert names == ["01-produce.jsonl", "01-refine.jsonl", "02-produce.jsonl", "02-skill.jsonl"]
+    # QA's conversation too: it verified iteration 2 before the run completed.
+    assert names == [
+        "01-produce.jsonl",
+        "01-refine.jsonl",
+        "02-produce.jsonl",
+        "02-qa.jsonl",
+        "02-skill.jsonl",
+    ]
     on_branch = "".join(git(origin, "show", f"{branch}:{TRAJECTORY}/{n}") for n in names)
     assert response.text == on_branch
 
     records = from_jsonl(response.text)
     assert all(json.loads(line)["run_id"] == run_id for line in response.text.splitlines())
     steps = [(r.iteration, r.step) for r in records if r.kind == "system"]
-    assert steps == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "skill")]
+    assert steps == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "qa"), (2, "skill")]
     writes = [r for r in records if r.kind == "tool_result" and r.tool == "write_file"]
     assert len(writes) == 4 and all(r.ok for r in writes)
 

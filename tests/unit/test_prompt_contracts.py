@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from loopworks.agent.loop import READ_ONLY_TOOLS
 from loopworks.agent.tools import TOOLS
 from loopworks.llm.base import section_title
 from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
@@ -318,6 +319,26 @@ def assert_works_with_tools_and_ends_in_text(role: Role, prompt: str) -> None:
     assert "with no tool call" in prompt
     # No answer tool is offered to them.
     assert f"`{ANSWER_TOOL}`" not in prompt
+
+
+def test_qa_verifier_names_its_read_only_tools_and_runs_the_tests(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """QA is an agent with the tools that read and the command tool (agent/loop.py's
+    READ_ONLY_TOOLS), answering through the forced tool: its prompt names exactly those,
+    never a writing tool, and asks for the tests run and cited."""
+    prompt = agents[Role.QA_VERIFIER.value].prompt
+    for name in READ_ONLY_TOOLS:
+        assert f"`{name}`" in prompt, f"tool not named: {name}"
+    for name in set(TOOLS) - set(READ_ONLY_TOOLS):
+        assert f"`{name}`" not in prompt, f"names a tool it is not given: {name}"
+    assert "No tool of yours writes a file" in prompt
+    assert "tests first" in prompt
+    assert "Cite your evidence" in prompt
+    assert f"calling the `{ANSWER_TOOL}` tool exactly once" in prompt
+    # The inputs QA reads the change from.
+    for section in ("Diff Stat", "Patch", "Changed Files", "Producer Summary"):
+        assert f"**{section}**" in prompt
 
 
 def test_refiner_is_told_the_fields_of_the_critique(agents: dict[str, AgentDefinition]) -> None:

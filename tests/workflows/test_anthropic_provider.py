@@ -19,6 +19,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 
+from loopworks.agent.loop import READ_ONLY_TOOLS
 from loopworks.agent.tools import TOOLS
 from loopworks.agent.trajectory import from_jsonl
 from loopworks.llm.anthropic import AnthropicModels
@@ -143,6 +144,11 @@ async def test_a_whole_run_through_the_sdk(harness: LoopHarness, api: FakeMessag
             # An agent's turn: the workspace tools offered, none forced.
             assert body["tool_choice"] == {"type": "auto"}
             assert {t["name"] for t in body["tools"]} == set(TOOLS)
+        elif request.role == Role.QA_VERIFIER:
+            # A verifier: the tools that read and the command tool, then the answer tool,
+            # one of them forced on every turn.
+            assert body["tool_choice"] == {"type": "any"}
+            assert [t["name"] for t in body["tools"]] == [*READ_ONLY_TOOLS, "answer"]
         else:
             # The one answer tool, forced.
             assert body["tool_choice"] == {"type": "any"}

@@ -26,7 +26,7 @@ from loopworks.worker.build import build_models, build_worker
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.workflows.conftest import LoopHarness, commit_all, names
-from tests.workflows.test_loop import remote_file
+from tests.workflows.test_loop import TITLE_RULE, remote_file
 
 pytestmark = pytest.mark.workflow
 
@@ -224,3 +224,35 @@ async def test_a_literal_skill_generator_writes_the_helper_it_is_asked_for(
     assert helper in result.rejected, result
     assert result.rejected[helper] == "the reflector did not review it"
     assert result.accepted == [] and result.deltas == []
+
+
+async def test_a_literal_qa_agent_runs_the_command_it_is_told_and_its_verdict_ends_the_run(
+    harness: LoopHarness, api: LiteralMessagesAPI
+) -> None:
+    """QA is offered the command tool and the run's diff; told to run a command, it does,
+    in the sandbox, before answering; its verdict is the run's."""
+    command = "echo qa-ran-this; exit 3"
+    api.agent_commands = [command]
+    async with literal_worker(harness, api):
+        handle = await harness.start(task=TASK, rules=[TITLE_RULE], max_iterations=1)
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events), [e.payload for e in events]
+    verifier = [r for r in api.requests if "You are the QA verifier" in r.system_text]
+    assert verifier, "QA was never asked"
+    first = verifier[0]
+    offered = {tool["name"] for tool in first.tools}
+    assert {"run_command", "read_file", "list_files", "search", "answer"} == offered
+    sent = str(first.messages[0])
+    assert "## Diff Stat" in sent and "artifact.md" in sent and "## Patch" in sent
+    # The command ran, once, and its result (output and exit code) went back to QA.
+    ran = [b for r in verifier for b in r.tool_uses() if b.get("name") == "run_command"]
+    assert [b["input"]["command"] for b in ran] == [command]
+    assert "exit code 3\\nqa-ran-this" in str(verifier[-1].messages)
+    # The literal answer (the first verdict its schema allows) is the run's verdict.
+    [verdict] = [e.payload for e in events if e.event.value == "qa_verdict"]
+    assert verdict.verdict == "VERIFIED" and verdict.commands == 1
+    assert state.status == RunStatus.COMPLETED
+    saved = remote_file(harness.origin, f"loops/{state.run_id}", ".loops/trajectory/01-qa.jsonl")
+    assert "qa-ran-this" in saved and '"step":"qa"' in saved

@@ -44,6 +44,7 @@ async def test_each_step_commits_its_trajectory_and_changed_names_only_the_work(
         f"{TRAJECTORY}/01-produce.jsonl",
         f"{TRAJECTORY}/01-refine.jsonl",
         f"{TRAJECTORY}/02-produce.jsonl",
+        f"{TRAJECTORY}/02-qa.jsonl",  # QA verified iteration 2: its conversation too
     ]
     for name, step, iteration in [("01-produce", "produce", 1), ("01-refine", "refine", 1)]:
         records = from_jsonl(

@@ -1,0 +1,92 @@
+"""The QA verifier's agent: the loop's read-only tools, ending with the forced answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+from loopworks.agent.loop import READ_ONLY_TOOLS, run_answering_agent
+from loopworks.llm.base import InvalidOutput
+from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.schemas.roles import QAReport, QAVerdict, Role
+from tests.unit.test_agent_loop import INSTRUCTIONS, ScriptedModels, calls, model_call, says
+
+pytestmark = pytest.mark.unit
+
+ISSUES = {
+    "verdict": "ISSUES",
+    "issues": [{"rule_id": "qa", "problem": "p", "fix": "f"}],
+    "summary": "the tests fail",
+}
+
+
+async def answer(source: ScriptedModels, workspace: Path, max_turns: int = 6) -> object:
+    return await run_answering_agent(
+        source,
+        model_call(role=Role.QA_VERIFIER),
+        INSTRUCTIONS,
+        workspace,
+        max_turns,
+        "qa",
+        QAReport,
+    )
+
+
+async def test_a_write_is_refused_with_the_tools_it_has_and_the_answer_is_structured(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "code.py").write_text("x = 1\n")
+    model = ScriptedModels(
+        calls(("write_file", {"path": "code.py", "content": "x = 2\n"})),
+        calls(("edit_file", {"path": "code.py", "old": "1", "new": "2"})),
+        calls(("read_file", {"path": "code.py"})),
+        calls((ANSWER_TOOL, ISSUES)),
+    )
+    outcome = await answer(model, tmp_path)
+
+    offered = {tool.name for tool in model.infos[0].function_tools}
+    assert offered == set(READ_ONLY_TOOLS)
+    assert [tool.name for tool in model.infos[0].output_tools] == [ANSWER_TOOL]
+    assert not model.infos[0].allow_text_output
+    # Neither writing tool exists for it: the call comes back failed, naming the tools it
+    # has, so the model can go on reading; the file is untouched.
+    for turn, tool in ((1, "write_file"), (2, "edit_file")):
+        last = model.seen[turn][-1]
+        assert isinstance(last, ModelRequest)
+        (result,) = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        said = result.model_response_str()
+        assert result.outcome != "success"
+        assert f"Unknown tool name: '{tool}'" in said
+        assert all(name in said for name in READ_ONLY_TOOLS)
+    assert (tmp_path / "code.py").read_text() == "x = 1\n"
+    assert outcome.answer.verdict == QAVerdict.ISSUES
+    assert outcome.answer.summary == "the tests fail"
+    assert outcome.turns == 4
+    assert {r.step for r in outcome.records} == {"qa"}
+    assert ("tool_call", "read_file") in {(r.kind, r.tool) for r in outcome.records}
+    assert outcome.repairs == []
+
+
+async def test_an_invalid_answer_is_repaired_once_then_invalid_output(tmp_path: Path) -> None:
+    bad = calls((ANSWER_TOOL, {"verdict": "MAYBE"}))
+    repaired = await answer(ScriptedModels(bad, calls((ANSWER_TOOL, ISSUES))), tmp_path)
+    assert repaired.answer.verdict == QAVerdict.ISSUES
+    assert len(repaired.repairs) == 1 and "verdict" in repaired.repairs[0]
+
+    with pytest.raises(InvalidOutput):
+        await answer(ScriptedModels(bad, bad, bad), tmp_path)
+
+
+async def test_no_answer_within_the_turns_is_invalid_output(tmp_path: Path) -> None:
+    reading = calls(("list_files", {}))
+    with pytest.raises(InvalidOutput, match="within 2 turns"):
+        await answer(ScriptedModels(reading, reading, reading), tmp_path, max_turns=2)
+
+
+async def test_prose_is_sent_back_to_use_the_answer_tool(tmp_path: Path) -> None:
+    outcome = await answer(
+        ScriptedModels(says("Looks fine."), calls((ANSWER_TOOL, ISSUES))), tmp_path
+    )
+    assert outcome.answer.verdict == QAVerdict.ISSUES
