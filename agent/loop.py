@@ -253,9 +253,9 @@ async def run_answering_agent(
     """Run the role's read-only agent over `workspace` until it answers through the
     forced answer tool (`ANSWER_TOOL`), for at most `max_turns` turns.
 
-    An answer that does not fit `answer_type` goes back once with its errors (seed 001's
-    retry, as `llm.structured.ask` repairs); a second one, or no answer within the turns,
-    is InvalidOutput: the workflow's retry-once, then phase_error.
+    An answer that does not fit `answer_type` goes back once with its errors (the one
+    retry of docs/loop.md#invalid-answers, as `llm.structured.ask` repairs); a second one,
+    or no answer within the turns, is InvalidOutput, then phase_error.
     """
     deps = _Workspace(call.role, workspace, None)
     with model_errors(call.role):
