@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Self
 
 from loopworks.schemas.steps import ARTIFACT_PATH, RECORDS_DIR
 from loopworks.schemas.tasks import (
@@ -97,8 +98,9 @@ class IntegrationWorkspaces(GitWorkspaces):
     writes_through = False
 
     @classmethod
-    def of(cls, workspaces: GitWorkspaces) -> IntegrationWorkspaces:
-        """The same clones and identity as `workspaces` (the worker injects a GitWorkspaces)."""
+    def of(cls, workspaces: GitWorkspaces) -> Self:
+        """The same clones, identity and git access as `workspaces` (the worker injects a
+        GitWorkspaces)."""
         return cls(
             workspaces.root,
             workspaces.author_name,

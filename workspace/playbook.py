@@ -32,7 +32,6 @@ from loopworks.schemas.playbook import (
     PlaybookVersion,
     VersionWrite,
 )
-from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import (
     BranchMovedError,
     IntegrationWorkspaces,
@@ -109,18 +108,6 @@ def commit_message(playbook: Playbook, batch_id: str, source: str) -> str:
 
 class PlaybookStore(IntegrationWorkspaces):
     """Reads and writes playbook versions on origins, with `workspaces`' clones and identity."""
-
-    @classmethod
-    def of(cls, workspaces: GitWorkspaces) -> PlaybookStore:
-        return cls(
-            workspaces.root,
-            workspaces.author_name,
-            workspaces.author_email,
-            workspaces.max_clone_bytes,
-            credentials=workspaces.credentials,
-            origin_check=workspaces.origin_check,
-            user_helpers=workspaces.user_helpers,
-        )
 
     # -- reading -----------------------------------------------------------------------
 
