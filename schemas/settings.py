@@ -212,12 +212,6 @@ class Settings(BaseSettings):
         return tiers.get(tier_or_id.strip().lower(), tier_or_id.strip())
 
     @property
-    def api_token_list(self) -> list[str]:
-        """The entries of LOOPS_API_TOKENS (`name:token` or bare), blanks dropped; the API
-        reads its tokens with `loopworks.api.tokens.load`, which also names them."""
-        return [token.strip() for token in (self.api_tokens or "").split(",") if token.strip()]
-
-    @property
     def workspaces_dir(self) -> Path:
         return self.workspaces_root or self.data_dir / "workspaces"
 

@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import Client
 
 import loopworks.api.__main__ as api_main
-from loopworks.api import security
+from loopworks.api import tokens
 from loopworks.api.main import create_app
-from loopworks.api.security import exposed_without_tokens, is_loopback, token_matches
+from loopworks.api.security import exposed_without_tokens, is_loopback
 from loopworks.schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient, event
 
@@ -203,8 +203,9 @@ async def test_without_tokens_every_route_is_open(fake: FakeClient) -> None:
 
 
 async def test_blank_tokens_setting_means_open(fake: FakeClient) -> None:
-    assert Settings(LOOPS_API_TOKENS=" , ").api_token_list == []
-    assert Settings(LOOPS_API_TOKENS=" a ,,b ").api_token_list == ["a", "b"]
+    assert tokens.load(Settings(LOOPS_API_TOKENS=" , ")) == ()
+    loaded = tokens.load(Settings(LOOPS_API_TOKENS=" a ,,b "))
+    assert [token.secret for token in loaded] == ["a", "b"]
     async for http in _http(_app(fake, tokens=" , ")):
         assert (await http.get("/runs")).status_code == 200
 
@@ -232,7 +233,7 @@ async def test_tokens_are_compared_in_constant_time(
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(security.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens.hmac, "compare_digest", spy)
     await refusing.get("/runs", headers=_bearer("guess"))
     assert calls == [(b"guess", token.encode()) for token in TOKENS]
 
@@ -244,10 +245,13 @@ async def test_tokens_are_compared_in_constant_time(
 
 
 def test_token_matches() -> None:
-    assert token_matches("b", ["a", "b"])
-    assert not token_matches("c", ["a", "b"])
-    assert not token_matches("", ["a"])
-    assert token_matches("ünï", ["ünï"])
+    table = tokens.checked(
+        [tokens.ApiToken("x", "a"), tokens.ApiToken("y", "b"), tokens.ApiToken("z", "ünï")]
+    )
+    assert tokens.match("b", table) == table[1]
+    assert tokens.match("c", table) is None
+    assert tokens.match("", table) is None
+    assert tokens.match("ünï", table) == table[2]
 
 
 @pytest.mark.parametrize(
