@@ -42,11 +42,15 @@ log = logging.getLogger("loopworks.local")
 SQLITE_PRAGMAS = ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
 
 
-def free_port() -> int:
-    """A port on 127.0.0.1 free now (the OS picks it), for a server started next."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(avoid: Sequence[int] = ()) -> int:
+    """A port on 127.0.0.1 free now (the OS picks it), for a server started next; never one
+    of `avoid` (ports chosen for servers not listening yet, which the OS may hand out)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -110,6 +114,11 @@ def _api_ready(base: str) -> bool:
         return True
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
+    except ValueError as err:
+        raise CannotStart(
+            f"something other than the loopworks API answers on {base}: set LOOPS_API_PORT"
+            " to a free port"
+        ) from err
 
 
 class LocalStack:
@@ -154,11 +163,19 @@ class LocalStack:
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
             _refuse_taken(host, self.ui_port, "the Temporal UI", "LOOPS_TEMPORAL_UI_PORT")
+            # The dev server's HTTP API and metrics take a random free port unless told: the
+            # API's port, not listening yet, could be that port (seen: /readyz answered by
+            # Temporal's HTTP API).
+            ours = (self.settings.api_port, self.ui_port, self.temporal_port)
+            http_port = free_port(avoid=ours)
+            metrics_port = free_port(avoid=(*ours, http_port))
             command = [
                 find_binary("temporal"), "server", "start-dev",
                 "--ip", host,
                 "--port", str(self.temporal_port),
                 "--ui-port", str(self.ui_port),
+                "--http-port", str(http_port),
+                "--metrics-port", str(metrics_port),
                 "--db-filename", str(data / "temporal.db"),
                 *SQLITE_PRAGMAS,
                 "--namespace", self.settings.temporal_namespace,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +20,7 @@ from loopworks.deploy.local import (
     CannotStart,
     LocalStack,
     StackDown,
+    _api_ready,
     _claim,
     _wait,
     free_port,
@@ -114,6 +117,61 @@ def test_up_refuses_a_taken_temporal_ui_port_before_starting_its_server(
             stack.start()
     finally:
         stack.stop()
+
+
+def test_the_temporal_dev_server_is_given_every_port_it_listens_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in CI: left to choose, the dev server's HTTP API took the port chosen for the
+    loopworks API (free until the API starts), and `loops up` read Temporal's answer to
+    /readyz."""
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path,
+        LOOPS_API_PORT=free_port(),
+        TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}",
+    )
+    temporal_port = int(settings.temporal_address.rsplit(":")[1])
+    stack = LocalStack(settings, temporal_port, free_port())
+    started: list[list[str]] = []
+
+    def spawn(name: str, command: list[str], env: dict[str, str]) -> None:
+        started.append(command)
+        raise CannotStart("enough")
+
+    monkeypatch.setattr(stack, "_spawn", spawn)
+    with pytest.raises(CannotStart, match="enough"):
+        stack.start()
+    stack.stop()
+    command = started[0]
+    ports = {flag: int(command[command.index(flag) + 1]) for flag in _LISTENS}
+    assert len(set(ports.values())) == len(_LISTENS)
+    assert settings.api_port not in ports.values()
+
+
+_LISTENS = ("--port", "--ui-port", "--http-port", "--metrics-port")
+
+
+def test_up_says_so_when_something_else_answers_on_the_api_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class NotOurs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>someone else</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotOurs)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(CannotStart, match="something other than the loopworks API"):
+            _api_ready(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_waiting_ends_when_a_process_it_waits_on_has_ended() -> None:

@@ -165,6 +165,12 @@ class DevServer:
             str(port),
             "--ui-port",
             str(ui_port),
+            # Left to choose, these take a random port another test may have chosen for a
+            # server not listening yet.
+            "--http-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
             "--db-filename",
             str(workdir / "temporal.db"),
             *SQLITE_PRAGMAS,  # as `loops up` runs it
