@@ -17,7 +17,7 @@ from loopworks.schemas.contexts import ReflectorContext
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.roles import ReflectionAnswer, Role
 from loopworks.schemas.steps import ReflectInput, ReflectOutput
-from loopworks.workspace.run_log import insights_json, write_reflection, write_run_log
+from loopworks.workspace.run_log import insights_json
 
 
 class ReflectionActivities:
@@ -84,23 +84,12 @@ class ReflectionActivities:
     def _record(
         self, step: ReflectInput, reflection: FrameworkReflection, insights: SessionInsights
     ) -> tuple[str, int]:
-        """The insights archived under the data directory; the reflection and insights
-        committed and published too, unless close records them in its own commit (then
-        the commit is the one reflected on, and no event is saved)."""
-        workspaces = self.deps.workspaces
+        """The insights archived under the data directory. Close commits the reflection and
+        insights with the run's last events (`record_and_close_run`), so the commit is the
+        one reflected on and no event is saved here."""
         archive = self.deps.settings.insights_dir
         archive.mkdir(parents=True, exist_ok=True)
         # A task graph's loops have ids `<graph>/<task>/<attempt>`: one flat file each.
         name = insights.session_id.replace("/", "--")
         (archive / f"{insights.date}-{name}.json").write_text(insights_json(insights))
-        if not step.commit_record:
-            return step.workspace.commit, 0
-
-        workdir = workspaces.checkout(step.run_id, step.workspace.origin, step.workspace.commit)
-        write_reflection(workdir, reflection, insights)
-        saved_seq = write_run_log(workdir, step.log) if step.log else 0
-        commit = workspaces.commit(
-            workdir, f"iteration {step.iteration} · reflect: {insights.outcome}", step.committed_at
-        )
-        workspaces.publish(workdir, step.run_id, commit)
-        return commit, saved_seq
+        return step.workspace.commit, 0

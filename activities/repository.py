@@ -13,7 +13,6 @@ from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.steps import (
-    CloseInput,
     CloseOutput,
     RecordAndCloseInput,
     WorkspaceInfo,
@@ -57,21 +56,15 @@ class RepositoryActivities:
             model_source=model_source(self.deps.models, self.deps.settings.anthropic_base_url),
         )
 
-    @activity.defn(name="close_run")
-    async def close_run(self, request: CloseInput) -> CloseOutput:
-        """The run's close (step 12, docs/loop.md#steps): commit the run's last events and
-        final state, push the run branch and verify the remote has it."""
-        async with heartbeating():
-            return await self._close(request)
-
     @activity.defn(name="record_and_close_run")
     async def record_and_close_run(self, request: RecordAndCloseInput) -> CloseOutput:
-        """`close_run`, with the run's reflection and insights in the same commit as its
-        last events: one commit and push for both."""
+        """The run's close (step 12, docs/loop.md#steps): commit the run's reflection,
+        insights, last events and final state in one commit, push the run branch and verify
+        the remote has it."""
         async with heartbeating():
             return await self._close(request)
 
-    async def _close(self, request: CloseInput) -> CloseOutput:
+    async def _close(self, request: RecordAndCloseInput) -> CloseOutput:
         workspaces = self.deps.workspaces
         workdir = await asyncio.to_thread(
             workspaces.checkout, request.run_id, request.origin, request.commit
@@ -79,11 +72,7 @@ class RepositoryActivities:
         commit, saved_seq = request.commit, 0
         if request.log is not None and request.committed_at is not None:
             with refusing_unsafe_paths():
-                if (
-                    isinstance(request, RecordAndCloseInput)
-                    and request.reflection
-                    and request.insights
-                ):
+                if request.reflection and request.insights:
                     write_reflection(workdir, request.reflection, request.insights)
                 saved_seq = write_run_log(workdir, request.log)
             commit = await asyncio.to_thread(

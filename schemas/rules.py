@@ -253,20 +253,15 @@ def described_rules(rules: Sequence[Rule]) -> list[Rule]:
 
 class CheckGroup(StrEnum):
     """Independent groups EVALUATE runs in parallel: executable checks in a clone of their
-    own, and content rules read from the commit's files (docs/loop.md#rules-and-checks).
-    JUDGE: `llm` checks apart from the content group, only when `group_of` is asked for it
-    (`judges_apart`); the loop never asks."""
+    own, and content rules read from the commit's files (docs/loop.md#rules-and-checks)."""
 
     EXEC = "exec"
     CONTENT = "content"
-    JUDGE = "judge"
 
 
-def group_of(check: CommandCheck | PatternCheck | JudgeCheck, judges_apart: bool) -> CheckGroup:
+def group_of(check: CommandCheck | PatternCheck | JudgeCheck) -> CheckGroup:
     """Commands need a working clone of their own; patterns and judgements only read the
-    commit's files, so they are one group (unless `judges_apart`)."""
+    commit's files, so they are one group."""
     if isinstance(check, CommandCheck):
         return CheckGroup.EXEC
-    if isinstance(check, JudgeCheck) and judges_apart:
-        return CheckGroup.JUDGE
     return CheckGroup.CONTENT

@@ -324,9 +324,6 @@ class ReflectInput(ModelStep):
     playbook_items: list[PlaybookItem] = Field(default_factory=list)
     workspace: GitLocation
     committed_at: datetime
-    log: RunLog | None = None
-    # False: close records the reflection in its commit (`RecordAndCloseInput`).
-    commit_record: bool = True
 
 
 class ReflectOutput(ModelOutput):

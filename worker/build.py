@@ -112,7 +112,6 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
         production.refine_artifact,
         qa.verify_result,
         reflection.reflect_on_run,
-        repository.close_run,
         repository.record_and_close_run,
         # Task graphs: plan, then the integration branch, its merge queue and ledger.
         planning.plan_graph,

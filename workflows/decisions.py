@@ -48,7 +48,7 @@ def group_checks(checks: list[PreparedCheck]) -> list[tuple[CheckGroup, list[Pre
     fixed order so the workflow schedules them the same way on every replay."""
     groups: dict[CheckGroup, list[PreparedCheck]] = {}
     for check in checks:
-        groups.setdefault(group_of(check.check, judges_apart=False), []).append(check)
+        groups.setdefault(group_of(check.check), []).append(check)
     return sorted(groups.items())
 
 

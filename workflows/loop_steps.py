@@ -291,8 +291,6 @@ class LoopSteps(OnRecord):
                     playbook_items=memory.playbook_items,
                     workspace=self.workspace(),
                     committed_at=workflow.now(),
-                    log=self.log(),
-                    commit_record=False,  # the reflection goes into close's commit
                 ),
                 MODEL_CALL,
                 "reflect and write insights",
