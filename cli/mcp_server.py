@@ -84,6 +84,15 @@ def build_server(client: ApiClient) -> MCPServer:
             int,
             Field(ge=1, le=20, description="At most this many produce-evaluate-refine rounds."),
         ] = 4,
+        audit_probability: Annotated[
+            float,
+            Field(
+                ge=0,
+                le=1,
+                description="The chance, each iteration, that the custodiet (the auditor) "
+                "audits the work and may block it.",
+            ),
+        ] = 0.2,
         template: Annotated[
             Template | None,
             Field(
@@ -103,7 +112,12 @@ def build_server(client: ApiClient) -> MCPServer:
         """Start a run (one reflex loop) on a task; answers its run_id and status. The run
         works for minutes on its own: read run_status until `gate` is set or the status has
         ended. In `interactive` mode it first waits at gate `approval` for approve_run."""
-        body: dict[str, Any] = {"task": task, "mode": mode.value, "max_iterations": max_iterations}
+        body: dict[str, Any] = {
+            "task": task,
+            "mode": mode.value,
+            "max_iterations": max_iterations,
+            "audit_probability": audit_probability,
+        }
         optional = {"repo": repo, "base_branch": base_branch, "template": template}
         body.update({name: value for name, value in optional.items() if value is not None})
         with api_errors():
