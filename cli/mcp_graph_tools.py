@@ -132,7 +132,8 @@ def add_graph_tools(
 
     @server.tool(annotations=change)
     def resume_graph(graph_id: GraphId) -> GraphView:
-        """Resume a graph waiting at gate `pause`."""
+        """Resume a graph waiting at gate `pause` (status `paused`): new tasks start
+        again."""
         with api_errors():
             return graph(graphs.message(graph_id, "resume"))
 

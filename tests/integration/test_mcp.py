@@ -10,6 +10,8 @@ model answers, scripted only for that block.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,8 +22,9 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
+from loopworks.deploy.local import free_port
 from loopworks.schemas.run import TERMINAL_STATUSES
-from tests.integration.stack import ROOT, Stack
+from tests.integration.stack import ROOT, Stack, wait_for_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -146,3 +149,25 @@ async def test_an_mcp_client_starts_watches_approves_and_clears_runs(
         assert "HTTP 404" in unknown, unknown
         finished = await refused(client, "clear_block", run_id=blocking["run_id"], note="again")
         assert "HTTP 409" in finished, finished
+
+
+async def test_loops_mcp_serves_streamable_http_on_loopback(tmp_path: Path) -> None:
+    """`loops mcp --http --port P`: the same tools over streamable HTTP at /mcp; with no
+    API there, a tool's error says the API cannot be reached."""
+    port, dead = free_port(), free_port()
+    env = {**os.environ, "LOOPS_API_URL": f"http://127.0.0.1:{dead}"}
+    log = (tmp_path / "mcp.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "loopworks.cli", "mcp", "--http", "--port", str(port)],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, timeout=30)
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            assert {tool.name for tool in (await client.list_tools()).tools} == TOOLS
+            answer = await refused(client, "run_status", run_id="a-20250101-000000-abcdef")
+            assert f"cannot reach the API at http://127.0.0.1:{dead}" in answer, answer
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        log.close()
