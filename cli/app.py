@@ -114,6 +114,18 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_parser(sub, common)
     playbook.add_parser(sub, common)
 
+    mcp = add("mcp", commands.cmd_mcp, "serve the API as MCP tools to an AI assistant")
+    mcp.description = (
+        "Serve loopworks as Model Context Protocol tools (start, watch and steer runs and "
+        "graphs) to an AI assistant, on stdin/stdout; see docs/mcp.md."
+    )
+    mcp.add_argument(
+        "--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead"
+    )
+    mcp.add_argument(
+        "--port", type=_positive, default=8765, help="with --http: the port (default 8765)"
+    )
+
     up.add_parser(sub)
     return parser
 

@@ -86,8 +86,10 @@ class Step(StrEnum):
 class Thresholds(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    A: float = Field(default=0.8, gt=0, le=1)
-    B: float = Field(default=0.9, gt=0, le=1)
+    A: float = Field(
+        default=0.8, gt=0, le=1, description="the score that passes phase A (essentials)"
+    )
+    B: float = Field(default=0.9, gt=0, le=1, description="the score that passes phase B (polish)")
 
     def for_phase(self, phase: Phase) -> float:
         return self.A if phase == Phase.A else self.B

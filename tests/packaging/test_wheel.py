@@ -343,6 +343,31 @@ def test_loops_help(installed: Installed) -> None:
     assert not unlisted, f"`loops --help` does not list {unlisted}\n{_explain(result)}"
 
 
+def test_loops_mcp_help(installed: Installed) -> None:
+    """`loops mcp` imports the MCP SDK only when it serves; its help, and the server with
+    every tool, must work from the runtime dependencies alone."""
+    result = installed.run(installed.scripts / "loops", "mcp", "--help")
+    _succeeded(result, "`loops mcp --help` failed")
+    assert "--http" in result.stdout and "--port" in result.stdout, _explain(result)
+    tools = installed.python_json(
+        """
+        import anyio, json
+        from mcp import Client
+        from loopworks.cli.client import ApiClient
+        from loopworks.cli.config import CliConfig
+        from loopworks.cli.mcp_server import build_server
+
+        async def listing():
+            server = build_server(ApiClient(CliConfig("http://127.0.0.1:9", None)))
+            async with Client(server) as client:
+                return [tool.name for tool in (await client.list_tools()).tools]
+
+        print(json.dumps(anyio.run(listing)))
+        """
+    )
+    assert {"start_run", "run_status", "approve_run", "clear_block"} <= set(tools), tools
+
+
 def test_worker_api_and_launcher_import(installed: Installed) -> None:
     result = installed.run(
         installed.python,

@@ -1,0 +1,82 @@
+"""What the `loops mcp` tools tell a model that knows nothing of loopworks (docs/mcp.md):
+id formats, statuses, modes, templates, gates. The tools' descriptions and input schemas
+quote these; tests/unit/test_mcp_contracts.py checks them against the code's own enums and
+the template catalog."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+SERVER_NAME = "loopworks"
+# The workflow templates a run may name (prompts/templates/; a test keeps them equal).
+Template = Literal[
+    "feature-dev",
+    "minor-edit",
+    "debugging",
+    "tdd-cycle",
+    "spec-review",
+    "qa-demo",
+    "batch-processing",
+    "simple-question",
+    "direct-skill",
+]
+TEMPLATES: tuple[str, ...] = get_args(Template)
+# A live run's artifact is a draft; past this many characters the answer is cut.
+MAX_ARTIFACT_CHARS = 100_000
+
+RUN_ID = (
+    "The run's id, exactly as start_run or list_runs gave it: "
+    "`<alias>-<YYYYMMDD>-<HHMMSS>-<6 hex digits>` (e.g. "
+    "`write-a-short-guide-20250101-120000-a1b2c3`), `key-<32 hex digits>` for a run started "
+    "with an idempotency_key, or `<graph_id>/<task_id>/<attempt>` for a task loop of a graph "
+    "(graph_status lists them)."
+)
+GRAPH_ID = (
+    "The graph's id, exactly as start_graph gave it: "
+    "`graph-<alias>-<YYYYMMDD>-<HHMMSS>-<6 hex digits>`."
+)
+GATES = (
+    "`gate` says where it waits for a person: `approval` (interactive mode: the drafted "
+    "rules wait for approve_run / approve_graph before any work starts), `block` (the "
+    "custodiet, the auditor that watches the work, blocked it: read `message`, then "
+    "clear_block / clear_graph_block with a note), `pause` (paused by a person: resume_run / "
+    "resume_graph), or null (it needs nobody: working, or ended). `next_action` says the same "
+    "in words."
+)
+RUN_STATUSES = (
+    "Run statuses: `running`, `awaiting_approval`, `blocked`, `paused` (live); `completed`, "
+    "`stopped`, `failed`, `halted` (ended)."
+)
+MODES = (
+    "`auto` (default): work starts at once. `interactive`: after drafting its rules the "
+    "{kind} waits at gate `approval` until {tool} is called."
+)
+REPO = (
+    "The git repository to work on: a URL (`https://…`, `ssh://…`, `git@host:path`) or an "
+    "absolute path to a local repository; it must be among the service's allowed origins. "
+    "Omitted: the service's own default repository."
+)
+NOTE = "Free text for the next model step, e.g. what a person decided and why."
+
+INSTRUCTIONS = f"""\
+loopworks runs agentic "reflex loops": a run takes a task, drafts rules that decide when
+the work is done, then produces, evaluates and refines an artifact (a markdown file, and
+changes in a git repository) until the rules pass or a limit is reached; it pushes its work
+to a branch `loops/<alias>` of the repository. A graph splits a goal into tasks and runs each
+as a loop, in dependency order. Start with start_run or start_graph, watch with run_status /
+graph_status (poll every few seconds; runs take minutes) and run_events, read the result
+with run_artifact. {GATES}"""
+
+
+RUN_STATUS_TOOL = (
+    "A run's status, compact: status, gate, next_action, iteration/max_iterations, phase "
+    "(`A`: essentials, then `B`: polish), current_step, last_score (0-1), stop_reason once "
+    f"ended, and `message` (the block's reason, or why it stopped). {GATES} {RUN_STATUSES}"
+)
+GRAPH_STATUS_TOOL = (
+    "A graph's status, compact: status (`planning`, `awaiting_approval`, `running`, "
+    "`paused`; ended: `completed`, `failed`, `stopped`), gate, next_action, and each task: "
+    "task_id, title, status (`pending`, `in-progress`, `completed`, `failed`, `blocked`: "
+    "waiting on a failed task it requires), attempts, its latest loop's run_id (read it with "
+    f"run_status) and gate `block` when that loop waits at a custodiet block. {GATES}"
+)

@@ -1,0 +1,150 @@
+"""The task-graph tools of `loops mcp` (docs/mcp.md): start, read, approve, steer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from loopworks.cli.client import ApiClient
+from loopworks.cli.graphs import GraphApi
+from loopworks.cli.mcp_facts import GRAPH_ID, GRAPH_STATUS_TOOL, MODES, NOTE, REPO
+from loopworks.cli.mcp_views import GraphView, RunView, api_errors, graph_view, run_view
+from loopworks.schemas.graph import GraphState
+from loopworks.schemas.run import Mode, RunStatus
+from loopworks.schemas.tasks import TASK_ID_PATTERN, Task, TaskStatus
+
+GraphId = Annotated[str, Field(min_length=1, description=GRAPH_ID)]
+
+
+def blocked_loops(client: ApiClient, state: GraphState) -> set[str]:
+    """The in-progress tasks' latest loops that wait at a custodiet block (the graph's
+    own state does not say; at most max_parallel loops are asked)."""
+    blocked: set[str] = set()
+    for task in state.tasks:
+        if task.status != TaskStatus.IN_PROGRESS or not task.run_ids:
+            continue
+        if client.run_state(task.run_ids[-1]).status == RunStatus.BLOCKED:
+            blocked.add(task.run_ids[-1])
+    return blocked
+
+
+def add_graph_tools(
+    server: MCPServer,
+    client: ApiClient,
+    read: ToolAnnotations,
+    change: ToolAnnotations,
+    ending: ToolAnnotations,
+) -> None:
+    graphs = GraphApi(client)
+
+    def graph(state: GraphState) -> GraphView:
+        return graph_view(state, blocked_loops(client, state))
+
+    @server.tool(annotations=change)
+    def start_graph(
+        goal: Annotated[
+            str,
+            Field(min_length=1, max_length=20_000, description="What the graph should achieve."),
+        ],
+        repo: Annotated[str | None, Field(description=REPO)] = None,
+        base_branch: Annotated[
+            str | None,
+            Field(description="The branch of repo to start from. Omitted: its default branch."),
+        ] = None,
+        mode: Annotated[
+            Mode, Field(description=MODES.format(kind="graph", tool="approve_graph"))
+        ] = Mode.AUTO,
+        max_parallel: Annotated[
+            int, Field(ge=1, le=10, description="At most this many task loops at once.")
+        ] = 3,
+        max_iterations: Annotated[
+            int, Field(ge=1, le=20, description="Each task loop's iteration limit.")
+        ] = 4,
+    ) -> GraphView:
+        """Start a task graph: the goal is split into atomic tasks (ids `T-001`, `T-002`,
+        …), each run as a loop of its own in dependency order, merged onto one
+        integration branch. Answers its graph_id; read graph_status until it ends."""
+        body: dict[str, Any] = {
+            "goal": goal,
+            "mode": mode.value,
+            "max_parallel": max_parallel,
+            "max_iterations": max_iterations,
+        }
+        optional = {"repo": repo, "base_branch": base_branch}
+        body.update({name: value for name, value in optional.items() if value is not None})
+        with api_errors():
+            return graph(graphs.state(graphs.create(body).graph_id))
+
+    @server.tool(annotations=read, description=GRAPH_STATUS_TOOL)
+    def graph_status(graph_id: GraphId) -> GraphView:
+        with api_errors():
+            return graph(graphs.state(graph_id))
+
+    @server.tool(annotations=change)
+    def approve_graph(
+        graph_id: GraphId,
+        tasks: Annotated[
+            list[Task] | None,
+            Field(
+                description="An edited task list, replacing the planned one. Omitted: as "
+                "planned (graph_status lists them)."
+            ),
+        ] = None,
+        note: Annotated[str | None, Field(max_length=2000, description=NOTE)] = None,
+    ) -> GraphView:
+        """Approve a graph waiting at gate `approval` (status `awaiting_approval`): its
+        tasks start. Refused (HTTP 409) in any other status."""
+        body: dict[str, Any] = {}
+        if tasks is not None:
+            body["tasks"] = [item.model_dump(mode="json") for item in tasks]
+        if note:
+            body["note"] = note
+        with api_errors():
+            return graph(graphs.message(graph_id, "approve", body))
+
+    @server.tool(annotations=change)
+    def clear_graph_block(
+        graph_id: GraphId,
+        task_id: Annotated[
+            str,
+            Field(
+                pattern=TASK_ID_PATTERN,
+                description="The task whose loop waits at gate `block` (`T-001`; graph_status "
+                "marks it).",
+            ),
+        ],
+        note: Annotated[str, Field(min_length=1, max_length=5000, description=NOTE)],
+    ) -> RunView:
+        """Release the custodiet block of a graph task's loop; answers that loop's status.
+        The same as clear_block on the loop's run_id."""
+        with api_errors():
+            return run_view(graphs.clear_block(graph_id, task_id, note))
+
+    @server.tool(annotations=change)
+    def pause_graph(graph_id: GraphId) -> GraphView:
+        """Pause a graph: no new task starts (running task loops go on); it waits at gate
+        `pause` until resume_graph."""
+        with api_errors():
+            return graph(graphs.message(graph_id, "pause"))
+
+    @server.tool(annotations=change)
+    def resume_graph(graph_id: GraphId) -> GraphView:
+        """Resume a graph waiting at gate `pause` (status `paused`): new tasks start
+        again."""
+        with api_errors():
+            return graph(graphs.message(graph_id, "resume"))
+
+    @server.tool(annotations=ending)
+    def stop_graph(
+        graph_id: GraphId,
+        reason: Annotated[
+            str | None, Field(max_length=2000, description="Recorded as the stop message.")
+        ] = None,
+    ) -> GraphView:
+        """Stop a graph for good: every running task loop is stopped (each still pushes
+        what it has) and no task starts any more."""
+        with api_errors():
+            return graph(graphs.message(graph_id, "stop", {"reason": reason} if reason else {}))

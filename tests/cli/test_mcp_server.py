@@ -1,0 +1,169 @@
+"""`loops mcp`'s tools against the real API app over a fake Temporal: what each tool asks
+the API, what it answers, and the API's own message as the tool's error (docs/mcp.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from mcp import Client
+from mcp.types import TextContent
+from temporalio.client import Client as TemporalClient
+
+from loopworks.api.main import create_app
+from loopworks.cli.client import ApiClient
+from loopworks.cli.config import CliConfig
+from loopworks.cli.mcp_server import build_server
+from loopworks.schemas.events import EventName
+from loopworks.schemas.run import Mode
+from loopworks.schemas.settings import Settings
+from tests.api.fake_temporal import FakeClient, event
+
+pytestmark = pytest.mark.unit
+
+RUN_ID = "fake-20250101-000000-abcdef"
+
+
+class Bridge:
+    """httpx requests from the tools' ApiClient, handed to the app's test client."""
+
+    def __init__(self, http: TestClient) -> None:
+        self.http = http
+        self.requests: list[tuple[str, str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        content = request.read()
+        self.requests.append(
+            (request.method, request.url.path, json.loads(content) if content else None)
+        )
+        answer = self.http.request(
+            request.method,
+            request.url.raw_path.decode(),
+            headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
+            content=content,
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+@pytest.fixture
+def fake() -> FakeClient:
+    return FakeClient()
+
+
+@pytest.fixture
+def bridge(fake: FakeClient, tmp_path: Path) -> Iterator[Bridge]:
+    app = create_app(Settings(LOOPS_DATA_DIR=tmp_path / "data"), client=cast(TemporalClient, fake))
+    with TestClient(app, base_url="http://localhost") as http:
+        yield Bridge(http)
+
+
+@asynccontextmanager
+async def tools(bridge: Bridge) -> AsyncIterator[Client]:
+    """The MCP server in-process, its ApiClient speaking to the app. Entered inside each
+    test: the client's task group must open and close in one task."""
+    api = ApiClient(CliConfig("http://localhost", None), transport=httpx.MockTransport(bridge))
+    try:
+        async with Client(build_server(api)) as client:
+            yield client
+    finally:
+        api.close()
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> Any:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+async def error(client: Client, tool: str, **arguments: Any) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    return " ".join(p.text for p in result.content if isinstance(p, TextContent))
+
+
+async def test_start_run_sends_the_request_and_answers_the_runs_view(
+    fake: FakeClient, bridge: Bridge
+) -> None:
+    async with tools(bridge) as mcp:
+        view = await call(
+            mcp, "start_run", task="Write a guide", mode="interactive", max_iterations=2,
+            template="minor-edit", audit_probability=0,
+        )  # fmt: skip
+        method, path, body = bridge.requests[0]
+        assert (method, path) == ("POST", "/runs")
+        assert body == {
+            "task": "Write a guide", "mode": "interactive", "max_iterations": 2,
+            "audit_probability": 0, "template": "minor-edit",
+        }  # fmt: skip
+        request = fake.starts[0]["params"].request
+        assert (request.mode, request.max_iterations, request.template) == (
+            Mode.INTERACTIVE, 2, "minor-edit",
+        )  # fmt: skip
+        assert view["run_id"] == fake.starts[0]["id"] and view["status"] == "running"
+        assert view["gate"] is None and "later" in view["next_action"]
+
+
+async def test_events_are_read_in_pages_after_a_cursor(fake: FakeClient, bridge: Bridge) -> None:
+    async with tools(bridge) as mcp:
+        fake.handle(RUN_ID).events = [event(RUN_ID, seq) for seq in range(1, 6)]
+        page = await call(mcp, "run_events", run_id=RUN_ID, after=1, limit=2)
+        assert [e["seq"] for e in page["events"]] == [2, 3]
+        assert (page["next_cursor"], page["more"]) == (3, True)
+        assert page["events"][0]["event"] == EventName.PAUSED
+        last = await call(mcp, "run_events", run_id=RUN_ID, after=3, limit=50)
+        assert [e["seq"] for e in last["events"]] == [4, 5] and last["more"] is False
+        empty = await call(mcp, "run_events", run_id=RUN_ID, after=5)
+        assert (empty["events"], empty["next_cursor"], empty["more"]) == ([], 5, False)
+
+
+async def test_approve_run_sends_the_edits(fake: FakeClient, bridge: Bridge) -> None:
+    async with tools(bridge) as mcp:
+        rule = {"id": "usage", "description": "Has a usage section", "check": "a ## Usage heading"}
+        await call(
+            mcp, "approve_run", run_id=RUN_ID, max_iterations=3, rules=[rule],
+            thresholds={"A": 0.7, "B": 0.8}, note="go",
+        )  # fmt: skip
+        method, path, body = bridge.requests[-1]
+        assert (method, path) == ("POST", f"/runs/{RUN_ID}/approve")
+        assert body["max_iterations"] == 3 and body["note"] == "go"
+        assert body["thresholds"] == {"A": 0.7, "B": 0.8}
+        assert [r["id"] for r in body["rules"]] == ["usage"]
+        assert fake.handle(RUN_ID).updates == ["approve"]
+
+
+async def test_steering_tools_call_their_routes(bridge: Bridge) -> None:
+    async with tools(bridge) as mcp:
+        await call(mcp, "clear_block", run_id=RUN_ID, note="scope confirmed")
+        await call(mcp, "pause_run", run_id=RUN_ID)
+        await call(mcp, "resume_run", run_id=RUN_ID)
+        await call(mcp, "stop_run", run_id=RUN_ID, reason="enough")
+        assert [(m, p, b) for m, p, b in bridge.requests] == [
+            ("POST", f"/runs/{RUN_ID}/clear-block", {"note": "scope confirmed"}),
+            ("POST", f"/runs/{RUN_ID}/pause", None),
+            ("POST", f"/runs/{RUN_ID}/resume", None),
+            ("POST", f"/runs/{RUN_ID}/stop", {"reason": "enough"}),
+        ]
+
+
+async def test_a_refused_request_is_a_tool_error_with_the_apis_message(bridge: Bridge) -> None:
+    async with tools(bridge) as mcp:
+        relative = await error(mcp, "start_run", task="x", repo="relative/repo")
+        assert relative.startswith("Error executing tool start_run: HTTP 422: "), relative
+        assert "absolute" in relative
+        blank = await error(mcp, "clear_block", run_id=RUN_ID, note="   ")
+        assert "HTTP 422" in blank and "note must not be blank" in blank, blank
+
+
+async def test_arguments_outside_the_schema_are_refused_before_the_api(bridge: Bridge) -> None:
+    async with tools(bridge) as mcp:
+        answer = await error(mcp, "start_run", task="x", mode="sometimes")
+        assert "mode" in answer
+        answer = await error(mcp, "start_run", task="x", max_iterations=21)
+        assert "max_iterations" in answer
+        assert bridge.requests == []
