@@ -1,4 +1,4 @@
-"""What a user gets from `pip install loopworks` (issue 10 item 2, issue 9's import name).
+"""What a user gets from `pip install loopworks`: the wheel, run from an install of it alone.
 
 A session fixture builds the wheel from a clean copy of the checkout, installs it with its
 runtime dependencies only (no `[test]` extra) into a fresh venv without system site
