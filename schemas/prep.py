@@ -293,7 +293,9 @@ def prep_tasks(tasks_text: str) -> PrepTasks:
         try:
             line = json.loads(text)
         except json.JSONDecodeError as exc:
-            read.skipped.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+            # json says "Unterminated string starting at" of a string cut short.
+            why = exc.msg.removesuffix(" at")
+            read.skipped.append(f"line {number}: not JSON ({why} at column {exc.colno})")
             continue
         if not isinstance(line, dict):
             read.skipped.append(f"line {number}: not a JSON object")
