@@ -55,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
 
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
-PREP_AS_WRITTEN = "prep-package-as-written"
 
 
 @workflow.defn(name="TaskGraphWorkflow")
@@ -198,7 +197,7 @@ class TaskGraphWorkflow:
             return []
         # Packages for `ccw-loop`, unreadable lines skipped, the package's iteration limit
         # (docs/graphs.md#prep-packages); a graph started before replays as it decided.
-        legacy = not workflow.patched(PREP_AS_WRITTEN)
+        legacy = not workflow.patched("prep-package-as-written")
         now = workflow.now()
         return graph_inputs.prep_for_graph(self._request, self._state, info, now, legacy)
 
