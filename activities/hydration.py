@@ -40,6 +40,7 @@ class HydrationActivities:
             templates={t.id: t.title for t in templates.values()},
             user_rules=step.user_rules,
             user_criteria=step.user_criteria,
+            user_plan=step.user_plan,
             feedback=step.feedback,
             playbook_items=items,
         )
@@ -63,6 +64,9 @@ class HydrationActivities:
             # User rules are the criteria; the hydrator only drafts rules when none are given.
             hydration.rules = step.user_rules
         hydration.rules = normalise_rules(hydration.rules)
+        if step.user_plan:
+            # A prep package's tasks are the plan (docs/graphs.md#a-single-run-from-a-prep-package).
+            hydration.plan = step.user_plan
         # The user's criteria come first, word for word; the hydrator's add to them.
         given = step.user_criteria
         hydration.acceptance_criteria = [

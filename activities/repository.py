@@ -12,6 +12,7 @@ from loopworks.activities.heartbeat import heartbeating
 from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
+from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.steps import (
     CloseOutput,
     RecordAndCloseInput,
@@ -46,6 +47,17 @@ class RepositoryActivities:
         branch, commit = await asyncio.to_thread(
             workspaces.resolve_base, origin, request.base_branch
         )
+        package = tasks = None
+        if request.read_prep:
+            # A prep package in the repository may give the run its plan
+            # (docs/graphs.md#prep-packages).
+            package = await asyncio.to_thread(
+                workspaces.read_file, origin, commit, PREP_PACKAGE_PATH
+            )
+            if package is not None:
+                tasks = await asyncio.to_thread(
+                    workspaces.read_file, origin, commit, PREP_TASKS_PATH
+                )
         return WorkspaceInfo(
             origin=origin,
             base_branch=branch,
@@ -54,6 +66,8 @@ class RepositoryActivities:
             sandboxed=sandboxed(),
             playbook=playbook_name(origin),
             model_source=model_source(self.deps.models, self.deps.settings.anthropic_base_url),
+            prep_package=package,
+            prep_tasks=tasks,
         )
 
     @activity.defn(name="record_and_close_run")

@@ -45,7 +45,8 @@ def run_id_for_key(key: str, task_queue: str) -> str:
 
 def request_digest(request: RunRequest) -> str:
     """Of the validated request, defaults filled in: `{"task": "t"}` and the same task
-    with `"max_iterations": 4` spelled out are one request."""
+    with `"mode": "auto"` spelled out are one request. (`max_iterations` has no such
+    default: unset, a prep package may set it, so spelling out 4 is another request.)"""
     return hashlib.sha256(request.model_dump_json().encode()).hexdigest()
 
 

@@ -130,7 +130,8 @@ def _details(request: RunRequest, run_id: str) -> str:
         [
             f"loopworks reflex loop `{run_id}`",
             f"- template: {request.template or 'chosen by hydration'}",
-            f"- max iterations: {request.max_iterations}, mode: {request.mode.value}",
+            f"- max iterations: {request.max_iterations or 'the default'}, "
+            f"mode: {request.mode.value}",
             f"- repo: {request.repo or 'the service origin'}",
             f"- branch: loops/{run_id}",
         ]

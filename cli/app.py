@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--interactive", action="store_true", help="wait for `loops approve` before iterating"
     )
     new.add_argument("--idempotency-key", help="the same key returns the same run")
+    new.add_argument(
+        "--no-prep",
+        action="store_true",
+        help="ignore the repository's .workflow/.loop/ prep package (by default its tasks "
+        "become the run's plan when it passes its checks)",
+    )
     _follow_options(new)
 
     status = add("status", commands.cmd_status, "a run's status (default: the most recent run)")

@@ -133,6 +133,8 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         body["audit_probability"] = args.audit_probability
     if args.interactive:
         body["mode"] = "interactive"
+    if args.no_prep:
+        body["read_prep_package"] = False
     run_id = ctx.client.create_run(body, args.idempotency_key).run_id
     ctx.print(run_id)
     if args.follow:

@@ -80,6 +80,18 @@ def graph_notes(state: GraphState) -> list[str]:
     return []
 
 
+def prep_lines(state: GraphState) -> list[str]:
+    """Where the tasks came from, each task loop's iteration limit when the graph set one,
+    and what of a prep package was not used: its lines skipped, or why it was rejected
+    (docs/graphs.md#prep-packages)."""
+    lines = [f"tasks from: {state.source}"] if state.source else []
+    if state.max_iterations:
+        lines.append(f"each task loop: at most {state.max_iterations} iterations")
+    lines += [f"prep package line skipped: {_flat(line)}" for line in state.prep_skipped]
+    lines += [f"prep package not used: {_flat(reason)}" for reason in state.prep_rejected]
+    return lines
+
+
 def _task_label(task: TaskState, id_width: int, status_width: int) -> Text:
     label = Text(f"{task.task.id:<{id_width}}  ")
     label.append(f"{task.status.value:<{status_width}}", style=TASK_STYLES[task.status])
@@ -118,6 +130,7 @@ def graph_view(state: GraphState) -> RenderableType:
         if state.origin:
             where += f" on {state.origin}"
         lines.append(Text(f"integration: {where}"))
+    lines += [Text(line) for line in prep_lines(state)]
     notes = [Text(note) for note in graph_notes(state)]
     return Group(*lines, task_tree(state), *notes)
 

@@ -74,6 +74,11 @@ class HydratorContext(RoleContext):
         default_factory=list,
         description="Acceptance criteria the user gave: kept word for word, first.",
     )
+    user_plan: list[str] = Field(
+        default_factory=list,
+        description="Steps the user gave (a prep package's tasks, in order): when given, "
+        "they replace the drafted plan.",
+    )
     feedback: list[str] = Field(description="The critic's issues when it asked for a revision.")
     playbook_items: list[PlaybookItem] = Field(
         default_factory=list,

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, field_validator
 
+from loopworks.schemas.prep import PrepUpload
 from loopworks.schemas.run import BranchName, Budget, Mode, Thresholds
 from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
 
@@ -19,14 +20,6 @@ def task_loop_id(graph_id: str, task_id: str, attempt: int) -> str:
     """The run id of a task's `attempt`th loop (it matches `TASK_LOOP_SUFFIX` after the
     graph's id)."""
     return f"{graph_id}/{task_id}/{attempt}"
-
-
-class PrepUpload(BaseModel):
-    """A prep package's two files, as text: prep-package.json and prep-tasks.jsonl
-    (docs/graphs.md#prep-packages)."""
-
-    package: str = Field(min_length=2, max_length=200_000, description="prep-package.json")
-    tasks: str = Field(max_length=2_000_000, description="prep-tasks.jsonl")
 
 
 class GraphRequest(BaseModel):
@@ -48,7 +41,14 @@ class GraphRequest(BaseModel):
         "repository's .workflow/.loop/",
     )
     # Each task's loop.
-    max_iterations: int = Field(default=4, ge=1, le=20)
+    max_iterations: int | None = Field(
+        default=None,
+        ge=1,
+        le=20,
+        description="each task loop's iteration limit; unset: the prep package's "
+        "`auto_loop.max_iterations` (10 when it names none) when the tasks come from one, "
+        "else 4",
+    )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     audit_probability: float = Field(default=0.2, ge=0, le=1)
     budget: Budget | None = Field(default=None, description="each task loop's budget")
@@ -102,6 +102,16 @@ class GraphState(BaseModel):
     prep_rejected: list[str] = Field(
         default_factory=list,
         description="why the repository's prep package was not used (then planned)",
+    )
+    prep_skipped: list[str] = Field(
+        default_factory=list,
+        description="the prep package's task lines that could not be read, each skipped "
+        "(`line N: why`); the package's other tasks were used",
+    )
+    max_iterations: int | None = Field(
+        default=None,
+        description="each task loop's iteration limit (the request's, the prep package's, "
+        "or the default); unset in graphs that took the request's as it was",
     )
     message: str = Field(default="", description="why the graph ended as it did")
     created_at: str = ""

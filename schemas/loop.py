@@ -12,6 +12,8 @@ from loopworks.schemas.rules import PreparedCheck
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import ArtifactOutput
 
+# A run's iteration limit when neither its request nor a prep package sets one.
+DEFAULT_MAX_ITERATIONS = 4
 # Events the workflow keeps for queries and the stream once git holds them; older ones are
 # read from the run's `.loops/history.jsonl`. Events git does not hold yet are always kept.
 EVENT_TAIL = 64
@@ -63,6 +65,10 @@ class RunMemory(BaseModel):
     checked: list[tuple[PreparedCheck, CheckResult]] = Field(
         default_factory=list, description="each check run on that commit, and its result"
     )
+    given_plan: list[str] = Field(
+        default_factory=list,
+        description="a prep package's tasks, one step each: they replace hydration's plan",
+    )
 
     def unsaved(self) -> list[Event]:
         return [event for event in self.tail if event.seq > self.saved_seq]
@@ -107,7 +113,7 @@ class LoopInput(BaseModel):
             alias=self.alias,
             task=request.task,
             template=request.template,
-            max_iterations=request.max_iterations,
+            max_iterations=request.max_iterations or DEFAULT_MAX_ITERATIONS,
             thresholds=request.thresholds,
             rules=request.rules,
             branch=f"loops/{self.run_id}",

@@ -2,9 +2,11 @@
 (docs/graphs.md#prep-packages).
 
 A preparation tool writes `.workflow/.loop/prep-package.json` and, one task per line,
-`.workflow/.loop/prep-tasks.jsonl`. A graph takes its tasks from the package only when all
-six checks pass, and reports every failure. Everything here is pure: the caller reads the
-files and passes the clock in (a workflow's `workflow.now()`), so a replay decides alike.
+`.workflow/.loop/prep-tasks.jsonl`. A graph (or a single run) takes its tasks from the
+package only when all six checks pass, and reports every failure; a task line it cannot
+read is skipped and named, the others are kept. Everything here is pure: the caller reads
+the files and passes the clock in (a workflow's `workflow.now()`), so a replay decides
+alike.
 """
 
 from __future__ import annotations
@@ -18,14 +20,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from loopworks.schemas.tasks import TASK_ID_PATTERN, GraphError, Task
+from loopworks.schemas.tasks import TASK_ID_PATTERN, Task
 
 PREP_DIR = ".workflow/.loop"
 PREP_PACKAGE_PATH = f"{PREP_DIR}/prep-package.json"
 PREP_TASKS_PATH = f"{PREP_DIR}/prep-tasks.jsonl"
-# Check 2: the skill a package must be prepared for (the preparation tool's own loop says
-# `ccw-loop`; here the consumer is loopworks).
-TARGET_SKILL = "loopworks"
+# Check 2: the skills a package may be prepared for. The preparation tool writes
+# `ccw-loop`, the name of the loop it prepares for; loopworks takes that loop's packages
+# as they are, and one written for it by name.
+TARGET_SKILLS = ("ccw-loop", "loopworks")
+# Before packages for `ccw-loop` were taken (a replayed graph decides as it did then).
+LEGACY_TARGET_SKILL = "loopworks"
+# Each loop's iteration limit when a package is used and its `auto_loop.max_iterations`
+# is not set, as the preparation tool's loop does (docs/graphs.md#prep-packages).
+PREP_MAX_ITERATIONS = 10
+# The most a package may ask for: a run's own bound (RunRequest.max_iterations).
+PREP_MAX_ITERATIONS_CAP = 20
 # Check 4: an older package may be stale.
 MAX_AGE = timedelta(hours=24)
 # The preparation tool labels UTC+8 times with a `Z` (its `getUtc8ISOString` adds 8 hours
@@ -36,6 +46,14 @@ MAX_AHEAD = timedelta(hours=24)
 # A prep task without acceptance criteria gets this one (a task needs at least one).
 DEFAULT_CRITERION = "The verification command exits 0."
 TITLE_MAX = 80
+
+
+class PrepUpload(BaseModel):
+    """A prep package's two files, as text: prep-package.json and prep-tasks.jsonl
+    (docs/graphs.md#prep-packages)."""
+
+    package: str = Field(min_length=2, max_length=200_000, description="prep-package.json")
+    tasks: str = Field(max_length=2_000_000, description="prep-tasks.jsonl")
 
 
 class PrepEnvironment(BaseModel):
@@ -107,14 +125,19 @@ def _age_error(generated_at: Any, now: datetime) -> str | None:
 
 
 def prep_package_errors(
-    package: dict[str, Any], tasks_text: str | None, repo_root: str, now: datetime
+    package: dict[str, Any],
+    tasks_text: str | None,
+    repo_root: str,
+    now: datetime,
+    legacy: bool = False,
 ) -> list[str]:
     """The six checks, every failure reported, each naming what it checked; [] when
     the package may be consumed.
 
     `package` is the parsed prep-package.json, `tasks_text` prep-tasks.jsonl's text (None
     when the file does not exist), `repo_root` the project root the loop runs in, `now` the
-    caller's clock. The checks: `prep_status` is `ready`; `target_skill` is `loopworks`;
+    caller's clock. The checks: `prep_status` is `ready`; `target_skill` is `ccw-loop` or
+    `loopworks` (`legacy`: `loopworks` only, as a graph started before decided);
     `environment.project_root` is `repo_root`; `generated_at` is at most 24 hours before
     `now`; prep-tasks.jsonl exists; the package's `tasks.total` is above 0.
     """
@@ -123,8 +146,11 @@ def prep_package_errors(
     if status != "ready":
         errors.append(f'prep_status is "{status}", expected "ready"')
     skill = package.get("target_skill")
-    if skill != TARGET_SKILL:
-        errors.append(f'target_skill is "{skill}", expected "{TARGET_SKILL}"')
+    if legacy and skill != LEGACY_TARGET_SKILL:
+        errors.append(f'target_skill is "{skill}", expected "{LEGACY_TARGET_SKILL}"')
+    elif not legacy and skill not in TARGET_SKILLS:
+        expected = " or ".join(f'"{name}"' for name in TARGET_SKILLS)
+        errors.append(f'target_skill is "{skill}", expected {expected}')
     environment = package.get("environment")
     root = environment.get("project_root") if isinstance(environment, dict) else None
     if not isinstance(root, str) or not _same_root(root, repo_root):
@@ -138,6 +164,17 @@ def prep_package_errors(
     if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
         errors.append(f"task count is {total or 0}: tasks.total must be above 0")
     return errors
+
+
+def package_iterations(package: dict[str, Any]) -> int:
+    """Each loop's iteration limit under this package: `auto_loop.max_iterations`, else
+    PREP_MAX_ITERATIONS (10); a value that is not a whole number is not read, one above
+    PREP_MAX_ITERATIONS_CAP (20, a run's own bound) is cut to it."""
+    auto_loop = package.get("auto_loop")
+    value = auto_loop.get("max_iterations") if isinstance(auto_loop, dict) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return PREP_MAX_ITERATIONS
+    return min(value, PREP_MAX_ITERATIONS_CAP)
 
 
 def package_sha256(package_text: str, tasks_text: str) -> str:
@@ -215,7 +252,15 @@ def _as_task(line: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def prep_tasks(tasks_text: str) -> list[Task]:
+class PrepTasks(BaseModel):
+    """prep-tasks.jsonl read: the tasks of the lines that could be read, and why each other
+    line was skipped ("line N: ...")."""
+
+    tasks: list[Task] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+
+
+def prep_tasks(tasks_text: str) -> PrepTasks:
     """prep-tasks.jsonl's tasks as graph tasks (`Task`), in line order; blank lines skipped.
 
     A line needs `id` and `description` and may carry anything else; the preparation tool
@@ -236,38 +281,41 @@ def prep_tasks(tasks_text: str) -> list[Task]:
       command is guessed.
 
     Other fields (`status`, `priority`, `tool`, `mode`, ...) are ignored: the ledger owns
-    status. No bad line is skipped: each is reported (the graph would otherwise lose a task
-    silently), GraphError with one message per line, "line N:".
+    status. A line that cannot be read (not JSON, not an object, without `id` or
+    `description`, an id that is no task id, a field out of shape) is skipped, as the
+    preparation tool's own loop skips it, and named in `skipped` ("line N: ...") so the
+    graph's state lists it rather than losing it silently.
     """
-    tasks: list[Task] = []
-    errors: list[str] = []
+    read = PrepTasks()
     for number, text in enumerate(tasks_text.splitlines(), start=1):
         if not text.strip():
             continue
         try:
             line = json.loads(text)
         except json.JSONDecodeError as exc:
-            errors.append(f"line {number}: not JSON ({exc.msg} at column {exc.colno})")
+            # json says "Unterminated string starting at" of a string cut short.
+            why = exc.msg.removesuffix(" at")
+            read.skipped.append(f"line {number}: not JSON ({why} at column {exc.colno})")
             continue
         if not isinstance(line, dict):
-            errors.append(f"line {number}: not a JSON object")
+            read.skipped.append(f"line {number}: not a JSON object")
             continue
         missing = [key for key in ("id", "description") if not line.get(key)]
         if missing:
-            errors.append(f"line {number}: {' and '.join(missing)} missing (a task needs both)")
+            read.skipped.append(
+                f"line {number}: {' and '.join(missing)} missing (a task needs both)"
+            )
             continue
         fields = _as_task(line)
         if fields["id"] is None:
-            errors.append(f"line {number}: id {line['id']!r} is not a task id like T-001")
+            read.skipped.append(f"line {number}: id {line['id']!r} is not a task id like T-001")
             continue
         try:
-            tasks.append(Task.model_validate(fields))
+            read.tasks.append(Task.model_validate(fields))
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
                 for error in exc.errors()
             )
-            errors.append(f"line {number} ({fields['id']}): {problems}")
-    if errors:
-        raise GraphError(errors)
-    return tasks
+            read.skipped.append(f"line {number} ({fields['id']}): {problems}")
+    return read

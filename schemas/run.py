@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.git_names import valid_ref_name
 from loopworks.schemas.playbook import PlaybookUse
+from loopworks.schemas.prep import PrepUpload
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
 
 
@@ -131,7 +132,14 @@ class RunRequest(BaseModel):
         description="criteria the run must meet, kept word for word; hydration may add more",
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
-    max_iterations: int = Field(default=4, ge=1, le=20)
+    max_iterations: int | None = Field(
+        default=None,
+        ge=1,
+        le=20,
+        description="the run's iteration limit; unset: the prep package's "
+        "`auto_loop.max_iterations` (10 when it names none) when the run takes its plan from "
+        "one, else 4",
+    )
     mode: Mode = Mode.AUTO
     audit_probability: float = Field(default=0.2, ge=0, le=1)
     declared_files: list[str] = Field(
@@ -148,6 +156,16 @@ class RunRequest(BaseModel):
     )
     playbook_version: int | None = Field(
         default=None, ge=1, description="hydrate from this version of the playbook"
+    )
+    prep_package: PrepUpload | None = Field(
+        default=None,
+        description="a prep package sent with the request: its tasks become the run's plan "
+        "(docs/graphs.md#a-single-run-from-a-prep-package)",
+    )
+    read_prep_package: bool = Field(
+        default=True,
+        description="without `prep_package`, take the plan from the repository's "
+        "`.workflow/.loop/` prep package when it passes its checks; false ignores it",
     )
 
     @field_validator("task")
@@ -245,6 +263,17 @@ class RunState(BaseModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     playbook: PlaybookUse | None = Field(
         default=None, description="the playbook version and items hydration was given"
+    )
+    prep: str = Field(
+        default="",
+        description="the prep package the run's plan came from (its tool and hash); empty: none",
+    )
+    prep_skipped: list[str] = Field(
+        default_factory=list,
+        description="that package's task lines that could not be read (`line N: why`)",
+    )
+    prep_rejected: list[str] = Field(
+        default_factory=list, description="why a prep package found was not used"
     )
     created_at: str = ""
     updated_at: str = ""

@@ -112,6 +112,9 @@ class WorkspaceRequest(BaseModel):
     run_id: str
     repo: str | None = None
     base_branch: str | None = None
+    read_prep: bool = Field(
+        default=False, description="read the prep package at the base commit, if any"
+    )
 
 
 class WorkspaceInfo(BaseModel):
@@ -126,6 +129,10 @@ class WorkspaceInfo(BaseModel):
     model_source: str = Field(
         default="", description="the model the worker answers runs with (llm/provenance.py)"
     )
+    # `.workflow/.loop/`'s two files at the base commit, when asked for and there
+    # (docs/graphs.md#prep-packages); None in runs recorded before runs read them.
+    prep_package: str | None = None
+    prep_tasks: str | None = None
 
 
 class CloseInput(BaseModel):
@@ -161,6 +168,7 @@ class HydrateInput(ModelStep):
     template: str | None = None
     user_rules: list[Rule] = Field(default_factory=list)
     user_criteria: list[str] = Field(default_factory=list)
+    user_plan: list[str] = Field(default_factory=list)
     feedback: list[str] = Field(default_factory=list)
     playbook: PlaybookRead | None = Field(
         default=None, description="the playbook to draw on; None: the run opted out"

@@ -193,15 +193,13 @@ class TaskGraphWorkflow:
     def _from_prep_package(self, info: IntegrationInfo) -> list[Task]:
         """The tasks of the prep package sent with the request, else of the repository's,
         or none (rejected: every reason listed)."""
-        upload, state = self._request.prep_package, self._state
-        package = upload.package if upload else info.prep_package
-        if package is None:
+        if self._request.prep_package is None and info.prep_package is None:
             return []
-        tasks = upload.tasks if upload else info.prep_tasks
+        # Packages for `ccw-loop`, unreadable lines skipped, the package's iteration limit
+        # (docs/graphs.md#prep-packages); a graph started before replays as it decided.
+        legacy = not workflow.patched("prep-package-as-written")
         now = workflow.now()
-        prepared = graph_inputs.from_prep_package(package, tasks, state.origin, info.files, now)
-        state.prep_rejected, state.source = prepared.errors, prepared.source
-        return prepared.tasks
+        return graph_inputs.prep_for_graph(self._request, self._state, info, now, legacy)
 
     async def _work(self) -> None:
         """Start what can start, wait for a loop to end, merge it, until nothing can."""
@@ -247,9 +245,7 @@ class TaskGraphWorkflow:
             LoopInput(
                 run_id=child_id,
                 alias=task_id,
-                request=graph_inputs.loop_request(
-                    task_state, self._request, state.origin, state.integration_branch
-                ),
+                request=graph_inputs.loop_request(task_state, self._request, state),
                 created_at=workflow.now().isoformat(),
                 started_by=self._started_by,
             ),

@@ -1,6 +1,6 @@
 """What a task graph hands on: a task as its child loop's request, and the tasks of a prep
-package (docs/graphs.md#prep-packages). Plain functions, no Temporal: the clock is passed
-in."""
+package (docs/graphs.md#prep-packages), for a graph or as a single run's plan. Plain
+functions, no Temporal: the clock is passed in."""
 
 from __future__ import annotations
 
@@ -9,22 +9,32 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from loopworks.schemas.graph import GraphRequest, TaskState
-from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
+from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
+from loopworks.schemas.integration import IntegrationInfo
+from loopworks.schemas.prep import (
+    package_iterations,
+    package_sha256,
+    prep_package_errors,
+    prep_tasks,
+)
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.tasks import GraphError, Task, validated_graph
 
-# A loop's task text stays within RunRequest's bound.
+# A loop's task text stays within RunRequest's bound, and its criteria within theirs.
 TASK_TEXT_MAX = 20_000
+CRITERIA_MAX = 50
+# Each task loop's iteration limit when neither the request nor a prep package sets one.
+DEFAULT_MAX_ITERATIONS = 4
 
 
-def loop_request(
-    task_state: TaskState, request: GraphRequest, origin: str, integration_branch: str
-) -> RunRequest:
+def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState) -> RunRequest:
     """The task as its loop sees it: its words, its criteria as given, and its
     verification command as the loop's one rule, so the loop works until it passes. It
-    starts from the integration branch, which holds its dependencies' work."""
+    starts from the integration branch, which holds its dependencies' work, and reads no
+    prep package there (the graph's tasks are its plan). Its iteration limit is the
+    graph's (`max_iterations`, set when a prep package's tasks are used), else the
+    request's, else the default."""
     task = task_state.task
     text = f"{task.title}\n\n{task.description}"
     if task.context.files:
@@ -40,15 +50,16 @@ def loop_request(
     )
     return RunRequest(
         task=text[:TASK_TEXT_MAX],
-        repo=origin,
-        base_branch=integration_branch,
+        repo=graph.origin,
+        base_branch=graph.integration_branch,
         rules=[rule],
         acceptance_criteria=task.acceptance_criteria,
         thresholds=request.thresholds,
-        max_iterations=request.max_iterations,
+        max_iterations=graph.max_iterations or request.max_iterations or DEFAULT_MAX_ITERATIONS,
         audit_probability=request.audit_probability,
         budget=request.budget,
         declared_files=task.context.files,
+        read_prep_package=False,
     )
 
 
@@ -57,32 +68,117 @@ class PrepOutcome:
     tasks: list[Task] = field(default_factory=list)
     source: str = ""
     errors: list[str] = field(default_factory=list)
+    # Task lines that could not be read and were skipped ("line N: why").
+    skipped: list[str] = field(default_factory=list)
+    # Each loop's iteration limit under the package (set when its tasks are used).
+    max_iterations: int | None = None
 
 
 def from_prep_package(
     package_text: str,
     tasks_text: str | None,
     repo_root: str,
-    files: Collection[str],
+    files: Collection[str] | None,
     now: datetime,
+    legacy: bool = False,
 ) -> PrepOutcome:
     """A ready, fresh package for this repository stands in for planning; any other is
     rejected with every failure listed (the six checks, then the graph validator), and the
-    graph plans instead."""
+    graph plans instead. A task line that cannot be read is skipped and listed in
+    `skipped`; a package none of whose lines can be read is rejected.
+
+    `legacy` decides as graphs started before these rules did (a replay must): only
+    `target_skill: loopworks`, and any unreadable line rejects the package."""
     try:
         package = json.loads(package_text)
     except ValueError as err:
         return PrepOutcome(errors=[f"prep-package.json is not JSON: {err}"])
     if not isinstance(package, dict):
         return PrepOutcome(errors=["prep-package.json is not a JSON object"])
-    errors = prep_package_errors(package, tasks_text, repo_root, now)
+    errors = prep_package_errors(package, tasks_text, repo_root, now, legacy=legacy)
     if errors or tasks_text is None:
         return PrepOutcome(errors=errors)
+    read = prep_tasks(tasks_text)
+    if legacy and read.skipped:
+        return PrepOutcome(errors=read.skipped)
+    if not read.tasks and not legacy:
+        unread = "prep-tasks.jsonl holds no task that can be read"
+        return PrepOutcome(errors=[unread, *read.skipped])
     try:
-        tasks = validated_graph(prep_tasks(tasks_text), files)
+        tasks = validated_graph(read.tasks, files)
     except GraphError as err:
-        return PrepOutcome(errors=err.errors)
+        return PrepOutcome(errors=err.errors, skipped=read.skipped)
     source = package.get("source")
     tool = source.get("tool") if isinstance(source, dict) else None
     digest = package_sha256(package_text, tasks_text)
-    return PrepOutcome(tasks, f"prep package ({tool or 'unknown tool'}, sha256 {digest})")
+    return PrepOutcome(
+        tasks,
+        f"prep package ({tool or 'unknown tool'}, sha256 {digest})",
+        skipped=read.skipped,
+        max_iterations=None if legacy else package_iterations(package),
+    )
+
+
+def prep_for_graph(
+    request: GraphRequest, state: GraphState, info: IntegrationInfo, now: datetime, legacy: bool
+) -> list[Task]:
+    """The tasks of the prep package sent with the request, else of the repository's, or
+    none. The state records where they came from, why a package was rejected, the lines
+    skipped and, when the package's tasks are used, each task loop's iteration limit:
+    the request's, else the package's (docs/graphs.md#prep-packages)."""
+    upload = request.prep_package
+    package = upload.package if upload else info.prep_package
+    if package is None:
+        return []
+    tasks = upload.tasks if upload else info.prep_tasks
+    prepared = from_prep_package(package, tasks, state.origin, info.files, now, legacy)
+    state.prep_rejected, state.source = prepared.errors, prepared.source
+    state.prep_skipped = prepared.skipped
+    if prepared.tasks and prepared.max_iterations:
+        state.max_iterations = request.max_iterations or prepared.max_iterations
+    return prepared.tasks
+
+
+def task_step(task: Task) -> str:
+    """A package's task as one step of a run's plan."""
+    step = f"{task.id} {task.title}: {task.description}"
+    if task.context.files:
+        step += " Files: " + ", ".join(task.context.files) + "."
+    return f"{step} Done when `{task.verification_command}` exits 0."
+
+
+def run_from_prep(request: RunRequest, prepared: PrepOutcome) -> tuple[RunRequest, list[str]]:
+    """A run given a prep package's tasks (docs/graphs.md#a-single-run-from-a-prep-package):
+    its request with the tasks listed after the task's words, each task's verification
+    command a rule (its id the task's) after the request's rules, each task's criteria
+    ("T-001: ...") after the request's, and the iteration limit the request's, else the
+    package's; and the plan, one step per task, that replaces hydration's."""
+    plan = [task_step(task) for task in prepared.tasks]
+    text = f"{request.task}\n\nThe plan, from a prep package: work through these tasks in order.\n"
+    text += "\n".join(f"{n}. {step}" for n, step in enumerate(plan, start=1))
+    given = {rule.id for rule in request.rules}
+    rules = [
+        Rule(
+            id=task.id,
+            description=f"{task.id}'s verification command `{task.verification_command}` exits 0",
+            severity=Severity.FAIL,
+            check=CommandCheck(command=task.verification_command),
+        )
+        for task in prepared.tasks
+        if task.id not in given
+    ]
+    criteria = [
+        *request.acceptance_criteria,
+        *(f"{task.id}: {c}" for task in prepared.tasks for c in task.acceptance_criteria),
+    ]
+    effective = request.model_copy(
+        update={
+            "task": text[:TASK_TEXT_MAX],
+            "rules": [*request.rules, *rules],
+            "acceptance_criteria": criteria[:CRITERIA_MAX],
+            "max_iterations": request.max_iterations or prepared.max_iterations,
+            # Used: the run carries what it made of it, not the files.
+            "prep_package": None,
+        }
+    )
+    return effective, plan

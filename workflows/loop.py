@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.roles import CriticVerdict
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
-    from loopworks.schemas.steps import WorkspaceRequest
-    from loopworks.workflows import decisions
+    from loopworks.schemas.steps import WorkspaceInfo, WorkspaceRequest
+    from loopworks.workflows import decisions, graph_inputs
     from loopworks.workflows.loop_steps import LoopSteps
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
@@ -145,6 +145,7 @@ class LoopWorkflow:
                 run_id=self._state.run_id,
                 repo=self._request.repo,
                 base_branch=self._request.base_branch,
+                read_prep=self._request.read_prep_package and not self._request.prep_package,
             ),
             GIT,
             "prepare workspace",
@@ -159,10 +160,31 @@ class LoopWorkflow:
         if not workspace.sandboxed:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
             self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))
+        self._take_prep_package(workspace)
         await self._hydrate_and_review()
         if self._request.mode == Mode.INTERACTIVE:
             self._record.set_step(Step.APPROVE)
             await self._steering.await_approval()
+
+    def _take_prep_package(self, workspace: WorkspaceInfo) -> None:
+        """The prep package sent with the request, else the repository's, gives the run its
+        plan when it passes its checks (docs/graphs.md#a-single-run-from-a-prep-package);
+        the run goes on with the request it makes, through continue-as-new too."""
+        request, state = self._request, self._state
+        upload = request.prep_package
+        package = upload.package if upload else workspace.prep_package
+        if package is None:
+            return
+        tasks = upload.tasks if upload else workspace.prep_tasks
+        now = workflow.now()
+        prepared = graph_inputs.from_prep_package(package, tasks, workspace.origin, None, now)
+        state.prep, state.prep_skipped = prepared.source, prepared.skipped
+        state.prep_rejected = prepared.errors
+        if not prepared.tasks:
+            return
+        self._request, self._memory.given_plan = graph_inputs.run_from_prep(request, prepared)
+        state.max_iterations = self._request.max_iterations or state.max_iterations
+        self._do = LoopSteps(self._record, self._steering, self._steps, self._request)
 
     async def _hydrate_and_review(self) -> None:
         """Steps 1-2: hydrate; the critic sends the plan back (bounded) or halts the run."""
@@ -235,7 +257,8 @@ class LoopWorkflow:
         self._record.emit(
             EventName.CONTINUED_AS_NEW, ev.ContinuedPayload(generation=memory.generation)
         )
-        workflow.continue_as_new(self._params.model_copy(update={"memory": memory}))
+        params = self._params.model_copy(update={"memory": memory, "request": self._request})
+        workflow.continue_as_new(params)
 
     def _decide(self, evaluation: Evaluation) -> decisions.Decision:
         state = self._state

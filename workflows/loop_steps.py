@@ -80,6 +80,7 @@ class LoopSteps(OnRecord):
                 template=request.template,
                 user_rules=request.rules,
                 user_criteria=request.acceptance_criteria,
+                user_plan=self.memory.given_plan,
                 feedback=feedback,
                 playbook=self.learning.for_hydration(),
             ),

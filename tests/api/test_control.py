@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -141,7 +142,9 @@ def test_run_id_for_key_is_deterministic_and_scoped() -> None:
 
 def test_request_digest_is_of_the_validated_request() -> None:
     digest = idempotency.request_digest
-    assert digest(RunRequest(task="t")) == digest(RunRequest(task="t", max_iterations=4))
+    assert digest(RunRequest(task="t")) == digest(RunRequest(task="t", mode="auto"))
+    # Unset, a prep package may set the limit: 4 spelled out is another request.
+    assert digest(RunRequest(task="t")) != digest(RunRequest(task="t", max_iterations=4))
     assert digest(RunRequest(task="t")) != digest(RunRequest(task="u"))
 
 
@@ -150,9 +153,7 @@ async def test_same_key_same_run() -> None:
     headers = {"Idempotency-Key": "abc"}
     async for http in _http(fake):
         first = await http.post("/runs", json={"task": "write it"}, headers=headers)
-        again = await http.post(
-            "/runs", json={"task": "write it", "max_iterations": 4}, headers=headers
-        )
+        again = await http.post("/runs", json={"task": "write it", "mode": "auto"}, headers=headers)
     assert first.status_code == 201, first.text
     assert again.status_code == 200, again.text
     assert again.json() == first.json()
@@ -193,3 +194,24 @@ async def test_bad_key_is_422(key: str) -> None:
         response = await http.post("/runs", json={"task": "t"}, headers={"Idempotency-Key": key})
         assert response.status_code == 422, response.text
         assert "header.Idempotency-Key" in response.json()["message"]
+
+
+async def test_a_run_request_may_carry_a_prep_package() -> None:
+    """`POST /runs` takes a prep package as `POST /graphs` does; the run makes its plan of
+    it (docs/graphs.md#a-single-run-from-a-prep-package)."""
+    fixtures = Path(__file__).parents[1] / "fixtures" / "prep"
+    upload = {
+        "package": (fixtures / "prep-package.json").read_bytes().decode(),
+        "tasks": (fixtures / "prep-tasks.jsonl").read_bytes().decode(),
+    }
+    fake = FakeClient()
+    async for http in _http(fake):
+        created = await http.post("/runs", json={"task": "Add an export", "prep_package": upload})
+        ignoring = await http.post("/runs", json={"task": "t", "read_prep_package": False})
+    assert created.status_code == 201, created.text
+    assert ignoring.status_code == 201, ignoring.text
+    request = fake.starts[0]["params"].request
+    assert request.prep_package.package == upload["package"]
+    assert request.prep_package.tasks == upload["tasks"]
+    assert request.max_iterations is None  # the package's, once the run reads it
+    assert fake.starts[1]["params"].request.read_prep_package is False

@@ -127,6 +127,12 @@ def test_new_without_options_sends_only_the_task() -> None:
     assert "authorization" not in api.requests[0].headers
 
 
+def test_new_no_prep_asks_the_run_to_ignore_the_repositorys_prep_package() -> None:
+    api = Recorder({("POST", "/runs"): CREATED})
+    run(["new", "t", "--no-prep"], api)
+    assert api.body() == {"task": "t", "read_prep_package": False}
+
+
 def test_a_422_carries_the_apis_message() -> None:
     message = "body.task: String should have at least 1 character"
     api = Recorder(

@@ -152,6 +152,7 @@ CREATED = httpx.Response(
 STATUS_TREE = f"""\
 goal: Add a parser and use it
 integration: {BRANCH} @ 01234567 on /srv/origin.git
+tasks from: planner
 {GRAPH_ID}  running  1/3 completed, 1 pending, 1 in-progress
 ├── T-001  completed    Add the parser · 1 attempt · run {GRAPH_ID}/T-001/1
 ├── T-002  in-progress  Use the parser · 2 attempts · run {GRAPH_ID}/T-002/2
@@ -267,6 +268,35 @@ def test_status_prints_the_task_tree() -> None:
     api = FakeApi({("GET", GRAPH): json_of(RUNNING)})
     assert run(["status", GRAPH_ID], api) == (0, STATUS_TREE)
     assert api.calls() == [("GET", GRAPH)]
+
+
+def test_status_lists_the_prep_package_lines_skipped_and_the_loops_limit() -> None:
+    skipped = [
+        "line 2: not JSON (Unterminated string starting at column 209)",
+        "line 4: description missing (a task needs both)",
+    ]
+    state = graph_state(
+        GraphStatus.RUNNING, {"T-001": (COMPLETED, 1), "T-002": (PENDING, 0),
+                              "T-003": (PENDING, 0)},
+        source="prep package (collaborative-plan-with-file, sha256 ab12)",
+        prep_skipped=skipped, max_iterations=6,
+    )  # fmt: skip
+    api = FakeApi({("GET", GRAPH): json_of(state)})
+    _, out = run(["status", GRAPH_ID], api)
+    assert (
+        "tasks from: prep package (collaborative-plan-with-file, sha256 ab12)\n"
+        "each task loop: at most 6 iterations\n"
+        "prep package line skipped: line 2: not JSON (Unterminated string starting at "
+        "column 209)\n"
+        "prep package line skipped: line 4: description missing (a task needs both)\n"
+    ) in out
+    rejected = graph_state(
+        GraphStatus.RUNNING, {t.id: (PENDING, 0) for t in TASKS}, source="planner",
+        prep_rejected=["prep-package is 25h old (max 24h), may be stale"],
+    )  # fmt: skip
+    api = FakeApi({("GET", GRAPH): json_of(rejected)})
+    _, out = run(["status", GRAPH_ID], api)
+    assert "prep package not used: prep-package is 25h old (max 24h), may be stale\n" in out
 
 
 def test_status_shows_failures_and_what_a_graph_waits_for() -> None:

@@ -18,6 +18,7 @@ import json
 import logging
 import tempfile
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,62 @@ async def _record_graph_run(client: Client, settings: Settings) -> WorkflowHisto
         return await graph.fetch_history()
 
 
+PREP_FIXTURES = HERE.parent / "fixtures" / "prep"
+
+
+def _prep_upload(settings: Settings) -> dict[str, str]:
+    """The preparation tool's files (tests/fixtures/prep/), the package's project root
+    the service's origin and its time now, as the tool would have written them here."""
+    package = json.loads((PREP_FIXTURES / "prep-package.json").read_bytes())
+    package["environment"]["project_root"] = str(settings.default_origin.resolve())
+    package["generated_at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    tasks = (PREP_FIXTURES / "prep-tasks.jsonl").read_bytes().decode()
+    return {"package": json.dumps(package, indent=2), "tasks": tasks}
+
+
+async def _record_prep_graph_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A graph taking a `ccw-loop` prep package with two unreadable lines: the
+    `prep-package-as-written` marker, its two tasks, a fix task (the tasks' commands fail
+    in this origin)."""
+    async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
+        graph = await client.start_workflow(
+            TaskGraphWorkflow.run,
+            GraphInput(
+                graph_id="recorded-prep-graph-run",
+                request=GraphRequest(
+                    goal="Add a Markdown export",
+                    prep_package=_prep_upload(settings),  # type: ignore[arg-type]
+                    max_iterations=1,
+                    audit_probability=0.0,
+                ),
+                created_at="2026-01-01T00:00:00+00:00",
+            ),
+            id="recorded-prep-graph-run",
+            task_queue=settings.task_queue,
+        )
+        result = await graph.result()
+        assert result.state.source.startswith("prep package"), result.state.prep_rejected
+        return await graph.fetch_history()
+
+
+async def _record_prep_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run given a prep package: its tasks as its plan, rules and criteria."""
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-prep-run",
+            task="Add a Markdown export",
+            prep_package=_prep_upload(settings),
+            max_iterations=1,
+            audit_probability=0.0,
+            playbook=False,
+        )
+        result = await run.result()
+        assert result.state.prep.startswith("prep package"), result.state.prep_rejected
+        return await run.fetch_history()
+
+
 async def _record_playbook_run(client: Client, settings: Settings) -> WorkflowHistory:
     """A run that reads its playbook, curates, runs the skill sub-loop and sends both
     batches (the sub-loop's and the playbook writer's own histories are separate)."""
@@ -376,6 +433,8 @@ RECORDERS = {
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "unprepared_run": _record_unprepared_run,
+    "prep_graph_run": _record_prep_graph_run,
+    "prep_run": _record_prep_run,
 }
 
 

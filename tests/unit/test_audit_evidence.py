@@ -13,7 +13,7 @@ import pytest
 from loopworks.agent.actions import commands_run, files_written, outside_declared
 from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.schemas.actions import AuditEvidence, CommandRun, blocked_report
-from loopworks.schemas.graph import GraphRequest, TaskState
+from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
 from loopworks.schemas.tasks import Task, TaskContext
 from loopworks.workflows.graph_inputs import loop_request
 from loopworks.workspace.changes import (
@@ -147,7 +147,8 @@ def test_a_graph_tasks_loop_declares_the_tasks_files() -> None:
         acceptance_criteria=["parses"],
         verification_command="pytest -q",
     )
-    request = loop_request(TaskState(task=task), GraphRequest(goal="g"), "/origin", "main")
+    graph = GraphState(graph_id="g", goal="g", origin="/origin", integration_branch="main")
+    request = loop_request(TaskState(task=task), GraphRequest(goal="g"), graph)
     assert request.declared_files == ["src/parse.py", "tests/test_parse.py"]
 
 

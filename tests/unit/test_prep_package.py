@@ -16,7 +16,7 @@ from loopworks.schemas.prep import (
     prep_package_errors,
     prep_tasks,
 )
-from loopworks.schemas.tasks import GraphError, graph_errors
+from loopworks.schemas.tasks import graph_errors
 
 pytestmark = pytest.mark.unit
 
@@ -43,6 +43,8 @@ def package(**changes: Any) -> dict[str, Any]:
 
 def test_a_sound_package_passes_every_check() -> None:
     assert prep_package_errors(package(), TASKS_TEXT, ROOT, NOW) == []
+    # The preparation tool's own name for the loop it prepares for is taken too.
+    assert prep_package_errors(package(target_skill="ccw-loop"), TASKS_TEXT, ROOT, NOW) == []
     parsed = PrepPackage.model_validate(package())
     assert parsed.source is not None and parsed.source.tool == "collaborative-plan-with-file"
     assert parsed.tasks.total == 1
@@ -55,8 +57,8 @@ BREAKS: dict[str, tuple[Callable[[], tuple[dict[str, Any], str | None]], str]] =
         'prep_status is "cancelled", expected "ready"',
     ),
     "target_skill": (
-        lambda: (package(target_skill="ccw-loop"), TASKS_TEXT),
-        'target_skill is "ccw-loop", expected "loopworks"',
+        lambda: (package(target_skill="ccw-cycle"), TASKS_TEXT),
+        'target_skill is "ccw-cycle", expected "ccw-loop" or "loopworks"',
     ),
     "project_root": (
         lambda: (package(environment={"project_root": "/elsewhere"}), TASKS_TEXT),
@@ -84,14 +86,14 @@ def test_each_check_fails_alone_and_is_named(check: str) -> None:
 def test_all_six_failures_are_reported_together() -> None:
     stale = {
         "prep_status": "draft",
-        "target_skill": "ccw-loop",
+        "target_skill": "ccw-cycle",
         "environment": {"project_root": "/elsewhere"},
         "generated_at": "2026-02-07T11:00:00+00:00",
         "tasks": {"total": 0},
     }
     assert prep_package_errors(stale, None, ROOT, NOW) == [
         'prep_status is "draft", expected "ready"',
-        'target_skill is "ccw-loop", expected "loopworks"',
+        'target_skill is "ccw-cycle", expected "ccw-loop" or "loopworks"',
         'project_root mismatch: prep="/elsewhere", current="/work/project"',
         "prep-package is 25h old (max 24h), may be stale",
         "prep-tasks.jsonl not found",
@@ -161,7 +163,9 @@ def test_ccw_loop_task_lines_become_seed_004_tasks() -> None:
             "_depends_on": ["task-001"],
         },
     ]
-    first, second = prep_tasks("\n".join(json.dumps(line) for line in lines) + "\n")
+    read = prep_tasks("\n".join(json.dumps(line) for line in lines) + "\n")
+    first, second = read.tasks
+    assert read.skipped == []
     assert first.id == "T-001"
     assert first.title == "Implement JWT token service"
     assert first.description == lines[0]["description"]
@@ -188,11 +192,11 @@ def test_a_line_in_seed_004_shape_is_taken_as_it_is() -> None:
         "acceptance_criteria": ["imports"],
         "verification_command": "python -c 'import a'",
     }
-    [parsed] = prep_tasks(json.dumps(line))
+    [parsed] = prep_tasks(json.dumps(line)).tasks
     assert parsed.model_dump(mode="json") == line
 
 
-def test_bad_lines_are_all_named_by_number() -> None:
+def test_bad_lines_are_skipped_and_each_named_by_number() -> None:
     text = "\n".join(
         [
             '{"id": "task-001", "description": "fine"}',
@@ -204,9 +208,9 @@ def test_bad_lines_are_all_named_by_number() -> None:
             '{"id": "T-007", "description": "d", "acceptance_criteria": ["  "]}',
         ]
     )
-    with pytest.raises(GraphError) as raised:
-        prep_tasks(text)
-    assert raised.value.errors == [
+    read = prep_tasks(text)
+    assert [task.id for task in read.tasks] == ["T-001"]
+    assert read.skipped == [
         "line 2: not JSON (Expecting property name enclosed in double quotes at column 2)",
         "line 4: not a JSON object",
         "line 5: description missing (a task needs both)",
@@ -216,7 +220,7 @@ def test_bad_lines_are_all_named_by_number() -> None:
 
 
 def test_blank_text_has_no_tasks() -> None:
-    assert prep_tasks("\n\n") == []
+    assert prep_tasks("\n\n").tasks == []
 
 
 def test_the_package_hash_names_both_files() -> None:

@@ -58,7 +58,8 @@ def test_run_request_defaults() -> None:
     request = RunRequest(task="Write a changelog")
     assert request.thresholds.A == 0.8
     assert request.thresholds.B == 0.9
-    assert request.max_iterations == 4
+    # Unset: a prep package's limit when the run takes one, else 4 (LoopInput.first_memory).
+    assert request.max_iterations is None
     assert request.mode == Mode.AUTO
     assert request.audit_probability == 0.2
     assert request.rules == []

@@ -180,3 +180,31 @@ def test_the_concrete_rules_history_prepares_without_an_activity() -> None:
     scheduled = _scheduled(events)
     assert "prepare_checks" not in scheduled
     assert scheduled.count("plan_iteration") == 2 and "evaluate_group" in scheduled
+
+
+def _inputs(events: list[dict[str, Any]], activity: str) -> list[dict[str, Any]]:
+    """The decoded input of each scheduling of `activity`."""
+    return [
+        json.loads(base64.b64decode(attrs["input"]["payloads"][0]["data"]))
+        for event in events
+        if (attrs := event.get("activityTaskScheduledEventAttributes"))
+        and attrs["activityType"]["name"] == activity
+    ]
+
+
+def test_the_prep_histories_take_the_package_as_written() -> None:
+    """A graph and a run given the preparation tool's package (tests/fixtures/prep/)."""
+    graph = json.loads((HISTORIES / "prep_graph_run.json").read_text())["events"]
+    patches = [
+        json.loads(base64.b64decode(attrs["details"]["patch-data"]["payloads"][0]["data"]))
+        for event in graph
+        if (attrs := event.get("markerRecordedEventAttributes"))
+        and attrs["markerName"] == "core_patch"
+    ]
+    assert [patch["id"] for patch in patches] == ["prep-package-as-written"]
+    children = [e for e in graph if "startChildWorkflowExecutionInitiatedEventAttributes" in e]
+    assert len(children) == 4  # T-001 twice, its fix twice; T-003 blocked
+    run = json.loads((HISTORIES / "prep_run.json").read_text())["events"]
+    [hydrate] = _inputs(run, "hydrate")
+    assert [step.split(" ", 1)[0] for step in hydrate["user_plan"]] == ["T-001", "T-003"]
+    assert [rule["id"] for rule in hydrate["user_rules"]] == ["T-001", "T-003"]
