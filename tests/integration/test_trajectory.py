@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from loopworks.agent.trajectory import from_jsonl
-from loopworks.schemas.run import TERMINAL_STATUSES
 from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import ROOT, Stack
 
 pytestmark = pytest.mark.integration

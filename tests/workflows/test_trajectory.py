@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from loopworks.agent.trajectory import RECORD_TEXT_CAP, TrajectoryRecord, from_jsonl
+from loopworks.agent.trajectory import (
+    RECORD_TEXT_CAP,
+    SKILL_ROLES,
+    TrajectoryRecord,
+    from_jsonl,
+)
 from loopworks.api.trajectory import run_trajectory
 from loopworks.checks.redaction import REDACTED
 from loopworks.schemas.roles import Role
@@ -69,7 +74,7 @@ async def test_every_role_of_a_run_is_in_its_one_trajectory(
     # The task loop's lines are the run's trajectory; the skill session's its own, linked.
     run_id = state.run_id
     task = {(r.loop_type, r.trajectory_id, r.parent_trajectory_id) for r in records
-            if r.role not in {Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR}}  # fmt: skip
+            if r.role not in SKILL_ROLES}  # fmt: skip
     assert task == {("task", run_id, None)}
     skill = [r for r in records if r.loop_type == "skill"]
     assert {r.role for r in skill} == {
