@@ -210,6 +210,8 @@ async def get_trajectory(
     `loop_type` and `trajectory_id`: the agents' from the run's latest commit, the
     single-shot calls' from their own refs (docs/observability.md#the-trajectory)."""
     state = await runs.read_state(handle)
+    if not state.usage.calls and not state.artifact_commit:
+        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")  # no model call yet
     try:
         text = await asyncio.to_thread(run_trajectory, workspaces, state)
     except (GitError, ValueError) as err:
