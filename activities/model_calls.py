@@ -1,9 +1,12 @@
 """The one path every model call takes: the role's agent definition and model, the step's
-inputs redacted, heartbeats meanwhile so a stop cancels it promptly, a span, a price."""
+inputs redacted, heartbeats meanwhile so a stop cancels it promptly, a span, a price, and
+the conversation in the run's trajectory (docs/observability.md#the-trajectory)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,7 +19,7 @@ from loopworks.activities.heartbeat import heartbeating
 from loopworks.agent.loop import AgentOutcome, AnsweredOutcome
 from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
-from loopworks.agent.trajectory import AgentStep
+from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
 from loopworks.llm.pricing import price
@@ -53,7 +56,25 @@ async def consult(
             answered = await ask(deps.models, call, agent.prompt, answer_type, check)
         price(answered.usage, call.model, deps.settings)
         record_usage(span, answered.usage)
+        await _record(deps, step, call, agent.prompt, answered)
     return answered
+
+
+async def _record(
+    deps: StepDeps, step: ModelStep, call: ModelCall, instructions: str, answered: Answered[Answer]
+) -> None:
+    """The call's conversation, on the run's origin as a trajectory file of its own: a
+    single-shot call changes no file of the run, so no commit of the run's carries it
+    (workspace/call_records.py). A retried call rewrites its own file; one that cannot be
+    recorded fails the step, as an agent's commit that cannot be published does."""
+    if not step.origin:
+        return  # a step sent before every call was recorded
+    name = STEP_OF_ROLE[call.role]
+    text = to_jsonl(trajectory(answered.messages, call, instructions, name))
+    call_name = f"{step.iteration:02d}-{name}-{step.call_index:03d}"
+    when = datetime.now(UTC)
+    record = deps.workspaces.record_call
+    await asyncio.to_thread(record, step.origin, step.run_id, call_name, text, when)
 
 
 def for_role(

@@ -1,10 +1,12 @@
-"""A step's trajectory: the agent's conversation as JSON lines, one per message part,
-tagged with the run, the step and the iteration, capped and redacted of the worker's
-secrets (`checks.redaction`): they are committed, pushed and served."""
+"""A run's trajectory: every model call's conversation as JSON lines, one per message
+part, tagged with the run, the step, the role, the loop and the iteration, capped and
+redacted of the worker's secrets (`checks.redaction`): they are committed, pushed and
+served (docs/observability.md#the-trajectory)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -22,10 +24,43 @@ from pydantic_ai.messages import (
 
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
+from loopworks.schemas.roles import Role
 
-# `skill`: the skill sub-loop's generator, whose records are `loop_type: skill`.
+# The steps whose model works with tools: `skill` is the skill sub-loop's generator.
 AgentStep = Literal["produce", "refine", "skill", "qa"]
+# The steps of single-shot (structured) calls, one per role that answers that way.
+CallStep = Literal[
+    "hydrate",
+    "review",
+    "plan",
+    "prepare",
+    "evaluate",
+    "critique",
+    "audit",
+    "reflect",
+    "curate",
+    "plan_graph",
+    "skill_review",
+    "skill_curate",
+]
+STEP_OF_ROLE: dict[Role, CallStep] = {
+    Role.HYDRATOR: "hydrate",
+    Role.CRITIC: "review",
+    Role.PLANNER: "plan",
+    Role.PREPARER: "prepare",
+    Role.EVALUATOR: "evaluate",
+    Role.ARTIFACT_CRITIC: "critique",
+    Role.CUSTODIET: "audit",
+    Role.REFLECTOR: "reflect",
+    Role.TASK_CURATOR: "curate",
+    Role.TASK_PLANNER: "plan_graph",
+    Role.SKILL_REFLECTOR: "skill_review",
+    Role.SKILL_CURATOR: "skill_curate",
+}
 LoopType = Literal["task", "skill"]
+# The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
+# own trajectory.
+SKILL_ROLES = frozenset({Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR})
 RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]
 
 # Texts in the trajectory are cut here: it records what happened, not every byte written.
@@ -40,11 +75,15 @@ class TrajectoryRecord(BaseModel):
     """
 
     run_id: str
-    step: AgentStep
-    # One trajectory per run: the task loop's and the skill sub-loop's lines, told apart
-    # by `loop_type`, linked to the run by `trajectory_id` (the run id).
+    step: AgentStep | CallStep
+    # Lines written before every role was recorded name no role.
+    role: Role | None = None
+    # One trajectory per run: the task loop's lines carry the run id as `trajectory_id`;
+    # a skill session's lines (`loop_type: skill`) carry the session's own id and the
+    # run's as `parent_trajectory_id` (docs/observability.md#the-trajectory).
     loop_type: LoopType = "task"
     trajectory_id: str | None = None
+    parent_trajectory_id: str | None = None
     iteration: int
     turn: int
     kind: RecordKind
@@ -65,8 +104,17 @@ def from_jsonl(text: str) -> list[TrajectoryRecord]:
     return [TrajectoryRecord.model_validate_json(line) for line in text.splitlines() if line]
 
 
+def skill_session_id(run_id: str, iteration: int) -> str:
+    """A skill session's trajectory id: the run's, `skill`, and the iteration the run's
+    sub-loop ran after (`run-1:skill:3`)."""
+    return f"{run_id}:skill:{iteration}"
+
+
 def trajectory(
-    messages: list[ModelMessage], call: ModelCall, instructions: str, step: AgentStep
+    messages: Sequence[ModelMessage],
+    call: ModelCall,
+    instructions: str,
+    step: AgentStep | CallStep,
 ) -> list[TrajectoryRecord]:
     """The conversation as trajectory records: turn n is the model's n-th answer, and the
     tool results and reminders sent back after it."""
@@ -126,16 +174,19 @@ def trajectory(
 
 
 def record(
-    call: ModelCall, step: AgentStep, turn: int, kind: RecordKind, **fields: Any
+    call: ModelCall, step: AgentStep | CallStep, turn: int, kind: RecordKind, **fields: Any
 ) -> TrajectoryRecord:
     # Every line of a trajectory is made here, and is committed, pushed and served: its
     # texts (prompts, the model's words and tool calls, tool results) redacted.
     fields = redacted(fields)
+    skill = call.role in SKILL_ROLES
     return TrajectoryRecord(
         run_id=call.run_id,
         step=step,
-        loop_type="skill" if step == "skill" else "task",
-        trajectory_id=call.run_id,
+        role=call.role,
+        loop_type="skill" if skill else "task",
+        trajectory_id=skill_session_id(call.run_id, call.iteration) if skill else call.run_id,
+        parent_trajectory_id=call.run_id if skill else None,
         iteration=call.iteration,
         turn=turn,
         kind=kind,

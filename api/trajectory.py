@@ -1,9 +1,15 @@
-"""A run's trajectory: the JSON lines its agents committed with their work (PRODUCE and
-REFINE, `loop_type: task`; the skill sub-loop's generator, `loop_type: skill`)."""
+"""A run's trajectory: every model call's JSON lines (docs/observability.md#the-trajectory).
+
+The agents' (PRODUCE, REFINE, QA, the skill generator) are committed with their work on the
+run's branch; the single-shot calls' each sit on a ref of their own on the run's origin
+(workspace/call_records.py). Served as one text, a file at a time in the order the calls
+finished (each file's first line's time), `loop_type: task` and `loop_type: skill` alike.
+"""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import TRAJECTORY_DIR
@@ -11,18 +17,39 @@ from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
 
 
-def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> str:
+def run_trajectory(workspaces: GitWorkspaces, state: RunState) -> str:
+    """Every trajectory file of the run, agents' and single-shot calls', as one text."""
+    texts: list[str] = []
+    if state.origin:
+        commit = latest_commit(workspaces, state)
+        if commit:
+            texts += read_trajectory(workspaces, state.origin, commit)
+        texts += workspaces.call_records(state.origin, state.run_id).values()
+    ordered = sorted(
+        (text if text.endswith("\n") else f"{text}\n" for text in texts if text), key=_finished
+    )
+    return "".join(ordered)
+
+
+def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> list[str]:
     """Every `.loops/trajectory/*.jsonl` at `commit`, by file name (so by iteration, then
-    produce before refine), as one JSON-lines text; empty when there is none."""
-    parts = []
-    for path in workspaces.list_files(origin, commit, TRAJECTORY_DIR):
-        if not path.endswith(".jsonl"):
-            continue
-        text = workspaces.read_file(origin, commit, path) or ""
-        if text and not text.endswith("\n"):
-            text += "\n"
-        parts.append(text)
-    return "".join(parts)
+    step)."""
+    return [
+        workspaces.read_file(origin, commit, path) or ""
+        for path in workspaces.list_files(origin, commit, TRAJECTORY_DIR)
+        if path.endswith(".jsonl")
+    ]
+
+
+def _finished(text: str) -> datetime:
+    """When a file's call finished: its first line's time (every line of a call is written
+    when it ends)."""
+    first = text.split("\n", 1)[0]
+    try:
+        when = datetime.fromisoformat(json.loads(first)["ts"])
+    except (ValueError, KeyError, TypeError):
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def latest_commit(workspaces: GitWorkspaces, state: RunState) -> str | None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loopworks.cli import commands, graphs, playbook, up
+from loopworks.cli import commands, graphs, playbook, trajectory, up
 from loopworks.cli.client import ApiClient, CliError
 from loopworks.cli.config import DEFAULT_API_URL, CliConfig
 
@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _graph_parser(sub, common)
     playbook.add_parser(sub, common)
+    trajectory.add_parser(sub, common)
 
     mcp = add("mcp", commands.cmd_mcp, "serve the API as MCP tools to an AI assistant")
     mcp.description = (

@@ -60,11 +60,13 @@ USE_THE_TOOL = (
 
 @dataclass
 class Answered(Generic[Answer]):
-    """A validated answer, what it cost, and the validation errors it was repaired from."""
+    """A validated answer, what it cost, the validation errors it was repaired from, and
+    the conversation (the run's trajectory records it)."""
 
     answer: Answer
     usage: TokenUsage
     repairs: list[str] = field(default_factory=list)
+    messages: list[ModelRequest | ModelResponse] = field(default_factory=list)
 
 
 async def ask(
@@ -134,7 +136,9 @@ class _Conversation(Generic[Answer]):
             messages.append(response)
             answer, feedback = self._read(response)
             if answer is not None:
-                return Answered(answer=answer, usage=usage_of(usage), repairs=repairs)
+                return Answered(
+                    answer=answer, usage=usage_of(usage), repairs=repairs, messages=messages
+                )
             repairs.append(_feedback_text(feedback))
             if len(repairs) > REPAIR_ATTEMPTS:
                 detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {repairs[-1][:1000]}"

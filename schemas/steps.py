@@ -90,6 +90,9 @@ class ModelStep(BaseModel):
     phase: Phase = Phase.A
     call_index: int = Field(default=1, ge=1)
     operator_note: str | None = None
+    # The run's origin, where a single-shot call's trajectory goes (workspace/call_records.py);
+    # None in steps sent before every call was recorded: they record nothing.
+    origin: str | None = None
 
 
 class ModelOutput(BaseModel):

@@ -175,7 +175,11 @@ class TaskGraphWorkflow:
             planned = await execute(
                 PlanningActivities.plan_graph,
                 PlanGraphInput(
-                    run_id=state.graph_id, call_index=1, goal=request.goal, files=info.files
+                    run_id=state.graph_id,
+                    call_index=1,
+                    goal=request.goal,
+                    files=info.files,
+                    origin=state.origin,
                 ),
                 MODEL_CALL,
             )

@@ -33,7 +33,7 @@ class SkillLoopWorkflow:
         payload, workspace = params.payload, params.workspace
         helpers = [helper_path(name) for name in helper_names(payload)]
         references = reference_paths(payload.reference_requests)
-        step = {"run_id": params.run_id, "iteration": params.iteration}
+        step = {"run_id": params.run_id, "iteration": params.iteration, "origin": workspace.origin}
         generated = await execute(
             SkillActivities.generate_skills,
             GenerateSkillsInput(

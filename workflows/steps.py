@@ -54,6 +54,7 @@ class StepRunner:
             "phase": memory.state.phase,
             "call_index": memory.calls[role],
             "operator_note": self.steering.take_note(),
+            "origin": memory.state.origin or None,
         }
 
     async def model_step(

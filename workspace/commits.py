@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files
+from loopworks.workspace.call_records import CallRecords
 from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     changed_paths,
@@ -28,7 +29,6 @@ from loopworks.workspace.objects import (
     ref_target,
     update_refs,
 )
-from loopworks.workspace.origin import OriginReader
 from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
 from loopworks.workspace.runner import GitError
 from loopworks.workspace.stores import writes_into
@@ -37,7 +37,7 @@ from loopworks.workspace.stores import writes_into
 _HEAD_CAP_BYTES = 4096
 
 
-class CommitPublisher(OriginReader):
+class CommitPublisher(CallRecords):
     """Commits in a run's clone and gets them onto its origin."""
 
     # Whether a clone of the service's own origin writes its commits into origin's store.

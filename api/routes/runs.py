@@ -23,7 +23,7 @@ from loopworks.api.models import (
 )
 from loopworks.api.quotas import StreamSlots, check_rules
 from loopworks.api.security import CallerDep, require_token
-from loopworks.api.trajectory import latest_commit, of_loop_type, read_trajectory
+from loopworks.api.trajectory import of_loop_type, run_trajectory
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunRequest, RunState, RunStatus
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -206,19 +206,18 @@ async def get_trajectory(
         Query(description="only the task loop's lines, or only the skill sub-loop's"),
     ] = None,
 ) -> Response:
-    """Every message and tool call of the run's agents (PRODUCE and REFINE; the skill
-    sub-loop's generator), as JSON lines tagged with step, iteration and `loop_type`, from
-    the run's latest commit."""
+    """Every model call of the run, as JSON lines tagged with step, role, iteration,
+    `loop_type` and `trajectory_id`: the agents' from the run's latest commit, the
+    single-shot calls' from their own refs (docs/observability.md#the-trajectory)."""
     state = await runs.read_state(handle)
-    if not state.artifact_commit:
-        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")
+    if not state.usage.calls and not state.artifact_commit:
+        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")  # no model call yet
     try:
-        commit = await asyncio.to_thread(latest_commit, workspaces, state)
-        text = await asyncio.to_thread(read_trajectory, workspaces, state.origin, commit or "")
+        text = await asyncio.to_thread(run_trajectory, workspaces, state)
     except (GitError, ValueError) as err:
         raise UpstreamError(f"could not read the trajectory of run {handle.id}: {err}") from err
     if not text:
-        raise ArtifactMissing(f"run {handle.id}: no trajectory in commit {commit}")
+        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")
     return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")
 
 

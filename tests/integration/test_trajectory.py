@@ -1,9 +1,12 @@
-"""The producer's trajectory over HTTP: on the run's branch, and at GET /runs/{id}/trajectory."""
+"""A run's trajectory over HTTP: the agents' on the run's branch, every single-shot call's
+on a ref of its own, all of it at GET /runs/{id}/trajectory and exported by
+`loops trajectory`."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +15,9 @@ import httpx
 import pytest
 
 from loopworks.agent.trajectory import from_jsonl
+from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TERMINAL_STATUSES
-from tests.integration.stack import Stack
+from tests.integration.stack import ROOT, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +41,34 @@ def wait_until_finished(http: httpx.Client, run_id: str, timeout: float = 90.0) 
     raise AssertionError(f"run {run_id} did not finish")
 
 
-def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_path: Path) -> None:
-    # The first producer call takes its time, so the run is seen before any trajectory.
+def wait_for_lines(http: httpx.Client, run_id: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = http.get(f"/runs/{run_id}/trajectory")
+        if response.status_code == 200:
+            return response.text
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} has no trajectory")
+
+
+def loops(stack: Stack, base_url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loopworks.cli", *args],
+        cwd=ROOT,
+        env=stack.env(LOOPS_API_URL=base_url, **env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path: Path) -> None:
+    # The first producer call takes its time, so the run is seen before any agent's lines.
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"producer": {"1": {"delay_ms": 3000}}}))
     stack.start_worker(LOOPS_OFFLINE_SCRIPT=str(script))
-    _, base_url = stack.start_api()
+    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret")
     rules = [
         {
             "id": "has-title",
@@ -61,11 +87,12 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
             },
         },
     ]
-    with httpx.Client(base_url=base_url, timeout=30) as http:
+    auth = {"Authorization": "Bearer s3cret"}
+    with httpx.Client(base_url=base_url, timeout=30, headers=auth) as http:
         created = http.post(
             "/runs",
             # The marker makes the offline task curator ask for a helper: the skill
-            # sub-loop's generator adds its lines to the one trajectory.
+            # sub-loop's lines join the one trajectory, in a session of their own.
             json={
                 "task": "Write a testing guide [skill:count_words]",
                 "rules": rules,
@@ -75,9 +102,10 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
         assert created.status_code == 201, created.text
         run_id = created.json()["run_id"]
 
-        early = http.get(f"/runs/{run_id}/trajectory")
-        assert early.status_code == 404, early.text
-        assert "no trajectory yet" in early.json()["detail"]
+        # Before the producer's first commit: the single-shot calls made so far.
+        early = from_jsonl(wait_for_lines(http, run_id))
+        assert early and Role.PRODUCER not in {r.role for r in early}
+        assert early[0].role == Role.HYDRATOR
 
         state = wait_until_finished(http, run_id)
         assert state["status"] == "completed", state
@@ -86,12 +114,14 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
         task_only = http.get(f"/runs/{run_id}/trajectory", params={"loop_type": "task"})
         bad = http.get(f"/runs/{run_id}/trajectory", params={"loop_type": "other"})
         unknown = http.get("/runs/no-such-run-20250101-000000-abcdef/trajectory")
+        anonymous = httpx.get(f"{base_url}/runs/{run_id}/trajectory", timeout=30)
 
     assert unknown.status_code == 404, unknown.text
+    assert anonymous.status_code == 401
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")
 
-    # On the branch, one file a step; the route serves them in file-name order.
+    # On the branch, one file an agent step; the route serves them among the calls'.
     origin = Path(state["origin"])
     branch = f"loops/{run_id}"
     names = git(origin, "ls-tree", "--name-only", f"{branch}:{TRAJECTORY}").split()
@@ -103,25 +133,49 @@ def test_trajectory_is_on_the_branch_and_served_as_json_lines(stack: Stack, tmp_
         "02-qa.jsonl",
         "02-skill.jsonl",
     ]
-    on_branch = "".join(git(origin, "show", f"{branch}:{TRAJECTORY}/{n}") for n in names)
-    assert response.text == on_branch
+    for name in names:
+        assert git(origin, "show", f"{branch}:{TRAJECTORY}/{name}") in response.text
+    # Each single-shot call on a ref of its own.
+    refs = git(
+        origin, "for-each-ref", "--format=%(refname)", f"refs/loopworks/_trajectory/{run_id}/"
+    )
+    assert f"refs/loopworks/_trajectory/{run_id}/_/00-hydrate-001" in refs.split()
 
     records = from_jsonl(response.text)
     assert all(json.loads(line)["run_id"] == run_id for line in response.text.splitlines())
-    steps = [(r.iteration, r.step) for r in records if r.kind == "system"]
-    assert steps == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "qa"), (2, "skill")]
+    agents = [(r.iteration, r.step) for r in records if r.kind == "system" and r.step in
+              {"produce", "refine", "qa", "skill"}]  # fmt: skip
+    assert agents == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "qa"), (2, "skill")]
     writes = [r for r in records if r.kind == "tool_result" and r.tool == "write_file"]
     assert len(writes) == 4 and all(r.ok for r in writes)
+    # The reflector, the curator and the skill reviewer answered too.
+    roles = {r.role for r in records}
+    assert {Role.REFLECTOR, Role.TASK_CURATOR, Role.SKILL_REFLECTOR} <= roles
 
-    # Seed 003's one trajectory: every line names the run and its loop type.
-    assert {(r.loop_type, r.trajectory_id) for r in records} == {
-        ("task", run_id),
-        ("skill", run_id),
+    # One trajectory: the task loop's lines name the run, the skill session's their own id.
+    session = f"{run_id}:skill:{state['iteration']}"
+    assert {(r.loop_type, r.trajectory_id, r.parent_trajectory_id) for r in records} == {
+        ("task", run_id, None),
+        ("skill", session, run_id),
     }
     assert skill_only.status_code == 200 and task_only.status_code == 200
-    assert {r.step for r in from_jsonl(skill_only.text)} == {"skill"}
+    assert {r.step for r in from_jsonl(skill_only.text)} == {
+        "skill",
+        "skill_review",
+        "skill_curate",
+    }
     assert {r.loop_type for r in from_jsonl(task_only.text)} == {"task"}
     assert sorted(skill_only.text.splitlines() + task_only.text.splitlines()) == sorted(
         response.text.splitlines()
     )
     assert bad.status_code == 422
+
+    # `loops trajectory` writes the same lines to stdout, filtered as asked.
+    exported = loops(stack, base_url, "trajectory", run_id, "--loop-type", "skill",
+                     LOOPS_API_TOKEN="s3cret")  # fmt: skip
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout == skill_only.text
+    everything = loops(stack, base_url, "trajectory", run_id, LOOPS_API_TOKEN="s3cret")
+    assert everything.stdout == response.text
+    refused = loops(stack, base_url, "trajectory", run_id)
+    assert refused.returncode == 1 and "HTTP 401" in refused.stderr

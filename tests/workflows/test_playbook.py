@@ -273,13 +273,16 @@ async def test_a_curator_asking_for_a_helper_starts_the_skill_sub_loop(
     branch = result.state.branch
     text = git(repo, "show", f"{branch}:{helper}")
     assert "--self-test" in text
-    # One trajectory: the skill generator's lines say so and name the run.
+    # One trajectory: the skill generator's lines say so, in a session of their own
+    # linked to the run.
     files = git(repo, "ls-tree", "-r", "--name-only", branch, ".loops/trajectory").split()
     skill_files = [f for f in files if f.endswith("-skill.jsonl")]
     assert skill_files
     lines = [json.loads(x) for x in git(repo, "show", f"{branch}:{skill_files[0]}").splitlines()]
     assert lines and {x["loop_type"] for x in lines} == {"skill"}
-    assert {x["trajectory_id"] for x in lines} == {result.state.run_id}
+    session = f"{result.state.run_id}:skill:{result.state.iteration}"
+    assert {x["trajectory_id"] for x in lines} == {session}
+    assert {x["parent_trajectory_id"] for x in lines} == {result.state.run_id}
     produce = next(f for f in files if f.endswith("-produce.jsonl"))
     task_lines = [json.loads(x) for x in git(repo, "show", f"{branch}:{produce}").splitlines()]
     assert {x["loop_type"] for x in task_lines} == {"task"}

@@ -1,0 +1,84 @@
+"""The trajectories of single-shot model calls, kept on the run's origin beside its work.
+
+A structured call (the hydrator, the evaluator, the critics, ...) changes no file of the
+run, so it has no commit of the run's to ride in. Its trajectory is a commit of its own,
+with no parent and one file, on a ref of its own:
+`refs/loopworks/_trajectory/<run id>/_/<name>`. The ref is named by the call (iteration,
+step, the role's call count), so a retried call moves its own ref and no two calls touch
+the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be run ids or
+their segments (those start with a letter or digit), so these refs never collide with a
+run's work ref. Under `refs/loopworks/` they are fetched with the work refs by every cache
+of a remote origin (workspace/origin.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import datetime
+
+from loopworks.workspace.lockdown import serving_program
+from loopworks.workspace.objects import (
+    open_repository,
+    read_path,
+    tree_of,
+    update_refs,
+    write_commit,
+    write_file_tree,
+)
+from loopworks.workspace.origin import OriginReader
+from loopworks.workspace.refs import WORK_REF_PREFIX, checked_run_id
+from loopworks.workspace.stores import own_origin_store
+
+CALLS_REF_PREFIX = f"{WORK_REF_PREFIX}_trajectory/"
+# The file a call's commit holds, as the branch holds an agent step's trajectory.
+CALL_FILE_DIR = ".loops/trajectory"
+
+
+def calls_prefix(run_id: str) -> str:
+    return f"{CALLS_REF_PREFIX}{checked_run_id(run_id)}/_/"
+
+
+class CallRecords(OriginReader):
+    def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
+        """Put `text` on origin as the trajectory of call `name` of the run; the commit."""
+        ref = f"{calls_prefix(run_id)}{name}"
+        self._check_ref(ref)
+        url = self._local_origin(origin)
+        path = f"{CALL_FILE_DIR}/{name}.jsonl"
+        author = (self.author_name, self.author_email)
+        message = f"trajectory · {name}"
+        store = own_origin_store(url)
+        if store is not None:
+            # The service's own origin: written in place, as a run's commits are.
+            repo = open_repository(store.parent)
+            tree = write_file_tree(repo, path, text.encode())
+            commit = write_commit(repo, tree, [], message, author, when)
+            update_refs(repo, {ref: commit})
+            return commit
+        # Any other origin is pushed to, from a repository holding nothing else.
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
+            self._git(["init", "--quiet", "--bare", scratch])
+            repo = open_repository(scratch)
+            tree = write_file_tree(repo, path, text.encode())
+            commit = write_commit(repo, tree, [], message, author, when)
+            push = ["push", "--quiet", "--force", "--no-verify", *serving_program(url, "push")]
+            self._git([f"--git-dir={scratch}", *push, url, f"{commit}:{ref}"])
+        return commit
+
+    def call_records(self, origin: str, run_id: str) -> dict[str, str]:
+        """Every recorded call of the run on origin: its name and its JSON lines."""
+        prefix = calls_prefix(run_id)
+        found: dict[str, str] = {}
+        with self._origin_git_dir(origin, commit=None) as git_dir:
+            repo = open_repository(git_dir)
+            names = sorted(name for name in repo.references if name.startswith(prefix))
+            for ref in names:
+                name = ref.removeprefix(prefix)
+                tree = tree_of(repo, f"{ref}^{{commit}}")
+                read = (
+                    None if tree is None else read_path(repo, tree, f"{CALL_FILE_DIR}/{name}.jsonl")
+                )
+                if read is not None and read[0] == "blob":
+                    found[name] = read[1].decode("utf-8", errors="replace")
+        return found
