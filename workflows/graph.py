@@ -252,6 +252,7 @@ class TaskGraphWorkflow:
                 ),
                 created_at=workflow.now().isoformat(),
                 started_by=self._started_by,
+                graph_id=state.graph_id,
             ),
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.
@@ -387,6 +388,7 @@ class TaskGraphWorkflow:
                 origin=self._state.origin,
                 integration_branch=self._state.integration_branch,
                 lines=fresh,
+                start=memory.recorded,
                 tasks=[t.task for t in self._state.tasks],
                 committed_at=workflow.now(),
             ),

@@ -226,6 +226,18 @@ class IntegrationWorkspaces(GitWorkspaces):
         message = f"Relocate {task_id}'s artifact.md and .loops/ under {task_dir(task_id)}/"
         return self.commit(workdir, message, when)
 
+    def changed_since_fork(self, workdir: Path, head: str, task_commit: str) -> list[str]:
+        """The paths `task_commit` changed (added, modified, deleted) since it left `head`'s
+        line: its own work, whatever the integration branch did meanwhile."""
+        base = self._git(
+            ["merge-base", checked_commit(head), checked_commit(task_commit)], cwd=workdir
+        ).stdout.strip()
+        out = self._git(
+            ["diff", "--name-only", "--no-renames", "-z", checked_commit(base), task_commit],
+            cwd=workdir,
+        ).stdout
+        return sorted(path for path in out.split("\0") if path)
+
     def merge(self, workdir: Path, head: str, theirs: str) -> MergeAttempt:
         """`git merge --no-ff --no-commit theirs` on a clean checkout of `head`. Clean: the
         merge is left in the workdir (for the verification command) and its tree named.
@@ -320,8 +332,16 @@ def read_ledger(workdir: Path) -> str | None:
         return None
 
 
-def append_lines(workdir: Path, lines: list[LedgerLine]) -> list[str]:
-    """Append the lines the ledger does not hold yet (a retry appends nothing twice)."""
+def append_lines(workdir: Path, lines: list[LedgerLine], start: int | None = None) -> list[str]:
+    """Append the lines the ledger lacks (a retry appends nothing twice). With `start` (the
+    graph's lines recorded before `lines`), the ledger becomes exactly its first `start`
+    lines then `lines`: anything else (a base branch's ledger, a forged line) is dropped."""
+    if start is not None:
+        held = [line for line in (read_ledger(workdir) or "").splitlines() if line.strip()]
+        texts = [line.to_jsonl() for line in lines]
+        if held != held[:start] + texts:
+            files.write_text(workdir, LEDGER_PATH, "".join(f"{t}\n" for t in held[:start] + texts))
+        return [text for i, text in enumerate(texts) if held[start + i : start + i + 1] != [text]]
     seen = {_identity(line) for line in (read_ledger(workdir) or "").splitlines() if line.strip()}
     new: list[str] = []
     for line in lines:

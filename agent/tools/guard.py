@@ -8,7 +8,9 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
 - `ToolGuard.path`: the file tools (read, write, edit, list, search) run in the worker's own
   process, outside the sandbox, so their paths are held here: relative, no `..`, no symlink out
   of the workspace, nothing in `.git`; and `ToolGuard.writable` keeps writes out of the run's
-  records (`.loops/`), which the worker appends to and commits. The reads and writes
+  records (`.loops/`), which the worker appends to and commits, and, in a task graph's loop
+  (`graph_task`), out of the graph's ledger and task files, which its orchestrator alone
+  writes (`schemas.tasks.orchestrator_owned`). The reads and writes
   themselves go through workspace/files.py, which checks the path again as it opens it, so a
   symlink a command swaps in after the guard looked is refused too.
 - `ToolGuard.command`: a refusal the model can act on for a command that could only fail in the
@@ -33,6 +35,7 @@ from loopworks.agent.tools.denied import ToolDenied
 from loopworks.agent.tools.git_policy import check_git
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
 from loopworks.schemas.steps import HISTORY_PATH
+from loopworks.schemas.tasks import orchestrator_owned, orchestrator_refusal
 
 __all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard"]
 
@@ -52,8 +55,10 @@ def _has_component(parts: tuple[str, ...], name: str) -> bool:
 class ToolGuard:
     """The policy for one workspace: `path()` for file tools, `command()` for shell commands."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, *, graph_task: bool = False) -> None:
         self.root = Path(workspace).resolve()
+        # A task graph's loop: the graph's ledger and task files are not its to write.
+        self.graph_task = graph_task
 
     def path(self, p: str) -> Path:
         """Resolve a model-supplied relative path to an absolute path inside the workspace.
@@ -106,6 +111,10 @@ class ToolGuard:
                 f"refusing: {p!r} is in {RECORDS_DIR}/, the run's records, which loopworks "
                 "writes and commits itself"
             )
+        # Both the path as given and as resolved: a link inside the workspace leads no
+        # write into the graph's records either.
+        if self.graph_task and (orchestrator_owned(p) or orchestrator_owned(relpath)):
+            raise ToolDenied(f"refusing: {orchestrator_refusal([p])}")
         return target
 
     def relative(self, target: Path) -> str:
