@@ -1,0 +1,120 @@
+"""The ledger is the orchestrator's alone (docs/graphs.md#the-merge-queue), on real
+repositories: the merge queue refuses a task branch that changed the graph's ledger or task
+files, saying why, and the ledger the graph records is exactly its own lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopworks.schemas.integration import LedgerRequest
+from loopworks.schemas.tasks import LEDGER_PATH, LedgerLine, TaskStatus, ledger_lines, task_file
+from tests.integration.stack import git
+from tests.integration.test_merge_queue import BRANCH, GRAPH, WHEN, Repo, line, task
+from tests.integration.test_merge_queue import repo as repo  # the fixture
+
+pytestmark = pytest.mark.integration
+
+# A line in the ledger's own format, word for word the example the format was given with:
+# what a producer that knows the format would append.
+FORGED = (
+    '{"id": "T-001", "status": "completed", "updated_at": "2026-02-07T15:30:00Z", "summary": '
+    '"Successfully initialized PB client", "delta": {"files_added": ["app/src/lib/pb.js"]}}'
+)
+
+
+async def record(repo: Repo, lines: list[LedgerLine], start: int | None) -> str:
+    out = await repo.acts.record_ledger(
+        LedgerRequest(
+            origin=repo.origin,
+            integration_branch=BRANCH,
+            lines=lines,
+            start=start,
+            tasks=[task("T-001"), task("T-002")],
+            committed_at=WHEN,
+        )
+    )
+    return out.commit
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        # Appended where no other line goes: it would land unseen.
+        (lambda ledger: {LEDGER_PATH: ledger + FORGED + "\n"}, LEDGER_PATH),
+        (lambda ledger: {task_file("T-009"): '{"id": "T-009"}\n'}, task_file("T-009")),
+        (lambda ledger: {task_file("T-002"): "{}\n"}, task_file("T-002")),
+        (lambda ledger: {"docs/tasks/T-001/artifact.md": "# mine"}, "docs/tasks/T-001/artifact.md"),
+    ],
+)
+async def test_a_task_branch_that_changes_the_graphs_record_is_refused_saying_why(
+    repo: Repo, changes, named: str
+) -> None:
+    await repo.prepare()
+    head = await record(repo, [line("T-001", TaskStatus.PENDING)], start=0)
+    ledger = repo.show(head, LEDGER_PATH)
+    branch = repo.child(f"{GRAPH}/T-001/1", head, {"src/new.txt": "n\n", **changes(ledger)}, "1")
+
+    outcome = await repo.merge(task("T-001"), branch)
+
+    assert not outcome.merged and outcome.reason == "orchestrator_files"
+    assert outcome.commit == head == repo.head()  # nothing merged, nothing pushed
+    assert f"{branch} changes `{named}`" in outcome.output_tail
+    assert "written only by the graph's orchestrator" in outcome.output_tail
+    assert "Leave them as they are (restore any you changed)" in outcome.output_tail
+    assert repo.show(head, LEDGER_PATH) == ledger
+
+
+async def test_a_branch_deleting_a_task_file_is_refused_too(repo: Repo) -> None:
+    await repo.prepare()
+    head = await record(repo, [line("T-001", TaskStatus.PENDING)], start=0)
+    work = repo.tmp / "deleter"
+    git("clone", "--quiet", repo.origin, str(work))
+    git("checkout", "--quiet", "--detach", head, cwd=work)
+    git("rm", "--quiet", task_file("T-002"), cwd=work)
+    git("commit", "--quiet", "-m", "tidy", cwd=work)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/loops/deleter", cwd=work)
+
+    outcome = await repo.merge(task("T-001"), "loops/deleter")
+
+    assert outcome.reason == "orchestrator_files" and task_file("T-002") in outcome.output_tail
+
+
+async def test_a_branch_that_left_the_record_alone_merges_after_the_ledger_moved_on(
+    repo: Repo,
+) -> None:
+    """The rule is the branch's own changes: the ledger's lines written on the integration
+    branch since the task started are not the task's."""
+    await repo.prepare()
+    start = await record(repo, [line("T-001", TaskStatus.PENDING)], start=0)
+    branch = repo.child(f"{GRAPH}/T-001/1", start, {"src/new.txt": "n\n"}, "1")
+    await record(repo, [line("T-001", TaskStatus.IN_PROGRESS, 1)], start=1)
+
+    outcome = await repo.merge(task("T-001"), branch)
+
+    assert outcome.merged, outcome.output_tail
+
+
+async def test_the_ledger_is_exactly_the_graphs_lines_whatever_the_base_branch_held(
+    repo: Repo,
+) -> None:
+    """A base branch with a ledger of its own (an earlier graph's, merged) starts no graph
+    with lines that are not its; a retried record writes the same file."""
+    seeded = repo.tmp / "earlier"
+    git("clone", "--quiet", repo.origin, str(seeded))
+    (seeded / "docs" / "current").mkdir(parents=True)
+    (seeded / LEDGER_PATH).write_text(FORGED + "\n")
+    git("add", "-A", cwd=seeded)
+    git("commit", "--quiet", "-m", "an earlier graph", cwd=seeded)
+    git("push", "--quiet", "origin", "HEAD:refs/heads/main", cwd=seeded)
+    await repo.prepare()
+    ours = [line("T-001", TaskStatus.PENDING), line("T-002", TaskStatus.PENDING)]
+
+    first = await record(repo, ours, start=0)
+    assert ledger_lines(repo.show(first, LEDGER_PATH)) == ours
+    assert await record(repo, ours, start=0) == first  # retried: the same, nothing new
+
+    more = [line("T-001", TaskStatus.IN_PROGRESS, 1)]
+    after = await record(repo, more, start=2)
+    assert ledger_lines(repo.show(after, LEDGER_PATH)) == ours + more
+    # Byte for byte (the helper strips the last newline).
+    assert repo.show(after, LEDGER_PATH) == "\n".join(x.to_jsonl() for x in ours + more)
