@@ -108,3 +108,35 @@ def test_the_guard_refuses_what_the_tools_refuse(ws: Path) -> None:
     assert guard.path(LEDGER_PATH) == (ws / LEDGER_PATH).resolve()  # reading is fine
     with pytest.raises(Exception, match="orchestrator"):
         guard.writable(LEDGER_PATH)
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (f"echo forged >> {LEDGER_PATH}", LEDGER_PATH),
+        (f"rm {TASKS_DIR}/T-001.json", f"{TASKS_DIR}/T-001.json"),
+        (
+            f"mkdir -p {TASKS_DIR}/T-001 && echo x > {TASKS_DIR}/T-001/artifact.md",
+            "T-001/artifact.md",
+        ),
+        ("mkdir -p DOCS/Tasks && echo x > DOCS/Tasks/T-002.json", "DOCS/Tasks/T-002.json"),
+    ],
+)
+def test_a_graph_tasks_command_that_changed_the_record_fails_saying_how_to_undo_it(
+    ws: Path, command: str, named: str
+) -> None:
+    """The sandbox lets a command write the workspace: the tool tells the model what it
+    changed, and how to undo it, before the merge refuses the task."""
+    result = execute(ws, "run_command", {"command": command}, graph_task=True)
+    assert not result.ok
+    assert result.content.startswith("exit code 0\n")
+    assert "refusing: the command changed" in result.content and named in result.content
+    assert "git show HEAD:<path> > <path>" in result.content
+
+
+def test_a_graph_tasks_command_that_leaves_the_record_alone_is_not_flagged(ws: Path) -> None:
+    result = execute(
+        ws, "run_command", {"command": f"cat {LEDGER_PATH} > copy.txt"}, graph_task=True
+    )
+    assert result.ok and "refusing" not in result.content
+    assert execute(ws, "run_command", {"command": f"echo x >> {LEDGER_PATH}"}).ok

@@ -102,9 +102,8 @@ async def test_a_producer_writing_the_ledger_is_refused_by_its_tools_and_the_gra
 async def test_a_ledger_written_by_a_command_is_refused_at_the_merge_and_the_task_retried(
     harness: LoopHarness,
 ) -> None:
-    async with build_worker(
-        harness.env.client, settings(harness), models=ForgingModels(by_command=True)
-    ):
+    models = ForgingModels(by_command=True)
+    async with build_worker(harness.env.client, settings(harness), models=models):
         handle = await start_graph(harness, [task("T-001")])
         result = await handle.result()
 
@@ -112,6 +111,8 @@ async def test_a_ledger_written_by_a_command_is_refused_at_the_merge_and_the_tas
     assert state.status == GraphStatus.COMPLETED, state.message
     (only,) = state.tasks
     assert only.attempts == 2
+    # The tool told the model what its command did (this model did not listen).
+    assert any("refusing: the command changed" in text for text in models.tool_answers)
     # The reason, in the task's state and its ledger line: not a "conflict".
     assert only.last_failure.startswith("orchestrator_files: ")
     assert f"`{LEDGER_PATH}`" in only.last_failure
