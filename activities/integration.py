@@ -254,7 +254,7 @@ class IntegrationActivities:
                 # the file from the start.
                 workspace_files.write_text(workdir, LEDGER_PATH, "")
                 commit = git.commit(workdir, "Task ledger: bootstrap, empty", when)
-            appended = append_lines(workdir, request.lines, request.start)
+            appended = append_lines(workdir, request.lines, request.start, request.start_sha256)
             archived_ids = archived(workdir)
             written = [
                 task.id

@@ -79,11 +79,15 @@ class LedgerRequest(BaseModel):
     origin: str
     integration_branch: str
     lines: list[LedgerLine] = Field(default_factory=list)
-    start: int | None = Field(
-        default=None,
+    start: int = Field(
+        default=0,
         ge=0,
-        description="How many of the graph's lines come before `lines`: the ledger is made "
-        "exactly those and `lines`. None: `lines` missing from it are appended",
+        description="How many of the graph's lines come before `lines`: when the ledger "
+        "starts with them (`start_sha256`), it is made exactly those and `lines`. Else "
+        "`lines` missing from it are appended",
+    )
+    start_sha256: str | None = Field(
+        default=None, description="`ledger_sha256` of the graph's first `start` lines"
     )
     tasks: list[Task] = Field(
         default_factory=list, description="Tasks whose docs/tasks/<id>.json must exist"

@@ -10,6 +10,7 @@ problem at once so that a planner can fix them all in one retry.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from collections.abc import Collection, Sequence
@@ -150,6 +151,13 @@ class LedgerLine(BaseModel):
 def ledger_lines(text: str) -> list[LedgerLine]:
     """Every line of a ledger file, in order (blank lines skipped)."""
     return [LedgerLine.model_validate_json(line) for line in text.splitlines() if line.strip()]
+
+
+def ledger_sha256(lines: Sequence[LedgerLine | str]) -> str:
+    """The hash of a ledger file holding exactly these lines (or their `to_jsonl()` texts):
+    how the ledger's writer knows the file still starts with the graph's own lines."""
+    texts = (line if isinstance(line, str) else line.to_jsonl() for line in lines)
+    return hashlib.sha256("".join(f"{text}\n" for text in texts).encode("utf-8")).hexdigest()
 
 
 def latest_lines(lines: Sequence[LedgerLine]) -> dict[str, LedgerLine]:

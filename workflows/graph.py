@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerLine,
         Task,
         TaskStatus,
+        ledger_sha256,
         validated_graph,
     )
     from loopworks.workflows import graph_decisions as decide
@@ -389,6 +390,7 @@ class TaskGraphWorkflow:
                 integration_branch=self._state.integration_branch,
                 lines=fresh,
                 start=memory.recorded,
+                start_sha256=ledger_sha256(memory.ledger[: memory.recorded]),
                 tasks=[t.task for t in self._state.tasks],
                 committed_at=workflow.now(),
             ),

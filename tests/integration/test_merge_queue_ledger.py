@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from loopworks.schemas.integration import LedgerRequest
-from loopworks.schemas.tasks import LEDGER_PATH, LedgerLine, TaskStatus, ledger_lines, task_file
+from loopworks.schemas.tasks import (
+    LEDGER_PATH,
+    LedgerLine,
+    TaskStatus,
+    ledger_lines,
+    ledger_sha256,
+    task_file,
+)
 from tests.integration.stack import git
 from tests.integration.test_merge_queue import BRANCH, GRAPH, WHEN, Repo, line, task
 from tests.integration.test_merge_queue import repo as repo  # the fixture
@@ -22,13 +29,15 @@ FORGED = (
 )
 
 
-async def record(repo: Repo, lines: list[LedgerLine], start: int | None) -> str:
+async def record(repo: Repo, lines: list[LedgerLine], before: list[LedgerLine]) -> str:
+    """Record `lines` as the graph does, after the lines it recorded `before`."""
     out = await repo.acts.record_ledger(
         LedgerRequest(
             origin=repo.origin,
             integration_branch=BRANCH,
             lines=lines,
-            start=start,
+            start=len(before),
+            start_sha256=ledger_sha256(before),
             tasks=[task("T-001"), task("T-002")],
             committed_at=WHEN,
         )
@@ -50,7 +59,7 @@ async def test_a_task_branch_that_changes_the_graphs_record_is_refused_saying_wh
     repo: Repo, changes, named: str
 ) -> None:
     await repo.prepare()
-    head = await record(repo, [line("T-001", TaskStatus.PENDING)], start=0)
+    head = await record(repo, [line("T-001", TaskStatus.PENDING)], [])
     ledger = repo.show(head, LEDGER_PATH)
     branch = repo.child(f"{GRAPH}/T-001/1", head, {"src/new.txt": "n\n", **changes(ledger)}, "1")
 
@@ -64,14 +73,16 @@ async def test_a_task_branch_that_changes_the_graphs_record_is_refused_saying_wh
     assert repo.show(head, LEDGER_PATH) == ledger
     # Its retry, leaving the record alone, merges, though the ledger moved on meanwhile:
     # the rule is about the branch's own changes.
-    await record(repo, [line("T-001", TaskStatus.IN_PROGRESS, 1)], start=1)
+    await record(
+        repo, [line("T-001", TaskStatus.IN_PROGRESS, 1)], [line("T-001", TaskStatus.PENDING)]
+    )
     again = repo.child(f"{GRAPH}/T-001/2", head, {"src/new.txt": "n\n"}, "1")
     assert (await repo.merge(task("T-001"), again, attempt=2)).merged
 
 
 async def test_a_branch_deleting_a_task_file_is_refused_too(repo: Repo) -> None:
     await repo.prepare()
-    head = await record(repo, [line("T-001", TaskStatus.PENDING)], start=0)
+    head = await record(repo, [line("T-001", TaskStatus.PENDING)], [])
     work = repo.tmp / "deleter"
     git("clone", "--quiet", repo.origin, str(work))
     git("checkout", "--quiet", "--detach", head, cwd=work)
@@ -99,12 +110,42 @@ async def test_the_ledger_is_exactly_the_graphs_lines_whatever_the_base_branch_h
     await repo.prepare()
     ours = [line("T-001", TaskStatus.PENDING), line("T-002", TaskStatus.PENDING)]
 
-    first = await record(repo, ours, start=0)
+    first = await record(repo, ours, [])
     assert ledger_lines(repo.show(first, LEDGER_PATH)) == ours
-    assert await record(repo, ours, start=0) == first  # retried: the same, nothing new
+    assert await record(repo, ours, []) == first  # retried: the same, nothing new
 
     more = [line("T-001", TaskStatus.IN_PROGRESS, 1)]
-    after = await record(repo, more, start=2)
+    after = await record(repo, more, ours)
     assert ledger_lines(repo.show(after, LEDGER_PATH)) == ours + more
     # Byte for byte (the helper strips the last newline).
     assert repo.show(after, LEDGER_PATH) == "\n".join(x.to_jsonl() for x in ours + more)
+
+
+def push_to_the_ledger(repo: Repo, name: str, text: str, before: bool = False) -> None:
+    """Someone else's line on the integration branch's ledger: after its lines, or before."""
+    work = repo.tmp / name
+    git("clone", "--quiet", "--branch", BRANCH, repo.origin, str(work))
+    held = (work / LEDGER_PATH).read_text()
+    (work / LEDGER_PATH).write_text(text + held if before else held + text)
+    git("commit", "--quiet", "-am", "forged", cwd=work)
+    git("push", "--quiet", "origin", f"HEAD:refs/heads/{BRANCH}", cwd=work)
+
+
+async def test_a_line_the_graph_did_not_write_is_dropped_and_none_of_its_own_lost(
+    repo: Repo,
+) -> None:
+    """A line pushed after the graph's is gone at its next record. One before them (a ledger
+    written when the merge queue still let such branches in) cannot be told from the
+    graph's: the graph's next lines are then appended, and none of its lines dropped."""
+    await repo.prepare()
+    ours = [line(f"T-00{n}", TaskStatus.PENDING) for n in (1, 2, 3)]
+    await record(repo, ours[:1], [])
+    push_to_the_ledger(repo, "after", FORGED + "\n")
+
+    second = await record(repo, ours[1:2], ours[:1])
+    assert ledger_lines(repo.show(second, LEDGER_PATH)) == ours[:2]
+
+    push_to_the_ledger(repo, "before", FORGED + "\n", before=True)
+    third = await record(repo, ours[2:], ours[:2])
+    texts = repo.show(third, LEDGER_PATH).splitlines()
+    assert texts == [FORGED, *(x.to_jsonl() for x in ours)]
