@@ -37,7 +37,13 @@ from loopworks.schemas.integration import (
 )
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
 from loopworks.schemas.rules import CommandCheck
-from loopworks.schemas.tasks import LEDGER_PATH, task_file, task_json
+from loopworks.schemas.tasks import (
+    LEDGER_PATH,
+    orchestrator_owned,
+    orchestrator_refusal,
+    task_file,
+    task_json,
+)
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.integration import (
@@ -96,7 +102,8 @@ class IntegrationActivities:
     @activity.defn(name="merge_task")
     async def merge_task(self, request: MergeRequest) -> MergeOutcome:
         """Merge a task branch into the integration branch's current head (`--no-ff`),
-        verify the merged tree with the task's command, and push only when it exits 0."""
+        verify the merged tree with the task's command, and push only when it exits 0. A
+        branch that changed the graph's ledger or task files is refused unmerged."""
         return await _in_thread(self._merge, request)
 
     @activity.defn(name="record_ledger")
@@ -162,6 +169,18 @@ class IntegrationActivities:
                 )
             if git.is_ancestor(workdir, task_commit, head):
                 return self._already_in(workdir, request, head, task_commit)
+            owned = [
+                path
+                for path in git.changed_since_fork(workdir, head, task_commit)
+                if orchestrator_owned(path)
+            ]
+            if owned:
+                return MergeOutcome(
+                    merged=False,
+                    reason="orchestrator_files",
+                    commit=head,
+                    output_tail=f"{request.task_branch} changes {orchestrator_refusal(owned)}",
+                )
             theirs = git.relocate_records(workdir, task_commit, head, task.id, request.committed_at)
             attempt = git.merge(workdir, head, theirs)
             if attempt.conflicts:
@@ -235,7 +254,7 @@ class IntegrationActivities:
                 # the file from the start.
                 workspace_files.write_text(workdir, LEDGER_PATH, "")
                 commit = git.commit(workdir, "Task ledger: bootstrap, empty", when)
-            appended = append_lines(workdir, request.lines)
+            appended = append_lines(workdir, request.lines, request.start, request.start_sha256)
             archived_ids = archived(workdir)
             written = [
                 task.id

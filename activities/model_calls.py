@@ -111,9 +111,12 @@ async def run_agent(
     workdir: Path,
     verb: AgentStep,
     deliverable: str | None = ARTIFACT_PATH,
+    *,
+    graph_task: bool = False,
 ) -> AgentOutcome:
     """The role's agent over the workspace: its prompt as the system, the step's inputs
-    as the first message, the workspace tools; usage priced as `consult` prices it."""
+    as the first message, the workspace tools (refusing a task graph's records in its
+    loop, `graph_task`); usage priced as `consult` prices it."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
@@ -128,6 +131,7 @@ async def run_agent(
                     deps.settings.agent_max_turns,
                     verb,
                     deliverable,
+                    graph_task=graph_task,
                 )
             except Exception:
                 still_a_clone(workdir)

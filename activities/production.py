@@ -92,7 +92,9 @@ class ProductionActivities:
             current = await self._committed_artifact(step)
             previous_hash = files.sha256(workdir, ARTIFACT_PATH)
             context = context.model_copy(update={"current_artifact": current})
-            outcome = await run_agent(self.deps, role, step, context, workdir, verb)
+            outcome = await run_agent(
+                self.deps, role, step, context, workdir, verb, graph_task=step.graph_task
+            )
             # What the agent left, as the worker will read it: a link out of the workspace
             # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed.
             if not files.is_file(workdir, ARTIFACT_PATH):

@@ -12,7 +12,7 @@ from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
 from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
 from loopworks.schemas.steps import ARTIFACT_PATH
-from loopworks.schemas.tasks import MAX_EXISTING_FILES
+from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR
 
 
 def prompt_facts() -> dict[str, str]:
@@ -25,6 +25,10 @@ def prompt_facts() -> dict[str, str]:
         # The atomic rule, as the task graph's validator counts it (docs/graphs.md#tasks).
         "max_existing_files": str(MAX_EXISTING_FILES),
         "task_planner_files_cap": str(TASK_PLANNER_FILES_CAP),
+        # A task graph's own record, which its loops' tools refuse to write
+        # (docs/graphs.md#the-ledger).
+        "ledger_path": LEDGER_PATH,
+        "tasks_dir": TASKS_DIR,
         # Where the skill sub-loop writes: helpers and reference notes
         # (docs/playbook.md#the-skill-sub-loop).
         "skills_dir": SKILLS_DIR,

@@ -53,7 +53,9 @@ class MergeRequest(BaseModel):
 
 class MergeOutcome(BaseModel):
     merged: bool
-    reason: Literal["merged", "conflict", "verification_failed"]
+    # `orchestrator_files`: the task branch changed the graph's ledger or task files,
+    # which only the orchestrator writes (docs/graphs.md#the-merge-queue).
+    reason: Literal["merged", "conflict", "verification_failed", "orchestrator_files"]
     commit: str = Field(
         description="The integration head after: the new merge when merged, else unchanged"
     )
@@ -77,6 +79,16 @@ class LedgerRequest(BaseModel):
     origin: str
     integration_branch: str
     lines: list[LedgerLine] = Field(default_factory=list)
+    start: int = Field(
+        default=0,
+        ge=0,
+        description="How many of the graph's lines come before `lines`: when the ledger "
+        "starts with them (`start_sha256`), it is made exactly those and `lines`. Else "
+        "`lines` missing from it are appended",
+    )
+    start_sha256: str | None = Field(
+        default=None, description="`ledger_sha256` of the graph's first `start` lines"
+    )
     tasks: list[Task] = Field(
         default_factory=list, description="Tasks whose docs/tasks/<id>.json must exist"
     )

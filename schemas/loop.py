@@ -101,6 +101,9 @@ class LoopInput(BaseModel):
     # The API token's name that started it (its graph's, for a task loop); "" for a run
     # started other than through the API.
     started_by: str = ""
+    # The task graph whose task this loop is (docs/graphs.md#running-tasks), None for a
+    # run of its own: a graph's loop may not write the graph's ledger or task files.
+    graph_id: str | None = None
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)

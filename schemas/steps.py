@@ -218,6 +218,10 @@ class ProduceInput(ModelStep):
     workspace: GitLocation
     committed_at: datetime
     log: RunLog | None = None
+    graph_task: bool = Field(
+        default=False,
+        description="a task graph's loop: its tools refuse the graph's ledger and task files",
+    )
 
 
 class RefineInput(ModelStep):
@@ -226,6 +230,10 @@ class RefineInput(ModelStep):
     workspace: GitLocation
     committed_at: datetime
     log: RunLog | None = None
+    graph_task: bool = Field(
+        default=False,
+        description="a task graph's loop: its tools refuse the graph's ledger and task files",
+    )
 
 
 class ArtifactOutput(ModelOutput):

@@ -10,6 +10,7 @@ problem at once so that a planner can fix them all in one retry.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from collections.abc import Collection, Sequence
@@ -152,9 +153,43 @@ def ledger_lines(text: str) -> list[LedgerLine]:
     return [LedgerLine.model_validate_json(line) for line in text.splitlines() if line.strip()]
 
 
+def ledger_sha256(lines: Sequence[LedgerLine | str]) -> str:
+    """The hash of a ledger file holding exactly these lines (or their `to_jsonl()` texts):
+    how the ledger's writer knows the file still starts with the graph's own lines."""
+    texts = (line if isinstance(line, str) else line.to_jsonl() for line in lines)
+    return hashlib.sha256("".join(f"{text}\n" for text in texts).encode("utf-8")).hexdigest()
+
+
 def latest_lines(lines: Sequence[LedgerLine]) -> dict[str, LedgerLine]:
     """Each task's most recent line (the last line for an id is its status)."""
     return {line.id: line for line in lines}
+
+
+def orchestrator_owned(relpath: str) -> bool:
+    """Whether a repository path is the graph's own record, which only its orchestrator
+    writes (docs/graphs.md#the-ledger): the ledger, and everything under `docs/tasks/`
+    (the task files, their archive, each task's artifact and loop records). Compared
+    in any case and with `./` and doubled slashes ignored: a case-insensitive checkout
+    has one file for every spelling."""
+    parts = [
+        part.lower() for part in relpath.replace("\\", "/").split("/") if part not in ("", ".")
+    ]
+    tasks_dir = TASKS_DIR.split("/")
+    return parts == LEDGER_PATH.split("/") or parts[: len(tasks_dir)] == tasks_dir
+
+
+def orchestrator_refusal(paths: Sequence[str]) -> str:
+    """Why a task loop may not write `paths` (orchestrator-owned), in words a model can
+    act on: the tools say it, and the merge queue says it of a branch that changed them."""
+    named = ", ".join(f"`{path}`" for path in paths[:10])
+    more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
+    return (
+        f"{named}{more}: the task graph's ledger `{LEDGER_PATH}` and its task files under "
+        f"`{TASKS_DIR}/` are written only by the graph's orchestrator, which records each "
+        "task's status itself once its verification command passes on the integration "
+        "branch. Leave them as they are (restore any you changed) and put your work in the "
+        "task's own files."
+    )
 
 
 def task_file(task: Task | str) -> str:

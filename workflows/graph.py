@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerLine,
         Task,
         TaskStatus,
+        ledger_sha256,
         validated_graph,
     )
     from loopworks.workflows import graph_decisions as decide
@@ -252,6 +253,7 @@ class TaskGraphWorkflow:
                 request=graph_inputs.loop_request(task_state, self._request, state),
                 created_at=workflow.now().isoformat(),
                 started_by=self._started_by,
+                graph_id=state.graph_id,
             ),
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.
@@ -387,6 +389,8 @@ class TaskGraphWorkflow:
                 origin=self._state.origin,
                 integration_branch=self._state.integration_branch,
                 lines=fresh,
+                start=memory.recorded,
+                start_sha256=ledger_sha256(memory.ledger[: memory.recorded]),
                 tasks=[t.task for t in self._state.tasks],
                 committed_at=workflow.now(),
             ),

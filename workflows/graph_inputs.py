@@ -19,8 +19,13 @@ from loopworks.schemas.prep import (
 )
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
 from loopworks.schemas.run import RunRequest
-from loopworks.schemas.tasks import GraphError, Task, validated_graph
+from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, validated_graph
 
+# What tells a graph's loop that it is one (its producer's prompt says what follows).
+GRAPH_TASK_NOTE = (
+    f"This task is one of a task graph's: leave the graph's ledger `{LEDGER_PATH}` and its "
+    f"task files under `{TASKS_DIR}/` unchanged; the graph's orchestrator alone writes them."
+)
 # A loop's task text stays within RunRequest's bound, and its criteria within theirs.
 TASK_TEXT_MAX = 20_000
 CRITERIA_MAX = 50
@@ -40,6 +45,7 @@ def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState
     if task.context.files:
         text += "\n\nFiles: " + ", ".join(task.context.files)
     text += f"\n\nDone when `{task.verification_command}` exits 0 in the repository root."
+    text += f"\n\n{GRAPH_TASK_NOTE}"
     if task_state.last_failure:
         text += f"\n\nThe previous attempt failed:\n{task_state.last_failure}"
     rule = Rule(

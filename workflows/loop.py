@@ -42,7 +42,10 @@ class LoopWorkflow:
         self._record = RunRecord(memory)
         self._steering = Steering(self._record)
         self._steps = StepRunner(self._record, self._steering, params.request.budget)
-        self._do = LoopSteps(self._record, self._steering, self._steps, params.request)
+        self._do = LoopSteps(
+            self._record, self._steering, self._steps, params.request,
+            graph_task=params.graph_id is not None,
+        )  # fmt: skip
 
     @property
     def _memory(self) -> RunMemory:

@@ -58,9 +58,17 @@ with workflow.unsafe.imports_passed_through():
 
 class LoopSteps(OnRecord):
     def __init__(
-        self, record: RunRecord, steering: Steering, runner: StepRunner, request: RunRequest
+        self,
+        record: RunRecord,
+        steering: Steering,
+        runner: StepRunner,
+        request: RunRequest,
+        *,
+        graph_task: bool = False,
     ) -> None:
         self.record = record
+        # A task graph's loop: PRODUCE's and REFINE's tools refuse the graph's records.
+        self.graph_task = graph_task
         self.steering = steering
         self.runner = runner
         self.request = request
@@ -153,6 +161,7 @@ class LoopSteps(OnRecord):
                 workspace=self.workspace(),
                 committed_at=workflow.now(),
                 log=self.log(),
+                graph_task=self.graph_task,
             ),
             AGENT_STEP,
             f"iteration {state.iteration} · produce",
@@ -269,6 +278,7 @@ class LoopSteps(OnRecord):
                 workspace=self.workspace(),
                 committed_at=workflow.now(),
                 log=self.log(),
+                graph_task=self.graph_task,
             ),
             AGENT_STEP,
             f"iteration {self.state.iteration} · refine · {len(critique.issues)} issues",

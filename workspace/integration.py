@@ -26,6 +26,7 @@ from loopworks.schemas.tasks import (
     TaskStatus,
     latest_lines,
     ledger_lines,
+    ledger_sha256,
     task_file,
 )
 from loopworks.workspace import files
@@ -226,6 +227,17 @@ class IntegrationWorkspaces(GitWorkspaces):
         message = f"Relocate {task_id}'s artifact.md and .loops/ under {task_dir(task_id)}/"
         return self.commit(workdir, message, when)
 
+    def changed_since_fork(self, workdir: Path, head: str, task_commit: str) -> list[str]:
+        """The paths `task_commit` changed since it left `head`'s line: its own work."""
+        base = self._git(
+            ["merge-base", checked_commit(head), checked_commit(task_commit)], cwd=workdir
+        ).stdout.strip()
+        out = self._git(
+            ["diff", "--name-only", "--no-renames", "-z", checked_commit(base), task_commit],
+            cwd=workdir,
+        ).stdout
+        return sorted(path for path in out.split("\0") if path)
+
     def merge(self, workdir: Path, head: str, theirs: str) -> MergeAttempt:
         """`git merge --no-ff --no-commit theirs` on a clean checkout of `head`. Clean: the
         merge is left in the workdir (for the verification command) and its tree named.
@@ -320,9 +332,17 @@ def read_ledger(workdir: Path) -> str | None:
         return None
 
 
-def append_lines(workdir: Path, lines: list[LedgerLine]) -> list[str]:
-    """Append the lines the ledger does not hold yet (a retry appends nothing twice)."""
-    seen = {_identity(line) for line in (read_ledger(workdir) or "").splitlines() if line.strip()}
+def append_lines(
+    workdir: Path, lines: list[LedgerLine], start: int = 0, start_sha256: str | None = None
+) -> list[str]:
+    """Append the lines the ledger lacks (a retry appends nothing twice). Starting with the
+    graph's `start` lines (hashed `start_sha256`), it is made exactly those then `lines`."""
+    held = [line for line in (read_ledger(workdir) or "").splitlines() if line.strip()]
+    if start_sha256 is not None and ledger_sha256(held[:start]) == start_sha256:
+        if held != held[:start] + (texts := [line.to_jsonl() for line in lines]):
+            files.write_text(workdir, LEDGER_PATH, "".join(f"{t}\n" for t in held[:start] + texts))
+        return [text for i, text in enumerate(texts) if held[start + i : start + i + 1] != [text]]
+    seen = {_identity(line) for line in held}
     new: list[str] = []
     for line in lines:
         text = line.to_jsonl()

@@ -8,9 +8,13 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
 - `ToolGuard.path`: the file tools (read, write, edit, list, search) run in the worker's own
   process, outside the sandbox, so their paths are held here: relative, no `..`, no symlink out
   of the workspace, nothing in `.git`; and `ToolGuard.writable` keeps writes out of the run's
-  records (`.loops/`), which the worker appends to and commits. The reads and writes
+  records (`.loops/`), which the worker appends to and commits, and, in a task graph's loop
+  (`graph_task`), out of the graph's ledger and task files, which its orchestrator alone
+  writes (`schemas.tasks.orchestrator_owned`). The reads and writes
   themselves go through workspace/files.py, which checks the path again as it opens it, so a
   symlink a command swaps in after the guard looked is refused too.
+- `ToolGuard.records_changed`: in a task graph's loop, what a command did to the graph's
+  record (the sandbox lets it write the workspace), told to the model to undo.
 - `ToolGuard.command`: a refusal the model can act on for a command that could only fail in the
   sandbox and would otherwise touch what loopworks owns, git that writes or a path inside
   `.git` (`git_policy`); and a command too long to be one (write a script instead).
@@ -33,6 +37,12 @@ from loopworks.agent.tools.denied import ToolDenied
 from loopworks.agent.tools.git_policy import check_git
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
 from loopworks.schemas.steps import HISTORY_PATH
+from loopworks.schemas.tasks import (
+    LEDGER_PATH,
+    TASKS_DIR,
+    orchestrator_owned,
+    orchestrator_refusal,
+)
 
 __all__ = ["MAX_COMMAND_CHARS", "ToolDenied", "ToolGuard"]
 
@@ -42,6 +52,12 @@ MAX_COMMAND_CHARS = 64 * 1024
 # The run's records in its workspace (history.jsonl, run.json, trajectories): the worker's.
 RECORDS_DIR = PurePosixPath(HISTORY_PATH).parts[0]
 AGENT_WRITABLE_RECORDS = (SKILLS_DIR, REFERENCES_DIR)
+# The directories that lead to a task graph's record (docs, docs/current), lower case.
+_ON_THE_WAY = frozenset(
+    "/".join(path.split("/")[:depth])
+    for path in (LEDGER_PATH, TASKS_DIR)
+    for depth in range(1, path.count("/") + 1)
+)
 
 
 def _has_component(parts: tuple[str, ...], name: str) -> bool:
@@ -52,8 +68,10 @@ def _has_component(parts: tuple[str, ...], name: str) -> bool:
 class ToolGuard:
     """The policy for one workspace: `path()` for file tools, `command()` for shell commands."""
 
-    def __init__(self, workspace: Path) -> None:
+    def __init__(self, workspace: Path, *, graph_task: bool = False) -> None:
         self.root = Path(workspace).resolve()
+        # A task graph's loop: the graph's ledger and task files are not its to write.
+        self.graph_task = graph_task
 
     def path(self, p: str) -> Path:
         """Resolve a model-supplied relative path to an absolute path inside the workspace.
@@ -106,7 +124,49 @@ class ToolGuard:
                 f"refusing: {p!r} is in {RECORDS_DIR}/, the run's records, which loopworks "
                 "writes and commits itself"
             )
+        # Both the path as given and as resolved: a link inside the workspace leads no
+        # write into the graph's records either.
+        if self.graph_task and (orchestrator_owned(p) or orchestrator_owned(relpath)):
+            raise ToolDenied(f"refusing: {orchestrator_refusal([p])}")
         return target
+
+    def graph_records(self) -> dict[str, tuple[int, int, int, int]]:
+        """In a task graph's loop, every path of the graph's record in the workspace (in any
+        case of spelling) as `lstat` sees it, to tell what a command changed; else empty."""
+        found: dict[str, tuple[int, int, int, int]] = {}
+        if self.graph_task:
+            self._scan("", found)
+        return found
+
+    def _scan(self, rel: str, found: dict[str, tuple[int, int, int, int]]) -> None:
+        try:
+            entries = list(os.scandir(self.root / rel))
+        except OSError:
+            return
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            owned = orchestrator_owned(child)
+            if owned:
+                found[child] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+            if entry.is_dir(follow_symlinks=False) and (owned or child.lower() in _ON_THE_WAY):
+                self._scan(child, found)
+
+    def records_changed(self, before: dict[str, tuple[int, int, int, int]]) -> str | None:
+        """What a command did to the graph's record since `before`, for the model to undo;
+        None when it left it alone."""
+        after = self.graph_records()
+        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+        if not changed:
+            return None
+        return (
+            f"refusing: the command changed {orchestrator_refusal(changed)} Undo it before "
+            "you finish, or the task is refused at its merge: remove a file the command "
+            "added, and restore one it changed or deleted with `git show HEAD:<path> > <path>`."
+        )
 
     def relative(self, target: Path) -> str:
         """`target` (inside the workspace) as the relative path the model should use."""

@@ -294,15 +294,21 @@ def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
     # The checks runner runs it in the sandbox (or, with LOOPS_SANDBOX=off, as the worker's user)
     # with an environment of PATH, HOME and LANG only, and kills all it started on timeout.
     check = CommandCheck(command=guard.command(args.command), timeout_seconds=args.timeout_seconds)
+    records = guard.graph_records()
     try:
         outcome = run_command_check(check, guard.root, output_cap=COMMAND_OUTPUT_CAP_BYTES)
     except OSError as exc:
         return fail(f"could not run the command: {exc}")
+    # A task graph's loop: a command that changed the graph's record fails, saying so.
+    changed = guard.records_changed(records) if guard.graph_task else None
     if outcome.timed_out:
-        return fail(outcome.detail)
+        return fail(f"{outcome.detail}\n{changed}" if changed else outcome.detail)
     # The runner's detail is "exit code N[ (expected 0)]\n<output>".
     output = outcome.detail.partition("\n")[2]
-    return ToolResult(ok=outcome.exit_code == 0, content=f"exit code {outcome.exit_code}\n{output}")
+    content = f"exit code {outcome.exit_code}\n{output}"
+    if changed:
+        return fail(f"{content.rstrip()}\n{changed}")
+    return ToolResult(ok=outcome.exit_code == 0, content=content)
 
 
 # -- the registry ---------------------------------------------------------------------------------

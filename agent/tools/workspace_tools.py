@@ -136,8 +136,15 @@ def _validation_message(name: str, exc: ValidationError) -> str:
     return f"invalid arguments for {name}: " + "; ".join(problems)
 
 
-def execute(workspace: Path, name: str, arguments: Mapping[str, Any] | None) -> ToolResult:
-    """Run one tool call in `workspace`. Never raises: every problem is an `ok=False` result."""
+def execute(
+    workspace: Path,
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    *,
+    graph_task: bool = False,
+) -> ToolResult:
+    """Run one tool call in `workspace` (a task graph's loop's, with `graph_task`: see
+    `ToolGuard`). Never raises: every problem is an `ok=False` result."""
     spec = TOOLS.get(name)
     if spec is None:
         return operations.fail(f"unknown tool {name!r}; the tools are: {', '.join(TOOLS)}")
@@ -150,7 +157,7 @@ def execute(workspace: Path, name: str, arguments: Mapping[str, Any] | None) -> 
     except ValidationError as exc:
         return operations.fail(_validation_message(name, exc))
     try:
-        guard = ToolGuard(workspace)
+        guard = ToolGuard(workspace, graph_task=graph_task)
         if not guard.root.is_dir():
             return operations.fail("the workspace does not exist")
         return spec.run(guard, args)
