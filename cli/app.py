@@ -108,7 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     artifact.add_argument("run", metavar="RUN")
 
     clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
-    clean.add_argument("run", metavar="RUN")
+    clean.add_argument("run", nargs="?", metavar="RUN")
+    clean.add_argument(
+        "--all", action="store_true", help="every finished run's workspaces, one confirmation"
+    )
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     _graph_parser(sub, common)

@@ -26,6 +26,8 @@ from loopworks.cli.render import (
     status_line,
     status_notes,
 )
+from loopworks.cli.resolve import resolve_run
+from loopworks.cli.steer_render import detail_lines
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.run import RunStatus
 
@@ -141,7 +143,7 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
-    run_id = args.run or most_recent_run(ctx.client)
+    run_id = resolve_run(ctx.client, args.run) if args.run else most_recent_run(ctx.client)
     if args.follow:
         return _follow(ctx, run_id, use_stream=not args.poll)
     state = ctx.client.run_state(run_id)
@@ -153,30 +155,36 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         ctx.print(note)
     if model := model_line(state):
         ctx.print(model)
+    for line in detail_lines(state):
+        ctx.print(line)
     return 0
 
 
 def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
+    run_id = resolve_run(ctx.client, args.run)
     body = {"reason": args.reason} if args.reason else {}
-    ctx.client.message(args.run, "stop", body)
-    ctx.print(f"stop requested for {args.run}; it reflects, pushes what it has, then ends")
+    ctx.client.message(run_id, "stop", body)
+    ctx.print(f"stop requested for {run_id}; it reflects, pushes what it has, then ends")
     return 0
 
 
 def cmd_clear_block(ctx: Context, args: argparse.Namespace) -> int:
-    state = ctx.client.message(args.run, "clear-block", {"note": args.note})
+    state = ctx.client.message(
+        resolve_run(ctx.client, args.run), "clear-block", {"note": args.note}
+    )
     ctx.print(status_line(state))
     return 0
 
 
 def cmd_pause(ctx: Context, args: argparse.Namespace) -> int:
-    ctx.client.message(args.run, "pause")
-    ctx.print(f"pause requested for {args.run}; it finishes its current step, then waits")
+    run_id = resolve_run(ctx.client, args.run)
+    ctx.client.message(run_id, "pause")
+    ctx.print(f"pause requested for {run_id}; it finishes its current step, then waits")
     return 0
 
 
 def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
-    state = ctx.client.message(args.run, "resume")
+    state = ctx.client.message(resolve_run(ctx.client, args.run), "resume")
     ctx.print(status_line(state))
     return 0
 
@@ -187,7 +195,7 @@ def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
         body["max_iterations"] = args.max_iterations
     if args.note:
         body["note"] = args.note
-    state = ctx.client.message(args.run, "approve", body)
+    state = ctx.client.message(resolve_run(ctx.client, args.run), "approve", body)
     ctx.print(status_line(state))
     return 0
 
@@ -216,20 +224,22 @@ def print_listing(
 
 
 def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
-    events = ctx.client.events(args.run)
+    run_id = resolve_run(ctx.client, args.run)
+    events = ctx.client.events(run_id)
     if args.json:
         for event in events:
             ctx.print(event.model_dump_json())
         return 0
     if not events:
-        ctx.print(f"no events for {args.run}")
+        ctx.print(f"no events for {run_id}")
     for event in events:
         ctx.print(history_line(event))
     return 0
 
 
 def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
-    response = ctx.client.text_response(run_path(args.run, "artifact"))
+    run_id = resolve_run(ctx.client, args.run)
+    response = ctx.client.text_response(run_path(run_id, "artifact"))
     text = response.text
     ctx.out.write(text if text.endswith("\n") else text + "\n")
     ctx.out.flush()
@@ -238,7 +248,7 @@ def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
         # On stderr: stdout stays the artifact alone, for a pipe or a file.
         commit = response.headers.get(ARTIFACT_COMMIT_HEADER, "")[:8]
         ctx.err.write(
-            f"loops: run {args.run} is {status}: this is its latest draft"
+            f"loops: run {run_id} is {status}: this is its latest draft"
             f"{f' (commit {commit})' if commit else ''}, not its final artifact\n"
         )
     return 0
@@ -248,4 +258,11 @@ LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_
 
 
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:
-    return cleaning.clean(ctx.client, args.run, args.yes, ctx.stdin, ctx.console)
+    if args.all:
+        if args.run:
+            raise CliError("give a run or --all, not both")
+        return cleaning.clean_all(ctx.client, args.yes, ctx.stdin, ctx.console)
+    if not args.run:
+        raise CliError("give a run to clean, or --all for every finished run")
+    run_id = resolve_run(ctx.client, args.run)
+    return cleaning.clean(ctx.client, run_id, args.yes, ctx.stdin, ctx.console)

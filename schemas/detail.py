@@ -69,9 +69,7 @@ class EvaluationView(BaseModel):
     @classmethod
     def of(cls, evaluation: Evaluation, iteration: int) -> EvaluationView:
         rules = [
-            RuleOutcome(
-                id=r.rule_id, severity=r.severity, passed=r.passed, detail=_cap(r.detail)
-            )
+            RuleOutcome(id=r.rule_id, severity=r.severity, passed=r.passed, detail=_cap(r.detail))
             for r in evaluation.results
         ]
         return cls(

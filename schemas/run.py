@@ -257,8 +257,9 @@ class RunState(BaseModel):
         default=None, description="the latest evaluation, rule by rule"
     )
     verdicts: Verdicts = Field(
-        default_factory=Verdicts, description="the critic's, artifact critic's, custodiet's "
-        "and QA verifier's latest verdicts"
+        default_factory=Verdicts,
+        description="the critic's, artifact critic's, custodiet's "
+        "and QA verifier's latest verdicts",
     )
     gate: GateView | None = Field(
         default=None, description="the gate the run waits at now (approval, block, pause)"
