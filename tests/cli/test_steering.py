@@ -87,7 +87,7 @@ def test_status_shows_the_gate_plan_rules_and_verdicts() -> None:
         lines.index(
             f"waits at: block since 2026-11-22T05:11:50Z (release: loops clear-block {RUN_ID})"
         ) :
-    ] == [  # noqa: E501
+    ] == [
         f"waits at: block since 2026-11-22T05:11:50Z (release: loops clear-block {RUN_ID})",
         "plan (iteration 2): close the gaps",
         "  1. Add a summary",
