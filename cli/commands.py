@@ -15,6 +15,7 @@ from rich.table import Table
 
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.cli import clean as cleaning
+from loopworks.cli import confirm
 from loopworks.cli.client import RUNS, ApiClient, CliError, run_path
 from loopworks.cli.config import CliConfig
 from loopworks.cli.follow import Follower, Progress
@@ -53,6 +54,8 @@ class Context:
         self.stdin = stdin if stdin is not None else sys.stdin
         self.err = err or sys.stderr
         self.console = console_for(self.out)
+        # What a command says beside its answer (a draft to confirm, a question).
+        self.err_console = console_for(self.err)
 
     def print(self, text: str = "") -> None:
         self.console.print(text)
@@ -133,10 +136,16 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         body["base_branch"] = args.base_branch
     if args.audit_probability is not None:
         body["audit_probability"] = args.audit_probability
-    if args.interactive:
+    interactive = confirm.wanted(args.auto, args.interactive, ctx.stdin)
+    if interactive:
         body["mode"] = "interactive"
     run_id = ctx.client.create_run(body, args.idempotency_key).run_id
     ctx.print(run_id)
+    # Confirm first (docs/cli.md#confirm-first); without a terminal to ask at, an
+    # --interactive run waits for `loops approve`.
+    asked = interactive and ctx.stdin.isatty()
+    if asked and not confirm.confirm_run(ctx.client, run_id, ctx.stdin, ctx.err_console):
+        return 1
     if args.follow:
         return _follow(ctx, run_id, use_stream=not args.poll)
     return 0
