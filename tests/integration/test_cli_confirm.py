@@ -144,7 +144,12 @@ def test_cancel_stops_the_run_before_it_iterates(api: str) -> None:
 
 
 def test_auto_and_no_terminal_start_at_once(api: str) -> None:
-    for argv, answers in ((["new", "Write a guide", "--auto"], "c\n"), (["new", "Write a guide"], None)):  # fmt: skip
+    # --auto at a terminal asks nothing (a "c" typed would cancel); no terminal: the same.
+    cases: list[tuple[list[str], str | None]] = [
+        (["new", "Write a guide", "--auto"], "c\n"),
+        (["new", "Write a guide"], None),
+    ]
+    for argv, answers in cases:
         code, out, err = loops(api, argv, answers)
         assert (code, err) == (0, "")
         run_id = out.strip()
