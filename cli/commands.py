@@ -143,7 +143,7 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     ctx.print(run_id)
     # Confirm first (docs/cli.md#confirm-first); without a terminal to ask at, an
     # --interactive run waits for `loops approve`.
-    asked = interactive and ctx.stdin.isatty()
+    asked = interactive and confirm.at_terminal(ctx.stdin)
     if asked and not confirm.confirm_run(ctx.client, run_id, ctx.stdin, ctx.err_console):
         return 1
     if args.follow:

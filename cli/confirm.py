@@ -39,18 +39,27 @@ CANCEL_REASON = "cancelled at the confirmation"
 S = TypeVar("S")
 
 
-def wanted(auto: bool, interactive: bool, stdin: TextIO) -> bool:
+def at_terminal(stdin: TextIO | None) -> bool:
+    return stdin is not None and stdin.isatty()
+
+
+def wanted(auto: bool, interactive: bool, stdin: TextIO | None) -> bool:
     """Interactive unless `--auto`; by default only with a person at the terminal."""
     if auto and interactive:
         raise CliError("give --auto or --interactive, not both")
-    return interactive or (not auto and stdin.isatty())
+    return interactive or (not auto and at_terminal(stdin))
 
 
 def wait_for_draft(
-    read: Callable[[], S], ready: Callable[[S], bool], ended: Callable[[S], bool], what: str
-) -> S:
-    """Poll until the draft is ready for approval; a run (graph) that ends first is an
-    error saying how it ended."""
+    read: Callable[[], S],
+    ready: Callable[[S], bool],
+    ended: Callable[[S], bool],
+    past: Callable[[S], bool],
+    what: str,
+) -> S | None:
+    """Poll until the draft is ready for approval: its state, or None when it has gone
+    past its confirmation already (an Idempotency-Key's run, approved before). A run
+    (graph) that ends first is an error."""
     deadline = time.monotonic() + DRAFT_TIMEOUT_SECONDS
     while True:
         state = read()
@@ -58,6 +67,8 @@ def wait_for_draft(
             return state
         if ended(state):
             raise CliError(f"{what} ended before it was ready for approval")
+        if past(state):
+            return None
         if time.monotonic() > deadline:
             raise CliError(f"{what} was not ready for approval in time; see: loops status")
         time.sleep(POLL_SECONDS)
@@ -189,8 +200,12 @@ def confirm_run(client: ApiClient, run_id: str, stdin: TextIO, console: Console)
         lambda: client.run_state(run_id),
         lambda state: state.status == RunStatus.AWAITING_APPROVAL,
         lambda state: state.status.is_terminal,
+        lambda state: state.iteration >= 1,
         f"run {run_id}",
     )
+    if draft is None:
+        console.print(f"run {run_id} is past its confirmation already: nothing to ask")
+        return True
     approval = Approval()
     while True:
         show_run(applied(draft, approval), console)

@@ -177,7 +177,8 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     api = GraphApi(ctx.client)
     graph_id = api.create(body).graph_id
     ctx.print(graph_id)
-    if interactive and ctx.stdin.isatty() and not confirm_graph(ctx, api, graph_id):
+    asked = interactive and confirm.at_terminal(ctx.stdin)
+    if asked and not confirm_graph(ctx, api, graph_id):
         return 1
     if args.follow:
         return follow(ctx, api, graph_id)
@@ -202,8 +203,12 @@ def confirm_graph(ctx: Context, api: GraphApi, graph_id: str) -> bool:
         lambda: api.state(graph_id),
         lambda state: state.status == GraphStatus.AWAITING_APPROVAL,
         lambda state: state.status.is_terminal,
+        lambda state: state.status in (GraphStatus.RUNNING, GraphStatus.PAUSED),
         f"graph {graph_id}",
     )
+    if draft is None:
+        console.print(f"graph {graph_id} is past its confirmation already: nothing to ask")
+        return True
     original = [task.task for task in draft.tasks]
     tasks = original
     while True:

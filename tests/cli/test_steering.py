@@ -207,3 +207,19 @@ def test_clean_needs_a_run_or_all() -> None:
         run(["clean"], api)
     with pytest.raises(CliError, match="not both"):
         run(["clean", RUN_ID, "--all"], api)
+
+
+def test_new_at_a_terminal_asks_nothing_of_a_run_past_its_confirmation() -> None:
+    """An Idempotency-Key's run approved before: nothing to confirm, nothing waited for."""
+    created = {"run_id": RUN_ID, "alias": "a", "status_url": f"/runs/{RUN_ID}"}
+    running = STATE.model_copy(update={"status": RunStatus.RUNNING, "iteration": 1})
+    api = Recorder(
+        {
+            ("POST", "/runs"): httpx.Response(200, json=created),
+            ("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(running)),
+        }
+    )
+    code, out = run(["new", "t", "--idempotency-key", "k"], api, stdin=TtyInput("c\n"))
+    assert (code, out) == (0, f"{RUN_ID}\n")
+    assert api.body(0)["mode"] == "interactive"
+    assert [r.method for r in api.requests] == ["POST", "GET"]
