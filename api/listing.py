@@ -21,6 +21,9 @@ from loopworks.workflows.search_attributes import (
     LOOP_STATUS,
 )
 
+# What an alias looks like (workflows/decisions.py, `alias_for`): a lowercase hyphen slug.
+ALIAS_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+
 # The loop's workflow type: what the run routes and the run list look for.
 WORKFLOW_TYPE = "LoopWorkflow"
 
@@ -45,8 +48,12 @@ _EXECUTION_STATUS_NAMES: dict[WorkflowExecutionStatus, str] = {
 }
 
 
-def visibility_query(status: RunStatus | None) -> str:
+def visibility_query(status: RunStatus | None, alias: str | None = None) -> str:
+    """The runs with `status` and `alias` (either None: any). The alias is checked at
+    the door (`ALIAS_PATTERN`): no quote can reach the query."""
     query = f'WorkflowType = "{WORKFLOW_TYPE}"'
+    if alias is not None:
+        query += f' AND {LOOP_ALIAS.name} = "{alias}"'
     if status is None:
         return query
     if status not in TERMINAL_STATUSES:
@@ -102,9 +109,11 @@ def summarize(execution: WorkflowExecution) -> RunSummary:
     )
 
 
-async def list_runs(client: Client, limit: int, status: RunStatus | None) -> list[RunSummary]:
+async def list_runs(
+    client: Client, limit: int, status: RunStatus | None, alias: str | None = None
+) -> list[RunSummary]:
     executions = client.list_workflows(
-        visibility_query(status), limit=limit, page_size=min(limit, 1000)
+        visibility_query(status, alias), limit=limit, page_size=min(limit, 1000)
     )
     runs = [summarize(execution) async for execution in executions]
     # Visibility stores order by close time on some backends; callers want newest first.

@@ -65,9 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--max-iterations", type=_positive)
     new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
     new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
-    new.add_argument(
-        "--interactive", action="store_true", help="wait for `loops approve` before iterating"
-    )
+    _confirm_options(new, "loops approve")
     new.add_argument("--idempotency-key", help="the same key returns the same run")
     new.add_argument(
         "--no-prep",
@@ -114,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     artifact.add_argument("run", metavar="RUN")
 
     clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
-    clean.add_argument("run", metavar="RUN")
+    clean.add_argument("run", nargs="?", metavar="RUN")
+    clean.add_argument(
+        "--all", action="store_true", help="every finished run's workspaces, one confirmation"
+    )
     clean.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     _graph_parser(sub, common)
@@ -169,9 +170,7 @@ def _graph_parser(
     new.add_argument("--max-parallel", type=_positive, help="task loops at once (API: 1-10)")
     new.add_argument("--max-iterations", type=_positive, help="each task loop's iterations")
     new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
-    new.add_argument(
-        "--interactive", action="store_true", help="wait for `loops graph approve` first"
-    )
+    _confirm_options(new, "loops graph approve")
     new.add_argument("--follow", "-f", action="store_true", help="then follow it, as status -f")
 
     status = add("status", graphs.cmd_status, "a graph's tasks as a tree, with their runs")
@@ -208,6 +207,20 @@ def _graph_parser(
     graph_id(clear)
     clear.add_argument("--task", required=True, help="the task whose loop is blocked")
     clear.add_argument("--note", required=True, help="goes into the loop's next step")
+
+
+def _confirm_options(parser: argparse.ArgumentParser, approve: str) -> None:
+    """Confirm first (docs/cli.md#confirm-first): at a terminal by default."""
+    parser.add_argument(
+        "--auto",
+        action="store_true",
+        help="start at once, without showing the draft for confirmation",
+    )
+    parser.add_argument(
+        "--interactive",
+        action="store_true",
+        help="confirm the draft first even without a terminal (then: " + approve + ")",
+    )
 
 
 def _follow_options(parser: argparse.ArgumentParser) -> None:

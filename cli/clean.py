@@ -15,8 +15,12 @@ from rich.filesize import decimal
 from rich.prompt import Confirm
 from rich.text import Text
 
-from loopworks.api.models import WorkspaceEntry
+from loopworks.api.models import RunWorkspace, WorkspaceEntry
 from loopworks.cli.client import ApiClient, CliError
+from loopworks.schemas.run import TERMINAL_STATUSES
+
+# `--all` looks at the newest this many runs of each finished status (the API's cap).
+ALL_LIMIT = 500
 
 
 def confirm(question: str, stdin: TextIO, console: Console) -> bool:
@@ -60,4 +64,54 @@ def clean(client: ApiClient, run_id: str, yes: bool, stdin: TextIO, console: Con
         return 1
     removed = client.remove_workspace(run_id)
     console.print(f"deleted {len(removed.removed)} workspace(s), {decimal(removed.bytes)}")
+    return 0
+
+
+def finished_workspaces(client: ApiClient) -> list[RunWorkspace]:
+    """Every finished run's workspace that holds something, newest run first. A run whose
+    status reads finished but whose workflow is still closing is left for later."""
+    runs = [
+        run
+        for status in sorted(TERMINAL_STATUSES)
+        for run in client.list_runs(limit=ALL_LIMIT, status=status.value)
+    ]
+    runs.sort(key=lambda run: run.started_at, reverse=True)
+    found: list[RunWorkspace] = []
+    seen: set[str] = set()
+    for run in runs:
+        if run.run_id in seen:
+            continue
+        seen.add(run.run_id)
+        workspace = client.workspace(run.run_id)
+        if workspace.finished and workspace.entries:
+            found.append(workspace)
+    return found
+
+
+def clean_all(client: ApiClient, yes: bool, stdin: TextIO, console: Console) -> int:
+    """`loops clean --all`: every finished run's clones, after one confirmation."""
+    found = finished_workspaces(client)
+    if not found:
+        console.print("nothing to clean: no finished run has a workspace on the service")
+        return 0
+    total = sum(workspace.bytes for workspace in found)
+    console.print(
+        f"{len(found)} finished run(s) have workspaces on the service ({decimal(total)}):"
+    )
+    for workspace in found:
+        console.print(
+            f"  {workspace.run_id}: {len(workspace.entries)} workspace(s)"
+            f" ({decimal(workspace.bytes)})"
+        )
+    console.print("their pushed branches stay on their origins")
+    question = f"Delete the workspaces of {len(found)} run(s)?"
+    if not yes and not confirm(question, stdin, console):
+        console.print("nothing deleted")
+        return 1
+    count = freed = 0
+    for workspace in found:
+        removed = client.remove_workspace(workspace.run_id)
+        count += len(removed.removed)
+        freed += removed.bytes
+    console.print(f"deleted {count} workspace(s) of {len(found)} run(s), {decimal(freed)}")
     return 0

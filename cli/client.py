@@ -202,10 +202,14 @@ class ApiClient:
         answer = self.json("GET", run_path(run_id, "events"), params={"after": after})
         return parse(EVENTS, answer, f"the events of run {run_id}")
 
-    def list_runs(self, limit: int = 50, status: str | None = None) -> list[RunSummary]:
+    def list_runs(
+        self, limit: int = 50, status: str | None = None, alias: str | None = None
+    ) -> list[RunSummary]:
         params: dict[str, Any] = {"limit": limit}
         if status:
             params["status"] = status
+        if alias:
+            params["alias"] = alias
         return parse(RUNS, self.json("GET", "/runs", params=params), "the list of runs")
 
     def workspace(self, run_id: str) -> RunWorkspace:

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.cli import clean as cleaning
+from loopworks.cli import confirm
 from loopworks.cli.client import RUNS, ApiClient, CliError, run_path
 from loopworks.cli.config import CliConfig
 from loopworks.cli.follow import Follower, Progress
@@ -26,6 +27,8 @@ from loopworks.cli.render import (
     status_line,
     status_notes,
 )
+from loopworks.cli.resolve import resolve_run
+from loopworks.cli.steer_render import detail_lines
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.run import RunStatus
 
@@ -51,6 +54,8 @@ class Context:
         self.stdin = stdin if stdin is not None else sys.stdin
         self.err = err or sys.stderr
         self.console = console_for(self.out)
+        # What a command says beside its answer (a draft to confirm, a question).
+        self.err_console = console_for(self.err)
 
     def print(self, text: str = "") -> None:
         self.console.print(text)
@@ -131,19 +136,25 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         body["base_branch"] = args.base_branch
     if args.audit_probability is not None:
         body["audit_probability"] = args.audit_probability
-    if args.interactive:
+    interactive = confirm.wanted(args.auto, args.interactive, ctx.stdin)
+    if interactive:
         body["mode"] = "interactive"
     if args.no_prep:
         body["read_prep_package"] = False
     run_id = ctx.client.create_run(body, args.idempotency_key).run_id
     ctx.print(run_id)
+    # Confirm first (docs/cli.md#confirm-first); without a terminal to ask at, an
+    # --interactive run waits for `loops approve`.
+    asked = interactive and confirm.at_terminal(ctx.stdin)
+    if asked and not confirm.confirm_run(ctx.client, run_id, ctx.stdin, ctx.err_console):
+        return 1
     if args.follow:
         return _follow(ctx, run_id, use_stream=not args.poll)
     return 0
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
-    run_id = args.run or most_recent_run(ctx.client)
+    run_id = resolve_run(ctx.client, args.run) if args.run else most_recent_run(ctx.client)
     if args.follow:
         return _follow(ctx, run_id, use_stream=not args.poll)
     state = ctx.client.run_state(run_id)
@@ -155,30 +166,36 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
         ctx.print(note)
     if model := model_line(state):
         ctx.print(model)
+    for line in detail_lines(state):
+        ctx.print(line)
     return 0
 
 
 def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
+    run_id = resolve_run(ctx.client, args.run)
     body = {"reason": args.reason} if args.reason else {}
-    ctx.client.message(args.run, "stop", body)
-    ctx.print(f"stop requested for {args.run}; it reflects, pushes what it has, then ends")
+    ctx.client.message(run_id, "stop", body)
+    ctx.print(f"stop requested for {run_id}; it reflects, pushes what it has, then ends")
     return 0
 
 
 def cmd_clear_block(ctx: Context, args: argparse.Namespace) -> int:
-    state = ctx.client.message(args.run, "clear-block", {"note": args.note})
+    state = ctx.client.message(
+        resolve_run(ctx.client, args.run), "clear-block", {"note": args.note}
+    )
     ctx.print(status_line(state))
     return 0
 
 
 def cmd_pause(ctx: Context, args: argparse.Namespace) -> int:
-    ctx.client.message(args.run, "pause")
-    ctx.print(f"pause requested for {args.run}; it finishes its current step, then waits")
+    run_id = resolve_run(ctx.client, args.run)
+    ctx.client.message(run_id, "pause")
+    ctx.print(f"pause requested for {run_id}; it finishes its current step, then waits")
     return 0
 
 
 def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
-    state = ctx.client.message(args.run, "resume")
+    state = ctx.client.message(resolve_run(ctx.client, args.run), "resume")
     ctx.print(status_line(state))
     return 0
 
@@ -189,7 +206,7 @@ def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
         body["max_iterations"] = args.max_iterations
     if args.note:
         body["note"] = args.note
-    state = ctx.client.message(args.run, "approve", body)
+    state = ctx.client.message(resolve_run(ctx.client, args.run), "approve", body)
     ctx.print(status_line(state))
     return 0
 
@@ -218,20 +235,22 @@ def print_listing(
 
 
 def cmd_history(ctx: Context, args: argparse.Namespace) -> int:
-    events = ctx.client.events(args.run)
+    run_id = resolve_run(ctx.client, args.run)
+    events = ctx.client.events(run_id)
     if args.json:
         for event in events:
             ctx.print(event.model_dump_json())
         return 0
     if not events:
-        ctx.print(f"no events for {args.run}")
+        ctx.print(f"no events for {run_id}")
     for event in events:
         ctx.print(history_line(event))
     return 0
 
 
 def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
-    response = ctx.client.text_response(run_path(args.run, "artifact"))
+    run_id = resolve_run(ctx.client, args.run)
+    response = ctx.client.text_response(run_path(run_id, "artifact"))
     text = response.text
     ctx.out.write(text if text.endswith("\n") else text + "\n")
     ctx.out.flush()
@@ -240,7 +259,7 @@ def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
         # On stderr: stdout stays the artifact alone, for a pipe or a file.
         commit = response.headers.get(ARTIFACT_COMMIT_HEADER, "")[:8]
         ctx.err.write(
-            f"loops: run {args.run} is {status}: this is its latest draft"
+            f"loops: run {run_id} is {status}: this is its latest draft"
             f"{f' (commit {commit})' if commit else ''}, not its final artifact\n"
         )
     return 0
@@ -258,4 +277,11 @@ def cmd_mcp(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:
-    return cleaning.clean(ctx.client, args.run, args.yes, ctx.stdin, ctx.console)
+    if args.all:
+        if args.run:
+            raise CliError("give a run or --all, not both")
+        return cleaning.clean_all(ctx.client, args.yes, ctx.stdin, ctx.console)
+    if not args.run:
+        raise CliError("give a run to clean, or --all for every finished run")
+    run_id = resolve_run(ctx.client, args.run)
+    return cleaning.clean(ctx.client, run_id, args.yes, ctx.stdin, ctx.console)

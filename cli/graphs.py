@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from rich.live import Live
 
 from loopworks.api.models import GraphCreated, GraphListed
+from loopworks.cli import confirm
 from loopworks.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
 from loopworks.cli.commands import Context, print_listing, read_document, repo_for_api
 from loopworks.cli.graph_render import (
@@ -30,7 +31,7 @@ from loopworks.cli.graph_render import (
 from loopworks.cli.render import status_line
 from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.run import RunState
-from loopworks.schemas.tasks import ledger_lines
+from loopworks.schemas.tasks import Task, ledger_lines
 
 # `status --follow` reads the graph this often: its tasks change in minutes, not seconds.
 POLL_SECONDS = 1.0
@@ -42,6 +43,7 @@ GRAPH_STATE: TypeAdapter[GraphState] = TypeAdapter(GraphState)
 GRAPHS: TypeAdapter[list[GraphListed]] = TypeAdapter(list[GraphListed])
 GRAPH_CREATED: TypeAdapter[GraphCreated] = TypeAdapter(GraphCreated)
 RUN_STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
+TASKS: TypeAdapter[list[Task]] = TypeAdapter(list[Task])
 
 
 def graph_path(graph_id: str, *rest: str) -> str:
@@ -169,14 +171,64 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         value = getattr(args, field)
         if value is not None:
             body[field] = value
-    if args.interactive:
+    interactive = confirm.wanted(args.auto, args.interactive, ctx.stdin)
+    if interactive:
         body["mode"] = "interactive"
     api = GraphApi(ctx.client)
     graph_id = api.create(body).graph_id
     ctx.print(graph_id)
+    asked = interactive and confirm.at_terminal(ctx.stdin)
+    if asked and not confirm_graph(ctx, api, graph_id):
+        return 1
     if args.follow:
         return follow(ctx, api, graph_id)
     return 0
+
+
+def show_tasks(graph_id: str, tasks: list[Task], ctx: Context) -> None:
+    console = ctx.err_console
+    console.print(f"graph {graph_id} drafted {len(tasks)} task(s):")
+    for task in tasks:
+        requires = f" (requires {', '.join(task.requires)})" if task.requires else ""
+        console.print(f"  {task.id}  {task.title}{requires}")
+        console.print(f"      verify: {task.verification_command}")
+
+
+def confirm_graph(ctx: Context, api: GraphApi, graph_id: str) -> bool:
+    """Confirm first for a graph (docs/cli.md#confirm-first): its task list is shown and
+    approved (True), edited, or cancelled (False: the graph is stopped)."""
+    console = ctx.err_console
+    console.print(f"graph {graph_id}: waiting for its task list")
+    draft = confirm.wait_for_draft(
+        lambda: api.state(graph_id),
+        lambda state: state.status == GraphStatus.AWAITING_APPROVAL,
+        lambda state: state.status.is_terminal,
+        lambda state: state.status in (GraphStatus.RUNNING, GraphStatus.PAUSED),
+        f"graph {graph_id}",
+    )
+    if draft is None:
+        console.print(f"graph {graph_id} is past its confirmation already: nothing to ask")
+        return True
+    original = [task.task for task in draft.tasks]
+    tasks = original
+    while True:
+        show_tasks(graph_id, tasks, ctx)
+        choice = confirm.ask(ctx.stdin, console)
+        if choice == "cancel":
+            api.message(graph_id, "stop", {"reason": confirm.CANCEL_REASON})
+            console.print(f"cancelled: graph {graph_id} stops before any task starts")
+            return False
+        if choice == "approve":
+            edited = confirm.as_data(tasks) != confirm.as_data(original)
+            api.message(graph_id, "approve", {"tasks": confirm.as_data(tasks)} if edited else {})
+            console.print(f"approved: graph {graph_id} starts its tasks")
+            return True
+        data = confirm.edit(confirm.as_data(tasks), console)
+        if data is not None and (checked := confirm.checked(TASKS, data, console)) is not None:
+            if checked:
+                tasks = checked
+            else:
+                console.print("a graph needs at least one task; nothing changed")
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from loopworks.schemas.detail import EvaluationView, GateView, PlanView, Verdicts
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.git_names import valid_ref_name
 from loopworks.schemas.playbook import PlaybookUse
@@ -279,6 +280,20 @@ class RunState(BaseModel):
     updated_at: str = ""
     started_by: str = Field(
         default="", description="the name of the API token that started the run (or its graph)"
+    )
+    # What a person steering the run reads (docs/loop.md#steering-a-run); empty until the
+    # step that sets each has run, and in runs recorded before the state carried them.
+    plan: PlanView | None = Field(default=None, description="the latest iteration plan")
+    evaluation: EvaluationView | None = Field(
+        default=None, description="the latest evaluation, rule by rule"
+    )
+    verdicts: Verdicts = Field(
+        default_factory=Verdicts,
+        description="the critic's, artifact critic's, custodiet's "
+        "and QA verifier's latest verdicts",
+    )
+    gate: GateView | None = Field(
+        default=None, description="the gate the run waits at now (approval, block, pause)"
     )
     # Empty until the worker that prepares the workspace names it, and in runs recorded
     # before runs named it.

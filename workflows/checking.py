@@ -19,6 +19,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.evaluation import EvaluationActivities
     from loopworks.activities.preparation import PreparationActivities
+    from loopworks.schemas.detail import EvaluationView
     from loopworks.schemas.evaluation import CheckResult, Evaluation
     from loopworks.schemas.events import EventName
     from loopworks.schemas.roles import Role as R
@@ -100,6 +101,7 @@ class Checking(OnRecord):
         # a phase switch, a block, the end), not in a workflow task of its own: each one
         # that upserts is a visibility write. The API's status has it at once.
         state.last_score = evaluation.score
+        state.evaluation = EvaluationView.of(evaluation, state.iteration)
         self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact)
         payload = step_events.evaluated(evaluation, outputs, reused=len(checks) - len(pending))
         self.record.emit(EventName.EVALUATION_DONE, payload)

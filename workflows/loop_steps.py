@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.activities.reflection import ReflectionActivities
     from loopworks.activities.repository import RepositoryActivities
     from loopworks.schemas import events as ev
+    from loopworks.schemas.detail import AuditView, CriticView, CritiqueView, PlanView, QAView
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import EventName
     from loopworks.schemas.roles import (
@@ -118,6 +119,7 @@ class LoopSteps(OnRecord):
             )
         ).review
         self.memory.critic_verdict = review.verdict.value
+        self.state.verdicts.critic = CriticView.of(review)
         self.memory.guidance.append(f"critic: {review.verdict.value} {review.feedback}".strip())
         return review
 
@@ -139,6 +141,7 @@ class LoopSteps(OnRecord):
             step_events.planned,
         )
         memory.last_plan = planned.plan
+        state.plan = PlanView.of(planned.plan, state.iteration)
         return planned.plan
 
     async def produce_prepare_evaluate(self) -> Evaluation:
@@ -196,6 +199,7 @@ class LoopSteps(OnRecord):
             step_events.audited,
         )
         audit = audited.audit
+        self.state.verdicts.custodiet = AuditView.of(audit, self.state.iteration)
         self.memory.guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
         if audit.verdict == AuditVerdict.BLOCK:
             if audited.commit:
@@ -235,6 +239,7 @@ class LoopSteps(OnRecord):
         if verified.commit:  # its trajectory, on top of the commit it verified
             self.memory.commit = verified.commit
         report = verified.report
+        state.verdicts.qa = QAView.of(report, state.iteration)
         if report.verdict == QAVerdict.VERIFIED:
             raise Finished(reason)
         if state.iteration >= state.max_iterations:
@@ -263,6 +268,7 @@ class LoopSteps(OnRecord):
                 step_events.critiqued,
             )
         ).critique
+        state.verdicts.artifact_critic = CritiqueView.of(critique, state.iteration)
         self.record.show_iteration(evaluation, memory.last_plan, memory.last_artifact, critique)
         return critique
 

@@ -15,6 +15,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.actions import BLOCKED_PATH
+    from loopworks.schemas.detail import RELEASES, Gate, GateView
     from loopworks.schemas.events import ApprovedPayload, Empty, EventName, NotePayload
     from loopworks.schemas.run import (
         Approval,
@@ -67,6 +68,7 @@ class Steering(OnRecord):
         )
         self.memory.operator_note = note
         self.record.set_status(RunStatus.PAUSED if self.memory.paused else RunStatus.RUNNING)
+        self.wait_at(Gate.PAUSE if self.memory.paused else None)
         self.record.emit(EventName.BLOCK_CLEARED, NotePayload(note=note))
         return self.state
 
@@ -88,6 +90,7 @@ class Steering(OnRecord):
         self.memory.paused = False
         if self.state.status == RunStatus.PAUSED:
             self.record.set_status(RunStatus.RUNNING)
+            self.wait_at(None)
         self.record.emit(EventName.RESUMED, Empty())
         return self.state
 
@@ -115,7 +118,7 @@ class Steering(OnRecord):
             return self.state
         # `await_approval` sets the run running in this same workflow task: answer the run
         # as it goes on, not `awaiting_approval` (a copy: the run's state is not touched).
-        return self.state.model_copy(update={"status": RunStatus.RUNNING})
+        return self.state.model_copy(update={"status": RunStatus.RUNNING, "gate": None})
 
     def check_approve(self) -> None:
         if self.state.status != RunStatus.AWAITING_APPROVAL:
@@ -126,7 +129,9 @@ class Steering(OnRecord):
     async def await_approval(self) -> None:
         """Interactive mode's confirmation: nothing iterates until a person approves."""
         self.record.set_status(RunStatus.AWAITING_APPROVAL)
+        self.wait_at(Gate.APPROVAL)
         await workflow.wait_condition(lambda: self.memory.approved or self.stop_requested)
+        self.wait_at(None)
         if self.stop_requested:
             raise Stopped()
         self.record.set_status(RunStatus.RUNNING)
@@ -153,11 +158,22 @@ class Steering(OnRecord):
         while not self.stop_requested and (self.state.blocked or self.memory.paused):
             held = (self.state.blocked, self.memory.paused)
             self.record.set_status(RunStatus.BLOCKED if self.state.blocked else RunStatus.PAUSED)
+            self.wait_at(Gate.BLOCK if self.state.blocked else Gate.PAUSE)
             await workflow.wait_condition(functools.partial(self._hold_changed, held))
+        self.wait_at(None)
         if self.stop_requested:
             raise Stopped()
         if self.state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
             self.record.set_status(RunStatus.RUNNING)
+
+    def wait_at(self, gate: Gate | None) -> None:
+        """Show the gate the run waits at (None: it waits at none); only the state
+        changes, no command, so a run's history is the same with or without it."""
+        if gate is None:
+            self.state.gate = None
+        elif self.state.gate is None or self.state.gate.kind != gate:
+            release = f"/runs/{self.state.run_id}/{RELEASES[gate][0]}"
+            self.state.gate = GateView(kind=gate, since=workflow.now().isoformat(), release=release)
 
     def _hold_changed(self, held: tuple[bool, bool]) -> bool:
         return self.stop_requested or (self.state.blocked, self.memory.paused) != held

@@ -101,8 +101,16 @@ async def list_runs(
     client: ClientDep,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     status_filter: Annotated[RunStatus | None, Query(alias="status")] = None,
+    alias: Annotated[
+        str | None,
+        Query(
+            max_length=100,
+            pattern=listing.ALIAS_PATTERN,
+            description="Only runs with this alias (newest first)",
+        ),
+    ] = None,
 ) -> list[RunSummary]:
-    return await listing.list_runs(client, limit, status_filter)
+    return await listing.list_runs(client, limit, status_filter, alias)
 
 
 @router.get("/{run_id:run_id}", responses=NOT_FOUND)

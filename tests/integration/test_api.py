@@ -189,6 +189,19 @@ def test_list_route(service: Service, repo_run: FinishedRun) -> None:
     assert repo_run.run_id not in {run["run_id"] for run in running}
 
 
+def test_list_filter_by_alias(service: Service, repo_run: FinishedRun) -> None:
+    alias = repo_run.state["alias"]
+    found = service.http.get("/runs", params={"alias": alias, "status": "completed"})
+    assert found.status_code == 200, found.text
+    assert repo_run.run_id in {run["run_id"] for run in found.json()}
+    assert {run["alias"] for run in found.json()} == {alias}
+    other = service.http.get("/runs", params={"alias": "no-run-has-this-alias"}).json()
+    assert other == []
+    # Only an alias's shape reaches the visibility query: no quote, no space.
+    refused = service.http.get("/runs", params={"alias": 'x" OR WorkflowType != "x'})
+    assert refused.status_code == 422
+
+
 @pytest.mark.parametrize("status", sorted(s.value for s in RunStatus))
 def test_list_filter_is_a_valid_visibility_query(service: Service, status: str) -> None:
     response = service.http.get("/runs", params={"status": status})

@@ -120,13 +120,18 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
         r"^── Iteration.*$", followed, re.M
     )
 
-    line, note, model = loops.ok("status", run_id).splitlines()
+    line, note, model, *detail = loops.ok("status", run_id).splitlines()
     fields = line.split(" | ")
     assert fields[:2] == ["write-a-short-guide-to-reflex-loops", "completed"], line
     assert re.fullmatch(r"\d+/4", fields[2]) and fields[4] == "DONE", line
     assert note == "stop: threshold_reached"
     # A run on canned answers says so: in `loops status`, its state and its events.
     assert model.startswith("model: offline")
+    # What a person steering it reads: the plan, the rules, the verdicts.
+    assert re.match(r"plan \(iteration \d+\): \S", detail[0]), detail
+    assert any(re.match(r"evaluation \(iteration \d+, phase B\): score", d) for d in detail)
+    assert any(d.startswith("critic: PROCEED") for d in detail), detail
+    assert any(d.startswith("qa (iteration") for d in detail), detail
     assert loops.state(run_id)["model_source"] == "offline"
     events = httpx.get(f"{loops.base_url}/runs/{run_id}/events", timeout=30).json()
     hydrated = [e for e in events if e["event"] == "hydration_done"]
@@ -187,10 +192,14 @@ def test_cli_stops_a_running_run_and_cleans_it_once_finished(stack: Stack, tmp_p
     followed = loops.ok("status", run_id, "--follow", timeout=FOLLOW_TIMEOUT)
     assert "Stop reason: user_stop" in followed and "Message: enough" in followed, followed
 
-    line, note, model = loops.ok("status", run_id).splitlines()
+    line, note, model, *detail = loops.ok("status", run_id).splitlines()
     assert line.split(" | ")[1] == "stopped"
     assert note == "stop: user_stop (enough)"
     assert model.startswith("model: offline")
+    # Stopped while producing iteration 1: its plan and the critic's review, nothing after.
+    assert re.match(r"plan \(iteration 1\): \S", detail[0]), detail
+    assert any(d.startswith("critic: PROCEED") for d in detail), detail
+    assert not any(d.startswith(("evaluation", "qa", "waits at")) for d in detail), detail
 
     unconfirmed = loops("clean", run_id)  # stdin is /dev/null: nobody can say yes
     assert unconfirmed.returncode == 1

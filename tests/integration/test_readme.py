@@ -70,6 +70,8 @@ class Shell:
             ["bash", "-euo", "pipefail", "-c", self.local(script, **names)],
             cwd=ROOT,
             env=self.stack.env(LOOPS_API_URL=self.base_url),
+            # No terminal, as in CI: at one, `loops new` would ask first and wait.
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
             timeout=timeout,
