@@ -86,14 +86,11 @@ class HydrationActivities:
         if read is None:
             return None, []
         store = PlaybookStore.of(self.deps.workspaces)
-        if read.version is None:
-            found = await asyncio.to_thread(store.current, read.origin, read.name)
-        else:
-            found = await asyncio.to_thread(store.at_version, read.origin, read.name, read.version)
-            if found is None:
-                raise ApplicationError(
-                    f"playbook {read.name} has no version {read.version}", non_retryable=True
-                )
+        found, commit = await asyncio.to_thread(store.located, read.origin, read.name, read.version)
+        if found is None and read.version is not None:
+            raise ApplicationError(
+                f"playbook {read.name} has no version {read.version}", non_retryable=True
+            )
         playbook = found or Playbook(name=read.name)
         budget = self.deps.settings.playbook_context_tokens
         items = select_items(playbook.items, step.task, budget)
@@ -103,9 +100,7 @@ class HydrationActivities:
             version=playbook.version,
             item_ids=[item.id for item in items],
             pinned=read.version is not None,
-            files=PlaybookFiles(commit=playbook.commit, files=given)
-            if given and playbook.commit
-            else None,
+            files=PlaybookFiles(commit=commit, files=given) if given and commit else None,
         )
         return use, items
 

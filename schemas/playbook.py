@@ -225,9 +225,6 @@ class Playbook(BaseModel):
         description="path to git blob id: every file its items name, in its version's "
         "tree beside PLAYBOOK_PATH",
     )
-    commit: str | None = Field(
-        default=None, description="The commit it was read from; None: not committed yet."
-    )
 
     def to_jsonl(self) -> str:
         return "".join(item.to_line() + "\n" for item in self.items)
@@ -239,12 +236,11 @@ class Playbook(BaseModel):
         version: int,
         text: str,
         files: dict[str, str] | None = None,
-        commit: str | None = None,
     ) -> Playbook:
         items = [PlaybookItem.model_validate_json(line) for line in text.splitlines() if line]
         named = {path for item in items for path in item.files}
         held = {path: blob for path, blob in (files or {}).items() if path in named}
-        return cls(name=name, version=version, items=items, files=held, commit=commit)
+        return cls(name=name, version=version, items=items, files=held)
 
     def files_of(self, items: list[PlaybookItem]) -> dict[str, str]:
         """The files (path to blob id) that `items` name, as this version holds them."""

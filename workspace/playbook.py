@@ -121,11 +121,23 @@ class PlaybookStore(IntegrationWorkspaces):
 
         The head commit and its file, whatever the length of the history (every run's
         hydration and curation reads this)."""
+        return self.located(origin, name, None)[0]
+
+    def located(
+        self, origin: str, name: str, version: int | None
+    ) -> tuple[Playbook | None, str | None]:
+        """`current` (version None) or `at_version`, and the commit it was read from: where
+        a run given its items finds their files (docs/playbook.md#files)."""
+        if version is not None:
+            found = next((c for c in self._history(origin) if c.version == version), None)
+            if found is None:
+                return None, None
+            return self._read(origin, name, found.sha, version), found.sha
         with self._origin_git_dir(origin, commit=None) as git_dir:
             repo = open_repository(git_dir)
             head = commit_of(repo, f"{_REF}^{{commit}}")
             if head is None:
-                return None
+                return None, None
             message = commit_message_of(repo, head)
             content, files = _contents(repo, head)
         version = _version_in(message_trailers(message))
@@ -134,12 +146,11 @@ class PlaybookStore(IntegrationWorkspaces):
                 f"{PLAYBOOK_BRANCH} on {redact(origin)} is at a commit that carries no "
                 f"{VERSION_TRAILER} trailer: it was not written by the playbook's writer"
             )
-        return Playbook.from_jsonl(name, version, content, files, head)
+        return Playbook.from_jsonl(name, version, content, files), head
 
     def at_version(self, origin: str, name: str, version: int) -> Playbook | None:
         """The version `version` as its commit holds it; None when no commit is that version."""
-        found = next((c for c in self._history(origin) if c.version == version), None)
-        return None if found is None else self._read(origin, name, found.sha, version)
+        return self.located(origin, name, version)[0]
 
     def versions(self, origin: str, name: str) -> list[PlaybookVersion]:
         """Every version on the branch, newest first (commits without a version skipped)."""
@@ -149,7 +160,7 @@ class PlaybookStore(IntegrationWorkspaces):
     def _read(self, origin: str, name: str, commit: str, version: int) -> Playbook:
         with self._origin_git_dir(origin, commit=commit) as git_dir:
             content, files = _contents(open_repository(git_dir), commit)
-        return Playbook.from_jsonl(name, version, content, files, commit)
+        return Playbook.from_jsonl(name, version, content, files)
 
     def _history(self, origin: str) -> list[_Commit]:
         """The branch's first-parent line, newest first, each commit with the playbook's

@@ -46,7 +46,7 @@ def origin(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return bare.as_uri() if request.param == "bare" else str(bare)
 
 
-def _learnt(store: PlaybookStore, origin: str) -> Playbook:
+def _learnt(store: PlaybookStore, origin: str) -> tuple[Playbook, str]:
     """Version 1 on origin: a skill naming the helper, stored with it."""
     item = PlaybookItem(
         id="pb-1-1",
@@ -59,16 +59,17 @@ def _learnt(store: PlaybookStore, origin: str) -> Playbook:
     )
     playbook = Playbook(name=NAME, version=1, items=[item], files={HELPER: blob_id(CODE)})
     write = VersionWrite(playbook=playbook, batch_id="b1", source="run-1", contents={HELPER: CODE})
-    store.write_versions(origin, [write], WHEN)
-    read = store.current(origin, NAME)
-    assert read is not None
-    return read
+    (commit,) = store.write_versions(origin, [write], WHEN)
+    read, at = store.located(origin, NAME, None)
+    assert read is not None and at == commit
+    assert store.located(origin, NAME, 1) == (read, commit)
+    return read, commit
 
 
 def test_a_version_holds_its_items_files_beside_the_playbook(tmp_path: Path, origin: str) -> None:
     store = PlaybookStore.of(_ws(tmp_path, "writer"))
-    read = _learnt(store, origin)
-    assert read.files == {HELPER: blob_id(CODE)} and read.commit is not None
+    read, _ = _learnt(store, origin)
+    assert read.files == {HELPER: blob_id(CODE)}
     git_dir = origin.removeprefix("file://")
     listed = git("--git-dir", git_dir, "ls-tree", "-r", "--name-only", PLAYBOOK_BRANCH)
     assert sorted(listed.split()) == sorted([PLAYBOOK_PATH, HELPER])
@@ -80,7 +81,7 @@ def test_a_version_holds_its_items_files_beside_the_playbook(tmp_path: Path, ori
     store.write_version(origin, empty, "b2", "alice", WHEN)
     listed = git("--git-dir", git_dir, "ls-tree", "-r", "--name-only", PLAYBOOK_BRANCH)
     assert listed.split() == [PLAYBOOK_PATH]
-    back = read.model_copy(update={"version": 3, "commit": None})
+    back = read.model_copy(update={"version": 3})
     store.write_version(origin, back, "rollback:3:to:1", "rollback to v1", WHEN)
     current = store.current(origin, NAME)
     assert current is not None and current.files == read.files
@@ -94,9 +95,8 @@ def test_a_version_holds_its_items_files_beside_the_playbook(tmp_path: Path, ori
 def test_a_checkout_is_given_the_files_and_commits_only_what_the_run_changed(
     tmp_path: Path, origin: str
 ) -> None:
-    read = _learnt(PlaybookStore.of(_ws(tmp_path, "writer")), origin)
-    assert read.commit is not None
-    given = PlaybookFiles(commit=read.commit, files=read.files)
+    read, commit = _learnt(PlaybookStore.of(_ws(tmp_path, "writer")), origin)
+    given = PlaybookFiles(commit=commit, files=read.files)
     ws = _ws(tmp_path, "worker")
     _, base = ws.resolve_base(origin, None)
     location = GitLocation(origin=origin, commit=base, playbook_files=given)

@@ -33,7 +33,7 @@ IMPORTS_HELPER = {
     "description": "The count_words helper can be imported",
     "check": {
         "kind": "command",
-        "command": "python3 -c 'import sys; sys.path.insert(0, \".loops/skills\"); "
+        "command": 'python3 -c \'import sys; sys.path.insert(0, ".loops/skills"); '
         "import count_words'",
     },
 }
@@ -104,4 +104,3 @@ async def test_a_kept_helper_reaches_later_runs_until_a_rollback_takes_it_away(
     assert models.seen[third.state.run_id] is None
     evaluated = of(third.log, EventName.EVALUATION_DONE)
     assert evaluated and all(e.payload.failed == ["imports-count-words"] for e in evaluated)
-
