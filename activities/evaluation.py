@@ -59,10 +59,9 @@ class EvaluationActivities:
         """Commands may write: they run in a clone of their own, beside the run's, so
         nothing they leave reaches the run's next commit."""
         workdir = await asyncio.to_thread(
-            self.deps.workspaces.checkout,
+            self.deps.workspaces.checkout_at,
             step.run_id,
-            step.workspace.origin,
-            step.workspace.commit,
+            step.workspace,
             f"eval-{step.group.value}",
         )
         outcomes = []

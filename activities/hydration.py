@@ -12,7 +12,7 @@ from loopworks.activities.model_calls import consult
 from loopworks.playbook.selection import select_items
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.contexts import CriticContext, HydratorContext
-from loopworks.schemas.playbook import Playbook, PlaybookItem, PlaybookUse
+from loopworks.schemas.playbook import Playbook, PlaybookFiles, PlaybookItem, PlaybookUse
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
@@ -90,22 +90,21 @@ class HydrationActivities:
         if read is None:
             return None, []
         store = PlaybookStore.of(self.deps.workspaces)
-        if read.version is None:
-            found = await asyncio.to_thread(store.current, read.origin, read.name)
-        else:
-            found = await asyncio.to_thread(store.at_version, read.origin, read.name, read.version)
-            if found is None:
-                raise ApplicationError(
-                    f"playbook {read.name} has no version {read.version}", non_retryable=True
-                )
+        found, commit = await asyncio.to_thread(store.located, read.origin, read.name, read.version)
+        if found is None and read.version is not None:
+            raise ApplicationError(
+                f"playbook {read.name} has no version {read.version}", non_retryable=True
+            )
         playbook = found or Playbook(name=read.name)
         budget = self.deps.settings.playbook_context_tokens
         items = select_items(playbook.items, step.task, budget)
+        given = playbook.files_of(items)
         use = PlaybookUse(
             name=read.name,
             version=playbook.version,
             item_ids=[item.id for item in items],
             pinned=read.version is not None,
+            files=PlaybookFiles(commit=commit, files=given) if given and commit else None,
         )
         return use, items
 

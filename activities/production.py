@@ -86,9 +86,7 @@ class ProductionActivities:
         started, workspace = now(), step.workspace
         workspaces = self.deps.workspaces
         with refusing_unsafe_paths():
-            workdir = await asyncio.to_thread(
-                workspaces.checkout, step.run_id, workspace.origin, workspace.commit
-            )
+            workdir = await asyncio.to_thread(workspaces.checkout_at, step.run_id, workspace)
             current = await self._committed_artifact(step)
             previous_hash = files.sha256(workdir, ARTIFACT_PATH)
             context = context.model_copy(update={"current_artifact": current})

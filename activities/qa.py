@@ -48,7 +48,7 @@ class QAActivities:
         artifact = await self.deps.read_artifact(location)
         with refusing_unsafe_paths():
             workdir = await asyncio.to_thread(
-                workspaces.checkout, step.run_id, location.origin, location.commit, QA_SLOT
+                workspaces.checkout_at, step.run_id, location, QA_SLOT
             )
         try:
             diffs = await self._change(step, workdir)

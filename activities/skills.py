@@ -36,16 +36,17 @@ from loopworks.schemas.learning import (
     ReviewSkillsInput,
     ReviewSkillsOutput,
 )
-from loopworks.schemas.playbook import ItemKind
+from loopworks.schemas.playbook import FILE_MAX_CHARS, ItemKind
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.steps import trajectory_path
 from loopworks.workspace import files as workspace_files
+from loopworks.workspace import playbook_files
 from loopworks.workspace.files import UnsafePath
 
 # A helper's check gets this long; a helper is a small script, not a test suite.
 CHECK_TIMEOUT_SECONDS = 60
-FILE_CHARS = 20_000
+FILE_CHARS = FILE_MAX_CHARS
 
 
 class SkillActivities:
@@ -66,14 +67,15 @@ class SkillActivities:
             existing_skills=existing,
         )
         async with heartbeating():
-            workdir = await asyncio.to_thread(
-                workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
-            )
+            workdir = await asyncio.to_thread(workspaces.checkout_at, step.run_id, step.workspace)
             outcome = await run_agent(
                 deps, Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
             )
             with refusing_unsafe_paths():
-                files = _read_files(workdir, [*step.helper_paths, *step.reference_paths])
+                # A playbook's file the run was given, left as it was, is not the generator's.
+                given = playbook_files.unchanged(workdir)
+                asked = [*step.helper_paths, *step.reference_paths]
+                files = _read_files(workdir, [path for path in asked if path not in given])
                 trajectory = trajectory_path(step.iteration, "skill")
                 workspace_files.write_text(workdir, trajectory, to_jsonl(outcome.records))
             message = f"skill sub-loop · generate: {', '.join(files) or 'nothing written'}"
@@ -104,9 +106,7 @@ class SkillActivities:
         accepted: list[AcceptedFile] = []
         rejected: dict[str, str] = {}
         async with heartbeating():
-            workdir = await asyncio.to_thread(
-                workspaces.checkout, step.run_id, step.workspace.origin, step.workspace.commit
-            )
+            workdir = await asyncio.to_thread(workspaces.checkout_at, step.run_id, step.workspace)
             for path in [*step.helper_paths, *step.reference_paths]:
                 if path not in step.files:
                     rejected[path] = "the generator did not write it"

@@ -23,6 +23,11 @@ Decisions, each for a reason:
   so a new lesson gets a chance to be used before the budget can evict it, unless
   they alone exceed the budget: then the lowest-value of them go until they fit. The
   budget always holds.
+- Files (docs/playbook.md#files): a batch may bring files (helpers, reference notes);
+  an ADD or UPDATE whose content names a file's path gets it, and the version holds
+  exactly the files its items name. A merged ADD refreshes the item's files with the
+  batch's; an UPDATE's item keeps the files its new content still names; a file no
+  item names any more (removed, pruned, rolled back) leaves the version.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from loopworks.schemas.playbook import (
     Tag,
     TagDelta,
     UpdateDelta,
+    blob_id,
     item_id,
 )
 
@@ -54,8 +60,19 @@ class _Draft:
     version: int
     source: str
     items: list[PlaybookItem]
+    files: dict[str, str] = field(default_factory=dict)
+    batch_files: dict[str, str] = field(default_factory=dict)
     added: int = 0
     written: set[str] = field(default_factory=set)
+
+    def attach(self, item: PlaybookItem, content: str) -> None:
+        """Give `item` the batch's files its `content` names; it keeps those of its own
+        that `content` still names."""
+        named = named_files(content, self.batch_files)
+        kept = [path for path in item.files if path in content and path not in named]
+        item.files = sorted([*kept, *named])
+        for path in named:
+            self.files[path] = blob_id(self.batch_files[path])
 
     def find(self, target: str) -> PlaybookItem | None:
         return next((item for item in self.items if item.id == target), None)
@@ -82,6 +99,8 @@ def _add(draft: _Draft, delta: AddDelta, threshold: float) -> DeltaOutcome:
     if match is not None and match[1] >= threshold:
         existing = match[0]
         draft.touch(existing, sourced=True)
+        if named_files(delta.content, draft.batch_files):
+            draft.attach(existing, existing.content + "\n" + delta.content)
         draft.written.add(existing.id)
         return DeltaOutcome(op="ADD", result="merged", item_id=existing.id)
     new = PlaybookItem(
@@ -93,6 +112,7 @@ def _add(draft: _Draft, delta: AddDelta, threshold: float) -> DeltaOutcome:
         created_in=draft.version,
         updated_in=draft.version,
     )
+    draft.attach(new, delta.content)
     draft.items.append(new)
     draft.written.add(new.id)
     return DeltaOutcome(op="ADD", result="added", item_id=new.id)
@@ -103,6 +123,7 @@ def _update(draft: _Draft, delta: UpdateDelta) -> DeltaOutcome:
     if item is None:
         return DeltaOutcome(op="UPDATE", result="unknown_item", item_id=delta.item_id)
     item.content = delta.content
+    draft.attach(item, delta.content)
     draft.touch(item, sourced=True)
     draft.written.add(item.id)
     return DeltaOutcome(op="UPDATE", result="updated", item_id=item.id)
@@ -130,6 +151,27 @@ def _remove(draft: _Draft, delta: RemoveDelta) -> DeltaOutcome:
         return DeltaOutcome(op="REMOVE", result="unknown_item", item_id=delta.item_id)
     draft.items.remove(item)
     return DeltaOutcome(op="REMOVE", result="removed", item_id=item.id)
+
+
+def named_files(content: str, files: dict[str, str]) -> list[str]:
+    """The paths of `files` that `content` names, sorted."""
+    return sorted(path for path in files if path in content)
+
+
+def held_files(items: list[PlaybookItem], files: dict[str, str]) -> dict[str, str]:
+    """`files` (path to blob id) that some item of `items` names, in path order."""
+    named = {path for item in items for path in item.files}
+    return {path: files[path] for path in sorted(files) if path in named}
+
+
+def new_contents(playbook: Playbook, batch: DeltaBatch) -> dict[str, str]:
+    """The batch's files that `playbook` (the version it made) holds as the batch wrote
+    them: what the version's commit must add to the repository."""
+    return {
+        path: text
+        for path, text in batch.files.items()
+        if playbook.files.get(path) == blob_id(text)
+    }
 
 
 def is_harmful(item: PlaybookItem) -> bool:
@@ -203,6 +245,8 @@ def apply_batch(
         version=playbook.version + 1,
         source=batch.source,
         items=[item.model_copy(deep=True) for item in playbook.items],
+        files=dict(playbook.files),
+        batch_files=dict(batch.files),
     )
     outcomes: list[DeltaOutcome] = []
     for delta in batch.deltas:
@@ -215,8 +259,9 @@ def apply_batch(
         else:
             outcomes.append(_remove(draft, delta))
     pruned = _prune(draft, limits)
+    files = held_files(draft.items, draft.files)
 
-    if draft.items == playbook.items:
+    if draft.items == playbook.items and files == playbook.files:
         return playbook, AppliedBatch(
             batch_id=batch.batch_id,
             version=playbook.version,
@@ -224,7 +269,7 @@ def apply_batch(
             outcomes=outcomes,
             pruned=pruned,
         )
-    new = Playbook(name=playbook.name, version=draft.version, items=draft.items)
+    new = Playbook(name=playbook.name, version=draft.version, items=draft.items, files=files)
     applied = AppliedBatch(
         batch_id=batch.batch_id,
         version=draft.version,
@@ -236,10 +281,14 @@ def apply_batch(
 
 
 def restore(
-    current: Playbook, target_items: list[PlaybookItem], batch_id: str
+    current: Playbook,
+    target_items: list[PlaybookItem],
+    batch_id: str,
+    target_files: dict[str, str] | None = None,
 ) -> tuple[Playbook, AppliedBatch]:
     """Roll back to `target_items` (an earlier version's items, ids and counts as they
-    were) as a new version, `current.version + 1`.
+    were) and the files they named then, `target_files`, as a new version,
+    `current.version + 1`.
 
     A rollback always makes a version, even when the items already equal the target:
     the history then shows that someone restored, and versions only move forward, so
@@ -247,5 +296,6 @@ def restore(
     """
     version = current.version + 1
     items = [item.model_copy(deep=True) for item in target_items]
-    restored = Playbook(name=current.name, version=version, items=items)
+    files = held_files(items, target_files or {})
+    restored = Playbook(name=current.name, version=version, items=items, files=files)
     return restored, AppliedBatch(batch_id=batch_id, version=version, changed=True)

@@ -26,9 +26,12 @@ from loopworks.schemas.playbook import (
     UpdateDelta,
 )
 
-# Where the skill generator writes, in the run's workspace (committed on the run's branch).
-SKILLS_DIR = ".loops/skills"
-REFERENCES_DIR = ".loops/references"
+# SKILLS_DIR and REFERENCES_DIR: where the skill generator writes, in the run's workspace
+# (committed on the run's branch; what is kept is stored with the playbook too,
+# docs/playbook.md#files).
+from loopworks.schemas.playbook import REFERENCES_DIR as REFERENCES_DIR
+from loopworks.schemas.playbook import SKILLS_DIR as SKILLS_DIR
+
 HELPER_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 MAX_HELPERS = 5
 
@@ -204,8 +207,9 @@ class SkillCuration(BaseModel):
         description="Playbook operations: `ADD` {kind, section, content}, `UPDATE` "
         "{item_id, content}, `TAG` {item_id, tag}, `REMOVE` {item_id, reason}. One `ADD` "
         "of kind `skill` per accepted helper, naming its path and how to run it; one of "
-        "kind `reference` per accepted reference note. Do not add what an existing item "
-        "already says: `UPDATE` it.",
+        "kind `reference` per accepted reference note, naming its path. A file is kept "
+        "for later runs only with an item whose content names its exact path. Do not add "
+        "what an existing item already says: `UPDATE` it.",
     )
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from loopworks.schemas.contexts import AcceptedFile
 from loopworks.schemas.curation import CuratorPayload, SkillCuration
-from loopworks.schemas.playbook import Delta, PlaybookRead
+from loopworks.schemas.playbook import FILE_MAX_CHARS, Delta, PlaybookRead
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import GitLocation, ModelOutput, ModelStep
 
@@ -47,6 +47,9 @@ class SkillLoopResult(BaseModel):
     accepted: list[str] = Field(default_factory=list)
     rejected: dict[str, str] = Field(default_factory=dict)
     deltas: list[Delta] = Field(default_factory=list)
+    files: dict[str, str] = Field(
+        default_factory=dict, description="the kept files, path to text, for the playbook"
+    )
     usage: TokenUsage = Field(default_factory=TokenUsage)
 
 
@@ -91,3 +94,12 @@ class CurateSkillsInput(ModelStep):
 
 class CurateSkillsOutput(ModelOutput):
     curation: SkillCuration
+
+
+def kept_files(accepted: list[AcceptedFile]) -> dict[str, str]:
+    """The files the skill sub-loop kept, path to text, to store with the playbook
+    (docs/playbook.md#files): each as the reflector read it, but none the generator's read
+    may have cut short (at FILE_MAX_CHARS); that one stays on the run's branch only."""
+    return {
+        file.review.path: file.content for file in accepted if len(file.content) < FILE_MAX_CHARS
+    }

@@ -17,7 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 PLAYBOOK_BRANCH = "loops/playbook"
 PLAYBOOK_PATH = ".loops/playbook.jsonl"
@@ -27,6 +27,13 @@ BATCH_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
 VERSION_TRAILER = "Playbook-Version"
 BATCH_TRAILER = "Playbook-Batch"
 SOURCE_TRAILER = "Playbook-Source"
+# Where the skill sub-loop writes helpers and reference notes, in a run's workspace and,
+# once kept, beside PLAYBOOK_PATH on the playbook branch (docs/playbook.md#files).
+SKILLS_DIR = ".loops/skills"
+REFERENCES_DIR = ".loops/references"
+FILE_PATH_PATTERN = r"^\.loops/(skills|references)/[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+FILE_MAX_CHARS = 20_000
+MAX_BATCH_FILES = 10
 
 
 class ItemKind(StrEnum):
@@ -57,6 +64,38 @@ class PlaybookItem(BaseModel):
     sources: list[str] = Field(default_factory=list, description="Ids of the runs it came from.")
     created_in: int = Field(ge=1, description="The version that added it.")
     updated_in: int = Field(ge=1, description="The last version that added, changed or tagged it.")
+    files: list[str] = Field(
+        default_factory=list,
+        description="Paths of the files stored with it, beside the playbook: the helpers "
+        "and notes its content names (docs/playbook.md#files).",
+    )
+
+    def to_line(self) -> str:
+        """Its line of PLAYBOOK_PATH; an item without files is written as before they
+        existed, so a playbook's older lines never change for it."""
+        return self.model_dump_json(exclude=None if self.files else {"files"})
+
+
+def blob_id(text: str) -> str:
+    """The id git gives a file holding `text` (UTF-8) in a SHA-1 repository: what a
+    playbook version's tree names for each of its files, computed without git (the
+    playbook's writer applies batches inside its workflow)."""
+    data = text.encode()
+    header = b"blob %d\0" % len(data)
+    return hashlib.sha1(header + data, usedforsecurity=False).hexdigest()
+
+
+FilePath = Annotated[str, StringConstraints(pattern=FILE_PATH_PATTERN)]
+FileText = Annotated[str, StringConstraints(max_length=FILE_MAX_CHARS)]
+
+
+class PlaybookFiles(BaseModel):
+    """Files of a playbook version a run was given: where they are (the version's commit
+    on the run's origin) and each one's path and blob id. Written into the run's
+    checkouts, never committed unless the run changes them (docs/playbook.md#files)."""
+
+    commit: str
+    files: dict[str, str] = Field(default_factory=dict, description="path to git blob id")
 
 
 def item_id(version: int, index: int) -> str:
@@ -128,6 +167,13 @@ class DeltaBatch(BaseModel):
         min_length=1, max_length=200, description="The run id, or who curated by hand."
     )
     deltas: list[Delta] = Field(default_factory=list, max_length=200)
+    files: dict[FilePath, FileText] = Field(
+        default_factory=dict,
+        max_length=MAX_BATCH_FILES,
+        description="Files to store with the items of this batch (path to text, paths "
+        "under `.loops/skills/` or `.loops/references/`): an `ADD` or `UPDATE` whose "
+        "content names a path gets that file.",
+    )
 
 
 DeltaResult = Literal["added", "merged", "updated", "tagged", "removed", "unknown_item"]
@@ -174,14 +220,33 @@ class Playbook(BaseModel):
     name: str = Field(pattern=NAME_PATTERN)
     version: int = Field(default=0, ge=0, description="0: nothing was ever added.")
     items: list[PlaybookItem] = Field(default_factory=list)
+    files: dict[str, str] = Field(
+        default_factory=dict,
+        description="path to git blob id: every file its items name, in its version's "
+        "tree beside PLAYBOOK_PATH",
+    )
 
     def to_jsonl(self) -> str:
-        return "".join(item.model_dump_json() + "\n" for item in self.items)
+        return "".join(item.to_line() + "\n" for item in self.items)
 
     @classmethod
-    def from_jsonl(cls, name: str, version: int, text: str) -> Playbook:
+    def from_jsonl(
+        cls,
+        name: str,
+        version: int,
+        text: str,
+        files: dict[str, str] | None = None,
+    ) -> Playbook:
         items = [PlaybookItem.model_validate_json(line) for line in text.splitlines() if line]
-        return cls(name=name, version=version, items=items)
+        named = {path for item in items for path in item.files}
+        held = {path: blob for path, blob in (files or {}).items() if path in named}
+        return cls(name=name, version=version, items=items, files=held)
+
+    def files_of(self, items: list[PlaybookItem]) -> dict[str, str]:
+        """The files (path to blob id) that `items` name, as this version holds them."""
+        return {
+            path: self.files[path] for item in items for path in item.files if path in self.files
+        }
 
 
 class PlaybookVersion(BaseModel):
@@ -202,6 +267,9 @@ class PlaybookUse(BaseModel):
     version: int = 0
     item_ids: list[str] = Field(default_factory=list)
     pinned: bool = False
+    files: PlaybookFiles | None = Field(
+        default=None, description="The files those items name, written into its workspace."
+    )
 
 
 # -- naming -----------------------------------------------------------------------------
@@ -277,6 +345,10 @@ class VersionWrite(BaseModel):
     playbook: Playbook
     batch_id: str
     source: str
+    contents: dict[str, str] = Field(
+        default_factory=dict,
+        description="path to text of the files this version adds: the batch brought them",
+    )
 
 
 class PlaybookVersionsWrite(BaseModel):

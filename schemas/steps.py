@@ -11,7 +11,7 @@ from loopworks.schemas.curation import ItemTag
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
-from loopworks.schemas.playbook import PlaybookItem, PlaybookRead, PlaybookUse
+from loopworks.schemas.playbook import PlaybookFiles, PlaybookItem, PlaybookRead, PlaybookUse
 from loopworks.schemas.roles import (
     Audit,
     CriticReview,
@@ -106,6 +106,11 @@ class ModelOutput(BaseModel):
 class GitLocation(BaseModel):
     origin: str
     commit: str
+    playbook_files: PlaybookFiles | None = Field(
+        default=None,
+        description="The playbook's files the run was given: written into a checkout of "
+        "`commit`, never committed unless changed (docs/playbook.md#files).",
+    )
 
 
 # --- workspace and close -------------------------------------------------------------

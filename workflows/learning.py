@@ -100,7 +100,7 @@ class Learning(OnRecord):
         if payload is not None and (helper_names(payload) or payload.reference_requests):
             result = await self._skill_loop(payload, playbook)
             if result is not None:
-                await self._send("skill", result.deltas)
+                await self._send("skill", result.deltas, result.files)
 
     async def _curate(
         self, reflected: ReflectOutput, playbook: PlaybookRead
@@ -178,12 +178,20 @@ class Learning(OnRecord):
         )
         return result
 
-    async def _send(self, part: str, deltas: list[Delta]) -> None:
-        """One batch to the playbook's workflow, id'd by the run: sent twice, applied once."""
+    async def _send(
+        self, part: str, deltas: list[Delta], files: dict[str, str] | None = None
+    ) -> None:
+        """One batch to the playbook's workflow, id'd by the run: sent twice, applied once.
+        `files`: the skill sub-loop's kept files, stored with the items that name them."""
         if not deltas:
             return
         state = self.state
-        batch = DeltaBatch(batch_id=f"{state.run_id}:{part}", source=state.run_id, deltas=deltas)
+        batch = DeltaBatch(
+            batch_id=f"{state.run_id}:{part}",
+            source=state.run_id,
+            deltas=deltas,
+            files=files or {},
+        )
         delivery = PlaybookDelivery(name=self.memory.playbook, origin=state.origin, batch=batch)
         try:
             applied = await self.runner.activity(

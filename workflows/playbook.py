@@ -21,7 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.playbook import PlaybookActivities
-    from loopworks.playbook.deltas import apply_batch, restore
+    from loopworks.playbook.deltas import apply_batch, new_contents, restore
     from loopworks.schemas.playbook import (
         AppliedBatch,
         DeltaBatch,
@@ -118,12 +118,18 @@ class PlaybookWorkflow:
                 continue
             updated, applied = apply_batch(playbook, batch, self._params.limits)
             if applied.changed:
-                grows = len(updated.model_dump_json())
+                contents = new_contents(updated, batch)
+                grows = len(updated.model_dump_json()) + sum(map(len, contents.values()))
                 if writes and size + grows > self._params.limits.group_bytes:
                     break
                 size += grows
                 writes.append(
-                    VersionWrite(playbook=updated, batch_id=batch.batch_id, source=batch.source)
+                    VersionWrite(
+                        playbook=updated,
+                        batch_id=batch.batch_id,
+                        source=batch.source,
+                        contents=contents,
+                    )
                 )
                 playbook = updated
             taken.append(batch)
@@ -162,7 +168,7 @@ class PlaybookWorkflow:
                     non_retryable=True,
                 )
             batch_id = f"rollback:{playbook.version + 1}:to:{version}"
-            updated, applied = restore(playbook, target.items, batch_id)
+            updated, applied = restore(playbook, target.items, batch_id, target.files)
             applied.commit = await self._commit(updated, batch_id, f"rollback to v{version}")
             self._playbook = updated
             self._remember(applied)

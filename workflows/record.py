@@ -225,5 +225,11 @@ class OnRecord:
         return self.record.state
 
     def workspace(self) -> GitLocation:
-        """Where the run's work is now: its origin and latest commit."""
-        return GitLocation(origin=self.state.origin, commit=self.memory.commit)
+        """Where the run's work is now: its origin and latest commit, and the playbook's
+        files it was given (docs/playbook.md#files)."""
+        used = self.state.playbook
+        return GitLocation(
+            origin=self.state.origin,
+            commit=self.memory.commit,
+            playbook_files=None if used is None else used.files,
+        )

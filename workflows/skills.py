@@ -21,8 +21,8 @@ with workflow.unsafe.imports_passed_through():
         ReviewSkillsInput,
         SkillLoopInput,
         SkillLoopResult,
+        kept_files,
     )
-    from loopworks.schemas.steps import GitLocation
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, execute
 
 
@@ -64,7 +64,7 @@ class SkillLoopWorkflow:
                 reference_paths=references,
                 files=generated.files,
                 generator_summary=generated.summary,
-                workspace=GitLocation(origin=workspace.origin, commit=generated.commit),
+                workspace=workspace.model_copy(update={"commit": generated.commit}),
                 committed_at=workflow.now(),
             ),
             CHECK_GROUP,
@@ -73,6 +73,7 @@ class SkillLoopWorkflow:
         result.commit = reviewed.commit
         result.usage += reviewed.usage
         result.accepted = [accepted.review.path for accepted in reviewed.accepted]
+        result.files = kept_files(reviewed.accepted)
         result.rejected = reviewed.rejected
         if reviewed.accepted:
             curated = await execute(

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
-from loopworks.workspace import files
+from loopworks.workspace import files, playbook_files
 from loopworks.workspace.call_records import CallRecords
 from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
@@ -89,6 +89,8 @@ class CommitPublisher(CallRecords):
                 "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(workdir / ".git" / "objects"),
             }
         self._git(["add", "-A"], cwd=workdir, env=env)
+        # A playbook's files the checkout wrote are not the run's work, unless it changed them.
+        playbook_files.unstage_unchanged(workdir)
         author = (self.author_name, self.author_email)
         sha = commit_index(workdir, store, message, author, when)
         self._committed[workdir] = sha
@@ -96,7 +98,8 @@ class CommitPublisher(CallRecords):
 
     def changed_paths(self, workdir: Path) -> list[str]:
         """Paths (relative, sorted) whose content differs from HEAD: what `commit` would record."""
-        return changed_paths(workdir)
+        given = playbook_files.unchanged(workdir)
+        return [path for path in changed_paths(workdir) if path not in given]
 
     def publish(self, workdir: Path, run_id: str, commit: str) -> None:
         """Force `commit` onto the run's work ref on origin so any worker can fetch it."""

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
-from loopworks.workspace import files
+from loopworks.schemas.steps import GitLocation
+from loopworks.workspace import files, playbook_files
 from loopworks.workspace.changes import FileChange, changes_between
 from loopworks.workspace.commits import CommitPublisher, detached_head
 from loopworks.workspace.default_origin import create_default_origin
@@ -126,9 +127,9 @@ class GitWorkspaces(CommitPublisher):
         if not self._resume(workdir, origin, commit):
             try:
                 self._sync(workdir, run_id, origin, commit, slot)
-            except (CommitNotFoundError, CloneTooLargeError):
-                raise
             except GitError as exc:
+                if isinstance(exc, CommitNotFoundError | CloneTooLargeError):
+                    raise
                 # A crashed attempt can leave locks or a corrupt clone; start over once.
                 logger.warning("re-cloning workspace %s after: %s", workdir, exc)
                 self._forget(workdir)
@@ -138,6 +139,20 @@ class GitWorkspaces(CommitPublisher):
         used(self.root, workdir)
         if slot is not None:
             used(self.root, self.workdir(run_id))
+        playbook_files.forget(workdir)
+        return workdir
+
+    def checkout_at(self, run_id: str, location: GitLocation, slot: str | None = None) -> Path:
+        """`checkout`, and the run's playbook files beside the tree (docs/playbook.md#files)."""
+        workdir = self.checkout(run_id, location.origin, location.commit, slot)
+        given = location.playbook_files
+        if given is not None and given.files:
+            found = playbook_files.read_blobs(str(workdir), given.files)
+            if len(found) < len(given.files):
+                commit = checked_commit(given.commit)
+                with self._origin_git_dir(location.origin, commit=commit) as git_dir:
+                    found = playbook_files.read_blobs(git_dir, given.files)
+            playbook_files.write(workdir, found, given.files)
         return workdir
 
     def _resume(self, workdir: Path, origin: str, commit: str) -> bool:

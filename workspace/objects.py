@@ -326,6 +326,60 @@ def write_file_tree(repo: pygit2.Repository, path: str, content: bytes) -> str:
     return str(tree)
 
 
+def write_files_tree(
+    repo: pygit2.Repository, blobs: Mapping[str, str], contents: Mapping[str, bytes]
+) -> str:
+    """A tree of regular files: each of `contents` (path to bytes) written into `repo`'s
+    store, and each of `blobs` (path to blob id) a blob the store holds already. A blob
+    of `blobs` the store lacks, or one `contents` wrote under another id, is a GitError
+    (`hash-object -w` and one `mktree` per folder)."""
+    GIT_IN_PROCESS.add(["mktree"])
+    ids = dict(blobs)
+    for path, data in contents.items():
+        made = str(repo.create_blob(data))
+        if ids.setdefault(path, made) != made:
+            raise GitError(f"{path} was written as blob {made}, not {ids[path]}")
+    root: dict[str, object] = {}
+    for path, blob in ids.items():
+        if blob not in repo:
+            raise GitError(f"{repo.path} has no blob {blob} for {path}")
+        *folders, leaf = path.split("/")
+        node = root
+        for folder in folders:
+            node = node.setdefault(folder, {})  # type: ignore[assignment]
+        node[leaf] = blob
+    return _write_tree(repo, root)
+
+
+def _write_tree(repo: pygit2.Repository, node: Mapping[str, object]) -> str:
+    builder = repo.TreeBuilder()
+    for name, value in sorted(node.items()):
+        if isinstance(value, dict):
+            builder.insert(name, pygit2.Oid(hex=_write_tree(repo, value)), FileMode.TREE)
+        else:
+            builder.insert(name, pygit2.Oid(hex=str(value)), FileMode.BLOB)
+    return str(builder.write())
+
+
+def blobs_in(
+    repo: pygit2.Repository, tree: pygit2.Tree, folders: tuple[str, ...]
+) -> dict[str, str]:
+    """The regular files directly in each of `folders` of `tree`: path to blob id."""
+    found: dict[str, str] = {}
+    for folder in folders:
+        try:
+            entry = tree[folder]
+        except KeyError:
+            continue
+        sub = repo[entry.id]
+        if not isinstance(sub, pygit2.Tree):
+            continue
+        for child in sub:
+            if child.filemode == FileMode.BLOB:
+                found[f"{folder}/{child.name}"] = str(child.id)
+    return found
+
+
 def write_commit(
     repo: pygit2.Repository,
     tree: str,

@@ -22,10 +22,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from pygit2 import Repository
+
 from loopworks.schemas.playbook import (
     BATCH_TRAILER,
     PLAYBOOK_BRANCH,
     PLAYBOOK_PATH,
+    REFERENCES_DIR,
+    SKILLS_DIR,
     SOURCE_TRAILER,
     VERSION_TRAILER,
     Playbook,
@@ -38,6 +42,7 @@ from loopworks.workspace.integration import (
     message_trailers,
 )
 from loopworks.workspace.objects import (
+    blobs_in,
     commit_message_of,
     commit_of,
     open_repository,
@@ -45,7 +50,7 @@ from loopworks.workspace.objects import (
     ref_target,
     tree_of,
     update_refs,
-    write_file_tree,
+    write_files_tree,
 )
 from loopworks.workspace.refs import checked_commit, redact
 from loopworks.workspace.runner import CloneTooLargeError, GitError, _rmtree
@@ -116,27 +121,36 @@ class PlaybookStore(IntegrationWorkspaces):
 
         The head commit and its file, whatever the length of the history (every run's
         hydration and curation reads this)."""
+        return self.located(origin, name, None)[0]
+
+    def located(
+        self, origin: str, name: str, version: int | None
+    ) -> tuple[Playbook | None, str | None]:
+        """`current` (version None) or `at_version`, and the commit it was read from: where
+        a run given its items finds their files (docs/playbook.md#files)."""
+        if version is not None:
+            found = next((c for c in self._history(origin) if c.version == version), None)
+            if found is None:
+                return None, None
+            return self._read(origin, name, found.sha, version), found.sha
         with self._origin_git_dir(origin, commit=None) as git_dir:
             repo = open_repository(git_dir)
             head = commit_of(repo, f"{_REF}^{{commit}}")
             if head is None:
-                return None
+                return None, None
             message = commit_message_of(repo, head)
-            tree = tree_of(repo, head)
-            text = None if tree is None else read_path(repo, tree, PLAYBOOK_PATH)
+            content, files = _contents(repo, head)
         version = _version_in(message_trailers(message))
         if version is None:
             raise GitError(
                 f"{PLAYBOOK_BRANCH} on {redact(origin)} is at a commit that carries no "
                 f"{VERSION_TRAILER} trailer: it was not written by the playbook's writer"
             )
-        content = text[1].decode("utf-8") if text is not None and text[0] == "blob" else ""
-        return Playbook.from_jsonl(name, version, content)
+        return Playbook.from_jsonl(name, version, content, files), head
 
     def at_version(self, origin: str, name: str, version: int) -> Playbook | None:
         """The version `version` as its commit holds it; None when no commit is that version."""
-        found = next((c for c in self._history(origin) if c.version == version), None)
-        return None if found is None else self._read(origin, name, found.sha, version)
+        return self.located(origin, name, version)[0]
 
     def versions(self, origin: str, name: str) -> list[PlaybookVersion]:
         """Every version on the branch, newest first (commits without a version skipped)."""
@@ -144,8 +158,9 @@ class PlaybookStore(IntegrationWorkspaces):
         return [e for e in entries if e is not None]
 
     def _read(self, origin: str, name: str, commit: str, version: int) -> Playbook:
-        text = self.read_file(origin, commit, PLAYBOOK_PATH) or ""
-        return Playbook.from_jsonl(name, version, text)
+        with self._origin_git_dir(origin, commit=commit) as git_dir:
+            content, files = _contents(open_repository(git_dir), commit)
+        return Playbook.from_jsonl(name, version, content, files)
 
     def _history(self, origin: str) -> list[_Commit]:
         """The branch's first-parent line, newest first, each commit with the playbook's
@@ -274,7 +289,7 @@ class PlaybookStore(IntegrationWorkspaces):
         commits: list[str] = []
         parent = head
         for write in versions:
-            tree = self._tree(cwd, write.playbook.to_jsonl())
+            tree = self._tree(cwd, write)
             message = commit_message(write.playbook, write.batch_id, write.source)
             parent = self.commit_merge(cwd, tree, [parent] if parent else [], message, when)
             commits.append(parent)
@@ -334,10 +349,24 @@ class PlaybookStore(IntegrationWorkspaces):
                 f"cannot follow v{version - 1}: the playbook's writer and origin disagree"
             )
 
-    def _tree(self, cwd: Path, jsonl: str) -> str:
-        """A tree holding only PLAYBOOK_PATH with `jsonl`, its objects written in the
-        repository at `cwd` (a write clone, or a bare origin: no index or work tree needed)."""
-        return write_file_tree(open_repository(cwd), PLAYBOOK_PATH, jsonl.encode())
+    def _tree(self, cwd: Path, write: VersionWrite) -> str:
+        """A tree holding PLAYBOOK_PATH and the files its items name (the version's new
+        ones written from `write.contents`, the others blobs of earlier versions), its
+        objects written in the repository at `cwd` (a write clone, or a bare origin: no
+        index or work tree needed)."""
+        contents = {path: text.encode() for path, text in write.contents.items()}
+        contents[PLAYBOOK_PATH] = write.playbook.to_jsonl().encode()
+        return write_files_tree(open_repository(cwd), write.playbook.files, contents)
+
+
+def _contents(repo: Repository, commit: str) -> tuple[str, dict[str, str]]:
+    """The playbook's text at `commit` and the files beside it (path to blob id)."""
+    tree = tree_of(repo, f"{commit}^{{commit}}")
+    if tree is None:
+        raise GitError(f"{repo.path} has no commit {commit}")
+    text = read_path(repo, tree, PLAYBOOK_PATH)
+    content = text[1].decode("utf-8") if text is not None and text[0] == "blob" else ""
+    return content, blobs_in(repo, tree, (SKILLS_DIR, REFERENCES_DIR))
 
 
 def _version_in(trailers: dict[str, str]) -> int | None:
