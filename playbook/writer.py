@@ -98,6 +98,10 @@ async def deliver_batch(
         raise TimeoutError(f"playbook {name} did not apply batch {batch.batch_id}") from None
 
 
+# What a query answers while the workflow cannot answer yet (wait_until_applied).
+_NOT_YET = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.FAILED_PRECONDITION)
+
+
 async def wait_until_applied(
     ask: Callable[[], Awaitable[AppliedBatch | None]],
     timeout_seconds: float,
@@ -109,7 +113,9 @@ async def wait_until_applied(
     A query reaching a workflow while it works through a task waits in a small buffer on
     the server; when many runs finishing at once ask the same playbook, the server turns
     the rest away (RESOURCE_EXHAUSTED, "consistent query buffer is full"). That is a
-    "not yet" like any other: the batch is queued, so ask again later.
+    "not yet" like any other: the batch is queued, so ask again later. So is a query
+    reaching the workflow while its last task failed or timed out and waits to be retried
+    (FAILED_PRECONDITION, "Workflow Task in failed state"; seen on a loaded machine).
     """
     deadline = time.monotonic() + timeout_seconds
     delay = first_delay
@@ -117,7 +123,7 @@ async def wait_until_applied(
         try:
             applied = await ask()
         except RPCError as err:
-            if err.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+            if err.status not in _NOT_YET:
                 raise
             applied = None
         if applied is not None:

@@ -43,6 +43,19 @@ async def test_a_full_query_buffer_is_asked_again() -> None:
     assert await wait_until_applied(answers, 10, first_delay=0, max_delay=0) == APPLIED
     assert answers.asked == 4
 
+TASK_RETRYING = RPCError(
+    "Unable to query workflow due to Workflow Task in failed state.",
+    RPCStatusCode.FAILED_PRECONDITION,
+    b"",
+)
+
+
+async def test_a_workflow_task_waiting_for_its_retry_is_asked_again() -> None:
+    """Seen in CI on a loaded machine: thirty runs delivering at once, and the playbook's
+    workflow task timed out; its retry applied every batch, but one run had given up."""
+    answers = Answers(TASK_RETRYING, TASK_RETRYING, APPLIED)
+    assert await wait_until_applied(answers, 10, first_delay=0, max_delay=0) == APPLIED
+
 
 async def test_any_other_error_fails_the_delivery() -> None:
     gone = RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")
