@@ -23,8 +23,8 @@ from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, va
 
 # What tells a graph's loop that it is one (its producer's prompt says what follows).
 GRAPH_TASK_NOTE = (
-    f"This task is one of a task graph's: leave the graph's ledger `{LEDGER_PATH}` and its "
-    f"task files under `{TASKS_DIR}/` unchanged; the graph's orchestrator alone writes them."
+    f"This task is one of a task graph's: do not change the graph's ledger `{LEDGER_PATH}` "
+    f"or its task files under `{TASKS_DIR}/`; they belong to the graph's orchestrator alone."
 )
 # A loop's task text stays within RunRequest's bound, and its criteria within theirs.
 TASK_TEXT_MAX = 20_000

@@ -51,6 +51,7 @@ from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR, Task, TaskContext
 from loopworks.workflows.graph_inputs import GRAPH_TASK_NOTE
+from tests.fakes.literal_messages_api import files_to_write
 
 pytestmark = pytest.mark.unit
 
@@ -529,3 +530,8 @@ def test_a_graph_tasks_writers_are_told_the_graphs_record_is_not_theirs(
     assert "one of a task graph's (it says so)" in prompt
     assert "one of a task graph's" in GRAPH_TASK_NOTE
     assert f"`{LEDGER_PATH}`" in GRAPH_TASK_NOTE and f"`{TASKS_DIR}/`" in GRAPH_TASK_NOTE
+    # Read as a literal model reads it (one that writes every file a sentence with a writing
+    # verb names), neither tells it to write the ledger: worded "... are written by the
+    # orchestrator", it did, in every single run.
+    assert LEDGER_PATH not in files_to_write(prompt)
+    assert LEDGER_PATH not in files_to_write(GRAPH_TASK_NOTE)
