@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.git_names import valid_ref_name
+from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
 
@@ -146,6 +147,11 @@ class RunRequest(BaseModel):
     )
     playbook_version: int | None = Field(
         default=None, ge=1, description="hydrate from this version of the playbook"
+    )
+    notify: NotifyRequest | None = Field(
+        default=None,
+        description="webhooks to tell when the run waits for a person or finishes "
+        "(docs/notifications.md)",
     )
 
     @field_validator("task")
