@@ -11,6 +11,8 @@ never followed (it would lead past that check).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import time
 from urllib.parse import urlsplit
@@ -26,13 +28,13 @@ from loopworks.schemas.notify import (
     NOTIFY_SECRET,
     NOTIFY_WEBHOOKS,
     SIGNATURE_HEADER,
+    SIGNATURE_VERSION,
     TIMESTAMP_HEADER,
     Notification,
     NotificationBody,
     NotifyOutcome,
     Webhook,
     WebhookFormat,
-    signature,
     slack_text,
 )
 from loopworks.schemas.settings import Settings
@@ -41,6 +43,17 @@ from loopworks.workspace.origin_access import refusal, webhook_verdict
 # A receiver's answer is read up to this much, for the error an attempt reports.
 ANSWER_CHARS = 200
 NOT_SENT = "NotificationNotSent"
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """`v1=<hex HMAC-SHA256 of "<timestamp>.<body>">`, as `X-Loops-Signature` carries it."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
+
+
+def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
+    """Whether `header` is the signature of `body` sent at `timestamp`."""
+    return hmac.compare_digest(signature(secret, timestamp, body), header)
 
 
 def links(settings: Settings, body: NotificationBody, namespace: str) -> dict[str, str]:
@@ -103,7 +116,11 @@ class NotificationActivities:
             raise _not_sent(f"webhook {where(webhook.url)} refused: {refusal(verdict)}", False)
         info = activity.info()
         body = notification.body.model_copy(
-            update={"links": links(settings, notification.body, info.workflow_namespace or notification.namespace)}
+            update={
+                "links": links(
+                    settings, notification.body, info.workflow_namespace or notification.namespace
+                )
+            }
         )
         data = encoded(body, webhook)
         timestamp = str(int(time.time()))

@@ -10,8 +10,6 @@ activity from its settings and never travels in a workflow's input or history.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from enum import StrEnum
 from typing import Any
 
@@ -168,17 +166,6 @@ def notify_key(workflow_id: str, transition: int, event: NotifyEvent) -> str:
     """The idempotency key of a transition: the same for every attempt and receiver, and
     different for every transition of every run or graph."""
     return f"{workflow_id}:{transition}:{event.value}"
-
-
-def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """`v1=<hex HMAC-SHA256 of "<timestamp>.<body>">`, as `X-Loops-Signature` carries it."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
-
-
-def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
-    """Whether `header` is the signature of `body` sent at `timestamp`."""
-    return hmac.compare_digest(signature(secret, timestamp, body), header)
 
 
 def slack_text(body: NotificationBody) -> str:
