@@ -242,6 +242,8 @@ def test_a_worker_killed_while_sending_leaves_one_delivery(
     # The first attempt is held, and dropped once its worker is dead; then 200.
     receiver = receivers(lambda n: None if n == 0 else 200)
     notifying(stack, receiver)
+    # Long enough for the dead worker's attempt to time out and another to follow.
+    stack.extra_env["LOOPS_NOTIFY_GIVE_UP_S"] = "120"
     first = stack.start_worker()
     _, base_url = stack.start_api()
     with httpx.Client(base_url=base_url, timeout=30) as http:
