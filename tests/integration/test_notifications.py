@@ -75,7 +75,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 n = len(receiver.deliveries)
                 status = receiver.answer(n)
@@ -158,7 +158,7 @@ def test_an_approved_run_sends_one_signed_notification_per_transition(
             notify={"webhooks": [receiver.url]},
         )
         wait_for(http, run_id, lambda state: state["status"] == "awaiting_approval")
-        (waiting,) = receiver.wait_for(1)
+        assert len(receiver.wait_for(1)) == 1  # before anyone approved
         approved = http.post(f"/runs/{run_id}/approve", json={})
         assert approved.status_code == 200, approved.text
         final = wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
