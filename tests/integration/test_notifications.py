@@ -6,6 +6,8 @@ tells attempts of one transition apart from transitions."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import threading
 import time
@@ -18,7 +20,6 @@ from typing import Any
 import httpx
 import pytest
 
-from loopworks.activities.notification import verify
 from loopworks.deploy.local import free_port
 from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import Stack
@@ -135,7 +136,9 @@ def signed(delivery: Delivery) -> bool:
     headers = {name.lower(): value for name, value in delivery.headers.items()}
     timestamp = headers["x-loops-timestamp"]
     assert abs(time.time() - int(timestamp)) < 300
-    return verify(SECRET, timestamp, delivery.body, headers["x-loops-signature"])
+    # As a receiver checks it (docs/notifications.md#verifying-a-notification).
+    mac = hmac.new(SECRET.encode(), timestamp.encode() + b"." + delivery.body, hashlib.sha256)
+    return hmac.compare_digest("v1=" + mac.hexdigest(), headers["x-loops-signature"])
 
 
 def key(delivery: Delivery) -> str:
@@ -290,3 +293,33 @@ def test_a_webhook_outside_the_allowed_hosts_is_422(
         if setting:
             assert setting in text, text
         assert "notify" in text, text
+
+
+def test_a_graph_notifies_its_waits_and_its_end(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(lambda n: 200)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"goal": "Write a guide to caching", "mode": "interactive"}
+        created = http.post("/graphs", json={**body, "notify": {"webhooks": [receiver.url]}})
+        assert created.status_code == 201, created.text
+        graph_id = created.json()["graph_id"]
+        receiver.wait_for(1, timeout=120)
+        assert http.post(f"/graphs/{graph_id}/pause").status_code == 200
+        receiver.wait_for(2)
+        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        deliveries = receiver.wait_for(3)
+        time.sleep(2 * RETRY_S)
+        state = http.get(f"/graphs/{graph_id}").json()
+
+    assert state["status"] == "stopped", state
+    assert len(receiver.deliveries) == 3 and all(signed(d) for d in deliveries)
+    documents = [d.document for d in deliveries]
+    assert [d["event"] for d in documents] == ["awaiting_approval", "paused", "stopped"]
+    assert {d["kind"] for d in documents} == {"graph"} and documents[0]["id"] == graph_id
+    assert documents[0]["next"]["command"] == f"loops graph approve {graph_id}"
+    assert documents[0]["links"]["api"].endswith(f"/graphs/{graph_id}")
+    assert state["notify_failed"] == []
