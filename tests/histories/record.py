@@ -49,6 +49,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from tests.histories.notified import record_notified_run
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
@@ -376,6 +377,7 @@ RECORDERS = {
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "unprepared_run": _record_unprepared_run,
+    "notified_run": record_notified_run,
 }
 
 

@@ -4,6 +4,7 @@ and which webhook URLs are admitted."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -182,3 +183,27 @@ def test_a_webhook_is_named_without_its_path() -> None:
     assert where("https://hooks.slack.com:8443/services/T/B/SECRET?x=1") == (
         "https://hooks.slack.com:8443/…"
     )
+
+
+def test_the_signing_secret_never_enters_a_notifying_runs_history() -> None:
+    """tests/histories/notified_run.json was recorded with LOOPS_NOTIFY_SECRET set on its
+    worker (tests/histories/notified.py): no payload of it holds the secret, and its
+    given-up notification is there as an event."""
+    history = json.loads((DOCS.parents[1] / "tests/histories/notified_run.json").read_text())
+    payloads: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for name, value in node.items():
+                if name == "data" and isinstance(value, str):
+                    payloads.append(base64.b64decode(value).decode("utf-8", "replace"))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(history)
+    text = "\n".join(payloads)
+    assert "notify_failed" in text and "Idempotency" not in text
+    assert "recorded-secret" not in text
