@@ -49,6 +49,7 @@ def checked(request: GraphRequest, rules: OriginRules) -> GraphRequest:
         probe = launch.checked_repo(request.repo, rules)
         launch.checked_branch(probe, request.base_branch)
         request = request.model_copy(update={"repo": probe})
+    launch.checked_notify(request.notify, rules)
     if request.tasks is not None:
         try:
             validated_graph(request.tasks)
@@ -61,6 +62,7 @@ def within_limits(request: GraphRequest, settings: Settings) -> GraphRequest:
     """The request with the operator's budget for each task loop, or a 422 naming the
     setting it goes past."""
     budget = quotas.checked_budget(request.budget, settings)
+    launch.notify_configured(request.notify, settings)
     return request.model_copy(update={"budget": budget})
 
 
@@ -72,7 +74,11 @@ async def start_graph(
     now = datetime.now(UTC)
     graph_id = f"graph-{alias_for(request.goal)}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     params = GraphInput(
-        graph_id=graph_id, request=request, created_at=now.isoformat(), started_by=caller
+        graph_id=graph_id,
+        request=request,
+        created_at=now.isoformat(),
+        started_by=caller,
+        notify=settings.notify_plan(request.notify),
     )
     await client.start_workflow(
         TaskGraphWorkflow.run,

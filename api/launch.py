@@ -22,6 +22,7 @@ from loopworks.api.errors import QuotaExceeded, invalid
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.notify import NOTIFY_SECRET, NotifyRequest
 from loopworks.schemas.origin_rules import OriginRules
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
@@ -29,7 +30,7 @@ from loopworks.workflows.decisions import alias_for
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.objects import open_repository, ref_target
-from loopworks.workspace.origin_access import refusal, verdict_for
+from loopworks.workspace.origin_access import refusal, verdict_for, webhook_verdict
 from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
 
@@ -58,13 +59,32 @@ def checked(request: RunRequest, rules: OriginRules) -> RunRequest:
         repo = checked_repo(request.repo, rules)
         checked_branch(repo, request.base_branch)
         request = request.model_copy(update={"repo": repo})
+    checked_notify(request.notify, rules)
     return request
+
+
+def checked_notify(notify: NotifyRequest | None, rules: OriginRules) -> None:
+    """A 422 for a webhook the deployment's origin rules do not admit (as they would not
+    a repository there), naming the setting that would. Blocking: a host may be resolved."""
+    for n, webhook in enumerate(notify.webhooks if notify else []):
+        verdict = webhook_verdict(webhook.url, rules)
+        if not verdict:
+            message = f"webhook not allowed: {refusal(verdict)}"
+            raise invalid(f"notify.webhooks.{n}.url", message, redact(webhook.url))
+
+
+def notify_configured(notify: NotifyRequest | None, settings: Settings) -> None:
+    """A request asking for notifications where none can be signed is a 422."""
+    if notify is not None and not settings.notify_secret:
+        message = f"this deployment sends no notifications: {NOTIFY_SECRET} is not set"
+        raise invalid("notify", message)
 
 
 def within_limits(request: RunRequest, settings: Settings) -> RunRequest:
     """The request with the operator's budget applied, or a 422 naming the setting it
     goes past (rules per request, the budget)."""
     quotas.check_rules(len(request.rules), settings)
+    notify_configured(request.notify, settings)
     budget = quotas.checked_budget(request.budget, settings)
     return request.model_copy(update={"budget": budget})
 
@@ -178,6 +198,7 @@ async def start_run(
         request=request,
         created_at=now.isoformat(),
         started_by=caller,
+        notify=settings.notify_plan(request.notify),
     )
     try:
         await client.start_workflow(

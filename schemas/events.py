@@ -28,6 +28,7 @@ from loopworks.schemas.payloads import (
     HydrationPayload,
     IterationPayload,
     NotePayload,
+    NotifyFailedPayload,
     Payload,
     PhaseErrorPayload,
     PhaseSwitchedPayload,
@@ -85,6 +86,8 @@ class EventName(StrEnum):
     CURATED = "curated"
     SKILL_LOOP_DONE = "skill_loop_done"
     PLAYBOOK_UPDATED = "playbook_updated"
+    # A notification its webhook never took, after its retries (docs/notifications.md).
+    NOTIFY_FAILED = "notify_failed"
 
 
 # --- events ------------------------------------------------------------------------------
@@ -245,6 +248,11 @@ class PlaybookUpdated(EventBase):
     payload: PlaybookUpdatedPayload
 
 
+class NotifyFailed(EventBase):
+    event: Literal[EventName.NOTIFY_FAILED] = EventName.NOTIFY_FAILED
+    payload: NotifyFailedPayload
+
+
 Event = Annotated[
     RunStarted
     | HydrationDone
@@ -274,7 +282,8 @@ Event = Annotated[
     | PlaybookLoaded
     | Curated
     | SkillLoopDone
-    | PlaybookUpdated,
+    | PlaybookUpdated
+    | NotifyFailed,
     Field(discriminator="event"),
 ]
 

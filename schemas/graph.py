@@ -8,6 +8,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field, field_validator
 
+from loopworks.schemas.notify import NotifyPlan, NotifyRequest
+from loopworks.schemas.payloads import NotifyFailedPayload
 from loopworks.schemas.prep import PrepUpload
 from loopworks.schemas.run import BranchName, Budget, Mode, Thresholds
 from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
@@ -52,6 +54,11 @@ class GraphRequest(BaseModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     audit_probability: float = Field(default=0.2, ge=0, le=1)
     budget: Budget | None = Field(default=None, description="each task loop's budget")
+    notify: NotifyRequest | None = Field(
+        default=None,
+        description="webhooks to tell when the graph waits for a person or finishes "
+        "(docs/notifications.md)",
+    )
 
     @field_validator("goal")
     @classmethod
@@ -117,6 +124,9 @@ class GraphState(BaseModel):
     created_at: str = ""
     updated_at: str = ""
     started_by: str = Field(default="", description="the name of the API token that started it")
+    notify_failed: list[NotifyFailedPayload] = Field(
+        default_factory=list, description="notifications given up after their retries"
+    )
 
     def task(self, task_id: str) -> TaskState:
         return next(t for t in self.tasks if t.task.id == task_id)
@@ -140,6 +150,7 @@ class GraphMemory(BaseModel):
     recorded: int = Field(default=0, ge=0, description="ledger lines already on the branch")
     approved: bool = False
     paused: bool = False
+    notified: int = Field(default=0, ge=0, description="transitions notifications were sent for")
 
 
 class GraphInput(BaseModel):
@@ -153,6 +164,8 @@ class GraphInput(BaseModel):
     # Continue-as-new once the history has this many events (when no task loop runs);
     # unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
+    # Whom to notify of what (the request's webhooks and the deployment's); None: nobody.
+    notify: NotifyPlan | None = None
 
     def first_memory(self) -> GraphMemory:
         """A new graph's memory: its state as the request sets it up."""

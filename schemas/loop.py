@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
+from loopworks.schemas.notify import NotifyPlan
 from loopworks.schemas.playbook import PlaybookItem
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.rules import PreparedCheck
@@ -49,6 +50,7 @@ class RunMemory(BaseModel):
     next_iteration: int = Field(default=1, ge=1, description="where a continued run goes on")
     approved: bool = False
     paused: bool = False
+    notified: int = Field(default=0, ge=0, description="transitions notifications were sent for")
     operator_note: str | None = None
     generation: int = Field(default=1, ge=1, description="executions so far, continue-as-new")
     playbook: str = Field(default="", description="the origin's playbook name")
@@ -107,6 +109,8 @@ class LoopInput(BaseModel):
     # Continue-as-new once the history has this many events (at an iteration
     # boundary); unset, the server's own suggestion decides.
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
+    # Whom to notify of what (the request's webhooks and the deployment's); None: nobody.
+    notify: NotifyPlan | None = None
 
     def first_memory(self) -> RunMemory:
         """A new run's memory: its state as the request sets it up."""

@@ -93,6 +93,15 @@ class AuditPayload(Payload):
     report_commit: str | None = None
 
 
+class NotifyFailedPayload(Payload):
+    """A notification given up after its retries (docs/notifications.md#retries)."""
+
+    event: str = Field(description="the transition it was for, e.g. `completed`")
+    webhook: str = Field(description="the receiver: its scheme, host and port")
+    key: str = Field(default="", description="its Idempotency-Key")
+    error: str = ""
+
+
 class NotePayload(Payload):
     note: str = ""
 

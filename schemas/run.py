@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from loopworks.schemas.detail import EvaluationView, GateView, PlanView, Verdicts
 from loopworks.schemas.evaluation import DistanceToSuccess
 from loopworks.schemas.git_names import valid_ref_name
+from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.prep import PrepUpload
 from loopworks.schemas.rules import Phase, Rule, normalise_rules
@@ -167,6 +168,11 @@ class RunRequest(BaseModel):
         default=True,
         description="without `prep_package`, take the plan from the repository's "
         "`.workflow/.loop/` prep package when it passes its checks; false ignores it",
+    )
+    notify: NotifyRequest | None = Field(
+        default=None,
+        description="webhooks to tell when the run waits for a person or finishes "
+        "(docs/notifications.md)",
     )
 
     @field_validator("task")

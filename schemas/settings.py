@@ -10,6 +10,15 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loopworks.schemas.git_credentials import parse_credentials
+from loopworks.schemas.notify import (
+    DEFAULT_EVENTS,
+    NotifyEvent,
+    NotifyPlan,
+    NotifyRequest,
+    NotifyTiming,
+    Webhook,
+    WebhookFormat,
+)
 from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
 from loopworks.schemas.playbook import PlaybookLimits
 
@@ -37,6 +46,8 @@ SECRET_FIELDS: tuple[str, ...] = (
     "api_tokens",
     "api_read_tokens",
     "git_credentials",
+    "notify_secret",
+    "notify_webhooks",
 )
 
 
@@ -175,6 +186,25 @@ class Settings(BaseSettings):
     # (`loops up` on loopback without tokens sets it to the directory it started in).
     local_roots: str | None = Field(default=None, alias="LOOPS_LOCAL_ROOTS")
 
+    # -- notifications (docs/notifications.md) --------------------------------------------
+    # The HMAC-SHA256 key notifications are signed with; a request asking for `notify` is
+    # refused while the API has none, and a worker without it sends none.
+    notify_secret: str | None = Field(default=None, alias="LOOPS_NOTIFY_SECRET")
+    # Webhooks told of every run and graph, comma-separated, each a URL or `slack:<URL>`;
+    # admitted like a request's. The API counts them, the worker reads them: set both.
+    notify_webhooks: str | None = Field(default=None, alias="LOOPS_NOTIFY_WEBHOOKS")
+    # The events those webhooks are sent, comma-separated; unset: every one.
+    notify_events: str | None = Field(default=None, alias="LOOPS_NOTIFY_EVENTS")
+    # One attempt's time limit, the first retry's wait (doubling, at most 5 minutes), and
+    # when a notification is given up: then it is a `notify_failed` event.
+    notify_attempt_seconds: float = Field(default=10.0, gt=0, alias="LOOPS_NOTIFY_ATTEMPT_S")
+    notify_retry_seconds: float = Field(default=5.0, gt=0, alias="LOOPS_NOTIFY_RETRY_S")
+    notify_give_up_seconds: float = Field(default=900.0, gt=0, alias="LOOPS_NOTIFY_GIVE_UP_S")
+    # Where people reach the API and the Temporal UI, for the links in a notification.
+    # Unset: the API's own host and port, and no UI link.
+    public_api_url: str | None = Field(default=None, alias="LOOPS_PUBLIC_API_URL")
+    temporal_ui_url: str | None = Field(default=None, alias="LOOPS_TEMPORAL_UI_URL")
+
     @field_validator("git_credentials")
     @classmethod
     def _check_credentials(cls, value: str | None) -> str | None:
@@ -196,6 +226,40 @@ class Settings(BaseSettings):
             local_roots=self.local_roots,
             own=(self.default_origin_location or str(self.default_origin),),
             private_dirs=(self.data_dir, self.workspaces_dir),
+        )
+
+    @field_validator("notify_webhooks")
+    @classmethod
+    def _check_webhooks(cls, value: str | None) -> str | None:
+        webhooks_from(value)
+        return value
+
+    @field_validator("notify_events")
+    @classmethod
+    def _check_events(cls, value: str | None) -> str | None:
+        events_from(value)
+        return value
+
+    def deployment_webhooks(self) -> list[Webhook]:
+        return webhooks_from(self.notify_webhooks)
+
+    def notify_plan(self, asked: NotifyRequest | None) -> NotifyPlan | None:
+        """What a new run or graph is to notify: the request's webhooks and the
+        deployment's; None when there are neither."""
+        count = len(self.deployment_webhooks())
+        if asked is None and not count:
+            return None
+        timing = NotifyTiming(
+            attempt_seconds=self.notify_attempt_seconds,
+            retry_seconds=self.notify_retry_seconds,
+            give_up_seconds=self.notify_give_up_seconds,
+        )
+        return NotifyPlan(
+            webhooks=asked.webhooks if asked else [],
+            events=asked.events if asked else [],
+            deployment_webhooks=count,
+            deployment_events=events_from(self.notify_events),
+            timing=timing,
         )
 
     @model_validator(mode="after")
@@ -229,3 +293,25 @@ class Settings(BaseSettings):
     @property
     def insights_dir(self) -> Path:
         return self.data_dir / "insights"
+
+
+def webhooks_from(raw: str | None) -> list[Webhook]:
+    """LOOPS_NOTIFY_WEBHOOKS: comma-separated URLs, each optionally `slack:<URL>`."""
+    found = []
+    for item in (item.strip() for item in (raw or "").split(",")):
+        if item:
+            slack = item.startswith("slack:")
+            url = item.removeprefix("slack:") if slack else item
+            found.append(Webhook(url=url, format=WebhookFormat.SLACK if slack else "json"))
+    return found
+
+
+def events_from(raw: str | None) -> list[NotifyEvent]:
+    """LOOPS_NOTIFY_EVENTS: comma-separated event names; unset, every one."""
+    names = [item.strip() for item in (raw or "").split(",") if item.strip()]
+    if not names:
+        return list(DEFAULT_EVENTS)
+    known = {event.value for event in NotifyEvent}
+    if unknown := [name for name in names if name not in known]:
+        raise ValueError(f"LOOPS_NOTIFY_EVENTS: unknown event(s) {unknown}; use {sorted(known)}")
+    return list(dict.fromkeys(NotifyEvent(name) for name in names))

@@ -20,6 +20,7 @@ from loopworks.activities.evaluation import EvaluationActivities
 from loopworks.activities.heartbeat import HEARTBEAT_EVERY_SECONDS
 from loopworks.activities.hydration import HydrationActivities
 from loopworks.activities.integration import IntegrationActivities
+from loopworks.activities.notification import NotificationActivities
 from loopworks.activities.planning import PlanningActivities
 from loopworks.activities.playbook import PlaybookActivities
 from loopworks.activities.preparation import PreparationActivities
@@ -99,6 +100,7 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
     playbook = PlaybookActivities(deps, client)
     curation = CurationActivities(deps)
     skills = SkillActivities(deps)
+    notification = NotificationActivities(deps)
     return [
         repository.prepare_workspace,
         hydration.hydrate,
@@ -128,6 +130,8 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
         playbook.commit_playbook,
         playbook.commit_playbook_versions,
         playbook.send_playbook_batch,
+        # Notifications: one signed POST to one webhook (docs/notifications.md).
+        notification.send_notification,
     ]
 
 

@@ -70,7 +70,7 @@ class TaskGraphWorkflow:
         self._stop_note = ""
         self._stops_sent = False
         self._woken = False
-        self._record = GraphRecord(self._memory)
+        self._record = GraphRecord(self._memory, params.notify)
 
     @property
     def _state(self) -> GraphState:
@@ -154,6 +154,7 @@ class TaskGraphWorkflow:
         except GraphError as err:
             self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._record.notifier.drain()  # the graph has finished: only notifications wait
         return GraphResult(state=self._state, ledger=self._memory.ledger)
 
     async def _prepare(self) -> None:
@@ -212,7 +213,7 @@ class TaskGraphWorkflow:
         self._record.set_status(GraphStatus.PAUSED if self._memory.paused else GraphStatus.RUNNING)
         while True:
             limit = self._params.continue_as_new_after_events
-            if not self._running and history_is_long(limit):
+            if not self._running and self._record.notifier.idle and history_is_long(limit):
                 # No loop is running: the graph's whole memory goes to a fresh history.
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._params.model_copy(update={"memory": self._memory}))

@@ -11,8 +11,11 @@ from temporalio.common import SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import GraphMemory, GraphState, GraphStatus
+    from loopworks.schemas.notify import NotifyPlan
+    from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.tasks import LedgerLine, TaskStatus
     from loopworks.workflows import graph_decisions as decide
+    from loopworks.workflows.notifying import Notifier, graph_body, graph_event
     from loopworks.workflows.record import SearchAttributes
     from loopworks.workflows.search_attributes import (
         GRAPH_STATUS,
@@ -23,9 +26,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 class GraphRecord:
-    def __init__(self, memory: GraphMemory) -> None:
+    def __init__(self, memory: GraphMemory, notify: NotifyPlan | None = None) -> None:
         self.memory = memory
         self._search_attributes = SearchAttributes()
+        self.notifier = Notifier(notify, self._notify_failed)
 
     @property
     def state(self) -> GraphState:
@@ -62,7 +66,18 @@ class GraphRecord:
         self.set_status(status)
 
     def set_status(self, status: GraphStatus) -> None:
+        changed = status != self.state.status
         self.state.status = status
+        self.touch()
+        event = graph_event(self.state)
+        if changed and event is not None and self.notifier.wants(event):
+            self.memory.notified += 1
+            body = graph_body(self.state, event, workflow.now().isoformat())
+            self.notifier.send(body, self.memory.notified)
+
+    def _notify_failed(self, failed: NotifyFailedPayload) -> None:
+        """A notification given up: kept in the graph's state (docs/notifications.md)."""
+        self.state.notify_failed.append(failed)
         self.touch()
 
     def touch(self) -> None:

@@ -20,12 +20,15 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import Event, EventName
     from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
+    from loopworks.schemas.notify import NotifyEvent
+    from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.roles import CriticVerdict
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
     from loopworks.schemas.steps import WorkspaceInfo, WorkspaceRequest
     from loopworks.workflows import decisions, graph_inputs
     from loopworks.workflows.loop_steps import LoopSteps
+    from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
@@ -46,6 +49,8 @@ class LoopWorkflow:
             self._record, self._steering, self._steps, params.request,
             graph_task=params.graph_id is not None,
         )  # fmt: skip
+        self._notifier = Notifier(params.notify, self._notify_failed)
+        self._record.watch = self._status_changed
 
     @property
     def _memory(self) -> RunMemory:
@@ -134,8 +139,12 @@ class LoopWorkflow:
             await self._do.learning.learn(reflected)
             await self._do.close(reflected)
         record.set_status(record.final_status())
+        if ended := run_event(self._state):
+            self._notify(ended)
         record.set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)
+        # The run has finished: only its notifications still in flight are waited for.
+        await self._notifier.drain()
         return LoopResult(state=self._state, events=memory.last_seq, log=memory.tail)
 
     async def _start(self) -> None:
@@ -211,7 +220,7 @@ class LoopWorkflow:
         memory, first = self._memory, iteration
         while True:
             limit = self._params.continue_as_new_after_events
-            if iteration > first and history_is_long(limit):
+            if iteration > first and self._notifier.idle and history_is_long(limit):
                 await self._continue_as_new(iteration)
             self._state.iteration = iteration
             memory.iteration_start = memory.commit
@@ -262,6 +271,22 @@ class LoopWorkflow:
         )
         params = self._params.model_copy(update={"memory": memory, "request": self._request})
         workflow.continue_as_new(params)
+
+    # --- notifications (docs/notifications.md) -----------------------------------------
+
+    def _status_changed(self) -> None:
+        event = run_event(self._state)
+        if event is not None and event in WAITING:
+            self._notify(event)
+
+    def _notify(self, event: NotifyEvent) -> None:
+        if self._notifier.wants(event):
+            self._memory.notified += 1
+            body = run_body(self._state, event, workflow.now().isoformat())
+            self._notifier.send(body, self._memory.notified)
+
+    def _notify_failed(self, failed: NotifyFailedPayload) -> None:
+        self._record.emit(EventName.NOTIFY_FAILED, failed, status="error")
 
     def _decide(self, evaluation: Evaluation) -> decisions.Decision:
         state = self._state

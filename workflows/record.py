@@ -7,6 +7,7 @@ Used from inside the workflow only: it reads `workflow.now()`, never the real cl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
@@ -70,6 +71,8 @@ class RunRecord:
     def __init__(self, memory: RunMemory) -> None:
         self.memory = memory
         self._search_attributes = SearchAttributes()
+        # Called after the status changes (the workflow's notifications).
+        self.watch: Callable[[], None] | None = None
 
     @property
     def state(self) -> RunState:
@@ -105,9 +108,12 @@ class RunRecord:
         self.touch()
 
     def set_status(self, status: RunStatus) -> None:
+        changed = status != self.state.status
         self.state.status = status
         self.touch()
         self.sync_search_attributes()
+        if changed and self.watch is not None:
+            self.watch()
 
     def add_usage(self, usage: TokenUsage) -> None:
         self.state.usage = self.state.usage + usage

@@ -8,6 +8,7 @@ import os
 import socket
 from collections.abc import Callable
 
+from loopworks.schemas.notify import WEBHOOK_SCHEMES
 from loopworks.schemas.origin_rules import GIT_CREDENTIALS, OriginRules
 from loopworks.workspace.origin_policy import (
     Verdict,
@@ -54,6 +55,21 @@ def verdict_for(
     elif needs_addresses(location, rules):
         addresses = resolver(location.host, location.port)
     return admit(origin, rules, addresses, real_path, marked)
+
+
+def webhook_verdict(
+    url: str,
+    rules: OriginRules,
+    resolver: Callable[[str, int | None], tuple[str, ...]] = resolve,
+) -> Verdict:
+    """Whether notifications may be POSTed to `url`: an http(s) URL the origin rules
+    admit as they would a repository's (docs/notifications.md#which-urls)."""
+    location = parse_origin(url)
+    if isinstance(location, Verdict):
+        return location
+    if "://" not in url or location.scheme not in WEBHOOK_SCHEMES:
+        return Verdict(False, "a webhook must be an http or https URL")
+    return verdict_for(url, rules, resolver)
 
 
 def refusal(verdict: Verdict) -> str:

@@ -50,6 +50,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from tests.histories.notified import record_notified_run
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
@@ -435,6 +436,7 @@ RECORDERS = {
     "unprepared_run": _record_unprepared_run,
     "prep_graph_run": _record_prep_graph_run,
     "prep_run": _record_prep_run,
+    "notified_run": record_notified_run,
 }
 
 

@@ -1,0 +1,146 @@
+"""Sending one notification (docs/notifications.md): a signed POST to one webhook.
+
+The workflow starts this activity and goes on; Temporal retries it with backoff until the
+plan's give-up time, and the workflow records a `notify_failed` event if it never
+succeeds. The signing secret and the deployment's webhooks are read here, from the
+worker's settings: they never travel in a workflow's input or history. The URL is checked
+again against the worker's origin rules before anything connects to it, and a redirect is
+never followed (it would lead past that check).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import time
+from urllib.parse import urlsplit
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from loopworks.activities.deps import StepDeps
+from loopworks.schemas.notify import (
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    NOTIFY_SECRET,
+    NOTIFY_WEBHOOKS,
+    SIGNATURE_HEADER,
+    SIGNATURE_VERSION,
+    TIMESTAMP_HEADER,
+    Notification,
+    NotificationBody,
+    NotifyOutcome,
+    Webhook,
+    WebhookFormat,
+    slack_text,
+)
+from loopworks.schemas.settings import Settings
+from loopworks.workspace.origin_access import refusal, webhook_verdict
+
+# A receiver's answer is read up to this much, for the error an attempt reports.
+ANSWER_CHARS = 200
+NOT_SENT = "NotificationNotSent"
+
+
+def signature(secret: str, timestamp: str, body: bytes) -> str:
+    """`v1=<hex HMAC-SHA256 of "<timestamp>.<body>">`, as `X-Loops-Signature` carries it."""
+    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return f"{SIGNATURE_VERSION}={mac.hexdigest()}"
+
+
+def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
+    """Whether `header` is the signature of `body` sent at `timestamp`."""
+    return hmac.compare_digest(signature(secret, timestamp, body), header)
+
+
+def links(settings: Settings, body: NotificationBody, namespace: str) -> dict[str, str]:
+    """Where a person follows the run or graph: the API's route and the Temporal UI."""
+    api = (settings.public_api_url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
+    found = {"api": f"{api}/{body.kind}s/{body.id}"}
+    if settings.temporal_ui_url:
+        ui = settings.temporal_ui_url.rstrip("/")
+        found["temporal_ui"] = f"{ui}/namespaces/{namespace}/workflows/{body.id}"
+    return found
+
+
+def encoded(body: NotificationBody, webhook: Webhook) -> bytes:
+    """The bytes POSTed: the body as compact JSON, or Slack's `{"text": ...}`."""
+    if webhook.format == WebhookFormat.SLACK:
+        document: object = {"text": slack_text(body)}
+    else:
+        document = body.model_dump(mode="json", exclude_none=True)
+    return json.dumps(document, separators=(",", ":"), sort_keys=True).encode()
+
+
+def where(url: str) -> str:
+    """A webhook as errors and events name it: its scheme, host and port, never its path
+    or query (a Slack webhook's path is its credential)."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "a malformed webhook URL"
+    return f"{parts.scheme}://{parts.hostname or ''}{port}/…"
+
+
+def _not_sent(message: str, retry: bool) -> ApplicationError:
+    return ApplicationError(message, type=NOT_SENT, non_retryable=not retry)
+
+
+class NotificationActivities:
+    def __init__(self, deps: StepDeps) -> None:
+        self.deps = deps
+
+    def _webhook(self, notification: Notification) -> Webhook:
+        target = notification.target
+        if target.webhook is not None:
+            return target.webhook
+        configured = self.deps.settings.deployment_webhooks()
+        if target.deployment is None or target.deployment >= len(configured):
+            raise _not_sent(f"this worker's {NOTIFY_WEBHOOKS} has no {target.label()}", False)
+        return configured[target.deployment]
+
+    @activity.defn(name="send_notification")
+    async def send_notification(self, notification: Notification) -> NotifyOutcome:
+        """POST one notification, signed; any answer but 2xx is an attempt that failed."""
+        settings = self.deps.settings
+        if not settings.notify_secret:
+            raise _not_sent(f"{NOTIFY_SECRET} is not set on this worker", False)
+        webhook = self._webhook(notification)
+        rules = settings.origin_rules()
+        verdict = await asyncio.to_thread(webhook_verdict, webhook.url, rules)
+        if not verdict:
+            raise _not_sent(f"webhook {where(webhook.url)} refused: {refusal(verdict)}", False)
+        info = activity.info()
+        body = notification.body.model_copy(
+            update={
+                "links": links(
+                    settings, notification.body, info.workflow_namespace or notification.namespace
+                )
+            }
+        )
+        data = encoded(body, webhook)
+        timestamp = str(int(time.time()))
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "loopworks-notify/1",
+            TIMESTAMP_HEADER: timestamp,
+            SIGNATURE_HEADER: signature(settings.notify_secret, timestamp, data),
+            IDEMPOTENCY_HEADER: notification.key,
+            EVENT_HEADER: body.event.value,
+        }
+        timeout = httpx.Timeout(settings.notify_attempt_seconds)
+        try:
+            async with httpx.AsyncClient(
+                follow_redirects=False, timeout=timeout, trust_env=False
+            ) as client:
+                answer = await client.post(webhook.url, content=data, headers=headers)
+        except httpx.HTTPError as err:
+            raise _not_sent(f"{where(webhook.url)}: {type(err).__name__}: {err}", True) from None
+        if not 200 <= answer.status_code < 300:
+            text = answer.text[:ANSWER_CHARS]
+            raise _not_sent(f"{where(webhook.url)} answered {answer.status_code}: {text}", True)
+        return NotifyOutcome(status_code=answer.status_code, attempt=info.attempt)

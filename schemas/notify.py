@@ -1,0 +1,186 @@
+"""Notifications (docs/notifications.md): the webhooks a run or graph request names, the
+plan the workflow carries, one notification as its activity is given it, and the
+signature a receiver checks.
+
+A notification is sent when a run or graph starts waiting for a person or finishes. The
+body is small JSON (or Slack's incoming-webhook shape), signed with HMAC-SHA256 over
+`<timestamp>.<body>` with the deployment's LOOPS_NOTIFY_SECRET; the secret is read by the
+activity from its settings and never travels in a workflow's input or history.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NOTIFY_SECRET = "LOOPS_NOTIFY_SECRET"
+NOTIFY_WEBHOOKS = "LOOPS_NOTIFY_WEBHOOKS"
+
+# The headers every notification carries (docs/notifications.md#verifying-a-notification).
+SIGNATURE_HEADER = "X-Loops-Signature"
+TIMESTAMP_HEADER = "X-Loops-Timestamp"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+EVENT_HEADER = "X-Loops-Event"
+SIGNATURE_VERSION = "v1"
+
+# Schemes a webhook may use, of those LOOPS_ALLOWED_SCHEMES allows.
+WEBHOOK_SCHEMES = frozenset({"https", "http"})
+
+
+class NotifyEvent(StrEnum):
+    """What a notification is sent for: waiting for a person, then finishing."""
+
+    AWAITING_APPROVAL = "awaiting_approval"
+    BLOCKED = "blocked"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    HALTED = "halted"
+    STOPPED = "stopped"
+    # A run stopped because QA rejected its result: said apart from other stops.
+    QA_REJECTED = "qa_rejected"
+
+
+DEFAULT_EVENTS: tuple[NotifyEvent, ...] = tuple(NotifyEvent)
+
+
+class WebhookFormat(StrEnum):
+    JSON = "json"
+    # Slack's incoming webhooks: `{"text": ...}`.
+    SLACK = "slack"
+
+
+class Webhook(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1, max_length=2000, description="http(s) URL to POST to")
+    format: WebhookFormat = WebhookFormat.JSON
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_url(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
+
+
+class NotifyRequest(BaseModel):
+    """A request's `notify`: where to POST, and for which events."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    webhooks: list[Webhook] = Field(min_length=1, max_length=5)
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: list(DEFAULT_EVENTS),
+        min_length=1,
+        description="default: every event (waiting for a person, and finishing)",
+    )
+
+    @field_validator("events")
+    @classmethod
+    def _unique(cls, events: list[NotifyEvent]) -> list[NotifyEvent]:
+        return list(dict.fromkeys(events))
+
+
+class NotifyTiming(BaseModel):
+    """How long one attempt may take, the first retry's wait (doubling after), and when
+    the notification is given up (then it is a `notify_failed` event)."""
+
+    attempt_seconds: float = Field(default=10.0, gt=0)
+    retry_seconds: float = Field(default=5.0, gt=0)
+    give_up_seconds: float = Field(default=900.0, gt=0)
+
+
+class NotifyPlan(BaseModel):
+    """What a workflow is given (by the API, from the request and its settings) to know
+    which transitions to send and where. The deployment's webhooks are counted, not
+    named: the activity reads them from its own settings."""
+
+    webhooks: list[Webhook] = Field(default_factory=list)
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(DEFAULT_EVENTS))
+    deployment_webhooks: int = Field(default=0, ge=0)
+    deployment_events: list[NotifyEvent] = Field(default_factory=lambda: list(DEFAULT_EVENTS))
+    timing: NotifyTiming = Field(default_factory=NotifyTiming)
+
+    def targets(self, event: NotifyEvent) -> list[NotifyTarget]:
+        """The webhooks that want `event`: the request's, then the deployment's."""
+        found: list[NotifyTarget] = []
+        if event in self.events:
+            found += [NotifyTarget(webhook=w) for w in self.webhooks]
+        if event in self.deployment_events:
+            found += [NotifyTarget(deployment=i) for i in range(self.deployment_webhooks)]
+        return found
+
+
+class NotifyTarget(BaseModel):
+    """One receiver: a request's webhook, or the deployment's `deployment`th."""
+
+    webhook: Webhook | None = None
+    deployment: int | None = Field(default=None, ge=0)
+
+    def label(self) -> str:
+        if self.webhook is not None:
+            return "request webhook"
+        return f"deployment webhook {self.deployment}"
+
+
+class NextStep(BaseModel):
+    """What moves the run or graph on: a command and the API route."""
+
+    command: str = ""
+    route: str = ""
+
+
+class NotificationBody(BaseModel):
+    """The JSON a receiver gets (docs/notifications.md#the-body)."""
+
+    kind: str = Field(description="`run` or `graph`")
+    id: str
+    alias: str = ""
+    event: NotifyEvent
+    status: str
+    stop_reason: str | None = None
+    score: float | None = None
+    message: str = ""
+    next: NextStep | None = None
+    links: dict[str, str] = Field(default_factory=dict)
+    at: str = Field(description="when the transition happened (the workflow's clock)")
+
+
+class Notification(BaseModel):
+    """What one notification activity is given: the body (less its links, which the
+    worker's settings make), the receiver, and the idempotency key."""
+
+    body: NotificationBody
+    target: NotifyTarget
+    key: str
+    namespace: str = "default"
+
+
+class NotifyOutcome(BaseModel):
+    status_code: int
+    attempt: int
+
+
+def notify_key(workflow_id: str, transition: int, event: NotifyEvent) -> str:
+    """The idempotency key of a transition: the same for every attempt and receiver, and
+    different for every transition of every run or graph."""
+    return f"{workflow_id}:{transition}:{event.value}"
+
+
+def slack_text(body: NotificationBody) -> str:
+    """The notification as one Slack message."""
+    name = f"{body.kind} `{body.id}`" + (f" ({body.alias})" if body.alias else "")
+    lines = [f"loopworks: {name} is *{body.event.value.replace('_', ' ')}*"]
+    details = [f"status {body.status}"]
+    if body.stop_reason:
+        details.append(f"stop reason {body.stop_reason}")
+    if body.score is not None:
+        details.append(f"score {body.score:.2f}")
+    lines.append(", ".join(details))
+    if body.message:
+        lines.append(body.message[:500])
+    if body.next and body.next.command:
+        lines.append(f"next: `{body.next.command}`")
+    lines += [f"<{url}|{name}>" for name, url in body.links.items()]
+    return "\n".join(lines)

@@ -1,0 +1,325 @@
+"""Notifications against real processes (docs/notifications.md): a worker and the API on
+the dev server, and a webhook receiver on 127.0.0.1 answering as each test scripts it.
+
+Every delivery's signature is checked as a receiver would check it; the idempotency key
+tells attempts of one transition apart from transitions."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loopworks.deploy.local import free_port
+from loopworks.schemas.run import TERMINAL_STATUSES
+from tests.integration.stack import Stack
+from tests.integration.test_temporal_cli import start_run, wait_for
+from tests.integration.test_worker_loss import wait_until_polling
+
+pytestmark = pytest.mark.integration
+
+SECRET = "a-test-notify-secret-of-some-length"
+TERMINAL = {status.value for status in TERMINAL_STATUSES}
+# Short retries, so a failing receiver is given up in seconds.
+RETRY_S, GIVE_UP_S, ATTEMPT_S = 0.5, 6.0, 2.0
+
+
+@dataclass
+class Delivery:
+    at: float
+    headers: dict[str, str]
+    body: bytes
+    answered: int | None  # None: the connection was dropped, nothing answered
+
+    @property
+    def document(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.body)
+        return loaded
+
+
+@dataclass
+class Receiver:
+    """A webhook: `answer(n)` is the status for the nth request (0-based), None to hold
+    the request until `release` is set and then drop it unanswered."""
+
+    answer: Callable[[int], int | None]
+    port: int = field(default_factory=free_port)
+    deliveries: list[Delivery] = field(default_factory=list)
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def acknowledged(self) -> list[Delivery]:
+        return [d for d in self.deliveries if d.answered == 200]
+
+    def wait_for(self, count: int, timeout: float = 60) -> list[Delivery]:
+        deadline = time.monotonic() + timeout
+        while len(self.acknowledged()) < count:
+            assert time.monotonic() < deadline, self.deliveries
+            time.sleep(0.05)
+        return self.acknowledged()
+
+    def serve(self) -> ThreadingHTTPServer:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                n = len(receiver.deliveries)
+                status = receiver.answer(n)
+                delivery = Delivery(time.time(), dict(self.headers.items()), body, status)
+                receiver.deliveries.append(delivery)
+                if status is None:
+                    receiver.holding.set()
+                    receiver.release.wait(60)
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+@pytest.fixture
+def receivers() -> Iterator[Callable[[Callable[[int], int | None]], Receiver]]:
+    servers: list[ThreadingHTTPServer] = []
+    made: list[Receiver] = []
+
+    def make(answer: Callable[[int], int | None]) -> Receiver:
+        receiver = Receiver(answer)
+        servers.append(receiver.serve())
+        made.append(receiver)
+        return receiver
+
+    yield make
+    for receiver in made:
+        receiver.release.set()
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def notifying(stack: Stack, receiver: Receiver) -> None:
+    """The stack's settings: the receiver's host and port allowed as an operator would
+    allow a repository's host, over http; a secret; short retries."""
+    stack.extra_env.update(
+        LOOPS_ALLOWED_ORIGINS=f"127.0.0.1:{receiver.port}",
+        LOOPS_ALLOWED_SCHEMES="https,ssh,file,http",
+        LOOPS_NOTIFY_SECRET=SECRET,
+        LOOPS_NOTIFY_RETRY_S=str(RETRY_S),
+        LOOPS_NOTIFY_GIVE_UP_S=str(GIVE_UP_S),
+        LOOPS_NOTIFY_ATTEMPT_S=str(ATTEMPT_S),
+        LOOPS_TEMPORAL_UI_URL="http://127.0.0.1:8233",
+    )
+
+
+def signed(delivery: Delivery) -> bool:
+    headers = {name.lower(): value for name, value in delivery.headers.items()}
+    timestamp = headers["x-loops-timestamp"]
+    assert abs(time.time() - int(timestamp)) < 300
+    # As a receiver checks it (docs/notifications.md#verifying-a-notification).
+    mac = hmac.new(SECRET.encode(), timestamp.encode() + b"." + delivery.body, hashlib.sha256)
+    return hmac.compare_digest("v1=" + mac.hexdigest(), headers["x-loops-signature"])
+
+
+def key(delivery: Delivery) -> str:
+    return {n.lower(): v for n, v in delivery.headers.items()}["idempotency-key"]
+
+
+def test_an_approved_run_sends_one_signed_notification_per_transition(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(lambda n: 200)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        run_id = start_run(
+            http,
+            task="Write a short guide to reflex loops",
+            mode="interactive",
+            audit_probability=0,
+            notify={"webhooks": [receiver.url]},
+        )
+        wait_for(http, run_id, lambda state: state["status"] == "awaiting_approval")
+        assert len(receiver.wait_for(1)) == 1  # before anyone approved
+        approved = http.post(f"/runs/{run_id}/approve", json={})
+        assert approved.status_code == 200, approved.text
+        final = wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
+        deliveries = receiver.wait_for(2)
+        time.sleep(2 * RETRY_S)  # a second copy of either would have come by now
+
+    assert final["status"] == "completed", final
+    assert len(receiver.deliveries) == 2, receiver.deliveries
+    assert all(signed(d) for d in deliveries)
+    first, last = (d.document for d in deliveries)
+    assert first["event"] == "awaiting_approval" and first["id"] == run_id
+    assert first["next"] == {
+        "command": f"loops approve {run_id}",
+        "route": f"POST /runs/{run_id}/approve",
+    }
+    assert first["links"]["api"].endswith(f"/runs/{run_id}")
+    assert first["links"]["temporal_ui"].endswith(f"/workflows/{run_id}")
+    assert last["event"] == "completed" and last["status"] == "completed"
+    assert last["score"] == final["last_score"]
+    assert key(deliveries[0]) != key(deliveries[1])
+    assert all(key(d).startswith(f"{run_id}:") for d in deliveries)
+
+
+def test_a_failing_receiver_gets_it_once_late_and_the_run_does_not_wait(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(lambda n: 500 if n < 3 else 200)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"webhooks": [receiver.url], "events": ["completed"]}
+        run_id = start_run(http, task="Write a short guide", audit_probability=0, notify=body)
+        final = wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
+        finished_at = time.time()
+        (delivered,) = receiver.wait_for(1)
+        time.sleep(2 * RETRY_S)
+
+    assert final["status"] == "completed", final
+    attempts = receiver.deliveries
+    assert [d.answered for d in attempts] == [500, 500, 500, 200]
+    assert len({key(d) for d in attempts}) == 1  # four attempts of one transition
+    assert all(signed(d) for d in attempts)
+    # The run was completed before the notification got through, which took its backoff.
+    assert delivered.at > finished_at
+    assert delivered.at - attempts[0].at >= RETRY_S * (1 + 2 + 4) * 0.9
+
+
+def test_a_receiver_that_always_fails_leaves_an_event_and_a_completed_run(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(lambda n: 500)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"webhooks": [receiver.url], "events": ["completed"]}
+        run_id = start_run(http, task="Write a short guide", audit_probability=0, notify=body)
+        final = wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
+        deadline = time.monotonic() + GIVE_UP_S + 30
+        while True:
+            events = http.get(f"/runs/{run_id}/events").json()
+            failed = [e for e in events if e["event"] == "notify_failed"]
+            if failed or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        after = http.get(f"/runs/{run_id}").json()
+
+    assert final["status"] == "completed" and after["status"] == "completed"
+    (event,) = failed
+    assert event["status"] == "error"
+    assert event["payload"]["event"] == "completed"
+    assert event["payload"]["webhook"] == f"http://127.0.0.1:{receiver.port}/…"
+    assert event["payload"]["key"] == key(receiver.deliveries[0])
+    assert len(receiver.deliveries) >= 2 and not receiver.acknowledged()
+
+
+def test_a_worker_killed_while_sending_leaves_one_delivery(
+    stack: Stack, receivers: Callable[..., Receiver], tmp_path: Path
+) -> None:
+    # The first attempt is held, and dropped once its worker is dead; then 200.
+    receiver = receivers(lambda n: None if n == 0 else 200)
+    notifying(stack, receiver)
+    # Long enough for the dead worker's attempt to time out and another to follow.
+    stack.extra_env["LOOPS_NOTIFY_GIVE_UP_S"] = "120"
+    first = stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"webhooks": [receiver.url], "events": ["completed"]}
+        run_id = start_run(http, task="Write a short guide", audit_probability=0, notify=body)
+        assert receiver.holding.wait(90), first.output()
+        first.kill()
+        receiver.release.set()
+        second = stack.start_worker()
+        wait_until_polling(second)
+        (delivered,) = receiver.wait_for(1, timeout=90)
+        time.sleep(2 * RETRY_S)
+        final = http.get(f"/runs/{run_id}").json()
+
+    assert final["status"] == "completed", final
+    assert [d.answered for d in receiver.deliveries] == [None, 200]
+    assert key(receiver.deliveries[0]) == key(delivered)
+    assert signed(delivered) and delivered.document["event"] == "completed"
+
+
+@pytest.mark.parametrize(
+    ("url", "setting"),
+    [
+        ("http://127.0.0.1:1/hook", "LOOPS_ALLOWED_ORIGINS"),  # another port
+        ("http://internal.example:8080/hook", "LOOPS_ALLOWED_ORIGINS"),
+        ("ftp://127.0.0.1/hook", None),
+    ],
+)
+def test_a_webhook_outside_the_allowed_hosts_is_422(
+    stack: Stack, receivers: Callable[..., Receiver], url: str, setting: str | None
+) -> None:
+    receiver = receivers(lambda n: 200)
+    notifying(stack, receiver)
+    _, base_url = stack.start_api()
+    notify = {"webhooks": [{"url": url, "format": "slack"}]}
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        run = http.post("/runs", json={"task": "Write a guide", "notify": notify})
+        graph = http.post("/graphs", json={"goal": "Write a guide", "notify": notify})
+    assert not receiver.deliveries
+    for response in (run, graph):
+        assert response.status_code == 422, response.text
+        text = response.text
+        assert "webhook not allowed" in text or "http or https" in text, text
+        if setting:
+            assert setting in text, text
+        assert "notify" in text, text
+
+
+def test_a_graph_notifies_its_waits_and_its_end(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(lambda n: 200)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"goal": "Write a guide to caching", "mode": "interactive"}
+        created = http.post("/graphs", json={**body, "notify": {"webhooks": [receiver.url]}})
+        assert created.status_code == 201, created.text
+        graph_id = created.json()["graph_id"]
+        receiver.wait_for(1, timeout=120)
+        assert http.post(f"/graphs/{graph_id}/pause").status_code == 200
+        receiver.wait_for(2)
+        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        deliveries = receiver.wait_for(3)
+        time.sleep(2 * RETRY_S)
+        state = http.get(f"/graphs/{graph_id}").json()
+
+    assert state["status"] == "stopped", state
+    assert len(receiver.deliveries) == 3 and all(signed(d) for d in deliveries)
+    documents = [d.document for d in deliveries]
+    assert [d["event"] for d in documents] == ["awaiting_approval", "paused", "stopped"]
+    assert {d["kind"] for d in documents} == {"graph"} and documents[0]["id"] == graph_id
+    assert documents[0]["next"]["command"] == f"loops graph approve {graph_id}"
+    assert documents[0]["links"]["api"].endswith(f"/graphs/{graph_id}")
+    assert state["notify_failed"] == []

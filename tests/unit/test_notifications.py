@@ -1,0 +1,209 @@
+"""Notifications' plain parts: which event a status is, the body and what moves a run on,
+Slack's shape, the signature as docs/notifications.md's receiver checks it, the settings
+and which webhook URLs are admitted."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from loopworks.activities.notification import encoded, links, signature, verify, where
+from loopworks.schemas.graph import GraphState, GraphStatus
+from loopworks.schemas.notify import (
+    DEFAULT_EVENTS,
+    NotifyEvent,
+    NotifyRequest,
+    Webhook,
+    WebhookFormat,
+    notify_key,
+)
+from loopworks.schemas.origin_rules import OriginRules, rules_from
+from loopworks.schemas.run import RunState, RunStatus, StopReason, Thresholds
+from loopworks.schemas.settings import Settings
+from loopworks.workflows.notifying import graph_body, graph_event, run_body, run_event
+from loopworks.workspace.origin_access import webhook_verdict
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "notifications.md"
+
+
+def state(status: RunStatus, reason: StopReason | None = None, **fields: object) -> RunState:
+    return RunState(
+        run_id="r-1",
+        alias="guide",
+        status=status,
+        task="t",
+        max_iterations=4,
+        thresholds=Thresholds(),
+        branch="loops/r-1",
+        origin="",
+        stop_reason=reason,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "reason", "event"),
+    [
+        (RunStatus.AWAITING_APPROVAL, None, NotifyEvent.AWAITING_APPROVAL),
+        (RunStatus.BLOCKED, None, NotifyEvent.BLOCKED),
+        (RunStatus.PAUSED, None, NotifyEvent.PAUSED),
+        (RunStatus.COMPLETED, StopReason.THRESHOLD_REACHED, NotifyEvent.COMPLETED),
+        (RunStatus.STOPPED, StopReason.USER_STOP, NotifyEvent.STOPPED),
+        (RunStatus.STOPPED, StopReason.QA_REJECTED, NotifyEvent.QA_REJECTED),
+        (RunStatus.HALTED, StopReason.CRITIC_HALT, NotifyEvent.HALTED),
+        (RunStatus.FAILED, None, NotifyEvent.FAILED),
+        (RunStatus.RUNNING, None, None),
+    ],
+)
+def test_each_status_is_its_event(
+    status: RunStatus, reason: StopReason | None, event: NotifyEvent | None
+) -> None:
+    assert run_event(state(status, reason)) == event
+
+
+def test_a_waiting_run_says_what_moves_it_on() -> None:
+    blocked = state(RunStatus.BLOCKED, iteration=2, last_score=0.5)
+    blocked.block.reason = "edits outside the declared files"
+    body = run_body(blocked, NotifyEvent.BLOCKED, "2026-01-01T00:00:00+00:00")
+    assert body.next is not None
+    assert body.next.command == "loops clear-block r-1 --note '...'"
+    assert body.next.route == "POST /runs/r-1/clear-block"
+    assert body.message == "edits outside the declared files" and body.score == 0.5
+    done = run_body(state(RunStatus.COMPLETED), NotifyEvent.COMPLETED, "t")
+    assert done.next is None and done.score is None  # it never iterated
+
+
+def test_a_graph_notifies_its_own_transitions() -> None:
+    graph = GraphState(graph_id="graph-g-1", goal="Write a guide", status=GraphStatus.PAUSED)
+    assert graph_event(graph) == NotifyEvent.PAUSED
+    body = graph_body(graph, NotifyEvent.PAUSED, "t")
+    assert body.kind == "graph" and body.next is not None
+    assert body.next.command == "loops graph resume graph-g-1"
+    assert graph_event(graph.model_copy(update={"status": GraphStatus.RUNNING})) is None
+
+
+def test_slack_gets_its_own_shape_and_json_the_body() -> None:
+    body = run_body(state(RunStatus.AWAITING_APPROVAL), NotifyEvent.AWAITING_APPROVAL, "t")
+    body = body.model_copy(update={"links": {"api": "http://api/runs/r-1"}})
+    slack = json.loads(encoded(body, Webhook(url="https://x", format=WebhookFormat.SLACK)))
+    assert list(slack) == ["text"]
+    assert "awaiting approval" in slack["text"] and "loops approve r-1" in slack["text"]
+    assert "<http://api/runs/r-1|api>" in slack["text"]
+    plain = json.loads(encoded(body, Webhook(url="https://x")))
+    assert plain["event"] == "awaiting_approval" and plain["id"] == "r-1"
+
+
+def test_the_documented_receiver_verifies_a_signature_and_refuses_a_replay() -> None:
+    code = re.search(r"```python\n(.*?)```", DOCS.read_text(), re.S)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(code.group(1), namespace)  # the receiver docs/notifications.md shows
+    verified = namespace["verified"]
+    body, timestamp = b'{"id":"r-1"}', str(int(time.time()))
+    headers = {
+        "X-Loops-Timestamp": timestamp,
+        "X-Loops-Signature": signature("s3cret", timestamp, body),
+        "Idempotency-Key": notify_key("r-1", 1, NotifyEvent.COMPLETED),
+    }
+    seen: set[str] = set()
+    assert verified("s3cret", headers, body, seen)  # type: ignore[operator]
+    assert not verified("s3cret", headers, body, seen)  # type: ignore[operator]
+    assert not verified("other", headers, body, set())  # type: ignore[operator]
+    assert not verified("s3cret", headers, body + b" ", set())  # type: ignore[operator]
+    assert verify("s3cret", timestamp, body, headers["X-Loops-Signature"])
+
+
+def test_settings_make_the_plan_and_keep_the_deployment_webhooks_to_themselves() -> None:
+    settings = Settings(
+        LOOPS_NOTIFY_WEBHOOKS="https://a.example/h, slack:https://hooks.slack.com/s/T/B/X",
+        LOOPS_NOTIFY_EVENTS="blocked,failed",
+        LOOPS_NOTIFY_RETRY_S=0.5,
+    )
+    assert [w.format for w in settings.deployment_webhooks()] == ["json", "slack"]
+    plan = settings.notify_plan(None)
+    assert plan is not None and plan.deployment_webhooks == 2 and not plan.webhooks
+    assert "hooks.slack.com" not in plan.model_dump_json()
+    assert plan.timing.retry_seconds == 0.5
+    assert [t.deployment for t in plan.targets(NotifyEvent.BLOCKED)] == [0, 1]
+    assert plan.targets(NotifyEvent.COMPLETED) == []
+    assert Settings().notify_plan(None) is None
+    asked = NotifyRequest.model_validate({"webhooks": ["https://b.example/h"]})
+    assert asked.events == list(DEFAULT_EVENTS)
+    with pytest.raises(ValueError, match="LOOPS_NOTIFY_EVENTS"):
+        Settings(LOOPS_NOTIFY_EVENTS="done")
+
+
+def test_links_follow_the_public_urls() -> None:
+    body = run_body(state(RunStatus.PAUSED), NotifyEvent.PAUSED, "t")
+    assert links(Settings(), body, "default") == {"api": "http://127.0.0.1:8000/runs/r-1"}
+    found = links(
+        Settings(LOOPS_PUBLIC_API_URL="https://loops.example/", LOOPS_TEMPORAL_UI_URL="http://ui"),
+        body,
+        "ns",
+    )
+    assert found == {
+        "api": "https://loops.example/runs/r-1",
+        "temporal_ui": "http://ui/namespaces/ns/workflows/r-1",
+    }
+
+
+def _rules(allowed: str | None = None, schemes: str = "https,ssh") -> OriginRules:
+    return rules_from(allowed=allowed, schemes=schemes, local_roots="/tmp", own=(), private_dirs=())
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "schemes", "admitted"),
+    [
+        ("https://hooks.example/x", None, "https,ssh", True),
+        ("http://hooks.example/x", None, "https,ssh", False),  # http only when named
+        ("https://10.1.2.3/x", None, "https,ssh", False),  # a private address
+        ("http://127.0.0.1:9000/x", "127.0.0.1:9000", "https,http", True),
+        ("http://127.0.0.1:9001/x", "127.0.0.1:9000", "https,http", False),
+        ("ssh://hooks.example/x", None, "https,ssh", False),
+        ("/tmp/hook", None, "https,ssh,file", False),
+        ("https://user:pw@hooks.example/x", None, "https,ssh", False),
+    ],
+)
+def test_webhooks_are_admitted_like_repositories(
+    url: str, allowed: str | None, schemes: str, admitted: bool
+) -> None:
+    def resolver(host: str, port: int | None) -> tuple[str, ...]:
+        return ("10.1.2.3",) if host == "10.1.2.3" else ("93.184.215.14",)
+
+    rules = _rules(allowed, schemes)
+    assert bool(webhook_verdict(url, rules, resolver)) is admitted
+
+
+def test_a_webhook_is_named_without_its_path() -> None:
+    assert where("https://hooks.slack.com:8443/services/T/B/SECRET?x=1") == (
+        "https://hooks.slack.com:8443/…"
+    )
+
+
+def test_the_signing_secret_never_enters_a_notifying_runs_history() -> None:
+    """tests/histories/notified_run.json was recorded with LOOPS_NOTIFY_SECRET set on its
+    worker (tests/histories/notified.py): no payload of it holds the secret, and its
+    given-up notification is there as an event."""
+    history = json.loads((DOCS.parents[1] / "tests/histories/notified_run.json").read_text())
+    payloads: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for name, value in node.items():
+                if name == "data" and isinstance(value, str):
+                    payloads.append(base64.b64decode(value).decode("utf-8", "replace"))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(history)
+    text = "\n".join(payloads)
+    assert "notify_failed" in text
+    assert "recorded-secret" not in text
