@@ -43,6 +43,7 @@ async def test_a_full_query_buffer_is_asked_again() -> None:
     assert await wait_until_applied(answers, 10, first_delay=0, max_delay=0) == APPLIED
     assert answers.asked == 4
 
+
 TASK_RETRYING = RPCError(
     "Unable to query workflow due to Workflow Task in failed state.",
     RPCStatusCode.FAILED_PRECONDITION,
