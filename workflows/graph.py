@@ -14,7 +14,6 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ParentClosePolicy
 
@@ -52,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
-    from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
@@ -259,9 +257,7 @@ class TaskGraphWorkflow:
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(LOOP_GRAPH, self._state.graph_id), *self._started_by_pair()]
-            ),
+            search_attributes=graph_inputs.loop_attributes(state.graph_id, self._started_by),
             static_summary=f"{task_id}: {task_state.task.title}"[:200],
         )
         self._record.note(
@@ -272,10 +268,6 @@ class TaskGraphWorkflow:
     @property
     def _started_by(self) -> str:
         return self._state.started_by or self._params.started_by
-
-    def _started_by_pair(self) -> list[SearchAttributePair[str]]:
-        # A graph started other than through the API (the `temporal` CLI, say) names nobody.
-        return [SearchAttributePair(LOOP_STARTED_BY, self._started_by)] if self._started_by else []
 
     def _released(self) -> bool:
         return not self._memory.paused or self._stop_requested

@@ -9,6 +9,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
 from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
 from loopworks.schemas.integration import IntegrationInfo
 from loopworks.schemas.prep import (
@@ -20,6 +22,7 @@ from loopworks.schemas.prep import (
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, validated_graph
+from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
 # What tells a graph's loop that it is one (its producer's prompt says what follows).
 GRAPH_TASK_NOTE = (
@@ -188,3 +191,12 @@ def run_from_prep(request: RunRequest, prepared: PrepOutcome) -> tuple[RunReques
         }
     )
     return effective, plan
+
+
+def loop_attributes(graph_id: str, started_by: str) -> TypedSearchAttributes:
+    """A task loop's search attributes: its graph, and who started the graph (a graph
+    started other than through the API, by the `temporal` CLI say, names nobody)."""
+    pairs: list[SearchAttributePair[str]] = [SearchAttributePair(LOOP_GRAPH, graph_id)]
+    if started_by:
+        pairs.append(SearchAttributePair(LOOP_STARTED_BY, started_by))
+    return TypedSearchAttributes(pairs)
