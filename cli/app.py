@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
     new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
     _confirm_options(new, "loops approve")
+    _notify_options(new, "run")
     new.add_argument("--idempotency-key", help="the same key returns the same run")
     new.add_argument(
         "--no-prep",
@@ -171,6 +172,7 @@ def _graph_parser(
     new.add_argument("--max-iterations", type=_positive, help="each task loop's iterations")
     new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
     _confirm_options(new, "loops graph approve")
+    _notify_options(new, "graph")
     new.add_argument("--follow", "-f", action="store_true", help="then follow it, as status -f")
 
     status = add("status", graphs.cmd_status, "a graph's tasks as a tree, with their runs")
@@ -220,6 +222,23 @@ def _confirm_options(parser: argparse.ArgumentParser, approve: str) -> None:
         "--interactive",
         action="store_true",
         help="confirm the draft first even without a terminal (then: " + approve + ")",
+    )
+
+
+def _notify_options(parser: argparse.ArgumentParser, kind: str) -> None:
+    """Webhooks told when the run or graph waits for a person or ends (docs/notifications.md)."""
+    parser.add_argument(
+        "--notify",
+        action="append",
+        metavar="URL",
+        help=f"POST a signed notification here when the {kind} waits for a person or ends; "
+        "repeatable (up to 5); slack:URL for a Slack incoming webhook",
+    )
+    parser.add_argument(
+        "--notify-events",
+        metavar="EVENTS",
+        help="with --notify: only these, comma-separated (awaiting_approval, blocked, paused, "
+        "completed, failed, halted, stopped, qa_rejected); default every one",
     )
 
 

@@ -120,8 +120,35 @@ def repo_for_api(repo: str) -> str:
     return str(Path(repo).expanduser().resolve())
 
 
+SLACK_PREFIX = "slack:"
+
+
+def notify_for_api(webhooks: list[str] | None, events: str | None) -> dict[str, Any] | None:
+    """`--notify URL` (repeatable; `slack:URL` for Slack's body shape, as in
+    LOOPS_NOTIFY_WEBHOOKS) and `--notify-events a,b` as the request's `notify`
+    (docs/notifications.md#asking-for-them); the API admits the URLs and the events."""
+    if not webhooks:
+        if events:
+            raise CliError("--notify-events needs --notify URL: the webhooks to send them to")
+        return None
+    found = []
+    for given in webhooks:
+        slack = given.startswith(SLACK_PREFIX)
+        url = given.removeprefix(SLACK_PREFIX).strip() if slack else given.strip()
+        found.append({"url": url, "format": "slack" if slack else "json"})
+    notify: dict[str, Any] = {"webhooks": found}
+    if events is not None:
+        names = [name.strip() for name in events.split(",") if name.strip()]
+        if not names:
+            raise CliError("--notify-events names no event (e.g. blocked,completed)")
+        notify["events"] = names
+    return notify
+
+
 def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"task": args.task}
+    if notify := notify_for_api(args.notify, args.notify_events):
+        body["notify"] = notify
     if args.rules_file:
         criteria = load_criteria(args.rules_file)
         criteria.pop("note", None)

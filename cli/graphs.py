@@ -19,7 +19,13 @@ from rich.live import Live
 from loopworks.api.models import GraphCreated, GraphListed
 from loopworks.cli import confirm
 from loopworks.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
-from loopworks.cli.commands import Context, print_listing, read_document, repo_for_api
+from loopworks.cli.commands import (
+    Context,
+    notify_for_api,
+    print_listing,
+    read_document,
+    repo_for_api,
+)
 from loopworks.cli.graph_render import (
     changes,
     graph_line,
@@ -163,6 +169,8 @@ def _print_state(ctx: Context, state: GraphState) -> None:
 
 def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"goal": args.goal}
+    if notify := notify_for_api(args.notify, args.notify_events):
+        body["notify"] = notify
     if args.tasks_file:
         body["tasks"] = load_tasks(args.tasks_file)
     if args.repo:

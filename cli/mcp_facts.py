@@ -56,6 +56,41 @@ REPO = (
     "absolute path to a local repository; it must be among the service's allowed origins. "
     "Omitted: the service's own default repository."
 )
+# Every NotifyEvent, and what it means for a run or a graph (a test keeps them equal).
+NOTIFY_EVENTS = {
+    "run": (
+        "`awaiting_approval` (interactive mode: waits at gate `approval`), `blocked` (the "
+        "custodiet blocked it: gate `block`), `paused` (gate `pause`), `completed`, "
+        "`failed`, `halted` (the critic halted it before its first iteration), `stopped` "
+        "(by a person, the iteration limit, stagnation or the budget), `qa_rejected` "
+        "(stopped because QA rejected the result; sent instead of `stopped`)"
+    ),
+    "graph": (
+        "`awaiting_approval` (interactive mode: waits at gate `approval`), `blocked` (one of "
+        "its task loops was blocked by the custodiet: the notification names the graph and "
+        "the task, to clear with clear_graph_block), `paused` (gate `pause`), `completed` "
+        "(every task merged and verified), `failed`, `stopped`; `halted` and `qa_rejected` "
+        "are a run's and never sent for a graph"
+    ),
+}
+NOTIFY = (
+    "Webhooks the service POSTs a small signed JSON notification to when the {kind} starts "
+    "waiting for a person or ends, so that nobody has to poll. An object: `webhooks`, 1 to "
+    "5 of `{{\"url\": \"https://…\", \"format\": \"json\"}}`, where `format` is `json` "
+    "(default: loopworks' own body, with `event`, `id`, `status`, `message` and `next`, "
+    "the command and API route that move it on) or `slack` (a Slack incoming webhook's "
+    "`{{\"text\": …}}`); and `events`, those to send, default every one: {events}. The "
+    "service admits only webhook hosts its operator allows and only when it signs "
+    "notifications; anything else refuses the call (HTTP 422, naming why). Omitted: no "
+    "notifications but those the service's operator configured for every {kind}."
+)
+
+
+def notify_description(kind: str) -> str:
+    """The `notify` parameter of start_run (`run`) or start_graph (`graph`)."""
+    return NOTIFY.format(kind=kind, events=NOTIFY_EVENTS[kind])
+
+
 NOTE = "Free text for the next model step, e.g. what a person decided and why."
 
 INSTRUCTIONS = f"""\

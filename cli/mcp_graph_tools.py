@@ -10,9 +10,17 @@ from pydantic import Field
 
 from loopworks.cli.client import ApiClient
 from loopworks.cli.graphs import GraphApi
-from loopworks.cli.mcp_facts import GRAPH_ID, GRAPH_STATUS_TOOL, MODES, NOTE, REPO
+from loopworks.cli.mcp_facts import (
+    GRAPH_ID,
+    GRAPH_STATUS_TOOL,
+    MODES,
+    NOTE,
+    REPO,
+    notify_description,
+)
 from loopworks.cli.mcp_views import GraphView, RunView, api_errors, graph_view, run_view
 from loopworks.schemas.graph import GraphState
+from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.run import Mode, RunStatus
 from loopworks.schemas.tasks import TASK_ID_PATTERN, Task, TaskStatus
 
@@ -63,6 +71,9 @@ def add_graph_tools(
         max_iterations: Annotated[
             int, Field(ge=1, le=20, description="Each task loop's iteration limit.")
         ] = 4,
+        notify: Annotated[
+            NotifyRequest | None, Field(description=notify_description("graph"))
+        ] = None,
     ) -> GraphView:
         """Start a task graph: the goal is split into atomic tasks (ids `T-001`, `T-002`,
         …), each run as a loop of its own in dependency order, merged onto one
@@ -75,6 +86,8 @@ def add_graph_tools(
         }
         optional = {"repo": repo, "base_branch": base_branch}
         body.update({name: value for name, value in optional.items() if value is not None})
+        if notify is not None:
+            body["notify"] = notify.model_dump(mode="json")
         with api_errors():
             return graph(graphs.state(graphs.create(body).graph_id))
 

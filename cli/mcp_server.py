@@ -30,6 +30,7 @@ from loopworks.cli.mcp_facts import (
     SERVER_NAME,
     TEMPLATES,
     Template,
+    notify_description,
 )
 from loopworks.cli.mcp_graph_tools import add_graph_tools
 from loopworks.cli.mcp_views import (
@@ -42,6 +43,7 @@ from loopworks.cli.mcp_views import (
     run_row,
     run_view,
 )
+from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.rules import Rule
 from loopworks.schemas.run import Mode, RunStatus, Thresholds
 
@@ -108,6 +110,9 @@ def build_server(client: ApiClient) -> MCPServer:
                 "and the same arguments returns the same run instead of starting another.",
             ),
         ] = None,
+        notify: Annotated[
+            NotifyRequest | None, Field(description=notify_description("run"))
+        ] = None,
     ) -> RunView:
         """Start a run (one reflex loop) on a task; answers its run_id and status. The run
         works for minutes on its own: read run_status until `gate` is set or the status has
@@ -120,6 +125,8 @@ def build_server(client: ApiClient) -> MCPServer:
         }
         optional = {"repo": repo, "base_branch": base_branch, "template": template}
         body.update({name: value for name, value in optional.items() if value is not None})
+        if notify is not None:
+            body["notify"] = notify.model_dump(mode="json")
         with api_errors():
             created = client.create_run(body, idempotency_key)
             return run_view(client.run_state(created.run_id))

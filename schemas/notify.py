@@ -44,6 +44,9 @@ class NotifyEvent(StrEnum):
 
 
 DEFAULT_EVENTS: tuple[NotifyEvent, ...] = tuple(NotifyEvent)
+# What a graph's task loops send on its plan (docs/notifications.md#a-graphs-task-loops):
+# a task loop waits for a person only when the custodiet blocks it.
+TASK_LOOP_EVENTS: tuple[NotifyEvent, ...] = (NotifyEvent.BLOCKED,)
 
 
 class WebhookFormat(StrEnum):
@@ -69,7 +72,9 @@ class NotifyRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    webhooks: list[Webhook] = Field(min_length=1, max_length=5)
+    webhooks: list[Webhook] = Field(
+        min_length=1, max_length=5, description="where to POST: 1 to 5 URLs or {url, format}"
+    )
     events: list[NotifyEvent] = Field(
         default_factory=lambda: list(DEFAULT_EVENTS),
         min_length=1,
@@ -111,6 +116,17 @@ class NotifyPlan(BaseModel):
             found += [NotifyTarget(deployment=i) for i in range(self.deployment_webhooks)]
         return found
 
+    def for_task_loops(self) -> NotifyPlan | None:
+        """The plan a graph hands each of its task loops: the same webhooks, for the
+        events of `TASK_LOOP_EVENTS` the graph's plan wants; None when it wants none."""
+        plan = self.model_copy(
+            update={
+                "events": [e for e in self.events if e in TASK_LOOP_EVENTS],
+                "deployment_events": [e for e in self.deployment_events if e in TASK_LOOP_EVENTS],
+            }
+        )
+        return plan if any(plan.targets(e) for e in TASK_LOOP_EVENTS) else None
+
 
 class NotifyTarget(BaseModel):
     """One receiver: a request's webhook, or the deployment's `deployment`th."""
@@ -131,6 +147,13 @@ class NextStep(BaseModel):
     route: str = ""
 
 
+class GraphTask(BaseModel):
+    """The graph and the task a task loop's run is for."""
+
+    id: str = Field(description="the graph's id")
+    task: str = Field(description="the task's id in the graph")
+
+
 class NotificationBody(BaseModel):
     """The JSON a receiver gets (docs/notifications.md#the-body)."""
 
@@ -143,6 +166,8 @@ class NotificationBody(BaseModel):
     score: float | None = None
     message: str = ""
     next: NextStep | None = None
+    # A graph's task loop: which graph and task (its `next` is the graph's command).
+    graph: GraphTask | None = None
     links: dict[str, str] = Field(default_factory=dict)
     at: str = Field(description="when the transition happened (the workflow's clock)")
 
@@ -171,6 +196,8 @@ def notify_key(workflow_id: str, transition: int, event: NotifyEvent) -> str:
 def slack_text(body: NotificationBody) -> str:
     """The notification as one Slack message."""
     name = f"{body.kind} `{body.id}`" + (f" ({body.alias})" if body.alias else "")
+    if body.graph is not None:
+        name = f"task {body.graph.task} of graph `{body.graph.id}` (run `{body.id}`)"
     lines = [f"loopworks: {name} is *{body.event.value.replace('_', ' ')}*"]
     details = [f"status {body.status}"]
     if body.stop_reason:

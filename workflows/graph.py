@@ -253,6 +253,7 @@ class TaskGraphWorkflow:
                 created_at=workflow.now().isoformat(),
                 started_by=self._started_by,
                 graph_id=state.graph_id,
+                notify=self._params.notify.for_task_loops() if self._params.notify else None,
             ),
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.

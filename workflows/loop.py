@@ -282,7 +282,8 @@ class LoopWorkflow:
     def _notify(self, event: NotifyEvent) -> None:
         if self._notifier.wants(event):
             self._memory.notified += 1
-            body = run_body(self._state, event, workflow.now().isoformat())
+            now = workflow.now().isoformat()
+            body = run_body(self._state, event, now, self._params.graph_id)
             self._notifier.send(body, self._memory.notified)
 
     def _notify_failed(self, failed: NotifyFailedPayload) -> None:

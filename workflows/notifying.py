@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.activities.notification import NotificationActivities, where
     from loopworks.schemas.graph import GraphState, GraphStatus
     from loopworks.schemas.notify import (
+        GraphTask,
         NextStep,
         Notification,
         NotificationBody,
@@ -73,8 +74,19 @@ def _next(kind: str, id_: str, event: NotifyEvent) -> NextStep | None:
     return NextStep(command=f"{command} {verb} {id_}{extra}", route=f"POST /{kind}s/{id_}/{route}")
 
 
-def run_body(state: RunState, event: NotifyEvent, at: str) -> NotificationBody:
+def run_body(
+    state: RunState, event: NotifyEvent, at: str, graph_id: str | None = None
+) -> NotificationBody:
+    """A run's notification; a graph's task loop (`graph_id`, its alias the task's id) says
+    its graph and task, and a block is cleared through the graph."""
     message = state.block.reason if event == NotifyEvent.BLOCKED else state.stop.message
+    graph = GraphTask(id=graph_id, task=state.alias) if graph_id else None
+    next_step = _next("run", state.run_id, event)
+    if graph is not None and event == NotifyEvent.BLOCKED:
+        next_step = NextStep(
+            command=f"loops graph clear-block {graph.id} --task {graph.task} --note '...'",
+            route=f"POST /graphs/{graph.id}/clear-block",
+        )
     return NotificationBody(
         kind="run",
         id=state.run_id,
@@ -84,7 +96,8 @@ def run_body(state: RunState, event: NotifyEvent, at: str) -> NotificationBody:
         stop_reason=state.stop_reason.value if state.stop_reason else None,
         score=state.last_score if state.iteration else None,
         message=message[:1000],
-        next=_next("run", state.run_id, event),
+        next=next_step,
+        graph=graph,
         at=at,
     )
 

@@ -167,3 +167,43 @@ async def test_arguments_outside_the_schema_are_refused_before_the_api(bridge: B
         answer = await error(mcp, "start_run", task="x", max_iterations=21)
         assert "max_iterations" in answer
         assert bridge.requests == []
+
+
+@pytest.fixture
+def notifying_bridge(fake: FakeClient, tmp_path: Path) -> Iterator[Bridge]:
+    """The app of a deployment that signs notifications and admits one webhook host."""
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path / "data",
+        LOOPS_NOTIFY_SECRET="a-secret",
+        LOOPS_ALLOWED_ORIGINS="hooks.example.com",
+    )
+    app = create_app(settings, client=cast(TemporalClient, fake))
+    with TestClient(app, base_url="http://localhost") as http:
+        yield Bridge(http)
+
+
+@pytest.mark.parametrize(("tool", "field"), [("start_run", "task"), ("start_graph", "goal")])
+async def test_start_tools_ask_for_notifications(
+    fake: FakeClient, notifying_bridge: Bridge, tool: str, field: str
+) -> None:
+    hook, slack = "https://hooks.example.com/a", "https://hooks.example.com/services/T/B/X"
+    notify = {
+        "webhooks": [{"url": hook}, {"url": slack, "format": "slack"}],
+        "events": ["blocked", "completed"],
+    }
+    async with tools(notifying_bridge) as mcp:
+        result = await mcp.call_tool(tool, {field: "Write a guide", "notify": notify})
+        refused = await error(
+            mcp, tool, **{field: "x", "notify": {"webhooks": ["https://internal.example/h"]}}
+        )
+    _, path, body = notifying_bridge.requests[0]
+    assert path in ("/runs", "/graphs"), result.content
+    assert body["notify"] == {
+        "webhooks": [{"url": hook, "format": "json"}, {"url": slack, "format": "slack"}],
+        "events": ["blocked", "completed"],
+    }
+    plan = fake.starts[0]["params"].notify
+    assert [w.format.value for w in plan.webhooks] == ["json", "slack"]
+    assert [e.value for e in plan.events] == ["blocked", "completed"]
+    assert "HTTP 422" in refused and "LOOPS_ALLOWED_ORIGINS" in refused, refused
+    assert len(fake.starts) == 1

@@ -323,3 +323,66 @@ def test_a_graph_notifies_its_waits_and_its_end(
     assert documents[0]["next"]["command"] == f"loops graph approve {graph_id}"
     assert documents[0]["links"]["api"].endswith(f"/graphs/{graph_id}")
     assert state["notify_failed"] == []
+
+
+def test_a_graphs_blocked_task_loop_is_notified_with_the_graphs_command(
+    stack: Stack, receivers: Callable[..., Receiver], tmp_path: Path
+) -> None:
+    """A task loop the custodiet blocks waits for a person: the graph's webhooks hear it
+    once, as graph G's task T, with the command that clears it through the graph; the
+    task loop's own ending is not theirs to hear, the graph's is."""
+    receiver = receivers(lambda n: 200)
+    notifying(stack, receiver)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"custodiet": {"1": {"verdict": "BLOCK", "reason": "drift"}}}))
+    stack.extra_env["LOOPS_OFFLINE_SCRIPT"] = str(script)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    task = {
+        "id": "T-001",
+        "title": "Write the guide",
+        "description": "Write a short guide to caching",
+        "acceptance_criteria": ["the guide exists"],
+        "verification_command": "true",
+    }
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        created = http.post(
+            "/graphs",
+            json={
+                "goal": "Write a guide to caching",
+                "tasks": [task],
+                "audit_probability": 1,
+                "notify": {"webhooks": [receiver.url]},
+            },
+        )
+        assert created.status_code == 201, created.text
+        graph_id = created.json()["graph_id"]
+        (blocked,) = receiver.wait_for(1, timeout=120)
+        document = blocked.document
+        loop = http.get(f"/runs/{document['id']}").json()
+        cleared = http.post(
+            document["next"]["route"].removeprefix("POST "),
+            json={"task": "T-001", "note": "scope confirmed"},
+        )
+        assert cleared.status_code == 200, cleared.text
+        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        deliveries = receiver.wait_for(2)
+        time.sleep(2 * RETRY_S)
+        state = http.get(f"/graphs/{graph_id}").json()
+
+    assert signed(blocked) and loop["status"] == "blocked", loop
+    assert document["event"] == "blocked" and document["kind"] == "run"
+    assert document["id"] == f"{graph_id}/T-001/1" and document["alias"] == "T-001"
+    assert document["graph"] == {"id": graph_id, "task": "T-001"}
+    assert document["message"] == "drift"
+    assert document["next"] == {
+        "command": f"loops graph clear-block {graph_id} --task T-001 --note '...'",
+        "route": f"POST /graphs/{graph_id}/clear-block",
+    }
+    assert document["links"]["api"].endswith(f"/runs/{graph_id}/T-001/1")
+    assert key(blocked) == f"{graph_id}/T-001/1:1:blocked"
+    # Then only the graph's own end: the task loop's stop is not sent.
+    assert state["status"] == "stopped", state
+    assert len(receiver.deliveries) == 2, [d.document for d in receiver.deliveries]
+    last = deliveries[1].document
+    assert (last["kind"], last["id"], last["event"]) == ("graph", graph_id, "stopped")

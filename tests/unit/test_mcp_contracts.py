@@ -23,6 +23,7 @@ from loopworks.cli.mcp_views import GATE_MEANINGS, GRAPH_GATE_TOOLS, RUN_GATE_TO
 from loopworks.prompts.catalog import load_templates
 from loopworks.schemas.events import EventName
 from loopworks.schemas.graph import GraphStatus
+from loopworks.schemas.notify import NotifyEvent, WebhookFormat
 from loopworks.schemas.run import Mode, RunStatus, StopReason
 from loopworks.schemas.tasks import TaskStatus
 
@@ -188,3 +189,15 @@ def test_reads_are_marked_read_only_and_stops_destructive() -> None:
         assert tool.annotations.read_only_hint is reads, tool.name
         if tool.name.startswith("stop_"):
             assert tool.annotations.destructive_hint is True, tool.name
+
+
+@pytest.mark.parametrize("tool", ["start_run", "start_graph"])
+def test_notify_names_every_event_and_format(tool: str) -> None:
+    """`notify` is optional, and its description says each event a model may ask for
+    and each webhook format, with what it means."""
+    schema = BY_NAME[tool].input_schema
+    assert "notify" not in schema.get("required", [])
+    said = schema["properties"]["notify"]["description"]
+    for value in [*NotifyEvent, *WebhookFormat]:
+        assert f"`{value.value}`" in said, (tool, value)
+    assert "HTTP 422" in said and "`webhooks`" in said and "`events`" in said

@@ -17,6 +17,7 @@ from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.notify import (
     DEFAULT_EVENTS,
     NotifyEvent,
+    NotifyPlan,
     NotifyRequest,
     Webhook,
     WebhookFormat,
@@ -85,6 +86,40 @@ def test_a_graph_notifies_its_own_transitions() -> None:
     assert body.kind == "graph" and body.next is not None
     assert body.next.command == "loops graph resume graph-g-1"
     assert graph_event(graph.model_copy(update={"status": GraphStatus.RUNNING})) is None
+
+
+def test_a_graphs_task_loop_says_its_graph_and_task_and_the_graphs_command() -> None:
+    loop = state(RunStatus.BLOCKED).model_copy(
+        update={"run_id": "graph-g-1/T-002/1", "alias": "T-002"}
+    )
+    loop.block.reason = "drift"
+    body = run_body(loop, NotifyEvent.BLOCKED, "t", graph_id="graph-g-1")
+    assert body.kind == "run" and body.id == "graph-g-1/T-002/1"
+    assert body.graph is not None and (body.graph.id, body.graph.task) == ("graph-g-1", "T-002")
+    assert body.next is not None
+    assert body.next.command == "loops graph clear-block graph-g-1 --task T-002 --note '...'"
+    assert body.next.route == "POST /graphs/graph-g-1/clear-block"
+    slack = json.loads(encoded(body, Webhook(url="https://x", format=WebhookFormat.SLACK)))
+    assert "task T-002 of graph `graph-g-1`" in slack["text"]
+    assert "loops graph clear-block graph-g-1 --task T-002" in slack["text"]
+    # A run of its own says no graph.
+    assert "graph" not in json.loads(encoded(run_body(loop, NotifyEvent.BLOCKED, "t"), Webhook(url="https://x")))
+
+
+def test_a_graph_hands_its_task_loops_its_webhooks_for_blocks_only() -> None:
+    hook = Webhook(url="https://hooks.example/h")
+    plan = NotifyPlan(webhooks=[hook], deployment_webhooks=1)
+    loops = plan.for_task_loops()
+    assert loops is not None
+    assert (loops.events, loops.deployment_events) == ([NotifyEvent.BLOCKED], [NotifyEvent.BLOCKED])
+    assert len(loops.targets(NotifyEvent.BLOCKED)) == 2
+    assert all(not loops.targets(event) for event in NotifyEvent if event != NotifyEvent.BLOCKED)
+    # The request's events decide for its webhooks, the deployment's for the deployment's.
+    only_end = NotifyPlan(webhooks=[hook], events=[NotifyEvent.COMPLETED])
+    assert only_end.for_task_loops() is None
+    mixed = only_end.model_copy(update={"deployment_webhooks": 1})
+    assert mixed.for_task_loops() is not None
+    assert [t.deployment for t in mixed.for_task_loops().targets(NotifyEvent.BLOCKED)] == [0]  # type: ignore[union-attr]
 
 
 def test_slack_gets_its_own_shape_and_json_the_body() -> None:
