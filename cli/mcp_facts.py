@@ -76,10 +76,10 @@ NOTIFY_EVENTS = {
 NOTIFY = (
     "Webhooks the service POSTs a small signed JSON notification to when the {kind} starts "
     "waiting for a person or ends, so that nobody has to poll. An object: `webhooks`, 1 to "
-    "5 of `{{\"url\": \"https://…\", \"format\": \"json\"}}`, where `format` is `json` "
+    '5 of `{{"url": "https://…", "format": "json"}}`, where `format` is `json` '
     "(default: loopworks' own body, with `event`, `id`, `status`, `message` and `next`, "
     "the command and API route that move it on) or `slack` (a Slack incoming webhook's "
-    "`{{\"text\": …}}`); and `events`, those to send, default every one: {events}. The "
+    '`{{"text": …}}`); and `events`, those to send, default every one: {events}. The '
     "service admits only webhook hosts its operator allows and only when it signs "
     "notifications; anything else refuses the call (HTTP 422, naming why). Omitted: no "
     "notifications but those the service's operator configured for every {kind}."

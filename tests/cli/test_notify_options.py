@@ -64,7 +64,9 @@ def service(tmp_path: Path) -> Iterator[Service]:
         LOOPS_ALLOWED_ORIGINS="hooks.example.com",
     )
     fake = FakeClient()
-    with TestClient(create_app(settings, client=cast(Client, fake)), base_url="http://localhost") as http:
+    with TestClient(
+        create_app(settings, client=cast(Client, fake)), base_url="http://localhost"
+    ) as http:
         yield Service(fake, http)
 
 
@@ -88,7 +90,10 @@ ASKED = {
 
 @pytest.mark.parametrize(
     ("argv", "route"),
-    [(["new", "Write a guide", "--auto"], "/runs"), (["graph", "new", "A goal", "--auto"], "/graphs")],
+    [
+        (["new", "Write a guide", "--auto"], "/runs"),
+        (["graph", "new", "A goal", "--auto"], "/graphs"),
+    ],
 )
 def test_new_asks_for_notifications_and_the_workflow_gets_them(
     service: Service, argv: list[str], route: str

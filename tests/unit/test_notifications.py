@@ -103,7 +103,9 @@ def test_a_graphs_task_loop_says_its_graph_and_task_and_the_graphs_command() -> 
     assert "task T-002 of graph `graph-g-1`" in slack["text"]
     assert "loops graph clear-block graph-g-1 --task T-002" in slack["text"]
     # A run of its own says no graph.
-    assert "graph" not in json.loads(encoded(run_body(loop, NotifyEvent.BLOCKED, "t"), Webhook(url="https://x")))
+    assert "graph" not in json.loads(
+        encoded(run_body(loop, NotifyEvent.BLOCKED, "t"), Webhook(url="https://x"))
+    )
 
 
 def test_a_graph_hands_its_task_loops_its_webhooks_for_blocks_only() -> None:
