@@ -29,7 +29,6 @@ from loopworks.workspace.runner import (
 )
 from loopworks.workspace.sweep import used
 
-
 # What a cache of a remote origin fetches: its branches and the runs' work refs, but not
 # the single-shot calls' refs beside them (tens of thousands on a busy origin, read only
 # when someone asks for a trajectory). A negative refspec: git 2.29 or later.

@@ -57,12 +57,10 @@ def test_a_workspace_cache_fetches_no_call_refs_and_the_reader_only_the_runs(
     # Many more from other runs, as a busy origin holds.
     call = git(f"--git-dir={origin}", "rev-parse", f"{calls_prefix('run-1')}01-plan-001")
     others = [f"run-{n}" for n in range(2, OTHER_RUNS + 2)]
-    updates = "".join(
-        f"create {calls_prefix(run)}{i:02d}-hydrate-001 {call}\n" for run in others for i in range(3)
-    )
-    subprocess.run(
-        ["git", f"--git-dir={origin}", "update-ref", "--stdin"], input=updates, text=True, check=True
-    )
+    names = [f"{calls_prefix(run)}{i:02d}-hydrate-001" for run in others for i in range(3)]
+    updates = "".join(f"create {name} {call}\n" for name in names)
+    update = ["git", f"--git-dir={origin}", "update-ref", "--stdin"]
+    subprocess.run(update, input=updates, text=True, check=True)
     assert len(_refs(origin, "refs/loopworks/_trajectory/")) == 3 * len(others) + 3
 
     # A step reading the run's files through a cache (another worker, so no clone of its
