@@ -5,12 +5,13 @@ the conversation in the run's trajectory (docs/observability.md#the-trajectory).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel
+from pydantic_ai.messages import ModelMessage
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
@@ -21,7 +22,7 @@ from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
 from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
 from loopworks.checks.redaction import redacted
-from loopworks.llm.base import ModelCall
+from loopworks.llm.base import InvalidOutput, ModelCall
 from loopworks.llm.pricing import price
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition
@@ -53,15 +54,23 @@ async def consult(
     span_of_call = model_span(deps.tracer, "llm", role, step, call.model)
     with span_of_call as span, final_when_invalid_output():
         async with heartbeating():
-            answered = await ask(deps.models, call, agent.prompt, answer_type, check)
+            try:
+                answered = await ask(deps.models, call, agent.prompt, answer_type, check)
+            except InvalidOutput as invalid:
+                await _record_failed(deps, step, call, agent.prompt, invalid)
+                raise
         price(answered.usage, call.model, deps.settings)
         record_usage(span, answered.usage)
-        await _record(deps, step, call, agent.prompt, answered)
+        await _record(deps, step, call, agent.prompt, answered.messages)
     return answered
 
 
 async def _record(
-    deps: StepDeps, step: ModelStep, call: ModelCall, instructions: str, answered: Answered[Answer]
+    deps: StepDeps,
+    step: ModelStep,
+    call: ModelCall,
+    instructions: str,
+    messages: Sequence[ModelMessage],
 ) -> None:
     """The call's conversation, on the run's origin as a trajectory file of its own: a
     single-shot call changes no file of the run, so no commit of the run's carries it
@@ -70,11 +79,25 @@ async def _record(
     if not step.origin:
         return  # a step sent before every call was recorded
     name = STEP_OF_ROLE[call.role]
-    text = to_jsonl(trajectory(answered.messages, call, instructions, name))
+    text = to_jsonl(trajectory(messages, call, instructions, name))
     call_name = f"{step.iteration:02d}-{name}-{step.call_index:03d}"
     when = datetime.now(UTC)
     record = deps.workspaces.record_call
     await asyncio.to_thread(record, step.origin, step.run_id, call_name, text, when)
+
+
+async def _record_failed(
+    deps: StepDeps, step: ModelStep, call: ModelCall, instructions: str, invalid: InvalidOutput
+) -> None:
+    """The conversation of a call whose answer stayed invalid after its repair, the one
+    most worth reading, recorded before the step fails. The step fails as InvalidOutput
+    either way: a record that cannot be written is logged, not raised in its place."""
+    if not invalid.messages:
+        return
+    try:
+        await _record(deps, step, call, instructions, invalid.messages)
+    except Exception as exc:  # the step's own failure is the one to report
+        activity.logger.warning("could not record the failed %s call: %s", call.role.value, exc)
 
 
 def for_role(

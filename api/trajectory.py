@@ -4,6 +4,7 @@ The agents' (PRODUCE, REFINE, QA, the skill generator) are committed with their 
 run's branch; the single-shot calls' each sit on a ref of their own on the run's origin
 (workspace/call_records.py). Served as one text, a file at a time in the order the calls
 finished (each file's first line's time), `loop_type: task` and `loop_type: skill` alike.
+A task graph's own calls (its task planner's) are recorded under the graph's id.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from loopworks.schemas.graph import GraphState
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import TRAJECTORY_DIR
 from loopworks.workspace.git import GitWorkspaces
@@ -25,6 +27,19 @@ def run_trajectory(workspaces: GitWorkspaces, state: RunState) -> str:
         if commit:
             texts += read_trajectory(workspaces, state.origin, commit)
         texts += workspaces.call_records(state.origin, state.run_id).values()
+    return _joined(texts)
+
+
+def graph_trajectory(workspaces: GitWorkspaces, state: GraphState) -> str:
+    """The task graph's own model calls (its task planner's), recorded under the graph's
+    id; each task loop's are that run's."""
+    if not state.origin:
+        return ""
+    return _joined(list(workspaces.call_records(state.origin, state.graph_id).values()))
+
+
+def _joined(texts: list[str]) -> str:
+    """The files as one text, in the order their calls finished."""
     ordered = sorted(
         (text if text.endswith("\n") else f"{text}\n" for text in texts if text), key=_finished
     )

@@ -189,6 +189,11 @@ def _graph_parser(
     graph_id(ledger)
     ledger.add_argument("--json", action="store_true", help="the JSON lines as the graph wrote")
 
+    help_text = "print the graph's own model calls (its task planner's) as JSON lines"
+    calls = add("trajectory", trajectory.cmd_graph_trajectory, help_text)
+    graph_id(calls)
+    trajectory.loop_type_option(calls)
+
     listing = add("list", graphs.cmd_list, "list task graphs")
     listing.add_argument("--limit", type=_positive, default=50)
     listing.add_argument("--json", action="store_true")

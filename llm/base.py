@@ -15,6 +15,7 @@ import json
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, RunUsage
 
@@ -58,6 +59,9 @@ class InvalidOutput(Exception):
         super().__init__(f"{role.value} answered with invalid output: {detail}")
         self.role = role
         self.detail = detail
+        # What was sent and answered, when a single-shot call gave up on its answer: the
+        # run's trajectory records it before the step fails (activities/model_calls.py).
+        self.messages: list[ModelMessage] = []
 
 
 def usage_of(usage: RunUsage | RequestUsage) -> TokenUsage:

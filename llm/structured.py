@@ -134,7 +134,11 @@ class _Conversation(Generic[Answer]):
             usage.incr(response.usage)
             cut_off = cut_off or response.finish_reason == "length"
             messages.append(response)
-            answer, feedback = self._read(response)
+            try:
+                answer, feedback = self._read(response)
+            except InvalidOutput as exc:
+                exc.messages = list(messages)  # a refusal: recorded as it was answered
+                raise
             if answer is not None:
                 return Answered(
                     answer=answer, usage=usage_of(usage), repairs=repairs, messages=messages
@@ -142,7 +146,9 @@ class _Conversation(Generic[Answer]):
             repairs.append(_feedback_text(feedback))
             if len(repairs) > REPAIR_ATTEMPTS:
                 detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {repairs[-1][:1000]}"
-                raise InvalidOutput(self.role, f"{CUT_OFF}; {detail}" if cut_off else detail)
+                failed = InvalidOutput(self.role, f"{CUT_OFF}; {detail}" if cut_off else detail)
+                failed.messages = list(messages)
+                raise failed
             messages.append(self._request(*feedback))
 
     def _request(self, *parts: ModelRequestPart) -> ModelRequest:

@@ -7,8 +7,10 @@ with no parent and one file, on a ref of its own:
 step, the role's call count), so a retried call moves its own ref and no two calls touch
 the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be run ids or
 their segments (those start with a letter or digit), so these refs never collide with a
-run's work ref. Under `refs/loopworks/` they are fetched with the work refs by every cache
-of a remote origin (workspace/origin.py).
+run's work ref. A busy origin holds tens of thousands of them, so the caches of a remote
+origin that steps and the API read from fetch its branches and work refs without them
+(workspace/origin.py); reading a run's trajectory fetches that run's call refs alone.
+They are kept on origin as the run's work refs are (docs/operations.md#backups).
 """
 
 from __future__ import annotations
@@ -26,16 +28,11 @@ from loopworks.workspace.objects import (
     write_file_tree,
 )
 from loopworks.workspace.origin import OriginReader
-from loopworks.workspace.refs import WORK_REF_PREFIX, checked_run_id
+from loopworks.workspace.refs import calls_prefix
 from loopworks.workspace.stores import own_origin_store
 
-CALLS_REF_PREFIX = f"{WORK_REF_PREFIX}_trajectory/"
 # The file a call's commit holds, as the branch holds an agent step's trajectory.
 CALL_FILE_DIR = ".loops/trajectory"
-
-
-def calls_prefix(run_id: str) -> str:
-    return f"{CALLS_REF_PREFIX}{checked_run_id(run_id)}/_/"
 
 
 class CallRecords(OriginReader):
@@ -67,10 +64,13 @@ class CallRecords(OriginReader):
         return commit
 
     def call_records(self, origin: str, run_id: str) -> dict[str, str]:
-        """Every recorded call of the run on origin: its name and its JSON lines."""
+        """Every recorded call of the run (or task graph) on origin: its name and its JSON
+        lines."""
         prefix = calls_prefix(run_id)
         found: dict[str, str] = {}
-        with self._origin_git_dir(origin, commit=None) as git_dir:
+        # A cache fetches this run's call refs only (pruning those gone), no other's.
+        only_these = (f"+{prefix}*:{prefix}*",)
+        with self._origin_git_dir(origin, commit=None, refspecs=only_these) as git_dir:
             repo = open_repository(git_dir)
             names = sorted(name for name in repo.references if name.startswith(prefix))
             for ref in names:

@@ -19,7 +19,7 @@ from loopworks.workspace.objects import (
     read_path,
     tree_of,
 )
-from loopworks.workspace.refs import checked_commit, redact, safe_relpath
+from loopworks.workspace.refs import CALLS_REF_PREFIX, checked_commit, redact, safe_relpath
 from loopworks.workspace.runner import (
     CloneTooLargeError,
     GitError,
@@ -28,6 +28,15 @@ from loopworks.workspace.runner import (
     _rmtree,
 )
 from loopworks.workspace.sweep import used
+
+# What a cache of a remote origin fetches: its branches and the runs' work refs, but not
+# the single-shot calls' refs beside them (tens of thousands on a busy origin, read only
+# when someone asks for a trajectory). A negative refspec: git 2.29 or later.
+WORK_REFSPECS = (
+    "+refs/heads/*:refs/heads/*",
+    "+refs/loopworks/*:refs/loopworks/*",
+    f"^{CALLS_REF_PREFIX}*",
+)
 
 
 class Absent(Enum):
@@ -123,8 +132,12 @@ class OriginReader(GitRunner):
         return out.splitlines()
 
     @contextmanager
-    def _origin_git_dir(self, origin: str, commit: str | None) -> Iterator[str]:
-        """A git dir holding origin's objects: origin itself when local, else a cache."""
+    def _origin_git_dir(
+        self, origin: str, commit: str | None, refspecs: tuple[str, ...] = WORK_REFSPECS
+    ) -> Iterator[str]:
+        """A git dir holding origin's objects: origin itself when local, else a cache,
+        brought up to date by fetching `refspecs` (origin's branches and work refs; never
+        its call refs, unless asked: workspace/call_records.py)."""
         if not is_url(origin):
             local = Path(self._local_origin(origin))
             dotgit = local / ".git"
@@ -148,8 +161,7 @@ class OriginReader(GitRunner):
                     "--prune",
                     *serving_program(url, "fetch"),
                     url,
-                    "+refs/heads/*:refs/heads/*",
-                    "+refs/loopworks/*:refs/loopworks/*",
+                    *refspecs,
                 ]
                 try:
                     self._git_capped(fetch, cache, f"origin {redact(origin)}")

@@ -13,6 +13,9 @@ import re
 from loopworks.schemas.git_names import redact_url_credentials
 
 WORK_REF_PREFIX = "refs/loopworks/"
+# Single-shot model calls' trajectories, a ref each (workspace/call_records.py). Many per
+# run, so no cache fetches them with the work refs: only a run's own, when read.
+CALLS_REF_PREFIX = f"{WORK_REF_PREFIX}_trajectory/"
 
 # Run ids name a directory and ref components, so keep them to a safe alphabet. A task
 # graph's child loops are `<graph id>/<task id>/<attempt>`: up to three segments.
@@ -42,6 +45,11 @@ def checked_run_id(run_id: str) -> str:
 def work_ref(run_id: str) -> str:
     """The ref on origin holding a run's latest published commit."""
     return f"{WORK_REF_PREFIX}{checked_run_id(run_id)}"
+
+
+def calls_prefix(run_id: str) -> str:
+    """Where the refs of a run's (or a task graph's) single-shot calls sit on origin."""
+    return f"{CALLS_REF_PREFIX}{checked_run_id(run_id)}/_/"
 
 
 def checked_commit(commit: str) -> str:

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.sse import EventSourceResponse
 from pydantic import Field
 
 from loopworks.api import graphs, stream
-from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep
-from loopworks.api.errors import RunNotFound
+from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
+from loopworks.api.errors import ArtifactMissing, RunNotFound, UpstreamError
 from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
 from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORIZED
 from loopworks.api.security import CallerDep, require_token
+from loopworks.api.trajectory import graph_trajectory, of_loop_type
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
+from loopworks.workspace.git import GitError
 from loopworks.workspace.refs import checked_run_id
 
 router = APIRouter(
@@ -125,6 +127,32 @@ async def get_ledger(
         ),
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+@router.get(
+    "/{graph_id}/trajectory",
+    response_class=Response,
+    responses={**NOT_FOUND, 200: {"content": {"application/x-ndjson": {}}}},
+)
+async def get_graph_trajectory(
+    handle: GraphHandle,
+    workspaces: WorkspacesDep,
+    loop_type: Annotated[
+        Literal["task", "skill"] | None,
+        Query(description="only the task loop's lines, or only the skill sub-loop's"),
+    ] = None,
+) -> Response:
+    """The graph's own model calls (its task planner's) as JSON lines, in the format of
+    `/runs/{id}/trajectory`; each task loop's calls are that run's
+    (docs/observability.md#the-trajectory)."""
+    state = await graphs.read_state(handle)
+    try:
+        text = await asyncio.to_thread(graph_trajectory, workspaces, state)
+    except (GitError, ValueError) as err:
+        raise UpstreamError(f"could not read the trajectory of graph {handle.id}: {err}") from err
+    if not text:
+        raise ArtifactMissing(f"graph {handle.id} has no trajectory (no model call of its own)")
+    return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")
 
 
 @router.post(

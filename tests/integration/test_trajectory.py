@@ -17,7 +17,7 @@ import pytest
 from loopworks.agent.trajectory import from_jsonl
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TERMINAL_STATUSES
-from tests.integration.stack import ROOT, Stack
+from tests.integration.stack import ROOT, Stack, bare_remote
 
 pytestmark = pytest.mark.integration
 
@@ -179,3 +179,45 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
     assert everything.stdout == response.text
     refused = loops(stack, base_url, "trajectory", run_id)
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr
+
+
+def test_a_graphs_own_calls_are_served_and_exported(stack: Stack, tmp_path: Path) -> None:
+    # A remote origin: the API reads the planner's call through a cache of it.
+    url = f"file://{bare_remote(tmp_path)}"
+    stack.start_worker()
+    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret")
+    auth = {"Authorization": "Bearer s3cret"}
+    with httpx.Client(base_url=base_url, timeout=30, headers=auth) as http:
+        created = http.post(
+            "/graphs", json={"goal": "Write a guide", "repo": url, "mode": "interactive"}
+        )
+        assert created.status_code == 201, created.text
+        graph_id = created.json()["graph_id"]
+        deadline = time.monotonic() + 90
+        while http.get(f"/graphs/{graph_id}").json()["status"] != "awaiting_approval":
+            assert time.monotonic() < deadline, http.get(f"/graphs/{graph_id}").text
+            time.sleep(0.25)
+        response = http.get(f"/graphs/{graph_id}/trajectory")
+        skill_only = http.get(f"/graphs/{graph_id}/trajectory", params={"loop_type": "skill"})
+        unknown = http.get("/graphs/no-such-graph-20250101-000000-abcdef/trajectory")
+        anonymous = httpx.get(f"{base_url}/graphs/{graph_id}/trajectory", timeout=30)
+        exported = loops(stack, base_url, "graph", "trajectory", graph_id,
+                         LOOPS_API_TOKEN="s3cret")  # fmt: skip
+        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    records = from_jsonl(response.text)
+    # The task planner's conversation: its instructions, the goal, and the tasks it gave.
+    assert {r.role for r in records} == {Role.TASK_PLANNER}
+    assert [r.kind for r in records][:3] == ["system", "user", "assistant"]
+    assert "Write a guide" in (records[1].input or "")
+    assert any(r.kind == "tool_call" and r.tool == "answer" for r in records)
+    assert {(r.run_id, r.loop_type, r.trajectory_id) for r in records} == {
+        (graph_id, "task", graph_id)
+    }
+    assert skill_only.status_code == 200 and skill_only.text == ""
+    assert unknown.status_code == 404, unknown.text
+    assert anonymous.status_code == 401
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout == response.text

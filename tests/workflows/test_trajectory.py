@@ -115,3 +115,32 @@ async def test_a_single_shot_calls_prompt_is_redacted_and_capped(harness: LoopHa
     assert "01-plan-001" in calls and "00-hydrate-001" in calls
     text = run_trajectory(reader, state)
     assert f"Use the key {REDACTED}" in text and KEY not in text
+
+
+async def test_a_call_that_fails_its_step_is_recorded_with_its_repair(
+    harness: LoopHarness,
+) -> None:
+    # Both the planner's answer and its repair are invalid: the step fails, the run too.
+    script = {"planner": {"1": "not json at all"}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide", rules=[TESTS_RULE])
+        state = (await handle.result()).state
+    assert state.status == RunStatus.FAILED
+
+    # What was sent and answered, twice, in the run's trajectory: the instructions, the
+    # inputs, the answer, what was wrong with it, and the repair that was no better.
+    records = trajectory_of(harness, state)
+    plan = [r for r in records if r.role == Role.PLANNER]
+    kinds = [r.kind for r in plan]
+    assert kinds == [
+        "system",
+        "user",
+        "assistant",
+        "tool_call",
+        "tool_result",
+        "assistant",
+        "tool_call",
+    ]
+    answers = [r.input for r in plan if r.kind == "tool_call"]
+    assert answers == [{"INVALID_JSON": "not json at all"}] * 2
+    assert {(r.step, r.iteration, r.trajectory_id) for r in plan} == {("plan", 1, state.run_id)}
