@@ -12,6 +12,7 @@ from loopworks.api.security import refusal_to_start
 from loopworks.checks.redaction import install_log_redaction
 from loopworks.schemas.settings import Settings
 from loopworks.service.telemetry import configure_tracing
+from loopworks.workspace.git_version import git_refusal
 
 log = logging.getLogger("loopworks.api")
 
@@ -20,7 +21,7 @@ def main() -> int:
     try:
         settings = Settings()
         # Closed unless opened: no tokens on an address other machines reach is no start.
-        refused = refusal_to_start(settings)
+        refused = refusal_to_start(settings) or git_refusal()
         if refused is not None:
             log.error("cannot start: %s", refused)
             return 2

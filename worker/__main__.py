@@ -18,6 +18,7 @@ from loopworks.service.telemetry import configure_tracing
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.retention import keep_sweeping, retention_policy
 from loopworks.worker.search_attributes import ensure_search_attributes
+from loopworks.workspace.git_version import git_refusal
 
 log = logging.getLogger("loopworks.worker")
 
@@ -32,6 +33,9 @@ async def main() -> int:
         configure_tracing(settings, "loopworks-worker")
     except ValueError as err:  # CatalogError, TracingConfigError, bad settings, no model
         log.error("cannot start: %s", err)
+        return 2
+    if (refused := git_refusal()) is not None:
+        log.error("cannot start: %s", refused)
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ from loopworks.checks.redaction import worker_secrets
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
+from loopworks.workspace.git_version import git_refusal
 from tests.integration.stack import ROOT
 
 pytestmark = pytest.mark.unit
@@ -223,3 +224,26 @@ def test_building_the_activities_container_changes_nothing_global(tmp_path: Path
     token = "container-token-7f3a9c2e51"
     build_deps(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_API_TOKENS=f"ops:{token}"))
     assert token not in worker_secrets()
+
+
+@pytest.mark.parametrize("module", ["loopworks.worker", "loopworks.api"])
+def test_a_git_without_negative_refspecs_stops_the_service_at_start(
+    tmp_path: Path, module: str
+) -> None:
+    """Caches fetch with a negative refspec (git 2.29): an older git would fail every read
+    through a cache, long after a start that looked fine."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    old_git = bin_dir / "git"
+    old_git.write_text("#!/bin/sh\necho 'git version 2.20.1'\n")
+    old_git.chmod(0o755)
+    env = clean_env(tmp_path, LOOPS_SANDBOX="off")
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    done = run_python(["-m", module], env)
+    assert done.returncode == 2, done.stderr
+    assert "cannot start: git 2.20 is too old: loopworks needs git >= 2.29" in done.stderr
+
+
+def test_this_machines_git_serves() -> None:
+    assert git_refusal() is None
+    assert "git cannot be run" in (git_refusal("/nonexistent/git") or "")
