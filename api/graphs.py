@@ -59,11 +59,12 @@ def checked(request: GraphRequest, rules: OriginRules) -> GraphRequest:
 
 
 def within_limits(request: GraphRequest, settings: Settings) -> GraphRequest:
-    """The request with the operator's budget for each task loop, or a 422 naming the
-    setting it goes past."""
+    """The request with the operator's budgets, for each task loop and for the whole
+    graph, or a 422 naming the setting it goes past."""
     budget = quotas.checked_budget(request.budget, settings)
+    total = quotas.checked_budget(request.total_budget, settings, "total_budget")
     launch.notify_configured(request.notify, settings)
-    return request.model_copy(update={"budget": budget})
+    return request.model_copy(update={"budget": budget, "total_budget": total})
 
 
 async def start_graph(

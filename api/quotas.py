@@ -5,8 +5,9 @@
   starts them; over a cap is a 429 with Retry-After naming the cap and its setting. The
   count and the start are two calls, and visibility lags a start by up to a second or so
   on some backends: requests racing each other can overshoot a cap by a few.
-- A run's budget (tokens, dollars): the operator's applies when a request names none,
-  and a request may ask for less, never more (a 422 naming the setting).
+- A run's budget (tokens, dollars), and a graph's total budget: the operator's applies
+  when a request names none, and a request may ask for less, never more (a 422 naming
+  the setting).
 - Rules per request (422) and open event streams per client in this API process (429).
 
 The decisions are plain functions; `check_in_progress` only asks Temporal the counts.
@@ -128,23 +129,31 @@ class BudgetRefused(ValueError):
         self.field = field
 
 
-def budget_for(requested: Budget | None, settings: Settings) -> Budget | None:
-    """The budget a run gets: each limit the request names, at most the operator's; the
-    operator's where it names none. None when neither limits anything."""
-    ceiling_tokens = settings.run_budget_tokens or None
-    ceiling_usd = settings.run_budget_usd or None
+def budget_for(
+    requested: Budget | None, settings: Settings, field: str = "budget"
+) -> Budget | None:
+    """The budget a run gets (`field` "budget"), or a graph in all ("total_budget"): each
+    limit the request names, at most the operator's; the operator's where it names none.
+    None when neither limits anything."""
+    if field == "total_budget":
+        ceilings = (settings.graph_budget_tokens, settings.graph_budget_usd)
+        names = ("LOOPS_GRAPH_BUDGET_TOKENS", "LOOPS_GRAPH_BUDGET_USD")
+    else:
+        ceilings = (settings.run_budget_tokens, settings.run_budget_usd)
+        names = ("LOOPS_RUN_BUDGET_TOKENS", "LOOPS_RUN_BUDGET_USD")
+    ceiling_tokens = ceilings[0] or None
+    ceiling_usd = ceilings[1] or None
     asked = requested or Budget()
     if ceiling_tokens and asked.max_tokens and asked.max_tokens > ceiling_tokens:
         raise BudgetRefused(
-            "budget.max_tokens",
-            f"a budget of {asked.max_tokens} tokens is more than LOOPS_RUN_BUDGET_TOKENS"
+            f"{field}.max_tokens",
+            f"a budget of {asked.max_tokens} tokens is more than {names[0]}"
             f" allows ({ceiling_tokens})",
         )
     if ceiling_usd and asked.max_cost_usd and asked.max_cost_usd > ceiling_usd:
         raise BudgetRefused(
-            "budget.max_cost_usd",
-            f"a budget of ${asked.max_cost_usd} is more than LOOPS_RUN_BUDGET_USD allows"
-            f" (${ceiling_usd})",
+            f"{field}.max_cost_usd",
+            f"a budget of ${asked.max_cost_usd} is more than {names[1]} allows (${ceiling_usd})",
         )
     budget = Budget(
         max_tokens=asked.max_tokens or ceiling_tokens,
@@ -153,10 +162,12 @@ def budget_for(requested: Budget | None, settings: Settings) -> Budget | None:
     return None if budget.max_tokens is None and budget.max_cost_usd is None else budget
 
 
-def checked_budget(requested: Budget | None, settings: Settings) -> Budget | None:
+def checked_budget(
+    requested: Budget | None, settings: Settings, field: str = "budget"
+) -> Budget | None:
     """`budget_for`, its refusal as a 422 naming the field and the setting."""
     try:
-        return budget_for(requested, settings)
+        return budget_for(requested, settings, field)
     except BudgetRefused as err:
         raise invalid(err.field, str(err), None) from err
 

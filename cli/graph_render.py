@@ -92,6 +92,22 @@ def prep_lines(state: GraphState) -> list[str]:
     return lines
 
 
+def budget_line(state: GraphState) -> str | None:
+    """`spent: 12,345 tokens of 50,000,000, $0.1234 of $250.00`: what the graph's loops
+    spent against its total budget (docs/graphs.md#budget); None before it spent
+    anything with no total to show."""
+    total, usage = state.total_budget, state.usage
+    if total is None and not usage.calls:
+        return None
+    tokens = f"{usage.total_tokens:,} tokens"
+    if total is not None and total.max_tokens is not None:
+        tokens += f" of {total.max_tokens:,}"
+    usd = f"${usage.cost_usd:.4f}"
+    if total is not None and total.max_cost_usd is not None:
+        usd += f" of ${total.max_cost_usd:.2f}"
+    return f"spent: {tokens}, {usd}"
+
+
 def _task_label(task: TaskState, id_width: int, status_width: int) -> Text:
     label = Text(f"{task.task.id:<{id_width}}  ")
     label.append(f"{task.status.value:<{status_width}}", style=TASK_STYLES[task.status])
@@ -131,6 +147,8 @@ def graph_view(state: GraphState) -> RenderableType:
             where += f" on {state.origin}"
         lines.append(Text(f"integration: {where}"))
     lines += [Text(line) for line in prep_lines(state)]
+    if spent := budget_line(state):
+        lines.append(Text(spent))
     notes = [Text(note) for note in graph_notes(state)]
     return Group(*lines, task_tree(state), *notes)
 

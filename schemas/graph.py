@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 from loopworks.schemas.notify import NotifyPlan, NotifyRequest
 from loopworks.schemas.payloads import NotifyFailedPayload
 from loopworks.schemas.prep import PrepUpload
-from loopworks.schemas.run import BranchName, Budget, Mode, Thresholds
+from loopworks.schemas.run import BranchName, Budget, Mode, Thresholds, TokenUsage
 from loopworks.schemas.tasks import TASK_ID_PATTERN, LedgerLine, Task, TaskStatus
 
 # A task's loops are runs of their own, named after the graph, the task and the attempt.
@@ -54,6 +54,11 @@ class GraphRequest(BaseModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     audit_probability: float = Field(default=0.2, ge=0, le=1)
     budget: Budget | None = Field(default=None, description="each task loop's budget")
+    total_budget: Budget | None = Field(
+        default=None,
+        description="what the whole graph may spend, all its task loops together "
+        "(docs/graphs.md#budget)",
+    )
     notify: NotifyRequest | None = Field(
         default=None,
         description="webhooks to tell when the graph waits for a person or finishes "
@@ -121,6 +126,12 @@ class GraphState(BaseModel):
         "or the default); unset in graphs that took the request's as it was",
     )
     message: str = Field(default="", description="why the graph ended as it did")
+    total_budget: Budget | None = Field(
+        default=None, description="what the whole graph may spend (docs/graphs.md#budget)"
+    )
+    usage: TokenUsage = Field(
+        default_factory=TokenUsage, description="what its task loops spent, all together"
+    )
     created_at: str = ""
     updated_at: str = ""
     started_by: str = Field(default="", description="the name of the API token that started it")
@@ -151,6 +162,9 @@ class GraphMemory(BaseModel):
     approved: bool = False
     paused: bool = False
     notified: int = Field(default=0, ge=0, description="transitions notifications were sent for")
+    # The budget each running task loop was started with, by task id: held back from the
+    # graph's total until the loop ends (docs/graphs.md#budget).
+    allotted: dict[str, Budget] = Field(default_factory=dict)
 
 
 class GraphInput(BaseModel):
@@ -174,6 +188,7 @@ class GraphInput(BaseModel):
                 graph_id=self.graph_id,
                 goal=self.request.goal,
                 max_parallel=self.request.max_parallel,
+                total_budget=self.request.total_budget,
                 created_at=self.created_at,
                 updated_at=self.created_at,
                 started_by=self.started_by,

@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     # graph's task loops each get it too.
     run_budget_tokens: int = Field(default=10_000_000, ge=0, alias="LOOPS_RUN_BUDGET_TOKENS")
     run_budget_usd: float = Field(default=50.0, ge=0, alias="LOOPS_RUN_BUDGET_USD")
+    # A graph's total budget, all its task loops together, when its request names none,
+    # and the most a request may ask for (docs/graphs.md#budget).
+    graph_budget_tokens: int = Field(default=50_000_000, ge=0, alias="LOOPS_GRAPH_BUDGET_TOKENS")
+    graph_budget_usd: float = Field(default=250.0, ge=0, alias="LOOPS_GRAPH_BUDGET_USD")
     max_rules_per_request: int = Field(default=100, ge=0, alias="LOOPS_MAX_RULES")
     # Open event and ledger streams per token, in each API process.
     max_streams_per_client: int = Field(default=32, ge=0, alias="LOOPS_MAX_STREAMS_PER_CLIENT")

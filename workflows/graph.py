@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         LedgerRequest,
         MergeRequest,
     )
-    from loopworks.schemas.loop import LoopInput, LoopResult
+    from loopworks.schemas.loop import LoopResult
     from loopworks.schemas.run import Mode, RunStatus
     from loopworks.schemas.steps import PlanGraphInput
     from loopworks.schemas.tasks import (
@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.workflows import graph_decisions as decide
     from loopworks.workflows import graph_inputs
+    from loopworks.workflows.graph_budget import GraphBudget
     from loopworks.workflows.graph_record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
@@ -69,6 +70,7 @@ class TaskGraphWorkflow:
         self._stops_sent = False
         self._woken = False
         self._record = GraphRecord(self._memory, params.notify)
+        self._budget = GraphBudget(self._memory)
 
     @property
     def _state(self) -> GraphState:
@@ -220,6 +222,8 @@ class TaskGraphWorkflow:
                     [t.task for t in state.tasks], state.statuses(), self._running,
                     state.max_parallel,
                 ):  # fmt: skip
+                    if self._budget.spent:  # held by running loops, or spent
+                        break
                     await self._start(task_id)
                 await self._save_ledger()
             if not self._running:
@@ -233,6 +237,9 @@ class TaskGraphWorkflow:
             self._record.finish(GraphStatus.STOPPED, decide.stop_message(self._stop_note))
         elif self._record.done():
             self._record.finish(GraphStatus.COMPLETED, "every task completed and verified")
+        elif self._budget.spent and (waiting := self._record.pending()):
+            self._record.not_started(waiting, f"not started: {self._budget.message([])}")
+            self._record.finish(GraphStatus.FAILED, self._budget.message(waiting))
         else:
             failed = [t.task.id for t in state.tasks if t.status != TaskStatus.COMPLETED]
             self._record.finish(GraphStatus.FAILED, f"not completed: {', '.join(failed)}")
@@ -244,17 +251,12 @@ class TaskGraphWorkflow:
         task_state.attempts += 1
         child_id = task_loop_id(self._state.graph_id, task_id, task_state.attempts)
         task_state.run_ids.append(child_id)
+        # Its budget: the per-loop one, within what is left of the graph's.
+        budget = self._budget.allot(task_id, self._request.budget)
+        loop = graph_inputs.loop_input(task_state, self._params, state, budget, workflow.now())
         self._running[task_id] = await workflow.start_child_workflow(
             LoopWorkflow.run,
-            LoopInput(
-                run_id=child_id,
-                alias=task_id,
-                request=graph_inputs.loop_request(task_state, self._request, state),
-                created_at=workflow.now().isoformat(),
-                started_by=self._started_by,
-                graph_id=state.graph_id,
-                notify=self._params.notify.for_task_loops() if self._params.notify else None,
-            ),
+            loop,
             id=child_id,
             # The loop reflects and pushes what it has when the graph is cancelled.
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
@@ -301,8 +303,10 @@ class TaskGraphWorkflow:
         try:
             result = await handle
         except ChildWorkflowError as err:
+            self._budget.ended(task_id, None)
             await self._failed(task_state, f"its loop failed: {err.cause or err}")
             return
+        self._budget.ended(task_id, result.state.usage)
         if self._stop_requested:
             # Said under the task by `loops graph status`, as a failure's reason is.
             task_state.last_failure = decide.STOPPED_WITH_THE_GRAPH

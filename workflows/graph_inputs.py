@@ -11,8 +11,9 @@ from datetime import datetime
 
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
+from loopworks.schemas.graph import GraphInput, GraphRequest, GraphState, TaskState
 from loopworks.schemas.integration import IntegrationInfo
+from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.prep import (
     package_iterations,
     package_sha256,
@@ -20,7 +21,7 @@ from loopworks.schemas.prep import (
     prep_tasks,
 )
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
-from loopworks.schemas.run import RunRequest
+from loopworks.schemas.run import Budget, RunRequest
 from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, validated_graph
 from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
@@ -69,6 +70,28 @@ def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState
         budget=request.budget,
         declared_files=task.context.files,
         read_prep_package=False,
+    )
+
+
+def loop_input(
+    task_state: TaskState,
+    params: GraphInput,
+    graph: GraphState,
+    budget: Budget | None,
+    now: datetime,
+) -> LoopInput:
+    """The input of a task's latest loop (its run id the last of the task's): its
+    request, with `budget` (what the graph allots it, docs/graphs.md#budget), and the
+    graph's webhooks for what its loops tell them (`NotifyPlan.for_task_loops`)."""
+    loop = loop_request(task_state, params.request, graph).model_copy(update={"budget": budget})
+    return LoopInput(
+        run_id=task_state.run_ids[-1],
+        alias=task_state.task.id,
+        request=loop,
+        created_at=now.isoformat(),
+        started_by=graph.started_by or params.started_by,
+        graph_id=graph.graph_id,
+        notify=params.notify.for_task_loops() if params.notify else None,
     )
 
 

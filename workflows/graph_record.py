@@ -61,6 +61,17 @@ class GraphRecord:
             ):
                 self.note(task_state.task.id, TaskStatus.PENDING, "unblocked: its fix completed")
 
+    def pending(self) -> list[str]:
+        """The tasks waiting to start, in graph order."""
+        return [t.task.id for t in self.state.tasks if t.status == TaskStatus.PENDING]
+
+    def not_started(self, task_ids: list[str], why: str) -> None:
+        """Tasks the graph ends without starting: each `blocked`, saying why
+        (docs/graphs.md#budget)."""
+        for task_id in task_ids:
+            self.state.task(task_id).last_failure = why
+            self.note(task_id, TaskStatus.BLOCKED, why)
+
     def finish(self, status: GraphStatus, message: str) -> None:
         self.state.message = message
         self.set_status(status)

@@ -324,6 +324,29 @@ def test_status_shows_failures_and_what_a_graph_waits_for() -> None:
     )
 
 
+def test_status_shows_what_the_graph_spent_of_its_total_budget() -> None:
+    spent = graph_state(
+        GraphStatus.FAILED, {"T-001": (COMPLETED, 1), "T-002": (BLOCKED, 1),
+                             "T-003": (BLOCKED, 0)},
+        total_budget={"max_tokens": 50_000, "max_cost_usd": 2},
+        usage={"input_tokens": 40_000, "output_tokens": 12_345, "calls": 30,
+               "cost_usd": 0.98765},
+        message="the graph's budget is spent: used 52345 tokens of 50000; "
+        "not started: T-002, T-003",
+    )  # fmt: skip
+    api = FakeApi({("GET", GRAPH): json_of(spent)})
+    _, out = run(["status", GRAPH_ID], api)
+    assert "tasks from: planner\nspent: 52,345 tokens of 50,000, $0.9877 of $2.00\n" in out
+    assert out.endswith(
+        "failed: the graph's budget is spent: used 52345 tokens of 50000; "
+        "not started: T-002, T-003\n"
+    )
+    # A graph with no total shows what it spent once it spent anything.
+    unbounded = spent.model_copy(update={"total_budget": None})
+    api = FakeApi({("GET", GRAPH): json_of(unbounded)})
+    assert "\nspent: 52,345 tokens, $0.9877\n" in run(["status", GRAPH_ID], api)[1]
+
+
 def test_status_json_is_the_apis_state() -> None:
     api = FakeApi({("GET", GRAPH): json_of(RUNNING)})
     code, out = run(["status", GRAPH_ID, "--json"], api)

@@ -45,7 +45,7 @@ from loopworks.schemas.playbook import (
     playbook_name,
     workflow_id,
 )
-from loopworks.schemas.run import Approval, RunRequest, RunStatus, Step
+from loopworks.schemas.run import Approval, Budget, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
@@ -286,6 +286,35 @@ async def _record_graph_run(client: Client, settings: Settings) -> WorkflowHisto
         return await graph.fetch_history()
 
 
+async def _record_budget_graph_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """Three tasks in a row and a total budget of about a loop and a half: the first loop
+    completes, the second gets what is left and runs out, the third never starts
+    (docs/graphs.md#budget)."""
+    tasks = [_graph_task("T-001"), _graph_task("T-002", "T-001"),
+             _graph_task("T-003", "T-002")]  # fmt: skip
+    async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
+        graph = await client.start_workflow(
+            TaskGraphWorkflow.run,
+            GraphInput(
+                graph_id="recorded-budget-graph-run",
+                request=GraphRequest(
+                    goal="Write a guide in parts",
+                    tasks=tasks,  # type: ignore[arg-type]
+                    max_iterations=2,
+                    audit_probability=0.0,
+                    budget=Budget(max_tokens=3000),
+                    total_budget=Budget(max_tokens=4000),
+                ),
+                created_at="2026-01-01T00:00:00+00:00",
+            ),
+            id="recorded-budget-graph-run",
+            task_queue=settings.task_queue,
+        )
+        result = await graph.result()
+        assert result.state.message.startswith("the graph's budget is spent"), result.state
+        return await graph.fetch_history()
+
+
 PREP_FIXTURES = HERE.parent / "fixtures" / "prep"
 
 
@@ -427,6 +456,7 @@ RECORDERS = {
     "steered_run": _record_steered_run,
     "continued_run": _record_continued_run,
     "graph_run": _record_graph_run,
+    "budget_graph_run": _record_budget_graph_run,
     "playbook_run": _record_playbook_run,
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,

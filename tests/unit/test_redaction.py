@@ -34,6 +34,7 @@ NOT_SECRET = {
     "playbook_context_tokens": "how much of the playbook hydration is given, in tokens",
     "api_tokens_file": "the path of the API's tokens file, not a token",
     "run_budget_tokens": "a run's budget, in model tokens",
+    "graph_budget_tokens": "a graph's total budget, in model tokens",
 }
 
 

@@ -129,6 +129,24 @@ def test_graph_run_history_covers_children_merges_and_the_ledger() -> None:
         assert f'"name": "{activity}"' in text, activity
 
 
+def test_the_budget_graph_history_spends_its_total_and_starts_no_more() -> None:
+    events = json.loads((HISTORIES / "budget_graph_run.json").read_text())["events"]
+    children = [
+        json.loads(base64.b64decode(attrs["input"]["payloads"][0]["data"]))
+        for event in events
+        if (attrs := event.get("startChildWorkflowExecutionInitiatedEventAttributes"))
+    ]
+    assert [child["alias"] for child in children] == ["T-001", "T-002"]
+    first, second = (child["request"]["budget"]["max_tokens"] for child in children)
+    assert first == 3000 and second < 4000 - 2000  # what the first loop left
+    [done] = [e for e in events if "workflowExecutionCompletedEventAttributes" in e]
+    result = done["workflowExecutionCompletedEventAttributes"]["result"]["payloads"][0]
+    message = json.loads(base64.b64decode(result["data"]))["state"]["message"]
+    # T-002's loop went past what it was given within its last step, and completed.
+    assert message.startswith("the graph's budget is spent: used ")
+    assert message.endswith("of 4000; not started: T-003")
+
+
 def test_playbook_histories_cover_curation_the_sub_loop_and_the_writer() -> None:
     run = (HISTORIES / "playbook_run.json").read_text()
     assert run.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 1  # the skill sub-loop
