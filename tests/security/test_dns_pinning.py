@@ -25,7 +25,8 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from loopworks.activities.notification import NotificationActivities, _post
+from loopworks.activities import notification
+from loopworks.activities.notification import NotificationActivities
 from loopworks.schemas.notify import (
     Notification,
     NotificationBody,
@@ -177,9 +178,9 @@ async def test_a_webhook_is_posted_to_the_address_the_check_admitted(
     event = NotifyEvent.COMPLETED
     body = NotificationBody(kind="run", id="r-1", event=event, status="done", at=WHEN.isoformat())
     webhook = Webhook(url=f"http://{HOST}:{port}/hook")
-    notification = Notification(body=body, target=NotifyTarget(webhook=webhook), key="k-1")
+    sent = Notification(body=body, target=NotifyTarget(webhook=webhook), key="k-1")
     activities = NotificationActivities(build_deps(settings))
-    outcome = await ActivityEnvironment().run(activities.send_notification, notification)
+    outcome = await ActivityEnvironment().run(activities.send_notification, sent)
     assert outcome.status_code == 200
     assert hosts == [f"{HOST}:{port}"]
 
@@ -194,7 +195,7 @@ async def test_a_pinned_https_webhook_keeps_its_name_for_tls() -> None:
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
         url = "https://hooks.example:8443/services/x"
-        sent = await _post(client, url, ("93.184.215.14",), b"{}", {"X-A": "1"})
+        sent = await notification._post(client, url, ("93.184.215.14",), b"{}", {"X-A": "1"})
     assert sent.status_code == 204
     (request,) = seen
     assert request.url == httpx.URL("https://93.184.215.14:8443/services/x")
