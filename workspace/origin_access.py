@@ -5,7 +5,7 @@ process, network connection or file read touches it.
 An admitted http(s) origin is pinned to the addresses its host was found at: git is told
 them (`pin_args`) and a webhook is connected to one of them, so a name that resolves
 differently once checked (DNS rebinding) cannot send either elsewhere (SECURITY.md,
-"Origins are the operator's to allow")."""
+"Origins a deployment allows")."""
 
 from __future__ import annotations
 

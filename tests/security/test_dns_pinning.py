@@ -6,7 +6,7 @@ the policy refuses.
 Now what connects over http(s) is pinned to the addresses the check admitted: git is
 given `-c http.curloptResolve=<host>:<port>:<addresses>` on every command that reaches an
 origin, and a webhook is connected to a checked address with the host's name kept in the
-Host header and TLS (SECURITY.md, "Origins are the operator's to allow").
+Host header and TLS (SECURITY.md, "Origins a deployment allows").
 
 The proof: a name the system cannot resolve (`rebind.invalid`) that the check's resolver
 finds at 127.0.0.1, where a real git smart-HTTP server and a real webhook receiver listen.
