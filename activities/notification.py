@@ -4,8 +4,9 @@ The workflow starts this activity and goes on; Temporal retries it with backoff 
 plan's give-up time, and the workflow records a `notify_failed` event if it never
 succeeds. The signing secret and the deployment's webhooks are read here, from the
 worker's settings: they never travel in a workflow's input or history. The URL is checked
-again against the worker's origin rules before anything connects to it, and a redirect is
-never followed (it would lead past that check).
+again against the worker's origin rules before anything connects to it, the connection
+made to an address that check admitted (never to what the name resolves to afterwards),
+and a redirect is never followed (it would lead past that check).
 """
 
 from __future__ import annotations
@@ -137,10 +138,36 @@ class NotificationActivities:
             async with httpx.AsyncClient(
                 follow_redirects=False, timeout=timeout, trust_env=False
             ) as client:
-                answer = await client.post(webhook.url, content=data, headers=headers)
+                answer = await _post(client, webhook.url, verdict.addresses, data, headers)
         except httpx.HTTPError as err:
             raise _not_sent(f"{where(webhook.url)}: {type(err).__name__}: {err}", True) from None
         if not 200 <= answer.status_code < 300:
             text = answer.text[:ANSWER_CHARS]
             raise _not_sent(f"{where(webhook.url)} answered {answer.status_code}: {text}", True)
         return NotifyOutcome(status_code=answer.status_code, attempt=info.attempt)
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    url: str,
+    addresses: tuple[str, ...],
+    data: bytes,
+    headers: dict[str, str],
+) -> httpx.Response:
+    """POST to one of `addresses`, the ones the check admitted for the URL's host, in turn
+    until one takes the connection: the URL's host replaced by the address, while the
+    Host header and TLS's server name (SNI, and the name the certificate must carry) stay
+    the host's. None to pin (a URL naming an address): the URL as it is."""
+    if not addresses:
+        return await client.post(url, content=data, headers=headers)
+    target = httpx.URL(url)
+    named = {**headers, "Host": target.netloc.decode("ascii")}
+    sni = {"sni_hostname": target.raw_host.decode("ascii")}
+    for address in addresses[:-1]:
+        try:
+            pinned = target.copy_with(host=address)
+            return await client.post(pinned, content=data, headers=named, extensions=sni)
+        except httpx.ConnectError:
+            continue
+    pinned = target.copy_with(host=addresses[-1])
+    return await client.post(pinned, content=data, headers=named, extensions=sni)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import tempfile
 from datetime import datetime
 
-from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     open_repository,
     read_path,
@@ -59,7 +58,7 @@ class CallRecords(OriginReader):
             repo = open_repository(scratch)
             tree = write_file_tree(repo, path, text.encode())
             commit = write_commit(repo, tree, [], message, author, when)
-            push = ["push", "--quiet", "--force", "--no-verify", *serving_program(url, "push")]
+            push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
             self._git([f"--git-dir={scratch}", *push, url, f"{commit}:{ref}"])
         return commit
 

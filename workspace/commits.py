@@ -13,14 +13,13 @@ workspace/lockdown.py, HARDENING).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
 from loopworks.workspace import files, playbook_files
 from loopworks.workspace.call_records import CallRecords
-from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     changed_paths,
     commit_index,
@@ -52,7 +51,7 @@ class CommitPublisher(CallRecords):
         author_email: str,
         max_clone_bytes: int | None = None,
         credentials: str | None = None,
-        origin_check: Callable[[str], None] | None = None,
+        origin_check: Callable[[str], Sequence[str]] | None = None,
         user_helpers: bool = False,
     ) -> None:
         super().__init__(
@@ -109,7 +108,7 @@ class CommitPublisher(CallRecords):
         if origin is not None:
             update_refs(open_repository(origin), {ref: commit})
             return
-        push = ["push", "--quiet", "--force", "--no-verify", *self._serving(workdir, "push")]
+        push = self._to_origin(workdir, "push", "--quiet", "--force", "--no-verify")
         self._git([*push, "origin", f"{commit}:{ref}"], cwd=workdir)
 
     def push_branch(
@@ -135,7 +134,7 @@ class CommitPublisher(CallRecords):
             # and close is retried, which pushes both again.
             refspecs = [f"{full}:{name}" for name in refs]
             url = self.origin_url(workdir)
-            push = ["push", "--quiet", "--force", "--no-verify", *serving_program(url, "push")]
+            push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
             self._git([*push, "origin", *refspecs], cwd=workdir)
             # The close's check: the remote is asked what it has, not trusted from the push.
             remote = next(
@@ -166,9 +165,9 @@ class CommitPublisher(CallRecords):
         except KeyError as exc:
             raise GitError(f"{workdir} has no origin to push to or fetch from") from exc
 
-    def _serving(self, workdir: Path, subcommand: str) -> list[str]:
-        """`serving_program` for a push to or fetch from the clone's `origin`."""
-        return serving_program(self.origin_url(workdir), subcommand)
+    def _to_origin(self, workdir: Path, subcommand: str, *options: str) -> list[str]:
+        """`_reaching` for a push to or fetch from the clone's `origin`."""
+        return self._reaching(self.origin_url(workdir), subcommand, *options)
 
     def _written_origin(self, workdir: Path) -> Path | None:
         """The origin (its git dir) a clone's commits were written into, when they were."""

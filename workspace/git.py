@@ -17,7 +17,6 @@ from loopworks.workspace import files, playbook_files
 from loopworks.workspace.changes import FileChange, changes_between
 from loopworks.workspace.commits import CommitPublisher, detached_head
 from loopworks.workspace.default_origin import create_default_origin
-from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     clone_shared,
     commit_of,
@@ -237,7 +236,7 @@ class GitWorkspaces(CommitPublisher):
             from_origin = self._fetch(workdir, run_id, url, commit, slot) or from_origin
         elif self.fetches_branches:
             self._ensure_origin(workdir, url)
-            self._fetched(workdir, url, [*_fetch_from(url), "origin", _BRANCHES])
+            self._fetched(workdir, url, [*self._fetch_from(url), "origin", _BRANCHES])
         elif slot is None:
             self._ensure_origin(workdir, url)  # what the run's commits are published to
         if from_origin:
@@ -259,7 +258,7 @@ class GitWorkspaces(CommitPublisher):
         if main is not None and FULL_SHA.match(commit):
             # A step running beside the run's clone (an evaluation group) most often wants
             # the commit that clone just made: a local fetch, no round trip to origin.
-            local = [*_fetch_from(str(main)), str(main), commit]
+            local = [*self._fetch_from(str(main)), str(main), commit]
             if self._git(local, cwd=workdir, check=False).returncode == 0 and self._holds(
                 workdir, commit
             ):
@@ -267,7 +266,7 @@ class GitWorkspaces(CommitPublisher):
                 return False
         self._ensure_origin(workdir, url)
         ref = work_ref(run_id)
-        fetch = [*_fetch_from(url), "origin", _BRANCHES]
+        fetch = [*self._fetch_from(url), "origin", _BRANCHES]
         # A loop's commit is on a branch or is the run's published work: both in one round
         # trip. The work ref is absent until the run's first publish, and asking for a ref
         # origin lacks fails the whole fetch, so then the branches alone. A merge queue's
@@ -280,10 +279,14 @@ class GitWorkspaces(CommitPublisher):
         if FULL_SHA.match(commit):
             # A commit pushed by a step that was later superseded is no longer on the
             # work ref; most servers (protocol v2) still serve it when asked by sha.
-            by_sha = [*_fetch_from(url), "origin", commit]
+            by_sha = [*self._fetch_from(url), "origin", commit]
             if self._fetched(workdir, url, by_sha, check=False) and self._holds(workdir, commit):
                 return True
         raise CommitNotFoundError(f"commit {commit} is not on origin's branches or {ref}")
+
+    def _fetch_from(self, url: str) -> list[str]:
+        """`git fetch` from `url`, quietly, without tags."""
+        return self._reaching(url, "fetch", "--quiet", "--no-tags")
 
     def _fetched(self, workdir: Path, url: str, args: list[str], check: bool = True) -> bool:
         """Whether the fetch `args` into the clone succeeded (`check`: raise when not). A
@@ -361,13 +364,7 @@ class GitWorkspaces(CommitPublisher):
                 # as long as its run, and each would spawn one more process. No template
                 # either: its sample hooks never run here, and copying them is a good part of a
                 # clone's cost (docs/benchmarks.md#figures-behind-individual-choices).
-                clone = [
-                    "clone",
-                    "--quiet",
-                    "--no-checkout",
-                    "--template=",
-                    *serving_program(url, "clone"),
-                ]
+                clone = self._reaching(url, "clone", "--quiet", "--no-checkout", "--template=")
                 args = [*clone, "-c", "maintenance.auto=false", url, str(staging)]
                 self._git_capped(args, staging, f"origin {redact(url)}")
                 source, copied = url, True
@@ -376,11 +373,6 @@ class GitWorkspaces(CommitPublisher):
         finally:
             _rmtree(staging)
         return copied
-
-
-def _fetch_from(url: str) -> list[str]:
-    """`git fetch` from `url`, quietly, without tags."""
-    return ["fetch", "--quiet", "--no-tags", *serving_program(url, "fetch")]
 
 
 def _borrowed(source: Path, staging: Path) -> bool:

@@ -31,7 +31,6 @@ from loopworks.schemas.tasks import (
 )
 from loopworks.workspace import files
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     commit_message_of,
     commit_of,
@@ -137,7 +136,7 @@ class IntegrationWorkspaces(GitWorkspaces):
         checked_commit(commit)
         lease = f"--force-with-lease={ref}:{expected or ''}"
         url = self.origin_url(workdir)
-        push = ["push", "--quiet", "--no-verify", *serving_program(url, "push"), lease]
+        push = [*self._reaching(url, "push", "--quiet", "--no-verify"), lease]
         proc = self._git([*push, "origin", f"{commit}:{ref}"], cwd=workdir, check=False)
         if proc.returncode == 0:
             return  # the lease held: origin moved the branch to `commit`

@@ -11,7 +11,6 @@ from enum import Enum
 from pathlib import Path
 
 from loopworks.schemas.git_names import is_url
-from loopworks.workspace.lockdown import serving_program
 from loopworks.workspace.objects import (
     commit_of,
     holds_commit,
@@ -155,11 +154,7 @@ class OriginReader(GitRunner):
                 url = self._local_origin(origin)
                 fetch = [
                     f"--git-dir={cache}",
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    "--prune",
-                    *serving_program(url, "fetch"),
+                    *self._reaching(url, "fetch", "--quiet", "--no-tags", "--prune"),
                     url,
                     *refspecs,
                 ]

@@ -40,7 +40,7 @@ from loopworks.schemas.origin_rules import (
     OriginRules,
 )
 
-_DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+DEFAULT_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
 # git's `<transport>::<address>`: ext:: runs a shell command, fd:: reads file descriptors.
 _TRANSPORT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -53,6 +53,10 @@ class Verdict:
     # Why not, and the setting that would admit it (None when none would).
     reason: str = ""
     setting: str | None = None
+    # Admitted over http(s): the addresses the host was found at, which git and webhooks
+    # then connect to and to no other (workspace/origin_access.py pins them); empty: none
+    # pinned (another transport, an address for a host, a host not found).
+    addresses: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -243,8 +247,8 @@ def _names(entry: str, origin: str, location: Location) -> bool:
     host, _, port = entry.lower().rpartition(":") if _has_port(entry) else (entry.lower(), "", "")
     if host.strip("[]") != location.host:
         return False
-    wanted = int(port) if port else _DEFAULT_PORTS.get(location.scheme)
-    return (location.port or _DEFAULT_PORTS.get(location.scheme)) == wanted
+    wanted = int(port) if port else DEFAULT_PORTS.get(location.scheme)
+    return (location.port or DEFAULT_PORTS.get(location.scheme)) == wanted
 
 
 def _has_port(entry: str) -> bool:

@@ -322,8 +322,8 @@ class PlaybookStore(IntegrationWorkspaces):
         if head is None or self._has_commit(head, workdir):
             return head  # most often the version this writer made last: nothing to fetch
         tracking = f"refs/remotes/origin/{PLAYBOOK_BRANCH}"
-        serving = self._serving(workdir, "fetch")
-        fetch = ["fetch", "--quiet", "--no-tags", *serving, "origin", f"+{_REF}:{tracking}"]
+        fetch = [*self._to_origin(workdir, "fetch", "--quiet", "--no-tags"), "origin"]
+        fetch.append(f"+{_REF}:{tracking}")
         try:
             self._git_capped(fetch, workdir / ".git", f"the playbook of {redact(origin)}", workdir)
         except CloneTooLargeError:

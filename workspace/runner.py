@@ -187,7 +187,7 @@ class GitRunner:
         author_email: str,
         max_clone_bytes: int | None = None,
         credentials: str | None = None,
-        origin_check: Callable[[str], None] | None = None,
+        origin_check: Callable[[str], Sequence[str]] | None = None,
         user_helpers: bool = False,
     ) -> None:
         self.root = Path(root)
@@ -199,7 +199,9 @@ class GitRunner:
         # git's environment; None: git gets no credential at all.
         self.credentials = credentials
         # Called with every origin before git is given it (workspace/origin_access.py);
-        # raises when the deployment does not allow it. None: every origin is used as is.
+        # raises when the deployment does not allow it, else returns the settings that pin
+        # an http(s) origin's host to the addresses it admitted (`_reaching`). None: every
+        # origin is used as is.
         self.origin_check = origin_check
         # LOOPS_GIT_USER_HELPERS: the credential helpers of the user's own git config are
         # asked too (a `loops up` on loopback, its user the operator); False: ours alone.
@@ -333,10 +335,21 @@ class GitRunner:
         # Absolute paths keep working from any cwd and in a clone's remote config.
         return origin if is_url(origin) else str(Path(origin).expanduser().resolve())
 
+    def _reaching(self, url: str, subcommand: str, *options: str) -> list[str]:
+        """`<subcommand> <options>` for a git command that reaches origin `url` (clone,
+        fetch, push, ls-remote), every such command's words built here: the hardened
+        program git starts on the far side when that is a repository on this machine
+        (`serving_program`), and for an http(s) origin, before the subcommand, its host
+        pinned to the addresses the origin check admits now, right before git runs
+        (`-c http.curloptResolve`): libcurl never looks the name up again, so DNS that
+        answers differently after the check cannot send git elsewhere (SECURITY.md)."""
+        web = url.split("://", 1)[0].lower() in ("http", "https")
+        pins = self.origin_check(url) if web and self.origin_check is not None else ()
+        return [*pins, subcommand, *options, *serving_program(url, subcommand)]
+
     def _ls_remote(self, origin: str, *patterns: str, symref: bool = False) -> list[list[str]]:
         url = self._local_origin(origin)
-        options = [*serving_program(url, "ls-remote"), *(["--symref"] if symref else [])]
-        args = ["ls-remote", *options, url]
+        args = [*self._reaching(url, "ls-remote", *(["--symref"] if symref else [])), url]
         out = self._git([*args, *patterns]).stdout
         return [line.split("\t") for line in out.splitlines() if line.strip()]
 
