@@ -40,6 +40,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _above_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):  # `not >` refuses nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number more than 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loops",
@@ -67,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
     _confirm_options(new, "loops approve")
     _notify_options(new, "run")
+    _budget_options(new, "budget", "the run", "LOOPS_RUN_BUDGET_*")
     new.add_argument("--idempotency-key", help="the same key returns the same run")
     new.add_argument(
         "--no-prep",
@@ -173,6 +184,8 @@ def _graph_parser(
     new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
     _confirm_options(new, "loops graph approve")
     _notify_options(new, "graph")
+    _budget_options(new, "budget", "each task loop", "LOOPS_RUN_BUDGET_*")
+    _budget_options(new, "total-budget", "the whole graph", "LOOPS_GRAPH_BUDGET_*")
     new.add_argument("--follow", "-f", action="store_true", help="then follow it, as status -f")
 
     status = add("status", graphs.cmd_status, "a graph's tasks as a tree, with their runs")
@@ -244,6 +257,23 @@ def _notify_options(parser: argparse.ArgumentParser, kind: str) -> None:
         metavar="EVENTS",
         help="with --notify: only these, comma-separated (awaiting_approval, blocked, paused, "
         "completed, failed, halted, stopped, qa_rejected); default every one",
+    )
+
+
+def _budget_options(parser: argparse.ArgumentParser, flag: str, whom: str, caps: str) -> None:
+    """What a run, each task loop or the whole graph may spend (docs/cli.md#budgets);
+    unset: the operator's cap, which the API refuses to go past (HTTP 422)."""
+    parser.add_argument(
+        f"--{flag}-tokens",
+        type=_positive,
+        metavar="N",
+        help=f"tokens (input + output) {whom} may use; at most {caps}, the default",
+    )
+    parser.add_argument(
+        f"--{flag}-usd",
+        type=_above_zero,
+        metavar="X",
+        help=f"dollars {whom} may spend; at most {caps}, the default",
     )
 
 

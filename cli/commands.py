@@ -145,10 +145,24 @@ def notify_for_api(webhooks: list[str] | None, events: str | None) -> dict[str, 
     return notify
 
 
+def budget_for_api(tokens: int | None, usd: float | None) -> dict[str, Any] | None:
+    """`--budget-tokens N --budget-usd X` (or a graph's `--total-budget-...`) as a request's
+    `{"max_tokens", "max_cost_usd"}`; None when neither is given. The API admits it: at
+    most the operator's cap, else its 422 (docs/api.md#the-run-request)."""
+    budget: dict[str, Any] = {}
+    if tokens is not None:
+        budget["max_tokens"] = tokens
+    if usd is not None:
+        budget["max_cost_usd"] = usd
+    return budget or None
+
+
 def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"task": args.task}
     if notify := notify_for_api(args.notify, args.notify_events):
         body["notify"] = notify
+    if budget := budget_for_api(args.budget_tokens, args.budget_usd):
+        body["budget"] = budget
     if args.rules_file:
         criteria = load_criteria(args.rules_file)
         criteria.pop("note", None)

@@ -21,6 +21,7 @@ from loopworks.cli import confirm
 from loopworks.cli.client import ApiClient, ApiError, CliError, Unreachable, parse
 from loopworks.cli.commands import (
     Context,
+    budget_for_api,
     notify_for_api,
     print_listing,
     read_document,
@@ -171,6 +172,10 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"goal": args.goal}
     if notify := notify_for_api(args.notify, args.notify_events):
         body["notify"] = notify
+    if budget := budget_for_api(args.budget_tokens, args.budget_usd):
+        body["budget"] = budget
+    if total := budget_for_api(args.total_budget_tokens, args.total_budget_usd):
+        body["total_budget"] = total
     if args.tasks_file:
         body["tasks"] = load_tasks(args.tasks_file)
     if args.repo:
