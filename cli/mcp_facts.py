@@ -91,6 +91,31 @@ def notify_description(kind: str) -> str:
     return NOTIFY.format(kind=kind, events=NOTIFY_EVENTS[kind])
 
 
+BUDGET = (
+    "What {whom} may spend: an object with `max_tokens` (input + output tokens) and/or "
+    "`max_cost_usd` (US dollars), each more than 0. {reach} A limit omitted is the "
+    "service operator's cap ({caps}); asking for more than that cap refuses the call "
+    "(HTTP 422, naming the setting). Omitted: the operator's caps."
+)
+BUDGETS = {
+    "run": BUDGET.format(
+        whom="the run",
+        reach="Reaching either stops the run with stop_reason `budget_exhausted`.",
+        caps="LOOPS_RUN_BUDGET_TOKENS, LOOPS_RUN_BUDGET_USD",
+    ),
+    "loop": BUDGET.format(
+        whom="each task loop of the graph",
+        reach="A loop that reaches either stops with stop_reason `budget_exhausted` and "
+        "its task's attempt fails. Each loop gets at most what is left of total_budget.",
+        caps="LOOPS_RUN_BUDGET_TOKENS, LOOPS_RUN_BUDGET_USD",
+    ),
+    "graph": BUDGET.format(
+        whom="the whole graph, all its task loops together (retries included)",
+        reach="Once either is spent no task starts any more and the graph ends `failed`.",
+        caps="LOOPS_GRAPH_BUDGET_TOKENS, LOOPS_GRAPH_BUDGET_USD",
+    ),
+}
+
 NOTE = "Free text for the next model step, e.g. what a person decided and why."
 
 INSTRUCTIONS = f"""\
@@ -106,12 +131,17 @@ with run_artifact. {GATES}"""
 RUN_STATUS_TOOL = (
     "A run's status, compact: status, gate, next_action, iteration/max_iterations, phase "
     "(`A`: essentials, then `B`: polish), current_step, last_score (0-1), stop_reason once "
-    f"ended, and `message` (the block's reason, or why it stopped). {GATES} {RUN_STATUSES}"
+    "ended, `message` (the block's reason, or why it stopped), `usage` (what it spent so "
+    "far: total_tokens, cost_usd, calls) and `budget` (its max_tokens and max_cost_usd; "
+    f"reaching one stops it, stop_reason `budget_exhausted`). {GATES} {RUN_STATUSES}"
 )
 GRAPH_STATUS_TOOL = (
     "A graph's status, compact: status (`planning`, `awaiting_approval`, `running`, "
     "`paused`; ended: `completed`, `failed`, `stopped`), gate, next_action, and each task: "
     "task_id, title, status (`pending`, `in-progress`, `completed`, `failed`, `blocked`: "
     "waiting on a failed task it requires), attempts, its latest loop's run_id (read it with "
-    f"run_status) and gate `block` when that loop waits at a custodiet block. {GATES}"
+    "run_status) and gate `block` when that loop waits at a custodiet block; `usage` (what "
+    "its task loops spent, all together: total_tokens, cost_usd, calls) and `total_budget` "
+    "(what the whole graph may spend: max_tokens, max_cost_usd). "
+    f"{GATES}"
 )

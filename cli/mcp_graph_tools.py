@@ -11,6 +11,7 @@ from pydantic import Field
 from loopworks.cli.client import ApiClient
 from loopworks.cli.graphs import GraphApi
 from loopworks.cli.mcp_facts import (
+    BUDGETS,
     GRAPH_ID,
     GRAPH_STATUS_TOOL,
     MODES,
@@ -21,7 +22,7 @@ from loopworks.cli.mcp_facts import (
 from loopworks.cli.mcp_views import GraphView, RunView, api_errors, graph_view, run_view
 from loopworks.schemas.graph import GraphState
 from loopworks.schemas.notify import NotifyRequest
-from loopworks.schemas.run import Mode, RunStatus
+from loopworks.schemas.run import Budget, Mode, RunStatus
 from loopworks.schemas.tasks import TASK_ID_PATTERN, Task, TaskStatus
 
 GraphId = Annotated[str, Field(min_length=1, description=GRAPH_ID)]
@@ -74,6 +75,8 @@ def add_graph_tools(
         notify: Annotated[
             NotifyRequest | None, Field(description=notify_description("graph"))
         ] = None,
+        budget: Annotated[Budget | None, Field(description=BUDGETS["loop"])] = None,
+        total_budget: Annotated[Budget | None, Field(description=BUDGETS["graph"])] = None,
     ) -> GraphView:
         """Start a task graph: the goal is split into atomic tasks (ids `T-001`, `T-002`,
         …), each run as a loop of its own in dependency order, merged onto one
@@ -88,6 +91,10 @@ def add_graph_tools(
         body.update({name: value for name, value in optional.items() if value is not None})
         if notify is not None:
             body["notify"] = notify.model_dump(mode="json")
+        limits = {"budget": budget, "total_budget": total_budget}
+        for name, limit in limits.items():
+            if limit is not None:
+                body[name] = limit.model_dump(mode="json", exclude_none=True)
         with api_errors():
             return graph(graphs.state(graphs.create(body).graph_id))
 

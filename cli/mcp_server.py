@@ -19,6 +19,7 @@ from pydantic import Field
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.cli.client import ApiClient, run_path
 from loopworks.cli.mcp_facts import (
+    BUDGETS,
     INSTRUCTIONS,
     MAX_ARTIFACT_CHARS,
     MODES,
@@ -45,7 +46,7 @@ from loopworks.cli.mcp_views import (
 )
 from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.rules import Rule
-from loopworks.schemas.run import Mode, RunStatus, Thresholds
+from loopworks.schemas.run import Budget, Mode, RunStatus, Thresholds
 
 RunId = Annotated[str, Field(min_length=1, description=RUN_ID)]
 
@@ -113,6 +114,7 @@ def build_server(client: ApiClient) -> MCPServer:
         notify: Annotated[
             NotifyRequest | None, Field(description=notify_description("run"))
         ] = None,
+        budget: Annotated[Budget | None, Field(description=BUDGETS["run"])] = None,
     ) -> RunView:
         """Start a run (one reflex loop) on a task; answers its run_id and status. The run
         works for minutes on its own: read run_status until `gate` is set or the status has
@@ -127,6 +129,8 @@ def build_server(client: ApiClient) -> MCPServer:
         body.update({name: value for name, value in optional.items() if value is not None})
         if notify is not None:
             body["notify"] = notify.model_dump(mode="json")
+        if budget is not None:
+            body["budget"] = budget.model_dump(mode="json", exclude_none=True)
         with api_errors():
             created = client.create_run(body, idempotency_key)
             return run_view(client.run_state(created.run_id))

@@ -16,7 +16,7 @@ from loopworks.api.models import RunSummary
 from loopworks.cli.client import CliError
 from loopworks.schemas.events import Event
 from loopworks.schemas.graph import GraphState, GraphStatus, TaskState
-from loopworks.schemas.run import RunState, RunStatus
+from loopworks.schemas.run import Budget, RunState, RunStatus, TokenUsage
 from loopworks.schemas.tasks import TaskStatus
 
 
@@ -64,6 +64,18 @@ RUN_GATES: dict[RunStatus, Gate] = {
 }
 
 
+class Spent(BaseModel):
+    """What model calls used so far."""
+
+    total_tokens: int = Field(description="input + output tokens")
+    cost_usd: float = Field(description="US dollars")
+    calls: int = Field(description="model calls")
+
+
+def spent(usage: TokenUsage) -> Spent:
+    return Spent(total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, calls=usage.calls)
+
+
 class RunView(BaseModel):
     """A run, compact."""
 
@@ -83,6 +95,11 @@ class RunView(BaseModel):
     message: str = Field(description="the block's reason, or why it stopped")
     branch: str
     origin: str
+    usage: Spent = Field(description="what the run spent so far")
+    budget: Budget | None = Field(
+        description="what it may spend; reaching a limit stops it (`budget_exhausted`). "
+        "null: not known (a run recorded before its state carried it)"
+    )
 
 
 class RunRow(BaseModel):
@@ -113,6 +130,10 @@ class GraphView(BaseModel):
     next_action: str
     integration_branch: str
     message: str
+    usage: Spent = Field(description="what its task loops spent, all together")
+    total_budget: Budget | None = Field(
+        description="what the whole graph may spend; once spent it starts no more tasks"
+    )
     tasks: list[TaskView]
 
 
@@ -160,6 +181,8 @@ def run_view(state: RunState) -> RunView:
         message=message,
         branch=state.branch,
         origin=state.origin,
+        usage=spent(state.usage),
+        budget=state.budget,
     )
 
 
@@ -217,6 +240,8 @@ def graph_view(state: GraphState, blocked_runs: set[str]) -> GraphView:
         next_action=next_action,
         integration_branch=state.integration_branch,
         message=state.message,
+        usage=spent(state.usage),
+        total_budget=state.total_budget,
         tasks=tasks,
     )
 

@@ -128,6 +128,7 @@ class LoopInput(BaseModel):
             created_at=self.created_at,
             updated_at=self.created_at,
             started_by=self.started_by,
+            budget=request.budget,
         )
         return RunMemory(state=state)
 

@@ -104,7 +104,7 @@ class Budget(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_tokens: int | None = Field(default=None, ge=1, description="input + output tokens")
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0, description="US dollars")
 
 
 def _branch_name(name: str) -> str:
@@ -268,6 +268,11 @@ class RunState(BaseModel):
     branch: str
     origin: str
     usage: TokenUsage = Field(default_factory=TokenUsage)
+    budget: Budget | None = Field(
+        default=None,
+        description="what the run may spend (a graph's task loop: what the graph allotted "
+        "it); unset in runs recorded before the state carried it",
+    )
     playbook: PlaybookUse | None = Field(
         default=None, description="the playbook version and items hydration was given"
     )

@@ -201,3 +201,33 @@ def test_notify_names_every_event_and_format(tool: str) -> None:
     for value in [*NotifyEvent, *WebhookFormat]:
         assert f"`{value.value}`" in said, (tool, value)
     assert "HTTP 422" in said and "`webhooks`" in said and "`events`" in said
+
+
+@pytest.mark.parametrize(
+    ("tool", "field", "settings"),
+    [
+        ("start_run", "budget", "LOOPS_RUN_BUDGET_TOKENS, LOOPS_RUN_BUDGET_USD"),
+        ("start_graph", "budget", "LOOPS_RUN_BUDGET_TOKENS, LOOPS_RUN_BUDGET_USD"),
+        ("start_graph", "total_budget", "LOOPS_GRAPH_BUDGET_TOKENS, LOOPS_GRAPH_BUDGET_USD"),
+    ],
+)
+def test_budgets_say_their_limits_the_default_and_the_refusal(
+    tool: str, field: str, settings: str
+) -> None:
+    """A budget is optional; its description names both limits with their units, what
+    reaching one does, the operator's caps it defaults to, and the 422 above them."""
+    schema = BY_NAME[tool].input_schema
+    assert field not in schema.get("required", [])
+    said = schema["properties"][field]["description"]
+    for words in ("`max_tokens` (input + output tokens)", "`max_cost_usd` (US dollars)"):
+        assert words in said, (tool, field)
+    assert settings in said and "HTTP 422" in said, (tool, field)
+    assert "`budget_exhausted`" in said or "`failed`" in said, (tool, field)
+
+
+def test_the_status_tools_say_what_was_spent_of_what_may_be() -> None:
+    for tool, limit in (("run_status", "budget"), ("graph_status", "total_budget")):
+        said = BY_NAME[tool].description or ""
+        assert "`usage`" in said and f"`{limit}`" in said, tool
+        answer = (BY_NAME[tool].output_schema or {}).get("properties", {})
+        assert {"usage", limit} <= set(answer), tool
