@@ -67,7 +67,8 @@ class GitWorkspaces(CommitPublisher):
     def resolve_base(self, origin: str, base_branch: str | None) -> tuple[str, str]:
         """(branch, sha) of `base_branch` on origin, or of origin's default branch. The
         service's own origin is read in place, as its clones are made; any other is asked."""
-        own = own_origin_store(self._local_origin(origin))
+        # An http(s) origin is never our own: it is checked when ls-remote reaches it.
+        own = own_origin_store(self._local_origin(origin, reached_next=True))
         in_place = None if own is None else open_repository(own.parent)
         if base_branch is None:
             target, sha = head_of(in_place) if in_place is not None else self._remote_head(origin)

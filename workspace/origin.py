@@ -151,7 +151,7 @@ class OriginReader(GitRunner):
                 self._git(["init", "--quiet", "--bare", str(cache)])
             # Commits never change, so a cached one needs no fetch; branches do move.
             if commit is None or not self._has_commit(commit, cache):
-                url = self._local_origin(origin)
+                url = self._local_origin(origin, reached_next=True)
                 fetch = [
                     f"--git-dir={cache}",
                     *self._reaching(url, "fetch", "--quiet", "--no-tags", "--prune"),

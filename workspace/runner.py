@@ -152,6 +152,11 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _is_web(url: str) -> bool:
+    """An http(s) origin: one git reaches through libcurl, which a pin holds to addresses."""
+    return url.split("://", 1)[0].lower() in ("http", "https")
+
+
 def _shown(cmd: Sequence[str]) -> str:
     """The command as a message names it: the settings it always carries left out."""
     words = list(cmd)
@@ -326,11 +331,14 @@ class GitRunner:
         GIT_SPAWNS.add(args)
         return cmd
 
-    def _local_origin(self, origin: str) -> str:
+    def _local_origin(self, origin: str, reached_next: bool = False) -> str:
+        """`origin` checked, as git is given it. `reached_next`: the caller does nothing
+        with an http(s) origin before handing it to `_reaching`, which checks it itself to
+        pin its addresses; it is not checked here too (its host looked up twice)."""
         # A leading dash would be read as an option (e.g. --upload-pack=<command>).
         if origin.startswith("-"):
             raise GitError(f"origin {redact(origin)!r} is neither a URL nor a path")
-        if self.origin_check is not None:
+        if self.origin_check is not None and not (reached_next and _is_web(origin)):
             self.origin_check(origin)
         # Absolute paths keep working from any cwd and in a clone's remote config.
         return origin if is_url(origin) else str(Path(origin).expanduser().resolve())
@@ -343,12 +351,11 @@ class GitRunner:
         pinned to the addresses the origin check admits now, right before git runs
         (`-c http.curloptResolve`): libcurl never looks the name up again, so DNS that
         answers differently after the check cannot send git elsewhere (SECURITY.md)."""
-        web = url.split("://", 1)[0].lower() in ("http", "https")
-        pins = self.origin_check(url) if web and self.origin_check is not None else ()
+        pins = self.origin_check(url) if _is_web(url) and self.origin_check is not None else ()
         return [*pins, subcommand, *options, *serving_program(url, subcommand)]
 
     def _ls_remote(self, origin: str, *patterns: str, symref: bool = False) -> list[list[str]]:
-        url = self._local_origin(origin)
+        url = self._local_origin(origin, reached_next=True)
         args = [*self._reaching(url, "ls-remote", *(["--symref"] if symref else [])), url]
         out = self._git([*args, *patterns]).stdout
         return [line.split("\t") for line in out.splitlines() if line.strip()]

@@ -39,7 +39,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
 from loopworks.workspace import origin_access
 from loopworks.workspace.configured import workspaces_for
-from loopworks.workspace.origin_access import check_origin
+from loopworks.workspace.origin_access import OriginRefusedError, check_origin
 from loopworks.workspace.playbook import PlaybookStore
 from tests.integration.stack import bare_remote, git
 from tests.security.git_http_server import GitHttpServer, git_http_server
@@ -125,6 +125,39 @@ def test_git_reaches_an_http_origin_only_at_the_addresses_the_check_admitted(
     assert all(pin in c for c in remote), [c for c in remote if pin not in c]
     # git asked for the name, at the address the check gave it.
     assert served.hosts and set(served.hosts) == {f"{HOST}:{served.port}"}
+
+
+@pytest.mark.integration
+def test_ls_remote_and_a_cache_fetch_look_the_origin_up_once(
+    tmp_path: Path, served: GitHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The address the check admits is the one git is pinned to: one lookup for the
+    command, not an early check and then the pin's (docs/workspace.md#reaching-an-origin)."""
+    lookups: list[str] = []
+
+    def counted(host: str, port: int | None) -> tuple[str, ...]:
+        lookups.append(host)
+        return _at_loopback(host, port)
+
+    monkeypatch.setattr(origin_access, "resolve", counted)
+    origin = f"http://{HOST}:{served.port}/remote.git"
+    store = PlaybookStore.of(workspaces_for(_settings(tmp_path, "data", served.port)))
+    branch, base = store.resolve_base(origin, None)  # ls-remote
+    assert (branch, lookups) == ("main", [HOST])
+    assert store.resolve_base(origin, "main")[1] == base and lookups == [HOST] * 2
+    # A reader without a clone: origin's cache is fetched.
+    read = store.read_files("run-1", origin, base, ["README.md"])
+    assert read == {"README.md": "# demo project\n"} and lookups == [HOST] * 3
+    # Checked all the same: a host the deployment does not allow is refused, unasked.
+    refused = f"http://{HOST}.other:{served.port}/remote.git"
+    for reach in (
+        lambda: store.resolve_base(refused, None),
+        lambda: store.resolve_base(refused, "main"),
+        lambda: store.read_files("run-2", refused, base, ["README.md"]),
+    ):
+        with pytest.raises(OriginRefusedError, match="refused"):
+            reach()
+    assert served.hosts == [f"{HOST}:{served.port}"] * len(served.hosts)
 
 
 @pytest.mark.unit
