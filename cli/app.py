@@ -267,13 +267,13 @@ def _budget_options(parser: argparse.ArgumentParser, flag: str, whom: str, caps:
         f"--{flag}-tokens",
         type=_positive,
         metavar="N",
-        help=f"tokens (input + output) {whom} may use; at most {caps}, the default",
+        help=f"tokens (input + output) {whom} may use (default, and most allowed: {caps})",
     )
     parser.add_argument(
         f"--{flag}-usd",
         type=_above_zero,
         metavar="X",
-        help=f"dollars {whom} may spend; at most {caps}, the default",
+        help=f"dollars {whom} may spend (default, and most allowed: {caps})",
     )
 
 
