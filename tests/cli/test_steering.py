@@ -4,12 +4,15 @@ verdicts and the gate; run commands take an alias (docs/cli.md#naming-a-run); `l
 
 from __future__ import annotations
 
+import io
 from datetime import datetime, timedelta
 
 import httpx
 import pytest
+from rich.console import Console
 
 from loopworks.api.models import RunSummary, RunWorkspace, WorkspaceEntry, WorkspaceRemoved
+from loopworks.cli import confirm
 from loopworks.cli.client import CliError
 from loopworks.schemas.detail import (
     AuditView,
@@ -223,3 +226,19 @@ def test_new_at_a_terminal_asks_nothing_of_a_run_past_its_confirmation() -> None
     assert (code, out) == (0, f"{RUN_ID}\n")
     assert api.body(0)["mode"] == "interactive"
     assert [r.method for r in api.requests] == ["POST", "GET"]
+
+
+@pytest.mark.parametrize("typed", ["", "x\n"])
+def test_the_end_of_input_at_the_question_cancels(typed: str) -> None:
+    """Ctrl-D (or input that ends after a wrong answer) is nobody saying yes
+    (docs/cli.md#confirm-first): a cancel, never the default approve."""
+    console = Console(file=io.StringIO(), force_terminal=False)
+    assert confirm.ask(TtyInput(typed), console) == "cancel"
+
+
+def test_enter_at_the_question_approves() -> None:
+    """Enter alone takes the default, approve, as the question says (`(a)`), at once."""
+    err = io.StringIO()
+    assert confirm.ask(TtyInput("\n"), Console(file=err, force_terminal=False)) == "approve"
+    assert err.getvalue().count("Approve, edit or cancel?") == 1
+    assert confirm.ask(TtyInput(" e \n"), Console(file=err)) == "edit"
