@@ -74,7 +74,7 @@ def wait_for_draft(
         time.sleep(POLL_SECONDS)
 
 
-class _Lines:
+class Lines:
     """The answers as `input()` gives them: rich reads a given stream with readline, so
     Enter would come as "\n" (not the empty answer that takes the default: it is asked
     again) and the end of input as "" (the empty answer: approve). Here Enter is "" and
@@ -98,7 +98,7 @@ def ask(stdin: TextIO, console: Console) -> str:
             choices=list(CHOICES),
             default="a",
             console=console,
-            stream=cast(TextIO, _Lines(stdin)),
+            stream=cast(TextIO, Lines(stdin)),
         )
     except EOFError:
         console.print()
