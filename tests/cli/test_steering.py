@@ -5,6 +5,7 @@ verdicts and the gate; run commands take an alias (docs/cli.md#naming-a-run); `l
 from __future__ import annotations
 
 import io
+import json
 from datetime import datetime, timedelta
 
 import httpx
@@ -154,6 +155,19 @@ def test_a_word_no_run_has_as_alias_is_taken_as_a_run_id() -> None:
     )
     assert run(["history", "my-run"], api) == (0, "no events for my-run\n")
     assert [r.url.path for r in api.requests] == ["/runs", "/runs/my-run/events"]
+
+
+def test_trajectory_takes_an_alias() -> None:
+    newest = summary(2, RunStatus.COMPLETED)
+    line = json.dumps({"run_id": newest.run_id, "step": "hydrate"}) + "\n"
+    api = Recorder(
+        {
+            ("GET", "/runs"): httpx.Response(200, json=wire_list([newest])),
+            ("GET", f"/runs/{newest.run_id}/trajectory"): httpx.Response(200, text=line),
+        }
+    )
+    assert run(["trajectory", ALIAS], api) == (0, line)
+    assert api.requests[-1].url.path == f"/runs/{newest.run_id}/trajectory"
 
 
 def workspace(run_id: str, n: int) -> RunWorkspace:
