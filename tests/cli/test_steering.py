@@ -105,6 +105,32 @@ def test_status_shows_the_gate_plan_rules_and_verdicts() -> None:
     ]
 
 
+def test_status_says_where_the_plan_came_from_or_why_a_prep_package_was_not_used() -> None:
+    """A run reads the repository's prep package (docs/graphs.md#prep-packages); its status
+    says what it made of it, as `loops graph status` does for a graph."""
+    used = STATE.model_copy(
+        update={
+            "prep": "prep package (collaborative-plan-with-file, sha256 ab12)",
+            "prep_skipped": ["line 2: not JSON (Expecting value at column 1)"],
+        }
+    )
+    rejected = STATE.model_copy(
+        update={"prep_rejected": ["generated_at 2026-01-01T00:00:00Z is more than 24 hours old"]}
+    )
+    outs = []
+    for state in (used, rejected):
+        api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(state))})
+        code, out = run(["status", RUN_ID], api)
+        assert code == 0
+        outs.append(out.splitlines())
+    assert "plan from: prep package (collaborative-plan-with-file, sha256 ab12)" in outs[0]
+    assert "prep package line skipped: line 2: not JSON (Expecting value at column 1)" in outs[0]
+    assert (
+        "prep package not used: generated_at 2026-01-01T00:00:00Z is more than 24 hours old"
+        in outs[1]
+    )
+
+
 def by_alias(runs: list[RunSummary], then: RunSummary) -> Recorder:
     return Recorder(
         {
