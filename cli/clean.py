@@ -8,7 +8,7 @@ them: that is the pushed branch `loops/<run_id>` on its origin, which stays.
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import TextIO, cast
 
 from rich.console import Console
 from rich.filesize import decimal
@@ -17,6 +17,7 @@ from rich.text import Text
 
 from loopworks.api.models import RunWorkspace, WorkspaceEntry
 from loopworks.cli.client import ApiClient, CliError
+from loopworks.cli.confirm import Lines
 from loopworks.schemas.run import TERMINAL_STATUSES
 
 # `--all` looks at the newest this many runs of each finished status (the API's cap).
@@ -33,7 +34,13 @@ def confirm(question: str, stdin: TextIO, console: Console) -> bool:
         raise CliError(
             "refusing to delete without confirmation: stdin is not a terminal (pass --yes)"
         )
-    return Confirm.ask(Text(question), console=console, default=False, stream=stdin)
+    try:
+        return Confirm.ask(
+            Text(question), console=console, default=False, stream=cast(TextIO, Lines(stdin))
+        )
+    except EOFError:
+        console.print()
+        return False
 
 
 def entry_line(entry: WorkspaceEntry) -> str:

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -74,6 +74,22 @@ def wait_for_draft(
         time.sleep(POLL_SECONDS)
 
 
+class Lines:
+    """The answers as `input()` gives them: rich reads a given stream with readline, so
+    Enter would come as "\n" (not the empty answer that takes the default: it is asked
+    again) and the end of input as "" (the empty answer: approve). Here Enter is "" and
+    the end of input is EOFError."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def readline(self) -> str:
+        line = self._stream.readline()
+        if not line:
+            raise EOFError
+        return line.rstrip("\r\n")
+
+
 def ask(stdin: TextIO, console: Console) -> str:
     """approve, edit or cancel; the end of input is a cancel (nobody answered yes)."""
     try:
@@ -82,7 +98,7 @@ def ask(stdin: TextIO, console: Console) -> str:
             choices=list(CHOICES),
             default="a",
             console=console,
-            stream=stdin,
+            stream=cast(TextIO, Lines(stdin)),
         )
     except EOFError:
         console.print()

@@ -21,8 +21,17 @@ def _issues(issues: list[IssueView]) -> list[str]:
     return [f"    {issue.rule_id}: {_short(issue.fix or issue.problem)}" for issue in issues]
 
 
+def prep_lines(state: RunState) -> list[str]:
+    """The prep package the run's plan came from, the lines of it skipped, or why it was
+    not used (docs/graphs.md#a-single-run-from-a-prep-package)."""
+    lines = [f"plan from: {state.prep}"] if state.prep else []
+    lines += [f"prep package line skipped: {_short(line)}" for line in state.prep_skipped]
+    lines += [f"prep package not used: {_short(reason)}" for reason in state.prep_rejected]
+    return lines
+
+
 def detail_lines(state: RunState) -> list[str]:
-    lines: list[str] = []
+    lines = prep_lines(state)
     if state.gate is not None:
         command = RELEASES[state.gate.kind][1]
         lines.append(

@@ -13,12 +13,14 @@ import argparse
 from loopworks.cli.client import run_path
 from loopworks.cli.commands import Context
 from loopworks.cli.graphs import graph_path
+from loopworks.cli.resolve import resolve_run
 
 LOOP_TYPES = ("task", "skill")
 
 
 def cmd_trajectory(ctx: Context, args: argparse.Namespace) -> int:
-    return _export(ctx, run_path(args.run, "trajectory"), args.loop_type)
+    run_id = resolve_run(ctx.client, args.run)  # an alias too (docs/cli.md#naming-a-run)
+    return _export(ctx, run_path(run_id, "trajectory"), args.loop_type)
 
 
 def cmd_graph_trajectory(ctx: Context, args: argparse.Namespace) -> int:

@@ -391,6 +391,13 @@ def test_clean_on_an_empty_answer_deletes_nothing(service: Service) -> None:
     assert RUN_ID in service.remaining()
 
 
+def test_clean_on_enter_takes_the_default_no_at_once(service: Service) -> None:
+    code, out = run(["clean", RUN_ID], service, stdin=TtyInput("\n"))
+    assert code == 1 and out.endswith("? [y/n] (n): nothing deleted\n"), out
+    assert out.count("Delete 2 workspace(s)?") == 1
+    assert RUN_ID in service.remaining()
+
+
 def test_clean_deletes_only_the_runs_workspaces(service: Service) -> None:
     code, out = run(["clean", RUN_ID], service, stdin=TtyInput("y\n"))
     assert code == 0, out

@@ -4,12 +4,16 @@ verdicts and the gate; run commands take an alias (docs/cli.md#naming-a-run); `l
 
 from __future__ import annotations
 
+import io
+import json
 from datetime import datetime, timedelta
 
 import httpx
 import pytest
+from rich.console import Console
 
 from loopworks.api.models import RunSummary, RunWorkspace, WorkspaceEntry, WorkspaceRemoved
+from loopworks.cli import confirm
 from loopworks.cli.client import CliError
 from loopworks.schemas.detail import (
     AuditView,
@@ -101,6 +105,32 @@ def test_status_shows_the_gate_plan_rules_and_verdicts() -> None:
     ]
 
 
+def test_status_says_where_the_plan_came_from_or_why_a_prep_package_was_not_used() -> None:
+    """A run reads the repository's prep package (docs/graphs.md#prep-packages); its status
+    says what it made of it, as `loops graph status` does for a graph."""
+    used = STATE.model_copy(
+        update={
+            "prep": "prep package (collaborative-plan-with-file, sha256 ab12)",
+            "prep_skipped": ["line 2: not JSON (Expecting value at column 1)"],
+        }
+    )
+    rejected = STATE.model_copy(
+        update={"prep_rejected": ["generated_at 2026-01-01T00:00:00Z is more than 24 hours old"]}
+    )
+    outs = []
+    for state in (used, rejected):
+        api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(state))})
+        code, out = run(["status", RUN_ID], api)
+        assert code == 0
+        outs.append(out.splitlines())
+    assert "plan from: prep package (collaborative-plan-with-file, sha256 ab12)" in outs[0]
+    assert "prep package line skipped: line 2: not JSON (Expecting value at column 1)" in outs[0]
+    assert (
+        "prep package not used: generated_at 2026-01-01T00:00:00Z is more than 24 hours old"
+        in outs[1]
+    )
+
+
 def by_alias(runs: list[RunSummary], then: RunSummary) -> Recorder:
     return Recorder(
         {
@@ -151,6 +181,19 @@ def test_a_word_no_run_has_as_alias_is_taken_as_a_run_id() -> None:
     )
     assert run(["history", "my-run"], api) == (0, "no events for my-run\n")
     assert [r.url.path for r in api.requests] == ["/runs", "/runs/my-run/events"]
+
+
+def test_trajectory_takes_an_alias() -> None:
+    newest = summary(2, RunStatus.COMPLETED)
+    line = json.dumps({"run_id": newest.run_id, "step": "hydrate"}) + "\n"
+    api = Recorder(
+        {
+            ("GET", "/runs"): httpx.Response(200, json=wire_list([newest])),
+            ("GET", f"/runs/{newest.run_id}/trajectory"): httpx.Response(200, text=line),
+        }
+    )
+    assert run(["trajectory", ALIAS], api) == (0, line)
+    assert api.requests[-1].url.path == f"/runs/{newest.run_id}/trajectory"
 
 
 def workspace(run_id: str, n: int) -> RunWorkspace:
@@ -223,3 +266,19 @@ def test_new_at_a_terminal_asks_nothing_of_a_run_past_its_confirmation() -> None
     assert (code, out) == (0, f"{RUN_ID}\n")
     assert api.body(0)["mode"] == "interactive"
     assert [r.method for r in api.requests] == ["POST", "GET"]
+
+
+@pytest.mark.parametrize("typed", ["", "x\n"])
+def test_the_end_of_input_at_the_question_cancels(typed: str) -> None:
+    """Ctrl-D (or input that ends after a wrong answer) is nobody saying yes
+    (docs/cli.md#confirm-first): a cancel, never the default approve."""
+    console = Console(file=io.StringIO(), force_terminal=False)
+    assert confirm.ask(TtyInput(typed), console) == "cancel"
+
+
+def test_enter_at_the_question_approves() -> None:
+    """Enter alone takes the default, approve, as the question says (`(a)`), at once."""
+    err = io.StringIO()
+    assert confirm.ask(TtyInput("\n"), Console(file=err, force_terminal=False)) == "approve"
+    assert err.getvalue().count("Approve, edit or cancel?") == 1
+    assert confirm.ask(TtyInput(" e \n"), Console(file=err)) == "edit"
