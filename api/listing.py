@@ -109,13 +109,29 @@ def summarize(execution: WorkflowExecution) -> RunSummary:
     )
 
 
+# How many more closed runs than asked for are read to find the newest started among
+# them (visibility hands them out by close time; see list_runs).
+CLOSED_READ_FACTOR = 5
+
+
 async def list_runs(
     client: Client, limit: int, status: RunStatus | None, alias: str | None = None
 ) -> list[RunSummary]:
-    executions = client.list_workflows(
-        visibility_query(status, alias), limit=limit, page_size=min(limit, 1000)
-    )
-    runs = [summarize(execution) async for execution in executions]
-    # Visibility stores order by close time on some backends; callers want newest first.
+    """The `limit` newest runs by start time, as near as visibility allows.
+
+    Visibility lists open runs first, then closed ones by close time, and takes no
+    ORDER BY on SQL stores: the first `limit` it hands out are not the newest started
+    (a run waiting for approval for a day came before every run started since). So open
+    runs (handed out newest started first) and closed runs are read apart, the closed
+    from a wider window, and sorted together by start time."""
+    query = visibility_query(status, alias)
+    closed_limit = min(limit * CLOSED_READ_FACTOR, 1000)
+    runs: list[RunSummary] = []
+    for part, part_limit in (
+        (f'{query} AND ExecutionStatus = "Running"', limit),
+        (f'{query} AND ExecutionStatus != "Running"', closed_limit),
+    ):
+        executions = client.list_workflows(part, limit=part_limit, page_size=min(part_limit, 1000))
+        runs += [summarize(execution) async for execution in executions]
     runs.sort(key=lambda run: run.started_at, reverse=True)
-    return runs
+    return runs[:limit]

@@ -202,6 +202,28 @@ def test_list_filter_by_alias(service: Service, repo_run: FinishedRun) -> None:
     assert refused.status_code == 422
 
 
+def test_the_list_is_newest_started_first_though_an_older_run_is_still_open(
+    service: Service,
+) -> None:
+    """Found by hand: visibility hands out open runs first, so `loops status` with no run
+    (the list's first) showed a run waiting for approval since long before the newest."""
+    waiting = service.start(task="Outline a migration plan", mode="interactive")
+    newest = service.start(task="Summarise the changelog")
+    try:
+        assert service.wait_until_finished(newest)["status"] == "completed"
+        deadline = time.monotonic() + 10  # visibility is eventually consistent
+        while True:
+            first = service.http.get("/runs", params={"limit": 1}).json()
+            if (first and first[0]["run_id"] == newest) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert [run["run_id"] for run in first] == [newest]
+        both = {run["run_id"] for run in service.http.get("/runs").json()}
+        assert {waiting, newest} <= both
+    finally:
+        service.http.post(f"/runs/{waiting}/stop", json={"reason": "test over"})
+
+
 @pytest.mark.parametrize("status", sorted(s.value for s in RunStatus))
 def test_list_filter_is_a_valid_visibility_query(service: Service, status: str) -> None:
     response = service.http.get("/runs", params={"status": status})
