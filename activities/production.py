@@ -18,6 +18,7 @@ from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult, run_agent
 from loopworks.agent.trajectory import AgentStep, to_jsonl
+from loopworks.checks.redaction import redacted
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
@@ -112,7 +113,7 @@ class ProductionActivities:
             ]
             trajectory = trajectory_path(step.iteration, verb)
             files.write_text(workdir, trajectory, to_jsonl(outcome.records))
-            saved_seq = write_run_log(workdir, step.log) if step.log else 0
+            saved_seq = write_run_log(workdir, redacted(step.log)) if step.log else 0
             artifact_hash = files.sha256(workdir, ARTIFACT_PATH) or ""
         summary = _first_line(outcome.final_text)
         message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"

@@ -9,6 +9,7 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
+from loopworks.checks.redaction import redacted
 from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
@@ -88,7 +89,9 @@ class RepositoryActivities:
             with refusing_unsafe_paths():
                 if request.reflection and request.insights:
                     write_reflection(workdir, request.reflection, request.insights)
-                saved_seq = write_run_log(workdir, request.log)
+                # The state holds the task as a client wrote it: a worker secret pasted
+                # there must not reach the branch (docs/workspace.md#redaction).
+                saved_seq = write_run_log(workdir, redacted(request.log))
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at
             )

@@ -22,6 +22,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workspace.git import GitWorkspaces
 from tests.workflows.conftest import LoopHarness
+from tests.workflows.test_graph import git_show
 
 pytestmark = pytest.mark.workflow
 
@@ -115,6 +116,10 @@ async def test_a_single_shot_calls_prompt_is_redacted_and_capped(harness: LoopHa
     assert "01-plan-001" in calls and "00-hydrate-001" in calls
     text = run_trajectory(reader, state)
     assert f"Use the key {REDACTED}" in text and KEY not in text
+    # Nor in the run's record on its branch: the state's task and every event.
+    for path in (".loops/run.json", ".loops/history.jsonl"):
+        record = git_show(harness, f"loops/{state.run_id}", path)
+        assert f"Use the key {REDACTED}" in record and KEY not in record, path
 
 
 async def test_a_call_that_fails_its_step_is_recorded_with_its_repair(
