@@ -157,7 +157,10 @@ def redacted(value: Value, secrets: Iterable[str] | None = None) -> Value:
 
 def _redacted(value: Any, secrets: frozenset[str]) -> Any:
     if isinstance(value, str):
-        return redact(value, secrets)
+        clean = redact(value, secrets)
+        # A str subclass (a StrEnum member) comes back from `replace` a plain str even
+        # unchanged: keep the member, or a model's enum field turns into a bare string.
+        return value if clean == value else clean
     if isinstance(value, BaseModel):
         fields = {**value.__dict__, **(value.__pydantic_extra__ or {})}
         changed = {}

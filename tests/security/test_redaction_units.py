@@ -7,6 +7,8 @@ import io
 import logging
 import subprocess
 import sys
+import warnings
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,27 @@ def test_redacted_reaches_every_string_and_copies_only_what_changed() -> None:
     assert value.inner.note == f"key {KEY}"  # the original is left alone
     untouched = _Outer(inner=_Inner(note="n"), items=["a"], extra={})
     assert redacted(untouched, [KEY]) is untouched
+
+
+class _Phase(StrEnum):
+    A = "A"
+
+
+class _Stepped(BaseModel):
+    phase: _Phase
+    note: str
+
+
+def test_redacted_keeps_an_enum_member_an_enum_member() -> None:
+    """Seen as a pydantic serializer warning on every run's record: redacted, a StrEnum
+    field came back a plain str."""
+    clean = _Stepped(phase=_Phase.A, note="n")
+    assert redacted(clean, [KEY]) is clean
+    copied = redacted(_Stepped(phase=_Phase.A, note=f"key {KEY}"), [KEY])
+    assert copied.phase is _Phase.A and copied.note == f"key {REDACTED}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        copied.model_dump_json()
 
 
 def _log_through(record_args: tuple[Any, ...], msg: str, exc: BaseException | None) -> str:
