@@ -129,7 +129,8 @@ async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
     description = await runs.describe(handle, WORKFLOW_TYPE)
     if runs.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
-    await handle.signal(TaskGraphWorkflow.stop, reason)
+    with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
+        await handle.signal(TaskGraphWorkflow.stop, reason)
     return await read_state(handle)
 
 

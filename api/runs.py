@@ -8,7 +8,8 @@ the run's history.jsonl in git (`api.history`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -183,14 +184,21 @@ async def request_stop(handle: LoopHandle, reason: str | None) -> RunState:
     state = await read_state(handle, description)
     if state.status.is_terminal:
         raise NotApplicable(f"run {handle.id} is already {state.status.value}")
-    try:
+    with finished_meanwhile(f"run {handle.id} has already finished"):
         await handle.signal(LoopWorkflow.stop, reason)
-    except RPCError as err:
-        # It closed between the check and the signal.
-        if _not_found(err):
-            raise NotApplicable(f"run {handle.id} has already finished") from err
-        raise
     return state
+
+
+@contextmanager
+def finished_meanwhile(message: str) -> Iterator[None]:
+    """A workflow that closed between the check and the signal or update sent to it: a
+    409 with `message`, not Temporal's "workflow execution already completed"."""
+    try:
+        yield
+    except RPCError as err:
+        if _not_found(err):
+            raise NotApplicable(message) from err
+        raise
 
 
 State = TypeVar("State")

@@ -11,12 +11,13 @@ import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.api import idempotency
 from loopworks.api.main import create_app
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
-from tests.api.fake_temporal import FakeClient, FakeHandle
+from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle
 
 pytestmark = pytest.mark.unit
 
@@ -215,3 +216,31 @@ async def test_a_run_request_may_carry_a_prep_package() -> None:
     assert request.prep_package.tasks == upload["tasks"]
     assert request.max_iterations is None  # the package's, once the run reads it
     assert fake.starts[1]["params"].request.read_prep_package is False
+
+
+class ClosingGraph(FakeHandle):
+    """A graph that ends between the API's look at it and the stop it sends."""
+
+    async def describe(self, **_: Any) -> FakeDescription:
+        return FakeDescription(WorkflowExecutionStatus.RUNNING, "TaskGraphWorkflow")
+
+    async def signal(self, *_: Any, **__: Any) -> None:
+        raise RPCError("workflow execution already completed", RPCStatusCode.NOT_FOUND, b"")
+
+
+class ClosingRun(ClosingGraph):
+    async def describe(self, **_: Any) -> FakeDescription:
+        return FakeDescription(WorkflowExecutionStatus.RUNNING)
+
+
+@pytest.mark.parametrize("kind", ["runs", "graphs"])
+async def test_a_stop_racing_the_end_is_409_not_a_temporal_error(kind: str) -> None:
+    """Found by the API fuzz: a graph that finished just as its stop arrived was a 502,
+    "Temporal error: workflow execution already completed"."""
+    client = FakeClient()
+    target = "graph-0-loop-20261126-192438-8f2519" if kind == "graphs" else RUN
+    client.handles[target] = ClosingGraph(target) if kind == "graphs" else ClosingRun(target)
+    async for http in _http(client):
+        response = await http.post(f"/{kind}/{target}/stop", json={"reason": None})
+    assert response.status_code == 409, response.text
+    assert "has already finished" in response.json()["detail"]
