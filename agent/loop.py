@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -32,6 +33,7 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     ToolReturnPart,
 )
+from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
 from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
@@ -52,6 +54,7 @@ WRITE_FILE = TOOLS["write_file"].name
 # What a verifier may use: reading and running, never writing a file.
 READ_ONLY_TOOLS = ("read_file", "list_files", "search", "run_command")
 Answer = TypeVar("Answer", bound=BaseModel)
+Output = TypeVar("Output")
 # An answer without the deliverable is sent back this many times before it is invalid.
 NUDGES = 1
 NUDGE = (
@@ -94,14 +97,8 @@ async def run_agent(
     deps = _Workspace(call.role, workspace, deliverable, graph_task=graph_task)
     with model_errors(call.role):
         try:
-            async with _agent().iter(
-                user_prompt(call.context),
-                model=source.model(call),
-                instructions=instructions,
-                deps=deps,
-                usage_limits=UsageLimits(request_limit=max_turns),
-                # Bad tool calls go back to the model; the turn limit bounds how often.
-                retries={"tools": max_turns, "output": NUDGES},
+            async with _started(
+                _agent(), source, call, instructions, deps, max_turns, NUDGES
             ) as agent_run:
                 async for _ in agent_run:
                     pass
@@ -137,6 +134,28 @@ async def run_agent(
         files_written=list(deps.written),
         limit_reached=answer is None,
         repairs=[r.output or "" for r in records if r.kind == "retry"],
+    )
+
+
+def _started(
+    agent: Agent[_Workspace, Output],
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
+    deps: _Workspace,
+    max_turns: int,
+    output_retries: int,
+) -> AbstractAsyncContextManager[AgentRun[_Workspace, Output]]:
+    """One run of `agent` for `call`, at most `max_turns` model requests; bad tool calls
+    go back to the model (the turn limit bounds how often), a bad final answer at most
+    `output_retries` times."""
+    return agent.iter(
+        user_prompt(call.context),
+        model=source.model(call),
+        instructions=instructions,
+        deps=deps,
+        usage_limits=UsageLimits(request_limit=max_turns),
+        retries={"tools": max_turns, "output": output_retries},
     )
 
 
@@ -268,14 +287,10 @@ async def run_answering_agent(
     deps = _Workspace(call.role, workspace, None)
     with model_errors(call.role):
         try:
-            async with _answering_agent(answer_type, call.role).iter(
-                user_prompt(call.context),
-                model=source.model(call),
-                instructions=instructions,
-                deps=deps,
-                usage_limits=UsageLimits(request_limit=max_turns),
-                retries={"tools": max_turns, "output": REPAIR_ATTEMPTS},
-            ) as agent_run:
+            async with _started(
+                _answering_agent(answer_type, call.role),
+                source, call, instructions, deps, max_turns, REPAIR_ATTEMPTS,
+            ) as agent_run:  # fmt: skip
                 async for _ in agent_run:
                     pass
         except UsageLimitExceeded as exc:
