@@ -216,15 +216,11 @@ async def update(
     if is_closed(await describe(handle, workflow_type)):
         raise NotApplicable(finished)
     try:
-        return await execute()
+        with finished_meanwhile(finished):
+            return await execute()
     except WorkflowUpdateFailedError as err:
         reason = getattr(err.cause, "message", None) or str(err.cause)
         raise NotApplicable(f"cannot {action} run {handle.id}: {reason}") from err
-    except RPCError as err:
-        # It closed between the check and the update.
-        if _not_found(err):
-            raise NotApplicable(finished) from err
-        raise
 
 
 async def clear_block(handle: LoopHandle, note: str) -> RunState:
