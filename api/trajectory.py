@@ -9,14 +9,20 @@ A task graph's own calls (its task planner's) are recorded under the graph's id.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
 
+from fastapi import Response
+
+from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.schemas.graph import GraphState
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import TRAJECTORY_DIR
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
+from loopworks.workspace.runner import GitError
 
 
 def run_trajectory(workspaces: GitWorkspaces, state: RunState) -> str:
@@ -87,3 +93,18 @@ def of_loop_type(text: str, loop_type: str | None) -> str:
         if line.strip() and json.loads(line).get("loop_type", "task") == loop_type
     ]
     return "".join(f"{line}\n" for line in kept)
+
+
+async def served(
+    read: Callable[[], str], what: str, missing: str, loop_type: str | None
+) -> Response:
+    """A trajectory route's answer: what `read` finds (off the event loop: it reads git),
+    kept to `loop_type`, as JSON lines; git failing is a 502 naming `what`, nothing
+    found a 404 saying `missing`."""
+    try:
+        text = await asyncio.to_thread(read)
+    except (GitError, ValueError) as err:
+        raise UpstreamError(f"could not read the trajectory of {what}: {err}") from err
+    if not text:
+        raise ArtifactMissing(missing)
+    return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")

@@ -11,16 +11,15 @@ from pydantic import Field
 
 from loopworks.api import graphs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
-from loopworks.api.errors import ArtifactMissing, RunNotFound, UpstreamError
+from loopworks.api.errors import RunNotFound
 from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
 from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORIZED
 from loopworks.api.security import CallerDep, require_token
-from loopworks.api.trajectory import graph_trajectory, of_loop_type
+from loopworks.api.trajectory import graph_trajectory, served
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
-from loopworks.workspace.git import GitError
 from loopworks.workspace.refs import checked_run_id
 
 router = APIRouter(
@@ -146,13 +145,12 @@ async def get_graph_trajectory(
     `/runs/{id}/trajectory`; each task loop's calls are that run's
     (docs/observability.md#the-trajectory)."""
     state = await graphs.read_state(handle)
-    try:
-        text = await asyncio.to_thread(graph_trajectory, workspaces, state)
-    except (GitError, ValueError) as err:
-        raise UpstreamError(f"could not read the trajectory of graph {handle.id}: {err}") from err
-    if not text:
-        raise ArtifactMissing(f"graph {handle.id} has no trajectory (no model call of its own)")
-    return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")
+    return await served(
+        lambda: graph_trajectory(workspaces, state),
+        f"graph {handle.id}",
+        f"graph {handle.id} has no trajectory (no model call of its own)",
+        loop_type,
+    )
 
 
 @router.post(

@@ -23,7 +23,7 @@ from loopworks.api.models import (
 )
 from loopworks.api.quotas import StreamSlots, check_rules
 from loopworks.api.security import CallerDep, require_token
-from loopworks.api.trajectory import of_loop_type, run_trajectory
+from loopworks.api.trajectory import run_trajectory, served
 from loopworks.schemas.events import Event
 from loopworks.schemas.run import Approval, RunRequest, RunState, RunStatus
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -220,13 +220,12 @@ async def get_trajectory(
     state = await runs.read_state(handle)
     if not state.usage.calls and not state.artifact_commit:
         raise ArtifactMissing(f"run {handle.id} has no trajectory yet")  # no model call yet
-    try:
-        text = await asyncio.to_thread(run_trajectory, workspaces, state)
-    except (GitError, ValueError) as err:
-        raise UpstreamError(f"could not read the trajectory of run {handle.id}: {err}") from err
-    if not text:
-        raise ArtifactMissing(f"run {handle.id} has no trajectory yet")
-    return Response(of_loop_type(text, loop_type), media_type="application/x-ndjson")
+    return await served(
+        lambda: run_trajectory(workspaces, state),
+        f"run {handle.id}",
+        f"run {handle.id} has no trajectory yet",
+        loop_type,
+    )
 
 
 @router.post(
