@@ -58,7 +58,7 @@ def plain(renderable: RenderableType) -> str:
     return out.getvalue()
 
 
-def test_status_line_is_seed_001s_compact_line() -> None:
+def test_status_line_is_the_documented_compact_line() -> None:
     assert status_line(STATE) == (
         "write-a-short-guide-to-reflex-loops | completed | 2/4 | B | DONE | 1.00"
         " | 2026-11-22T05:11:44Z"
@@ -216,7 +216,7 @@ def test_reused_checks_and_results_read_as_such() -> None:
     assert history_line(evaluated).endswith("(3 checks known on this commit)")
 
 
-def test_iteration_summaries_follow_seed_001_step_8() -> None:
+def test_iteration_summaries_follow_the_documented_format() -> None:
     summaries = iteration_summaries(EVENTS, 4, ARTIFACT)
     assert [text.splitlines()[0] for text in summaries] == [
         # Phase A passed: the loop switched to B and re-evaluated the same artifact.

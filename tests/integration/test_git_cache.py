@@ -1,4 +1,4 @@
-"""A worker's clones as its cache (issue 14): a step whose commit the clone holds asks
+"""A worker's clones as its cache (docs/workspace.md): a step whose commit the clone holds asks
 origin nothing, and every git process a step spawns is counted through the runner."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Task graphs on the dev server, through the API, with a real git remote: a small Python
-repository whose test fails, a seed 002 prep package in it, three tasks; and a worker
-killed in the middle of a graph."""
+repository whose test fails, a prep package in it (docs/graphs.md#prep-packages), three tasks; and a
+worker killed in the middle of a graph."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from loopworks.schemas.roles import ANSWER_MODELS, Role
 
 pytestmark = pytest.mark.unit
 
-SEED_TEMPLATES = {
+DOCUMENTED_TEMPLATES = {
     "feature-dev": ["Critic review", "TDD", "Tests pass", "QA"],
     "minor-edit": ["TDD", "Tests pass"],
     "debugging": ["Reproducible test"],
@@ -34,10 +34,10 @@ SEED_TEMPLATES = {
     "direct-skill": ["Delegated to skill"],
 }
 
-# Seed 000: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere;
+# docs/loop.md#roles: haiku for hydrator and custodiet, opus for critic and QA, sonnet elsewhere;
 # opus for the task planner too, whose one answer shapes every loop of a graph (README).
-# Seed 003's task curator and skill generator, reflector and curator are sonnet, as there.
-SEED_003_ROLES = (Role.TASK_CURATOR, Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR)
+# The playbook's task curator and skill generator, reflector and curator are sonnet, as there.
+PLAYBOOK_ROLES = (Role.TASK_CURATOR, Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR)
 EXPECTED_TIERS = {role: "sonnet" for role in Role} | {
     Role.HYDRATOR: "haiku",
     Role.CUSTODIET: "haiku",
@@ -87,13 +87,13 @@ def _write(directory: Path, name: str, text: str) -> Path:
 def test_all_nine_templates_load_with_their_ids_and_steps(
     templates: dict[str, WorkflowTemplate],
 ) -> None:
-    assert set(templates) == set(SEED_TEMPLATES)
+    assert set(templates) == set(DOCUMENTED_TEMPLATES)
     for template_id, template in templates.items():
         assert template.id == template_id
         assert template.steps
         assert template.keywords
         assert all(keyword == keyword.lower() for keyword in template.keywords)
-        assert template.quality_gates == SEED_TEMPLATES[template_id]
+        assert template.quality_gates == DOCUMENTED_TEMPLATES[template_id]
         for heading in ("## Overview", "## When to Use", "## Steps", "## Success Metrics"):
             assert heading in template.body, (template_id, heading)
 
@@ -108,7 +108,7 @@ def test_feature_dev_composes_spec_review_at_step_four(
 
 
 def test_template_ids_are_the_packaged_ones() -> None:
-    assert template_ids() == frozenset(SEED_TEMPLATES)
+    assert template_ids() == frozenset(DOCUMENTED_TEMPLATES)
     assert template_ids() is template_ids()
 
 
@@ -189,9 +189,9 @@ def test_every_role_has_an_agent_with_the_right_tier() -> None:
         assert "\n" in agent.prompt
 
 
-def test_seed_003_agents_are_sonnet_with_the_answer_tool_or_the_workspace_tools() -> None:
+def test_playbook_agents_are_sonnet_with_the_answer_tool_or_the_workspace_tools() -> None:
     agents = load_agents()
-    for role in SEED_003_ROLES:
+    for role in PLAYBOOK_ROLES:
         assert agents[role.value].model == "sonnet", role
     assert ANSWER_MODELS[Role.SKILL_GENERATOR] is None
     assert "`write_file`" in agents[Role.SKILL_GENERATOR.value].prompt

@@ -1,6 +1,6 @@
-"""Seed 003's task curator payload, and how code turns what curating roles answer into
-playbook deltas: updates by action, tags only for items the run was given, file-safe
-helper names and reference paths."""
+"""The task curator's payload (docs/playbook.md#deltas), and how code turns what curating
+roles answer into playbook deltas: updates by action, tags only for items the run was
+given, file-safe helper names and reference paths."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from loopworks.schemas.playbook import (
 pytestmark = pytest.mark.unit
 
 
-def test_seed_003s_payload_validates_with_its_optional_lists_defaulting_to_empty() -> None:
+def test_the_curators_payload_validates_with_its_optional_lists_defaulting_to_empty() -> None:
     payload = CuratorPayload.model_validate({"summary": "Nothing new to record."})
     assert payload.proposed_updates == []
     assert payload.python_helpers == [] and payload.reference_requests == []

@@ -1,4 +1,5 @@
-"""Seed 002's prep package: its six checks, its tasks as seed 004 tasks, its hash."""
+"""A prep package (docs/graphs.md#prep-packages): its six checks, its tasks as graph tasks,
+its hash."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ TASKS_TEXT = '{"id": "task-001", "description": "Add the client: a PocketBase cl
 
 
 def package(**changes: Any) -> dict[str, Any]:
-    """A package that passes every check (the shape seed 002's preparation tool writes)."""
+    """A package that passes every check (the shape the preparation tool writes)."""
     data: dict[str, Any] = {
         "version": "1.0.0",
         "generated_at": (NOW - timedelta(hours=2)).isoformat(),
@@ -114,9 +115,9 @@ def test_an_empty_object_fails_every_check_without_raising() -> None:
 @pytest.mark.parametrize(
     ("generated_at", "fresh"),
     [
-        ((NOW - timedelta(hours=24)).isoformat(), True),  # seed 002: <= 24 h passes
+        ((NOW - timedelta(hours=24)).isoformat(), True),  # at most 24 h old passes
         ((NOW - timedelta(hours=24, minutes=1)).isoformat(), False),
-        # The seed's own tool writes UTC+8 times labelled `Z`: 8 h ahead is fresh.
+        # The preparation tool writes UTC+8 times labelled `Z`: 8 h ahead is fresh.
         ((NOW + timedelta(hours=8)).strftime("%Y-%m-%dT%H:%M:%S.000Z"), True),
         ((NOW + timedelta(hours=30)).isoformat(), False),
         ("2026-02-08T10:00:00", True),  # no zone: read as UTC
@@ -141,7 +142,7 @@ def test_project_roots_compare_as_paths() -> None:
 # --- prep-tasks.jsonl -----------------------------------------------------------------------
 
 
-def test_ccw_loop_task_lines_become_seed_004_tasks() -> None:
+def test_ccw_loop_task_lines_become_graph_tasks() -> None:
     lines = [
         {
             "id": "task-001",
@@ -182,7 +183,7 @@ def test_ccw_loop_task_lines_become_seed_004_tasks() -> None:
     ]
 
 
-def test_a_line_in_seed_004_shape_is_taken_as_it_is() -> None:
+def test_a_line_in_task_shape_is_taken_as_it_is() -> None:
     line = {
         "id": "T-010",
         "title": "Client",

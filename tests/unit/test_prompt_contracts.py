@@ -1,4 +1,4 @@
-"""Prompts are part of the contract (DESIGN.md): every agent definition states the facts the
+"""Prompts are part of the contract: every agent definition states the facts the
 code relies on (tool names, file names, verdicts, fields), and asks for nothing the code
 does not read.
 
@@ -275,9 +275,10 @@ def test_evaluator_answers_every_question_by_its_rule_id(
 def test_task_planner_states_the_graph_rules_the_code_checks(
     agents: dict[str, AgentDefinition],
 ) -> None:
-    """What `graph_errors` refuses and the orchestrator does with the graph (seed 004)."""
+    """What `graph_errors` refuses and the orchestrator does with the graph
+    (docs/graphs.md#tasks)."""
     prompt = agents[Role.TASK_PLANNER.value].prompt
-    # Seed 004's task schema, every field at every depth.
+    # The task schema (docs/graphs.md#tasks), every field at every depth.
     for name in [*Task.model_fields, *TaskContext.model_fields]:
         assert f"`{name}`" in prompt, name
     for wording in (
@@ -349,7 +350,7 @@ def test_refiner_is_told_the_fields_of_the_critique(agents: dict[str, AgentDefin
         assert f"`{name}`" in prompt, name
 
 
-# --- the delta playbook (seed 003) -------------------------------------------------------------
+# --- the delta playbook (docs/playbook.md) -----------------------------------------------
 
 
 def unquoted_fields(prompt: str, *models: type[BaseModel]) -> list[str]:
@@ -388,7 +389,7 @@ def test_reflector_tags_every_item_it_was_given(agents: dict[str, AgentDefinitio
 def test_task_curator_states_the_payload_and_what_the_code_does_with_it(
     agents: dict[str, AgentDefinition],
 ) -> None:
-    """Seed 003's payload with `action` and `kind`, as `curated_deltas` reads it, and what
+    """The curator's payload with `action` and `kind`, as `curated_deltas` reads it, and what
     starts the skill sub-loop."""
     prompt = agents[Role.TASK_CURATOR.value].prompt
     assert not unquoted_fields(prompt, CuratorPayload, ProposedUpdate, PlaybookItem)

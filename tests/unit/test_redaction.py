@@ -1,4 +1,4 @@
-"""What leaves a command is redacted of the worker's secrets and capped (issue 11, item 6)."""
+"""What leaves a command is redacted of the worker's secrets and capped (SECURITY.md)."""
 
 from __future__ import annotations
 

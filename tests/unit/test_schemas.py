@@ -373,7 +373,7 @@ def test_valid_regex_accepted() -> None:
 
 # --- statuses -------------------------------------------------------------------------------
 
-SEED_001_TABLE = {
+STOP_REASON_STATUS = {
     StopReason.THRESHOLD_REACHED: RunStatus.COMPLETED,
     StopReason.NO_MAJOR_ISSUES: RunStatus.COMPLETED,
     StopReason.USER_STOP: RunStatus.STOPPED,
@@ -387,8 +387,8 @@ def test_status_for_reason_covers_every_stop_reason() -> None:
     assert set(STATUS_FOR_REASON) == set(StopReason)
 
 
-@pytest.mark.parametrize(("reason", "status"), sorted(SEED_001_TABLE.items()))
-def test_status_for_reason_matches_seed_001_table(reason: StopReason, status: RunStatus) -> None:
+@pytest.mark.parametrize(("reason", "status"), sorted(STOP_REASON_STATUS.items()))
+def test_status_for_reason_is_as_documented(reason: StopReason, status: RunStatus) -> None:
     assert STATUS_FOR_REASON[reason] == status
 
 
@@ -429,7 +429,7 @@ def test_every_run_status_is_classified() -> None:
 
 
 def test_stop_reason_values_are_the_seed_strings() -> None:
-    assert {r.value for r in SEED_001_TABLE} == {
+    assert {r.value for r in STOP_REASON_STATUS} == {
         "threshold_reached",
         "no_major_issues",
         "user_stop",

@@ -7,7 +7,7 @@ from loopworks.schemas.summary import IterationSummary, render_summary
 pytestmark = pytest.mark.unit
 
 
-def test_renders_seed_001_step_8_format() -> None:
+def test_renders_the_documented_iteration_summary() -> None:
     text = render_summary(
         IterationSummary(
             iteration=2,

@@ -1,4 +1,5 @@
-"""Seed 004's task and ledger line, and the one validator every task graph goes through."""
+"""A task and a ledger line as docs/graphs.md gives them, and the one validator every task
+graph goes through."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from loopworks.schemas.tasks import (
 
 pytestmark = pytest.mark.unit
 
-# Seed 004 §1's example (its `T-XXX` placeholder made a real id).
-SEED_TASK: dict[str, Any] = {
+# The task example of docs/graphs.md#tasks, with a real id.
+DOCUMENTED_TASK: dict[str, Any] = {
     "id": "T-003",
     "title": "Short descriptive title",
     "description": "Detailed explanation of the goal",
@@ -44,8 +45,8 @@ SEED_TASK: dict[str, Any] = {
     "verification_command": "npm test or custom shell command",
 }
 
-# Seed 004 §2's ledger, verbatim.
-SEED_LEDGER = [
+# A ledger as docs/graphs.md#the-ledger gives it.
+LEDGER = [
     '{"id": "T-001", "status": "pending", "updated_at": "2026-02-07T15:00:00Z", '
     '"summary": "Task initialized by Orchestrator"}',
     '{"id": "T-001", "status": "in-progress", "updated_at": "2026-02-07T15:10:00Z", '
@@ -77,14 +78,14 @@ def task(
 
 
 def test_seed_task_round_trips() -> None:
-    parsed = Task.model_validate(SEED_TASK)
-    assert parsed.model_dump(mode="json") == SEED_TASK
-    assert json.loads(task_json(parsed)) == SEED_TASK
-    assert list(json.loads(task_json(parsed))) == list(SEED_TASK)  # seed 004's key order
+    parsed = Task.model_validate(DOCUMENTED_TASK)
+    assert parsed.model_dump(mode="json") == DOCUMENTED_TASK
+    assert json.loads(task_json(parsed)) == DOCUMENTED_TASK
+    assert list(json.loads(task_json(parsed))) == list(DOCUMENTED_TASK)  # the documented key order
 
 
 @pytest.mark.parametrize("task_id", ["T-001", "T-1234", "T-001-fix-1", "T-012-fix-10"])
-def test_task_ids_seed_004_spells(task_id: str) -> None:
+def test_task_ids_as_documented(task_id: str) -> None:
     assert task(task_id).id == task_id
 
 
@@ -128,7 +129,7 @@ def test_task_file_paths() -> None:
 # --- the ledger ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("line", SEED_LEDGER)
+@pytest.mark.parametrize("line", LEDGER)
 def test_seed_ledger_lines_round_trip_unchanged(line: str) -> None:
     assert LedgerLine.model_validate_json(line).to_jsonl() == line
 
@@ -162,7 +163,7 @@ def test_our_ledger_fields_are_written_when_set() -> None:
 
 
 def test_the_latest_line_of_each_task_wins() -> None:
-    text = "\n".join([*SEED_LEDGER, "", SEED_LEDGER[0].replace("T-001", "T-002")]) + "\n"
+    text = "\n".join([*LEDGER, "", LEDGER[0].replace("T-001", "T-002")]) + "\n"
     lines = ledger_lines(text)
     assert len(lines) == 4
     latest = latest_lines(lines)

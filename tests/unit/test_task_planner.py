@@ -1,5 +1,6 @@
-"""The task planner (seed 004): the offline model's default graph, and the `plan_graph`
-step that sends an invalid graph back once with the validator's errors, then fails."""
+"""The task planner (docs/graphs.md#from-a-goal-to-tasks): the offline model's default graph,
+and the `plan_graph` step that sends an invalid graph back once with the validator's errors,
+then fails."""
 
 from __future__ import annotations
 

@@ -326,7 +326,8 @@ async def test_produce_prepare_and_evaluation_groups_run_in_parallel(
     prepared = next(e.payload for e in events if isinstance(e, ChecksPrepared))
     assert _overlap(produced, prepared) > 0.3
     groups = next(e.payload.groups for e in events if isinstance(e, EvaluationDone))
-    # Seed 001's two groups: executable checks, and content rules (patterns, judgements).
+    # The two check groups (docs/loop.md#rules-and-checks): executable checks, and content
+    # rules (patterns, judgements).
     assert set(groups) == {"exec", "content"}
     assert _overlap(groups["exec"], groups["content"]) > 0.3
 

@@ -1,5 +1,5 @@
-"""A command that reads the worker's secrets leaves only `[REDACTED]` behind (issue 11,
-item 6): in the run's events, the workflow history and the trajectory committed to git."""
+"""A command that reads the worker's secrets leaves only `[REDACTED]` behind (SECURITY.md):
+in the run's events, the workflow history and the trajectory committed to git."""
 
 from __future__ import annotations
 
