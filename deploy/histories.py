@@ -45,6 +45,25 @@ def activities_run(history: WorkflowHistory) -> list[tuple[str, bool]]:
     return ran
 
 
+def activity_batches(history: WorkflowHistory) -> list[list[tuple[str, bool]]]:
+    """The activities of `activities_run`, grouped by the workflow task that scheduled them:
+    a batch ran side by side (PRODUCE ‖ PREPARE, a group of checks), batches one after
+    another. The benchmark's floor replays this shape with activities that do nothing."""
+    batches: dict[int, list[tuple[str, bool]]] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled = event.activity_task_scheduled_event_attributes
+            batch = batches.setdefault(scheduled.workflow_task_completed_event_id, [])
+            batch.append((scheduled.activity_type.name, False))
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == LOCAL_ACTIVITY_MARKER:
+                data = json.loads(marker.details["data"].payloads[0].data)
+                batch = batches.setdefault(marker.workflow_task_completed_event_id, [])
+                batch.append((data["activity_type"], True))
+    return [batches[key] for key in sorted(batches)]
+
+
 def payload_sizes(history: WorkflowHistory) -> list[int]:
     """The byte size of every payload in the history: inputs, results, details."""
     sizes: list[int] = []

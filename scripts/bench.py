@@ -62,7 +62,13 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
-from loopworks.deploy.histories import activities_run, continued_inputs, executions, payload_sizes
+from loopworks.deploy.histories import (
+    activities_run,
+    activity_batches,
+    continued_inputs,
+    executions,
+    payload_sizes,
+)
 from loopworks.deploy.local import SQLITE_PRAGMAS, free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
@@ -77,6 +83,9 @@ from loopworks.service.connect import connect
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
+
+# A sibling script, not a module of the package (python puts scripts/ on the path).
+from bench_floor import floor_worker, run_floor  # type: ignore[import-not-found]  # isort: skip
 
 # For the input the offline estimate leaves out: about 4 characters a token.
 CHARS_PER_TOKEN = 4
@@ -401,6 +410,17 @@ async def main(
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
                 histories = [await read_history(client, r.run_id) for r in results]
+                # The floor: the same activity shape with nothing in it, same server, same
+                # process, same concurrency (scripts/bench_floor.py).
+                shape = activity_batches(
+                    await client.get_workflow_handle(alone.run_id).fetch_history()
+                )
+                floor_queue = f"{queue}-floor"
+                async with floor_worker(client, floor_queue, settings.workflow_sandbox):
+                    await run_floor(client, floor_queue, shape, 1, 1)  # warm-up
+                    floor_before = Costs.now(server_pid, metrics_url)
+                    await run_floor(client, floor_queue, shape, runs, concurrency)
+                    floor = Costs.now(server_pid, metrics_url) - floor_before
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
                 long = (
@@ -459,6 +479,13 @@ async def main(
     print(f"  worker's children  {per_run(costs.children):.2f} s (git, command checks)")
     server = f"{per_run(costs.server):.2f} s" if server_pid else "not found"
     print(f"  temporal server    {server}")
+    floor_cpu = per_run(floor.worker + floor.children + floor.server)
+    print(
+        f"floor CPU/run        {floor_cpu:.2f} s (the same {sum(map(len, shape))} activities"
+        f" in {len(shape)} batches doing nothing: scripts/bench_floor.py)"
+    )
+    print(f"  worker, server     {per_run(floor.worker):.2f} s, {per_run(floor.server):.2f} s")
+    print(f"CPU/run vs floor     {per_run(cpu) / floor_cpu:.2f}x")
     asked = costs.server_requests
     print(
         f"server requests/run  {per_run(asked['calls']):.1f} calls,"

@@ -22,6 +22,8 @@ FIGURES = [
     "slowdown (median)",
     "CPU/run",
     "temporal server",
+    "floor CPU/run",
+    "CPU/run vs floor",
     "server requests/run",
     "git processes/run",
     "git in-process/run",
