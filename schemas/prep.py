@@ -30,7 +30,6 @@ PREP_TASKS_PATH = f"{PREP_DIR}/prep-tasks.jsonl"
 # as they are, and one written for it by name.
 TARGET_SKILLS = ("ccw-loop", "loopworks")
 # Before packages for `ccw-loop` were taken (a replayed graph decides as it did then).
-LEGACY_TARGET_SKILL = "loopworks"
 # Each loop's iteration limit when a package is used and its `auto_loop.max_iterations`
 # is not set, as the preparation tool's loop does (docs/graphs.md#prep-packages).
 PREP_MAX_ITERATIONS = 10
@@ -129,27 +128,25 @@ def prep_package_errors(
     tasks_text: str | None,
     repo_root: str,
     now: datetime,
-    legacy: bool = False,
+    target_skills: tuple[str, ...] = TARGET_SKILLS,
 ) -> list[str]:
     """The six checks, every failure reported, each naming what it checked; [] when
     the package may be consumed.
 
     `package` is the parsed prep-package.json, `tasks_text` prep-tasks.jsonl's text (None
     when the file does not exist), `repo_root` the project root the loop runs in, `now` the
-    caller's clock. The checks: `prep_status` is `ready`; `target_skill` is `ccw-loop` or
-    `loopworks` (`legacy`: `loopworks` only, as a graph started before decided);
-    `environment.project_root` is `repo_root`; `generated_at` is at most 24 hours before
-    `now`; prep-tasks.jsonl exists; the package's `tasks.total` is above 0.
+    caller's clock. The checks: `prep_status` is `ready`; `target_skill` is one of
+    `target_skills` (`ccw-loop` or `loopworks`); `environment.project_root` is
+    `repo_root`; `generated_at` is at most 24 hours before `now`; prep-tasks.jsonl exists;
+    the package's `tasks.total` is above 0.
     """
     errors: list[str] = []
     status = package.get("prep_status")
     if status != "ready":
         errors.append(f'prep_status is "{status}", expected "ready"')
     skill = package.get("target_skill")
-    if legacy and skill != LEGACY_TARGET_SKILL:
-        errors.append(f'target_skill is "{skill}", expected "{LEGACY_TARGET_SKILL}"')
-    elif not legacy and skill not in TARGET_SKILLS:
-        expected = " or ".join(f'"{name}"' for name in TARGET_SKILLS)
+    if skill not in target_skills:
+        expected = " or ".join(f'"{name}"' for name in target_skills)
         errors.append(f'target_skill is "{skill}", expected {expected}')
     environment = package.get("environment")
     root = environment.get("project_root") if isinstance(environment, dict) else None

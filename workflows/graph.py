@@ -11,6 +11,8 @@ plain functions in `workflows.graph_decisions`.
 from __future__ import annotations
 
 import asyncio
+import json
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -23,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.graph import (
         GraphApproval,
         GraphInput,
+        GraphRequest,
         GraphResult,
         GraphState,
         GraphStatus,
@@ -36,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         MergeRequest,
     )
     from loopworks.schemas.loop import LoopResult
+    from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
     from loopworks.schemas.run import Mode, RunStatus
     from loopworks.schemas.steps import PlanGraphInput
     from loopworks.schemas.tasks import (
@@ -202,10 +206,10 @@ class TaskGraphWorkflow:
         if self._request.prep_package is None and info.prep_package is None:
             return []
         # Packages for `ccw-loop`, unreadable lines skipped, the package's iteration limit
-        # (docs/graphs.md#prep-packages); a graph started before replays as it decided.
-        legacy = not workflow.patched("prep-package-as-written")
-        now = workflow.now()
-        return graph_inputs.prep_for_graph(self._request, self._state, info, now, legacy)
+        # (docs/graphs.md#prep-packages); a graph started before decides as it did.
+        if workflow.patched("prep-package-as-written"):
+            return graph_inputs.prep_for_graph(self._request, self._state, info, workflow.now())
+        return _prep_before_as_written(self._request, self._state, info, workflow.now())
 
     async def _work(self) -> None:
         """Start what can start, wait for a loop to end, merge it, until nothing can."""
@@ -396,3 +400,50 @@ class TaskGraphWorkflow:
         )
         memory.recorded += len(fresh)
         self._state.integration_commit = written.commit
+
+
+def _prep_before_as_written(
+    request: GraphRequest, state: GraphState, info: IntegrationInfo, now: datetime
+) -> list[Task]:
+    """How a graph started before prep packages were taken as the preparation tool writes
+    them decides, kept as it was for their replays: only `target_skill: loopworks`, a
+    task line that cannot be read rejects the package, and the package sets no iteration
+    limit. Frozen: change `graph_inputs.prep_for_graph`, never this."""
+    upload = request.prep_package
+    package_text = upload.package if upload else info.prep_package
+    if package_text is None:
+        return []
+    tasks_text = upload.tasks if upload else info.prep_tasks
+    tasks, errors, source = _package_before_as_written(package_text, tasks_text, state, info, now)
+    state.prep_rejected, state.source, state.prep_skipped = errors, source, []
+    return tasks
+
+
+def _package_before_as_written(
+    package_text: str,
+    tasks_text: str | None,
+    state: GraphState,
+    info: IntegrationInfo,
+    now: datetime,
+) -> tuple[list[Task], list[str], str]:
+    """`_prep_before_as_written`'s tasks, rejections and source."""
+    try:
+        package = json.loads(package_text)
+    except ValueError as err:
+        return [], [f"prep-package.json is not JSON: {err}"], ""
+    if not isinstance(package, dict):
+        return [], ["prep-package.json is not a JSON object"], ""
+    errors = prep_package_errors(package, tasks_text, state.origin, now, ("loopworks",))
+    if errors or tasks_text is None:
+        return [], errors, ""
+    read = prep_tasks(tasks_text)
+    if read.skipped:
+        return [], read.skipped, ""
+    try:
+        tasks = validated_graph(read.tasks, info.files)
+    except GraphError as err:
+        return [], err.errors, ""
+    source = package.get("source")
+    tool = source.get("tool") if isinstance(source, dict) else None
+    digest = package_sha256(package_text, tasks_text)
+    return tasks, [], f"prep package ({tool or 'unknown tool'}, sha256 {digest})"

@@ -112,28 +112,22 @@ def from_prep_package(
     repo_root: str,
     files: Collection[str] | None,
     now: datetime,
-    legacy: bool = False,
 ) -> PrepOutcome:
     """A ready, fresh package for this repository stands in for planning; any other is
     rejected with every failure listed (the six checks, then the graph validator), and the
     graph plans instead. A task line that cannot be read is skipped and listed in
-    `skipped`; a package none of whose lines can be read is rejected.
-
-    `legacy` decides as graphs started before these rules did (a replay must): only
-    `target_skill: loopworks`, and any unreadable line rejects the package."""
+    `skipped`; a package none of whose lines can be read is rejected."""
     try:
         package = json.loads(package_text)
     except ValueError as err:
         return PrepOutcome(errors=[f"prep-package.json is not JSON: {err}"])
     if not isinstance(package, dict):
         return PrepOutcome(errors=["prep-package.json is not a JSON object"])
-    errors = prep_package_errors(package, tasks_text, repo_root, now, legacy=legacy)
+    errors = prep_package_errors(package, tasks_text, repo_root, now)
     if errors or tasks_text is None:
         return PrepOutcome(errors=errors)
     read = prep_tasks(tasks_text)
-    if legacy and read.skipped:
-        return PrepOutcome(errors=read.skipped)
-    if not read.tasks and not legacy:
+    if not read.tasks:
         unread = "prep-tasks.jsonl holds no task that can be read"
         return PrepOutcome(errors=[unread, *read.skipped])
     try:
@@ -147,12 +141,12 @@ def from_prep_package(
         tasks,
         f"prep package ({tool or 'unknown tool'}, sha256 {digest})",
         skipped=read.skipped,
-        max_iterations=None if legacy else package_iterations(package),
+        max_iterations=package_iterations(package),
     )
 
 
 def prep_for_graph(
-    request: GraphRequest, state: GraphState, info: IntegrationInfo, now: datetime, legacy: bool
+    request: GraphRequest, state: GraphState, info: IntegrationInfo, now: datetime
 ) -> list[Task]:
     """The tasks of the prep package sent with the request, else of the repository's, or
     none. The state records where they came from, why a package was rejected, the lines
@@ -163,7 +157,7 @@ def prep_for_graph(
     if package is None:
         return []
     tasks = upload.tasks if upload else info.prep_tasks
-    prepared = from_prep_package(package, tasks, state.origin, info.files, now, legacy)
+    prepared = from_prep_package(package, tasks, state.origin, info.files, now)
     state.prep_rejected, state.source = prepared.errors, prepared.source
     state.prep_skipped = prepared.skipped
     if prepared.tasks and prepared.max_iterations:

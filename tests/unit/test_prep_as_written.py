@@ -20,6 +20,7 @@ from loopworks.schemas.prep import (
 )
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.run import RunRequest
+from loopworks.workflows.graph import _prep_before_as_written
 from loopworks.workflows.graph_inputs import (
     from_prep_package,
     loop_request,
@@ -51,9 +52,9 @@ def test_the_fixtures_are_the_files_as_written() -> None:
 def test_the_package_passes_the_six_checks() -> None:
     package = json.loads(PACKAGE_TEXT)
     assert prep_package_errors(package, TASKS_TEXT, ROOT, NOW) == []
-    # A graph started before packages for ccw-loop were taken decides as it did.
-    assert prep_package_errors(package, TASKS_TEXT, ROOT, NOW, legacy=True) == [
-        'target_skill is "ccw-loop", expected "loopworks"'
+    package["target_skill"] = "other"
+    assert prep_package_errors(package, TASKS_TEXT, ROOT, NOW) == [
+        'target_skill is "other", expected "ccw-loop" or "loopworks"'
     ]
 
 
@@ -84,9 +85,40 @@ def test_a_graph_takes_the_package_with_its_skipped_lines_listed() -> None:
     assert outcome.skipped == SKIPPED
     assert outcome.max_iterations == 6
     assert outcome.source.startswith("prep package (collaborative-plan-with-file, sha256 ")
-    # Replayed as a graph started before these rules: rejected, as then.
-    legacy = from_prep_package(PACKAGE_TEXT, TASKS_TEXT, ROOT, ["README.md"], NOW, legacy=True)
-    assert legacy.tasks == [] and legacy.errors
+
+
+def _graph_state() -> GraphState:
+    return GraphState(graph_id="g", goal="Export notes", origin=ROOT, integration_branch="b")
+
+
+def _info(package_text: str, tasks_text: str) -> IntegrationInfo:
+    return IntegrationInfo(
+        origin=ROOT, branch="b", commit="c" * 40, files=["README.md"],
+        prep_package=package_text, prep_tasks=tasks_text,
+    )  # fmt: skip
+
+
+def test_a_graph_started_before_decides_as_it_did() -> None:
+    # The path a replay of such a graph takes (the `prep-package-as-written` patch): the
+    # package is for ccw-loop and has unreadable lines, so it was rejected, and said why.
+    request, state = GraphRequest(goal="Export notes"), _graph_state()
+    assert _prep_before_as_written(request, state, _info(PACKAGE_TEXT, TASKS_TEXT), NOW) == []
+    assert state.prep_rejected == ['target_skill is "ccw-loop", expected "loopworks"']
+    assert state.source == "" and state.prep_skipped == []
+    # Made a `loopworks` package, its unreadable lines still reject it, one error each.
+    package = json.loads(PACKAGE_TEXT) | {"target_skill": "loopworks"}
+    state = _graph_state()
+    info = _info(json.dumps(package), TASKS_TEXT)
+    assert _prep_before_as_written(request, state, info, NOW) == []
+    assert state.prep_rejected == SKIPPED
+    # With only readable lines it was taken, and set no iteration limit.
+    readable = "\n".join(TASKS_TEXT.splitlines()[i] for i in (0, 2)) + "\n"
+    state = _graph_state()
+    info = _info(json.dumps(package), readable)
+    tasks = _prep_before_as_written(request, state, info, NOW)
+    assert [task.id for task in tasks] == ["T-001", "T-003"]
+    assert state.prep_rejected == [] and state.source.startswith("prep package (")
+    assert state.max_iterations is None
 
 
 @pytest.mark.parametrize(("asked", "limit"), [(None, 6), (3, 3)])
@@ -99,7 +131,7 @@ def test_each_task_loop_gets_the_packages_limit_unless_the_request_sets_one(
         origin=ROOT, branch="b", commit="c" * 40, files=[],
         prep_package=PACKAGE_TEXT, prep_tasks=TASKS_TEXT,
     )  # fmt: skip
-    tasks = prep_for_graph(request, state, info, NOW, legacy=False)
+    tasks = prep_for_graph(request, state, info, NOW)
     assert state.prep_skipped == SKIPPED and state.prep_rejected == []
     assert state.max_iterations == limit
     assert loop_request(TaskState(task=tasks[0]), request, state).max_iterations == limit
