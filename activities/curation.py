@@ -9,12 +9,12 @@ from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.model_calls import consult
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.contexts import TaskCuratorContext
 from loopworks.schemas.curation import CuratorPayload
 from loopworks.schemas.learning import CurateInput, CurateOutput
 from loopworks.schemas.playbook import PlaybookItem, PlaybookRead
 from loopworks.schemas.roles import Role
-from loopworks.workspace.playbook import PlaybookStore
 
 
 class CurationActivities:

@@ -10,13 +10,13 @@ from temporalio.exceptions import ApplicationError
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.model_calls import consult
 from loopworks.playbook.selection import select_items
+from loopworks.playbook.store import PlaybookStore
 from loopworks.prompts.catalog import choose_template
 from loopworks.schemas.contexts import CriticContext, HydratorContext
 from loopworks.schemas.playbook import Playbook, PlaybookFiles, PlaybookItem, PlaybookUse
 from loopworks.schemas.roles import CriticReview, Hydration, Role
 from loopworks.schemas.rules import normalise_rules
 from loopworks.schemas.steps import HydrateInput, HydrateOutput, ReviewInput, ReviewOutput
-from loopworks.workspace.playbook import PlaybookStore
 
 
 class HydrationActivities:

@@ -35,10 +35,9 @@ from loopworks.schemas.run import RunState
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph import GRAPH_WORKFLOW, TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 
-WORKFLOW_TYPE = "TaskGraphWorkflow"
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]
 
 
@@ -94,7 +93,7 @@ async def start_graph(
 
 
 async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
-    description = await runs.describe(handle, WORKFLOW_TYPE)
+    description = await runs.describe(handle, GRAPH_WORKFLOW)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=runs.QUERY_TIMEOUT)
@@ -126,7 +125,7 @@ async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
 
 
 async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
-    description = await runs.describe(handle, WORKFLOW_TYPE)
+    description = await runs.describe(handle, GRAPH_WORKFLOW)
     if runs.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
     with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
@@ -151,7 +150,7 @@ async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> 
         handle,
         action,
         lambda: handle.execute_update(update, *args, rpc_timeout=runs.UPDATE_TIMEOUT),
-        WORKFLOW_TYPE,
+        GRAPH_WORKFLOW,
     )
     return state
 
@@ -192,4 +191,4 @@ class GraphLedger:
         return [LedgerEntry(seq=n, line=line) for n, line in enumerate(lines, 1) if n > after]
 
     async def closed(self) -> bool:
-        return runs.is_closed(await runs.describe(self._handle, WORKFLOW_TYPE))
+        return runs.is_closed(await runs.describe(self._handle, GRAPH_WORKFLOW))

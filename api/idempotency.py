@@ -29,8 +29,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.api.errors import NotApplicable, invalid
-from loopworks.api.listing import WORKFLOW_TYPE
 from loopworks.schemas.run import RunRequest
+from loopworks.workflows.loop import LOOP_WORKFLOW
 
 KEY_HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255
@@ -63,7 +63,7 @@ async def check_same_request(client: Client, run_id: str, digest: str) -> None:
         raise NotApplicable(
             f"the run for this {KEY_HEADER} was just removed by Temporal; retry the request"
         ) from err
-    if description.workflow_type != WORKFLOW_TYPE:
+    if description.workflow_type != LOOP_WORKFLOW:
         raise NotApplicable(f"{KEY_HEADER} maps to {run_id}, which is not a loopworks run")
     recorded = await description.memo_value(REQUEST_DIGEST_MEMO, None)
     if recorded != digest:

@@ -11,6 +11,7 @@ from temporalio.common import SearchAttributeKey
 from loopworks.api.models import RunSummary
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import TERMINAL_STATUSES, RunStatus
+from loopworks.workflows.loop import LOOP_WORKFLOW
 from loopworks.workflows.search_attributes import (
     LOOP_ALIAS,
     LOOP_BLOCKED,
@@ -25,7 +26,6 @@ from loopworks.workflows.search_attributes import (
 ALIAS_PATTERN = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 
 # The loop's workflow type: what the run routes and the run list look for.
-WORKFLOW_TYPE = "LoopWorkflow"
 
 E = TypeVar("E", bound=Enum)
 
@@ -51,7 +51,7 @@ _EXECUTION_STATUS_NAMES: dict[WorkflowExecutionStatus, str] = {
 def visibility_query(status: RunStatus | None, alias: str | None = None) -> str:
     """The runs with `status` and `alias` (either None: any). The alias is checked at
     the door (`ALIAS_PATTERN`): no quote can reach the query."""
-    query = f'WorkflowType = "{WORKFLOW_TYPE}"'
+    query = f'WorkflowType = "{LOOP_WORKFLOW}"'
     if alias is not None:
         query += f' AND {LOOP_ALIAS.name} = "{alias}"'
     if status is None:

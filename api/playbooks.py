@@ -27,6 +27,8 @@ from temporalio.service import RPCError
 from loopworks.api import launch
 from loopworks.api.errors import ApiError, NotApplicable, UpstreamError, invalid
 from loopworks.playbook import writer
+from loopworks.playbook.store import PlaybookStore
+from loopworks.playbook.workflow import PLAYBOOK_WORKFLOW
 from loopworks.schemas.playbook import (
     NAME_PATTERN,
     AppliedBatch,
@@ -39,7 +41,6 @@ from loopworks.schemas.playbook import (
 from loopworks.schemas.settings import Settings
 from loopworks.workspace.default_origin import default_origin, ensure_default_origin
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from loopworks.workspace.runner import GitError
 
 log = logging.getLogger("loopworks.api")
@@ -64,7 +65,7 @@ class PlaybookRollback(BaseModel):
 async def list_states(client: Client, limit: int) -> list[PlaybookState]:
     """Every running playbook's state. One whose workflow does not answer in time (no
     worker polls its queue) is left out rather than holding up the list."""
-    query = f'WorkflowType = "{writer.WORKFLOW_TYPE}" AND ExecutionStatus = "Running"'
+    query = f'WorkflowType = "{PLAYBOOK_WORKFLOW}" AND ExecutionStatus = "Running"'
     names: list[str] = []
     async for execution in client.list_workflows(query, limit=limit):
         name = execution.id.removeprefix("playbook/")

@@ -26,6 +26,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from loopworks.api.errors import QuotaExceeded, UpstreamError, invalid
 from loopworks.schemas.run import Budget
 from loopworks.schemas.settings import Settings
+from loopworks.workflows.graph import GRAPH_WORKFLOW
+from loopworks.workflows.loop import LOOP_WORKFLOW
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 
 # Runs take minutes: a client told to come back sooner would only be told again.
@@ -38,7 +40,7 @@ class Kind(StrEnum):
     GRAPHS = "graphs"
 
 
-WORKFLOW_TYPES = {Kind.RUNS: "LoopWorkflow", Kind.GRAPHS: "TaskGraphWorkflow"}
+WORKFLOW_TYPES = {Kind.RUNS: LOOP_WORKFLOW, Kind.GRAPHS: GRAPH_WORKFLOW}
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ from loopworks.api.errors import (
     TemporalBusy,
     TemporalUnavailable,
 )
-from loopworks.api.listing import WORKFLOW_TYPE, run_status
+from loopworks.api.listing import run_status
 from loopworks.api.unstarted import Input
 from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import Approval, RunState
-from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.loop import LOOP_WORKFLOW, LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 
 # A query waits for a worker to answer; past this the caller learns no worker did.
@@ -54,7 +54,7 @@ def _not_found(err: RPCError) -> bool:
 
 
 async def describe(
-    handle: WorkflowHandle[Any, Any], workflow_type: str = WORKFLOW_TYPE
+    handle: WorkflowHandle[Any, Any], workflow_type: str = LOOP_WORKFLOW
 ) -> WorkflowExecutionDescription:
     try:
         description = await handle.describe()
@@ -208,7 +208,7 @@ async def update(
     handle: WorkflowHandle[Any, Any],
     action: str,
     execute: Callable[[], Awaitable[State]],
-    workflow_type: str = WORKFLOW_TYPE,
+    workflow_type: str = LOOP_WORKFLOW,
 ) -> State:
     """Run one workflow update; its validator rejecting it (the run's state does not allow
     it) or the run having finished is a 409 that says why."""

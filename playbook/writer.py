@@ -1,5 +1,6 @@
 """Talking to a playbook's one writer from outside it: the API, the CLI's routes and the
-activity that sends a run's deltas all go through here.
+activity that sends a run's deltas (`delivery`) all go through here, naming the
+workflow, its updates and queries by their methods.
 
 Every call is an update-with-start: the first batch a repository ever sends starts its
 `PlaybookWorkflow`, later ones reach the running one (`USE_EXISTING`), and no caller has
@@ -17,7 +18,9 @@ from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.workflow import UpdateMethodMultiParam
 
+from loopworks.playbook.workflow import DELIVER_SIGNAL, PlaybookWorkflow
 from loopworks.schemas.playbook import (
     AppliedBatch,
     DeltaBatch,
@@ -27,34 +30,35 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.settings import Settings
 
-# By name, not by the class: the workflow's activities send batches through this module.
-WORKFLOW_TYPE = "PlaybookWorkflow"
 # How often a sender asks whether its batch is in: soon, then less and less often.
 POLL_SECONDS = 0.2
 POLL_SECONDS_MAX = 2.0
 START_ATTEMPTS = 3
 
 
-def _start(settings: Settings, name: str, origin: str) -> WithStartWorkflowOperation:
-    return WithStartWorkflowOperation(WORKFLOW_TYPE, **_start_options(settings, name, origin))
-
-
-def _start_options(settings: Settings, name: str, origin: str) -> dict[str, Any]:
+def _start(
+    settings: Settings, name: str, origin: str
+) -> WithStartWorkflowOperation[PlaybookWorkflow, None]:
     """How a playbook's workflow is started: by whichever caller comes first."""
-    return {
-        "arg": PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits()),
-        "id": workflow_id(name),
-        "task_queue": settings.task_queue,
-        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
-        "static_summary": f"playbook {name}",
-    }
+    return WithStartWorkflowOperation(
+        PlaybookWorkflow.run,
+        _input(settings, name, origin),
+        id=workflow_id(name),
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"playbook {name}",
+    )
+
+
+def _input(settings: Settings, name: str, origin: str) -> PlaybookInput:
+    return PlaybookInput(name=name, origin=origin, limits=settings.playbook_limits())
 
 
 async def send_batch(
     client: Client, settings: Settings, name: str, origin: str, batch: DeltaBatch
 ) -> AppliedBatch:
     """Apply `batch` to the playbook `name` (of `origin`): once, however often it is sent."""
-    return await _update(client, settings, name, origin, "apply", batch)
+    return await _update(client, settings, name, origin, PlaybookWorkflow.apply, batch)
 
 
 async def deliver_batch(
@@ -71,9 +75,13 @@ async def deliver_batch(
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             handle = await client.start_workflow(
-                WORKFLOW_TYPE,
-                **_start_options(settings, name, origin),
-                start_signal="deliver",
+                PlaybookWorkflow.run,
+                _input(settings, name, origin),
+                id=workflow_id(name),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"playbook {name}",
+                start_signal=DELIVER_SIGNAL,
                 start_signal_args=[batch],
             )
             break
@@ -84,13 +92,7 @@ async def deliver_batch(
                 raise
 
     async def ask() -> AppliedBatch | None:
-        # The pydantic converter takes any type hint; the SDK's annotation says `type`.
-        applied: AppliedBatch | None = await handle.query(
-            "applied",
-            batch.batch_id,
-            result_type=AppliedBatch | None,  # type: ignore[arg-type]
-        )
-        return applied
+        return await handle.query(PlaybookWorkflow.applied, batch.batch_id)
 
     try:
         return await wait_until_applied(ask, timeout_seconds)
@@ -138,27 +140,27 @@ async def rollback(
     client: Client, settings: Settings, name: str, origin: str, version: int
 ) -> AppliedBatch:
     """Make version `version`'s items current again, as a new version."""
-    return await _update(client, settings, name, origin, "rollback", version)
+    return await _update(client, settings, name, origin, PlaybookWorkflow.rollback, version)
 
 
 async def _update(
-    client: Client, settings: Settings, name: str, origin: str, update: str, arg: object
+    client: Client,
+    settings: Settings,
+    name: str,
+    origin: str,
+    update: UpdateMethodMultiParam[[PlaybookWorkflow, Any], AppliedBatch],
+    arg: Any,
 ) -> AppliedBatch:
-    result: AppliedBatch = await client.execute_update_with_start_workflow(
-        update,
-        arg,
-        start_workflow_operation=_start(settings, name, origin),
-        result_type=AppliedBatch,
+    return await client.execute_update_with_start_workflow(
+        update, arg, start_workflow_operation=_start(settings, name, origin)
     )
-    return result
 
 
 async def describe(client: Client, name: str) -> PlaybookState | None:
     """The playbook's name, origin and version; None when it has no workflow."""
-    handle = client.get_workflow_handle(workflow_id(name))
+    handle = client.get_workflow_handle_for(PlaybookWorkflow.run, workflow_id(name))
     try:
-        state: PlaybookState = await handle.query("describe", result_type=PlaybookState)
-        return state
+        return await handle.query(PlaybookWorkflow.describe)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return None

@@ -22,7 +22,6 @@ from loopworks.activities.hydration import HydrationActivities
 from loopworks.activities.integration import IntegrationActivities
 from loopworks.activities.notification import NotificationActivities
 from loopworks.activities.planning import PlanningActivities
-from loopworks.activities.playbook import PlaybookActivities
 from loopworks.activities.preparation import PreparationActivities
 from loopworks.activities.production import ProductionActivities
 from loopworks.activities.qa import QAActivities
@@ -32,6 +31,9 @@ from loopworks.activities.skills import SkillActivities
 from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import ModelSource
 from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.playbook.activities import PlaybookActivities
+from loopworks.playbook.delivery import PlaybookDeliveryActivities
+from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.failures import PermanentFailures
@@ -39,7 +41,6 @@ from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.configured import workspaces_for
 
@@ -97,7 +98,8 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
     reflection = ReflectionActivities(deps)
     planning = PlanningActivities(deps)
     integration = IntegrationActivities(deps)
-    playbook = PlaybookActivities(deps, client)
+    playbook = PlaybookActivities(deps)
+    delivery = PlaybookDeliveryActivities(deps, client)
     curation = CurationActivities(deps)
     skills = SkillActivities(deps)
     notification = NotificationActivities(deps)
@@ -129,7 +131,7 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
         playbook.read_playbook,
         playbook.commit_playbook,
         playbook.commit_playbook_versions,
-        playbook.send_playbook_batch,
+        delivery.send_playbook_batch,
         # Notifications: one signed POST to one webhook (docs/notifications.md).
         notification.send_notification,
     ]

@@ -61,7 +61,11 @@ with workflow.unsafe.imports_passed_through():
 ATTEMPTS = 2
 
 
-@workflow.defn(name="TaskGraphWorkflow")
+# The workflow's type: visibility queries name it (api/routes/graphs.py, api/quotas.py).
+GRAPH_WORKFLOW = "TaskGraphWorkflow"
+
+
+@workflow.defn(name=GRAPH_WORKFLOW)
 class TaskGraphWorkflow:
     @workflow.init
     def __init__(self, params: GraphInput) -> None:

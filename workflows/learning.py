@@ -20,7 +20,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.curation import CurationActivities
-    from loopworks.activities.playbook import PlaybookActivities
+    from loopworks.playbook.delivery import PlaybookDeliveryActivities
     from loopworks.schemas import events as ev
     from loopworks.schemas.curation import (
         CuratorPayload,
@@ -195,7 +195,7 @@ class Learning(OnRecord):
         delivery = PlaybookDelivery(name=self.memory.playbook, origin=state.origin, batch=batch)
         try:
             applied = await self.runner.activity(
-                PlaybookActivities.send_playbook_batch,
+                PlaybookDeliveryActivities.send_playbook_batch,
                 delivery,
                 GIT,
                 f"playbook {delivery.name} · {len(deltas)} deltas",

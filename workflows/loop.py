@@ -35,7 +35,11 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.steps import StepRunner, describe
 
 
-@workflow.defn(name="LoopWorkflow")
+# The workflow's type: visibility queries name it (api/listing.py, api/quotas.py).
+LOOP_WORKFLOW = "LoopWorkflow"
+
+
+@workflow.defn(name=LOOP_WORKFLOW)
 class LoopWorkflow:
     @workflow.init
     def __init__(self, params: LoopInput) -> None:

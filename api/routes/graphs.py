@@ -19,6 +19,7 @@ from loopworks.api.security import CallerDep, require_token
 from loopworks.api.trajectory import graph_trajectory, served
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
+from loopworks.workflows.graph import GRAPH_WORKFLOW
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.refs import checked_run_id
 
@@ -64,7 +65,7 @@ async def list_graphs(
     client: ClientDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
 ) -> list[GraphListed]:
     listed: list[GraphListed] = []
-    query = f'WorkflowType = "{graphs.WORKFLOW_TYPE}"'
+    query = f'WorkflowType = "{GRAPH_WORKFLOW}"'
     async for execution in client.list_workflows(query, limit=limit):
         listed.append(
             GraphListed(

@@ -14,10 +14,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from loopworks.playbook import writer
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.playbook import AddDelta, DeltaBatch, ItemKind, playbook_name
 from loopworks.schemas.settings import Settings
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.playbook import (
     PLAYBOOK_BRANCH,
     PLAYBOOK_PATH,
@@ -21,7 +22,6 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.steps import GitLocation
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from loopworks.workspace.runner import GitError
 from tests.integration.stack import git
 

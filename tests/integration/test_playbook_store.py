@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.playbook.store import PlaybookStore, PlaybookVersionError
 from loopworks.schemas.playbook import (
     PLAYBOOK_BRANCH,
     PLAYBOOK_PATH,
@@ -20,7 +21,6 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.integration import BranchMovedError
-from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
 from loopworks.workspace.runner import GitError
 from loopworks.workspace.stores import own_origin_store
 from tests.integration.stack import GitCalls, git

@@ -27,6 +27,7 @@ from temporalio.testing import ActivityEnvironment
 
 from loopworks.activities import notification
 from loopworks.activities.notification import NotificationActivities
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.notify import (
     Notification,
     NotificationBody,
@@ -40,7 +41,6 @@ from loopworks.worker.build import build_deps
 from loopworks.workspace import origin_access
 from loopworks.workspace.configured import workspaces_for
 from loopworks.workspace.origin_access import OriginRefusedError, check_origin
-from loopworks.workspace.playbook import PlaybookStore
 from tests.integration.stack import bare_remote, git
 from tests.security.git_http_server import GitHttpServer, git_http_server
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.tasks import TaskStatus
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from tests.integration.stack import git
 from tests.security.hostile_origin import HostileOrigin, hostile_origin
 from tests.workflows.conftest import LoopHarness

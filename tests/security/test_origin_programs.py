@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.playbook.store import PlaybookStore
 from loopworks.schemas.playbook import Playbook
 from loopworks.workspace.integration import IntegrationWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GitError
 from tests.integration.stack import bare_remote, git

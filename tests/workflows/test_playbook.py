@@ -25,6 +25,8 @@ from temporalio.client import WorkflowHandle
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.playbook import writer
+from loopworks.playbook.store import PlaybookStore
+from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.schemas.events import Event, EventName
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.playbook import (
@@ -42,9 +44,7 @@ from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from tests.workflows.conftest import LoopHarness
 
 pytestmark = pytest.mark.workflow

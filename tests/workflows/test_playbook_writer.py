@@ -17,8 +17,10 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from loopworks.activities.playbook import PlaybookActivities
 from loopworks.playbook import writer
+from loopworks.playbook.activities import PlaybookActivities
+from loopworks.playbook.store import PlaybookStore
+from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.schemas.playbook import (
     AddDelta,
     AppliedBatch,
@@ -32,9 +34,7 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps
-from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workspace.git import GitWorkspaces
-from loopworks.workspace.playbook import PlaybookStore
 from tests.workflows.conftest import LoopHarness
 
 

@@ -19,9 +19,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
+from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.histories.record import RECORDERS
 from tests.workflows import changed_loop

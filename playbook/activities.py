@@ -1,33 +1,28 @@
-"""The delta playbook's git and Temporal edges: read a version from origin, commit a new
-one, and hand a run's batch to the playbook's one writer, `PlaybookWorkflow`."""
+"""The playbook writer's activities: read a version from origin, commit new ones. What
+`PlaybookWorkflow` schedules; a run hands its batch over through `delivery`."""
 
 from __future__ import annotations
 
 import asyncio
 
 from temporalio import activity
-from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.heartbeat import heartbeating
-from loopworks.playbook import writer
+from loopworks.playbook.store import PlaybookStore, PlaybookVersionError
 from loopworks.schemas.playbook import (
-    AppliedBatch,
     Playbook,
-    PlaybookDelivery,
     PlaybookRead,
     PlaybookVersionsWrite,
     PlaybookWrite,
     VersionWrite,
 )
-from loopworks.workspace.playbook import PlaybookStore, PlaybookVersionError
 
 
 class PlaybookActivities:
-    def __init__(self, deps: StepDeps, client: Client | None = None) -> None:
+    def __init__(self, deps: StepDeps) -> None:
         self.deps = deps
-        self.client = client
         self.store = PlaybookStore.of(deps.workspaces)
 
     @activity.defn(name="read_playbook")
@@ -63,14 +58,3 @@ class PlaybookActivities:
             origin=write.origin, versions=versions, committed_at=write.committed_at
         )
         return (await self.commit_playbook_versions(batched))[0]
-
-    @activity.defn(name="send_playbook_batch")
-    async def send_playbook_batch(self, delivery: PlaybookDelivery) -> AppliedBatch:
-        """Hand a run's batch to the playbook's workflow, starting it if need be. A retry
-        sends the same batch id, which the workflow applies once."""
-        if self.client is None:
-            raise RuntimeError("this worker was built without a Temporal client")
-        async with heartbeating():
-            return await writer.deliver_batch(
-                self.client, self.deps.settings, delivery.name, delivery.origin, delivery.batch
-            )

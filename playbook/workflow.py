@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from loopworks.activities.playbook import PlaybookActivities
+    from loopworks.playbook.activities import PlaybookActivities
     from loopworks.playbook.deltas import apply_batch, new_contents, restore
     from loopworks.schemas.playbook import (
         AppliedBatch,
@@ -42,7 +42,13 @@ with workflow.unsafe.imports_passed_through():
 REMEMBERED_BATCHES = 500
 
 
-@workflow.defn(name="PlaybookWorkflow")
+# The workflow's type: visibility queries name it (api/playbooks.py).
+PLAYBOOK_WORKFLOW = "PlaybookWorkflow"
+# A signal is started with by its name (`writer.deliver_batch`).
+DELIVER_SIGNAL = "deliver"
+
+
+@workflow.defn(name=PLAYBOOK_WORKFLOW)
 class PlaybookWorkflow:
     @workflow.init
     def __init__(self, params: PlaybookInput) -> None:
@@ -75,7 +81,7 @@ class PlaybookWorkflow:
         """What the batch `batch_id` did; None until it is applied."""
         return self._applied.get(batch_id)
 
-    @workflow.signal
+    @workflow.signal(name=DELIVER_SIGNAL)
     async def deliver(self, batch: DeltaBatch) -> None:
         """Apply `batch` once, without an update's limit on how many wait at once."""
         await self._apply(batch)
