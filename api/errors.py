@@ -143,8 +143,10 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
         message += (
             f" (the body must be JSON with Content-Type: application/json, not {content_type})"
         )
-    detail = [{**error, "input": _echoed(error["input"])} if "input" in error else error
-              for error in jsonable_encoder(errors)]  # fmt: skip
+    detail = [
+        {**error, "input": _echoed(error["input"])} if "input" in error else error
+        for error in jsonable_encoder(errors)
+    ]
     return JSONResponse(
         status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
         content={"detail": detail, "message": message},

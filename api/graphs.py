@@ -35,7 +35,7 @@ from loopworks.schemas.run import RunState
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import GraphError, LedgerLine, TaskStatus, validated_graph
 from loopworks.workflows.decisions import alias_for
-from loopworks.workflows.graph import GRAPH_WORKFLOW, TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import GRAPH_WORKFLOW, TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 
 GraphHandle = WorkflowHandle[TaskGraphWorkflow, GraphResult]

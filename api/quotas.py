@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from loopworks.api.errors import QuotaExceeded, UpstreamError, invalid
 from loopworks.schemas.run import Budget
 from loopworks.schemas.settings import Settings
-from loopworks.workflows.graph import GRAPH_WORKFLOW
+from loopworks.workflows.graph.workflow import GRAPH_WORKFLOW
 from loopworks.workflows.loop import LOOP_WORKFLOW
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 

@@ -169,6 +169,7 @@ class LocalStack:
             ours = (self.settings.api_port, self.ui_port, self.temporal_port)
             http_port = free_port(avoid=ours)
             metrics_port = free_port(avoid=(*ours, http_port))
+            # One flag and its value a line (fmt: skip: the formatter puts each on its own).
             command = [
                 find_binary("temporal"), "server", "start-dev",
                 "--ip", host,

@@ -93,14 +93,28 @@ CHARS_PER_TOKEN = 4
 # The long run's rules: a title it gets, a token it never writes, and a check that holds
 # on odd iterations only, so its score moves and it never stops for stagnation.
 FAILING_RULES = [
-    {"id": "has-title", "description": "A title", "severity": "fail",
-     "check": {"kind": "pattern", "pattern": "^# \\S"}},
-    {"id": "impossible", "description": "A token nobody writes", "severity": "fail",
-     "check": {"kind": "pattern", "pattern": "XYZZY-PLUGH"}},
-    {"id": "alternating", "description": "Holds on odd iterations", "severity": "fail",
-     "check": {"kind": "command",
-               "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1"}},
-]  # fmt: skip
+    {
+        "id": "has-title",
+        "description": "A title",
+        "severity": "fail",
+        "check": {"kind": "pattern", "pattern": "^# \\S"},
+    },
+    {
+        "id": "impossible",
+        "description": "A token nobody writes",
+        "severity": "fail",
+        "check": {"kind": "pattern", "pattern": "XYZZY-PLUGH"},
+    },
+    {
+        "id": "alternating",
+        "description": "Holds on odd iterations",
+        "severity": "fail",
+        "check": {
+            "kind": "command",
+            "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+        },
+    },
+]
 # Continue-as-new after this many history events: every few iterations of the long run.
 LONG_RUN_CONTINUE_AFTER = 200
 
@@ -343,9 +357,13 @@ async def long_run(client: Client, queue: str, iterations: int, origin: Path) ->
         len(json.dumps(c, separators=(",", ":"))) for h in histories for c in continued_inputs(h)
     ]
     shown = await asyncio.create_subprocess_exec(
-        "git", "--git-dir", str(origin), "show", f"{result.state.branch}:{HISTORY_PATH}",
+        "git",
+        "--git-dir",
+        str(origin),
+        "show",
+        f"{result.state.branch}:{HISTORY_PATH}",
         stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    )
     logged, _ = await shown.communicate()
     return LongRunFigures(
         iterations=result.state.iteration,

@@ -39,7 +39,7 @@ from loopworks.schemas.settings import LLMProvider, Settings
 from loopworks.worker.failures import PermanentFailures
 from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.configured import workspaces_for

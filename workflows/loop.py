@@ -26,7 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
     from loopworks.schemas.steps import WorkspaceInfo, WorkspaceRequest
-    from loopworks.workflows import decisions, graph_inputs
+    from loopworks.workflows import decisions
+    from loopworks.workflows.graph import inputs as graph_inputs
     from loopworks.workflows.loop_steps import LoopSteps
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long

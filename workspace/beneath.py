@@ -144,9 +144,12 @@ def _walk_open(dirfd: int, path: str, flags: int, follow: bool, mode: int) -> in
             # A symlink swapped in since the stat fails here (ELOOP): refused, not followed.
             try:
                 stack.append(
-                    os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                            dir_fd=here)
-                )  # fmt: skip
+                    os.open(
+                        name,
+                        os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                        dir_fd=here,
+                    )
+                )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise Escape(errno.ELOOP, "goes through a symbolic link", path) from exc

@@ -19,7 +19,7 @@ from loopworks.api.security import CallerDep, require_token
 from loopworks.api.trajectory import graph_trajectory, served
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
 from loopworks.schemas.run import RunState
-from loopworks.workflows.graph import GRAPH_WORKFLOW
+from loopworks.workflows.graph.workflow import GRAPH_WORKFLOW
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.refs import checked_run_id
 

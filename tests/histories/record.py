@@ -48,7 +48,7 @@ from loopworks.schemas.playbook import (
 from loopworks.schemas.run import Approval, Budget, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from tests.histories.notified import record_notified_run
 

@@ -15,7 +15,7 @@ from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.schemas.actions import AuditEvidence, CommandRun, blocked_report
 from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
 from loopworks.schemas.tasks import Task, TaskContext
-from loopworks.workflows.graph_inputs import loop_request
+from loopworks.workflows.graph.inputs import loop_request
 from loopworks.workspace.changes import (
     FileChange,
     capped_patch,

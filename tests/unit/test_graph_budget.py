@@ -7,7 +7,7 @@ import pytest
 
 from loopworks.schemas.graph import GraphInput, GraphMemory, GraphRequest
 from loopworks.schemas.run import Budget, TokenUsage
-from loopworks.workflows.graph_budget import (
+from loopworks.workflows.graph.budget import (
     GraphBudget,
     Left,
     allotment,

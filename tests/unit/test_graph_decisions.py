@@ -7,7 +7,7 @@ import re
 import pytest
 
 from loopworks.schemas.tasks import TASK_ID_PATTERN, Task, TaskContext, TaskStatus
-from loopworks.workflows.graph_decisions import (
+from loopworks.workflows.graph.decisions import (
     FAILURE_MAX,
     archive_due,
     counts,

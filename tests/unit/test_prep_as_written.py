@@ -20,13 +20,13 @@ from loopworks.schemas.prep import (
 )
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.run import RunRequest
-from loopworks.workflows.graph import _prep_before_as_written
-from loopworks.workflows.graph_inputs import (
+from loopworks.workflows.graph.inputs import (
     from_prep_package,
     loop_request,
     prep_for_graph,
     run_from_prep,
 )
+from loopworks.workflows.graph.workflow import _prep_before_as_written
 
 pytestmark = pytest.mark.unit
 

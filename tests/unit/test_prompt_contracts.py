@@ -50,7 +50,7 @@ from loopworks.schemas.playbook import (
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR, Task, TaskContext
-from loopworks.workflows.graph_inputs import GRAPH_TASK_NOTE
+from loopworks.workflows.graph.inputs import GRAPH_TASK_NOTE
 from tests.fakes.literal_messages_api import files_to_write
 
 pytestmark = pytest.mark.unit

@@ -120,7 +120,7 @@ def verify(task: Task, root: Path) -> int:
 @pytest.mark.parametrize(
     "child_task",
     [
-        # As the graph words a child loop's task (workflows/graph_inputs.py), and others.
+        # As the graph words a child loop's task (workflows/graph/inputs.py), and others.
         lambda task: (
             f"{task.title}\n\n{task.description}\n\nFiles: {', '.join(task.context.files)}"
             f"\n\nDone when `{task.verification_command}` exits 0 in the repository root."

@@ -38,7 +38,7 @@ from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
 from loopworks.worker.build import activities_of, build_deps, build_worker
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.search_attributes import (
     GRAPH_STATUS,

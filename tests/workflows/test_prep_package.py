@@ -18,7 +18,7 @@ import pytest
 from loopworks.schemas.events import EventName
 from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.run import RunStatus
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, commit_all
 from tests.workflows.test_graph import start_graph

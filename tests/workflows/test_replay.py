@@ -20,7 +20,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
 from loopworks.playbook.workflow import PlaybookWorkflow
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.histories.record import RECORDERS

@@ -5,7 +5,7 @@ command passes on the integration branch.
 The workflow is the sole writer of the ledger: it keeps it in its memory (the `ledger`
 query) and appends it to `docs/current/task-status.jsonl` on the integration branch
 through an activity. Which task starts, which is stranded, what fix follows a failure are
-plain functions in `workflows.graph_decisions`.
+plain functions in `workflows.graph.decisions`.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ with workflow.unsafe.imports_passed_through():
         ledger_sha256,
         validated_graph,
     )
-    from loopworks.workflows import graph_decisions as decide
-    from loopworks.workflows import graph_inputs
-    from loopworks.workflows.graph_budget import GraphBudget
-    from loopworks.workflows.graph_record import GraphRecord
+    from loopworks.workflows.graph import decisions as decide
+    from loopworks.workflows.graph import inputs as graph_inputs
+    from loopworks.workflows.graph.budget import GraphBudget
+    from loopworks.workflows.graph.record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
 
@@ -227,9 +227,11 @@ class TaskGraphWorkflow:
                 workflow.continue_as_new(self._params.model_copy(update={"memory": self._memory}))
             if not self._stop_requested and not self._memory.paused:
                 for task_id in decide.startable(
-                    [t.task for t in state.tasks], state.statuses(), self._running,
+                    [t.task for t in state.tasks],
+                    state.statuses(),
+                    self._running,
                     state.max_parallel,
-                ):  # fmt: skip
+                ):
                     if self._budget.spent:  # held by running loops, or spent
                         break
                     await self._start(task_id)
@@ -272,9 +274,11 @@ class TaskGraphWorkflow:
             static_summary=f"{task_id}: {task_state.task.title}"[:200],
         )
         self._record.note(
-            task_id, TaskStatus.IN_PROGRESS, f"attempt {task_state.attempts} started",
+            task_id,
+            TaskStatus.IN_PROGRESS,
+            f"attempt {task_state.attempts} started",
             run_id=child_id,
-        )  # fmt: skip
+        )
 
     @property
     def _started_by(self) -> str:
@@ -343,11 +347,14 @@ class TaskGraphWorkflow:
             return
         self._state.integration_commit = outcome.commit
         self._record.note(
-            task_id, TaskStatus.COMPLETED, "merged; verification passed",
-            run_id=task_state.run_ids[-1], exit_code=outcome.exit_code,
+            task_id,
+            TaskStatus.COMPLETED,
+            "merged; verification passed",
+            run_id=task_state.run_ids[-1],
+            exit_code=outcome.exit_code,
             output_sha256=outcome.output_sha256,
             delta={"files_added": outcome.files_added, "files_modified": outcome.files_modified},
-        )  # fmt: skip
+        )
         self._record.unblock()
 
     async def _failed(
@@ -363,14 +370,20 @@ class TaskGraphWorkflow:
         task_state.last_failure = failure[-4000:]
         if task_state.attempts < ATTEMPTS:
             self._record.note(
-                task_id, TaskStatus.PENDING, f"attempt {task_state.attempts} failed, retrying: "
-                f"{failure[:300]}", exit_code=exit_code, output_sha256=output_sha256,
-            )  # fmt: skip
+                task_id,
+                TaskStatus.PENDING,
+                f"attempt {task_state.attempts} failed, retrying: {failure[:300]}",
+                exit_code=exit_code,
+                output_sha256=output_sha256,
+            )
             return
         self._record.note(
-            task_id, TaskStatus.FAILED, failure[:500], exit_code=exit_code,
+            task_id,
+            TaskStatus.FAILED,
+            failure[:500],
+            exit_code=exit_code,
             output_sha256=output_sha256,
-        )  # fmt: skip
+        )
         tasks = [t.task for t in self._state.tasks]
         if decide.root_id(task_id) == task_id:  # a failed fix gets no fix of its own
             fix = decide.fix_task(task_state.task, tasks, failure)

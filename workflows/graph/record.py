@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.notify import NotifyPlan
     from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.tasks import LedgerLine, TaskStatus
-    from loopworks.workflows import graph_decisions as decide
+    from loopworks.workflows.graph import decisions as decide
     from loopworks.workflows.notifying import Notifier, graph_body, graph_event
     from loopworks.workflows.record import SearchAttributes
     from loopworks.workflows.search_attributes import (
