@@ -13,6 +13,7 @@ from pathlib import Path
 from loopworks.cli import commands, graphs, playbook, trajectory, up
 from loopworks.cli.client import ApiClient, CliError
 from loopworks.cli.config import DEFAULT_API_URL, CliConfig
+from loopworks.cli.mcp import command as mcp_command
 
 Command = Callable[[commands.Context, argparse.Namespace], int]
 
@@ -134,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     playbook.add_parser(sub, common)
     trajectory.add_parser(sub, common)
 
-    mcp = add("mcp", commands.cmd_mcp, "serve the API as MCP tools to an AI assistant")
+    mcp = add("mcp", mcp_command.cmd_mcp, "serve the API as MCP tools to an AI assistant")
     mcp.description = (
         "Serve loopworks as Model Context Protocol tools (start, watch and steer runs and "
         "graphs) to an AI assistant, on stdin/stdout; see docs/mcp.md."

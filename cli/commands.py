@@ -309,14 +309,6 @@ def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
 LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_terminal)
 
 
-def cmd_mcp(ctx: Context, args: argparse.Namespace) -> int:
-    # Imported here: the MCP SDK is loaded only by the command that serves it.
-    from loopworks.cli import mcp_server
-
-    mcp_server.serve(ctx.client, args.port if args.http else None)
-    return 0
-
-
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:
     if args.all:
         if args.run:

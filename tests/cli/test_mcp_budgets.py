@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from temporalio.client import Client as TemporalClient
 
 from loopworks.api.main import create_app
-from loopworks.cli.mcp_views import graph_view
+from loopworks.cli.mcp.views import graph_view
 from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import Budget, RunRequest, RunState, TokenUsage

@@ -19,7 +19,7 @@ from temporalio.client import Client as TemporalClient
 from loopworks.api.main import create_app
 from loopworks.cli.client import ApiClient
 from loopworks.cli.config import CliConfig
-from loopworks.cli.mcp_server import build_server
+from loopworks.cli.mcp.server import build_server
 from loopworks.schemas.events import EventName
 from loopworks.schemas.run import Mode
 from loopworks.schemas.settings import Settings

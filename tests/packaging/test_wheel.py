@@ -355,7 +355,7 @@ def test_loops_mcp_help(installed: Installed) -> None:
         from mcp import Client
         from loopworks.cli.client import ApiClient
         from loopworks.cli.config import CliConfig
-        from loopworks.cli.mcp_server import build_server
+        from loopworks.cli.mcp.server import build_server
 
         async def listing():
             server = build_server(ApiClient(CliConfig("http://127.0.0.1:9", None)))

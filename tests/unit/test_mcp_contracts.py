@@ -17,9 +17,9 @@ from mcp.types import Tool
 from loopworks.api.idempotency import RUN_ID_PREFIX
 from loopworks.cli.client import ApiClient
 from loopworks.cli.config import CliConfig
-from loopworks.cli.mcp_facts import INSTRUCTIONS, TEMPLATES
-from loopworks.cli.mcp_server import build_server
-from loopworks.cli.mcp_views import GATE_MEANINGS, GRAPH_GATE_TOOLS, RUN_GATE_TOOLS, Gate
+from loopworks.cli.mcp.facts import INSTRUCTIONS, TEMPLATES
+from loopworks.cli.mcp.server import build_server
+from loopworks.cli.mcp.views import GATE_MEANINGS, GRAPH_GATE_TOOLS, RUN_GATE_TOOLS, Gate
 from loopworks.prompts.catalog import load_templates
 from loopworks.schemas.events import EventName
 from loopworks.schemas.graph import GraphStatus

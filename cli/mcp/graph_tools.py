@@ -10,7 +10,7 @@ from pydantic import Field
 
 from loopworks.cli.client import ApiClient
 from loopworks.cli.graphs import GraphApi
-from loopworks.cli.mcp_facts import (
+from loopworks.cli.mcp.facts import (
     BUDGETS,
     GRAPH_ID,
     GRAPH_STATUS_TOOL,
@@ -19,7 +19,7 @@ from loopworks.cli.mcp_facts import (
     REPO,
     notify_description,
 )
-from loopworks.cli.mcp_views import GraphView, RunView, api_errors, graph_view, run_view
+from loopworks.cli.mcp.views import GraphView, RunView, api_errors, graph_view, run_view
 from loopworks.schemas.graph import GraphState
 from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.run import Budget, Mode, RunStatus

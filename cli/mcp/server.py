@@ -1,7 +1,7 @@
 """`loops mcp`: the loopworks API as Model Context Protocol tools (docs/mcp.md).
 
 A client of the API like every other `loops` command: the same `ApiClient`, base URL and
-token. Each tool is one or two API calls; its answer is a compact view (`mcp_views`) and
+token. Each tool is one or two API calls; its answer is a compact view (`views`) and
 an API error comes back as a tool error carrying the API's own message. The descriptions
 are the whole contract a model gets, so every fact a caller needs (id formats, modes,
 templates, what a cursor and a gate are) is stated in them; tests/unit/test_mcp_contracts.py
@@ -18,7 +18,7 @@ from pydantic import Field
 
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.cli.client import ApiClient, run_path
-from loopworks.cli.mcp_facts import (
+from loopworks.cli.mcp.facts import (
     BUDGETS,
     INSTRUCTIONS,
     MAX_ARTIFACT_CHARS,
@@ -33,8 +33,8 @@ from loopworks.cli.mcp_facts import (
     Template,
     notify_description,
 )
-from loopworks.cli.mcp_graph_tools import add_graph_tools
-from loopworks.cli.mcp_views import (
+from loopworks.cli.mcp.graph_tools import add_graph_tools
+from loopworks.cli.mcp.views import (
     ArtifactView,
     EventsPage,
     RunRow,
