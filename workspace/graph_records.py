@@ -40,7 +40,7 @@ def record_changes(workdir: Path, base: str) -> list[str]:
     found = {path for path in changed_paths(workdir) if orchestrator_owned(path)}
     head = tree_of(repo, "HEAD")
     if head is not None and head.id != base_tree.id:
-        for delta in repo.diff(base_tree, head).deltas:
+        for delta in base_tree.diff_to_tree(head).deltas:
             found.update(
                 path
                 for path in (delta.old_file.path, delta.new_file.path)
