@@ -136,10 +136,12 @@ async def run_agent(
     deliverable: str | None = ARTIFACT_PATH,
     *,
     graph_task: bool = False,
+    graph_base: str | None = None,
 ) -> AgentOutcome:
     """The role's agent over the workspace: its prompt as the system, the step's inputs
     as the first message, the workspace tools (refusing a task graph's records in its
-    loop, `graph_task`); usage priced as `consult` prices it."""
+    loop, `graph_task`, and keeping them as `graph_base` has them); usage priced as
+    `consult` prices it."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
@@ -155,6 +157,7 @@ async def run_agent(
                     verb,
                     deliverable,
                     graph_task=graph_task,
+                    graph_base=graph_base,
                 )
             except Exception:
                 still_a_clone(workdir)

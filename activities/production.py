@@ -10,6 +10,7 @@ keeps the commit of the attempt that completed.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -34,8 +35,10 @@ from loopworks.schemas.steps import (
     trajectory_path,
 )
 from loopworks.workspace import files
+from loopworks.workspace.graph_records import record_changes, restore_record
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.run_log import write_run_log
+from loopworks.workspace.runner import GitError
 
 # The commit subject quotes the agent's last words up to here; the output keeps more.
 SUBJECT_CHARS = 72
@@ -91,8 +94,18 @@ class ProductionActivities:
             current = await self._committed_artifact(step)
             previous_hash = files.sha256(workdir, ARTIFACT_PATH)
             context = context.model_copy(update={"current_artifact": current})
+            # A task graph's record is kept as the task's base has it (a step scheduled
+            # before steps carried the base: as its own commit has it).
+            base = (step.base_commit or workspace.commit) if step.graph_task else None
             outcome = await run_agent(
-                self.deps, role, step, context, workdir, verb, graph_task=step.graph_task
+                self.deps,
+                role,
+                step,
+                context,
+                workdir,
+                verb,
+                graph_task=step.graph_task,
+                graph_base=base,
             )
             # What the agent left, as the worker will read it: a link out of the workspace
             # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed.
@@ -104,6 +117,8 @@ class ProductionActivities:
                     type=INVALID_OUTPUT,
                     non_retryable=True,
                 )
+            if base is not None:
+                await asyncio.to_thread(_keep_graph_record, workdir, base)
             # What the agent changed, before the trajectory joins the tree: the record of
             # the work is not part of the work.
             changed = [
@@ -155,6 +170,20 @@ class ProductionActivities:
             why = f"it is {len(text)} characters; at most {ARTIFACT_CAP_CHARS} are read"
             raise files.TooLarge(ARTIFACT_PATH, why)
         return text
+
+
+def _keep_graph_record(workdir: Path, base: str) -> None:
+    """A task graph's ledger and task files as the task's base has them, before the work
+    is committed: the tools already put back what a command changed of them, so this
+    holds only for what they did not see (docs/graphs.md#the-ledger-is-the-orchestrators-alone).
+    Should it fail, the merge queue still refuses the branch."""
+    try:
+        undone = restore_record(workdir, base, record_changes(workdir, base))
+    except (GitError, files.UnsafePath, OSError) as exc:
+        activity.logger.warning("could not put back the graph's record: %s", exc)
+        return
+    if undone:
+        activity.logger.warning("put back the graph's record as %s has it: %s", base, undone)
 
 
 def _first_line(text: str) -> str:

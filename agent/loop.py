@@ -86,15 +86,19 @@ async def run_agent(
     deliverable: str | None = ARTIFACT_PATH,
     *,
     graph_task: bool = False,
+    graph_base: str | None = None,
 ) -> AgentOutcome:
     """Run the role's agent over `workspace` until it answers, or for `max_turns` turns
-    (a task graph's loop's, with `graph_task`: its tools refuse the graph's records).
+    (a task graph's loop's, with `graph_task`: its tools refuse the graph's records, and
+    put back as `graph_base` has them what a command changed of them).
 
     Model errors (a provider's ApplicationError, InvalidOutput) propagate: the activity's
     retry starts the whole loop again from the same commit. Without a `deliverable` (the
     skill generator: its files are judged by the skill reflector) there is no nudge.
     """
-    deps = _Workspace(call.role, workspace, deliverable, graph_task=graph_task)
+    deps = _Workspace(
+        call.role, workspace, deliverable, graph_task=graph_task, graph_base=graph_base
+    )
     with model_errors(call.role):
         try:
             async with _started(
@@ -168,6 +172,7 @@ class _Workspace:
     root: Path
     deliverable: str | None
     graph_task: bool = False
+    graph_base: str | None = None
     written: dict[str, None] = field(default_factory=dict)  # an ordered set
     nudged: bool = False
 
@@ -202,7 +207,8 @@ def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
     block, and heartbeats must go on); a refused or failed call is a failed tool result."""
 
     async def run(ctx: RunContext[_Workspace], **arguments: Any) -> str:
-        result = await _execute(ctx.deps.root, spec.name, arguments, ctx.deps.graph_task)
+        deps = ctx.deps
+        result = await _execute(deps.root, spec.name, arguments, deps.graph_task, deps.graph_base)
         if not result.ok:
             raise ToolFailed(result.content)
         path = arguments.get("path")
@@ -222,14 +228,21 @@ def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
 
 
 async def _execute(
-    workspace: Path, name: str, arguments: dict[str, Any], graph_task: bool = False
+    workspace: Path,
+    name: str,
+    arguments: dict[str, Any],
+    graph_task: bool = False,
+    graph_base: str | None = None,
 ) -> ToolResult:
     """A tool's result, redacted (`checks.redaction`): what a tool read (a file holding a
     key, a URL with a token) goes back to the model, and into the trajectory, without the
     worker's secrets."""
     try:
         result = await asyncio.to_thread(
-            functools.partial(execute, graph_task=graph_task), workspace, name, arguments
+            functools.partial(execute, graph_task=graph_task, graph_base=graph_base),
+            workspace,
+            name,
+            arguments,
         )
     except Exception as exc:  # `execute` never raises by contract; a model must not crash us
         result = ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")

@@ -26,10 +26,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     connection: TemporalConnection = app.state.temporal
     if not connection.connected:
         try:
+            # Connects, and gives the namespace the workflows' search attributes.
             await connection.client()
-        except TemporalUnavailable:
-            # Serve anyway: /readyz says 503 and requests reconnect once Temporal is up.
-            log.warning("starting without Temporal; /readyz reports 503 until it is reachable")
+        except TemporalUnavailable as err:
+            # Serve anyway: /readyz says 503 and requests connect and check again.
+            log.warning("starting not ready (%s); /readyz reports 503 until it is", err.message)
     yield
 
 

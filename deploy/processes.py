@@ -7,7 +7,8 @@ docker-compose.yml agrees.
 
 from __future__ import annotations
 
-from loopworks.workflows.search_attributes import required_types
+from loopworks.service.search_attributes import required_types
+from loopworks.workflows.search_attributes import REQUIRED
 
 API_MODULE = "loopworks.api"
 WORKER_MODULE = "loopworks.worker"
@@ -36,4 +37,4 @@ WORKER_ENV: tuple[str, ...] = (*SHARED_ENV, "LOOPS_LLM", "ANTHROPIC_API_KEY")
 # Search attributes the workflows write (workflows/search_attributes.py): the dev server
 # is started with exactly these, the compose namespace job registers them, and a worker
 # checks for them before it polls.
-SEARCH_ATTRIBUTES: dict[str, str] = required_types()
+SEARCH_ATTRIBUTES: dict[str, str] = required_types(REQUIRED)

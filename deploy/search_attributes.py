@@ -1,14 +1,19 @@
 """Register loopworks' search attributes on a Temporal namespace (idempotent): for the
 test servers and the benchmark, which start workers without `python -m loopworks.worker`'s
-own check (worker/search_attributes.py)."""
+own check (service/search_attributes.py)."""
 
 from __future__ import annotations
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.worker.search_attributes import add_attributes, compare, present_attributes
-from loopworks.workflows.search_attributes import required_types
+from loopworks.service.search_attributes import (
+    add_attributes,
+    compare,
+    present_attributes,
+    required_types,
+)
+from loopworks.workflows.search_attributes import REQUIRED
 
 
 async def register_search_attributes(client: Client, namespace: str) -> list[str]:
@@ -20,7 +25,7 @@ async def register_search_attributes(client: Client, namespace: str) -> list[str
         if err.status != RPCStatusCode.UNIMPLEMENTED:
             raise
         present = {}
-    missing = compare(required_types(), present).missing
+    missing = compare(required_types(REQUIRED), present).missing
     if missing:
         await add_attributes(client, namespace, missing)
     return sorted(missing)

@@ -227,6 +227,12 @@ class ProduceInput(ModelStep):
         default=False,
         description="a task graph's loop: its tools refuse the graph's ledger and task files",
     )
+    base_commit: str = Field(
+        default="",
+        description="the commit the run started from: in a task graph's loop, what a "
+        "command changes of the graph's ledger and task files is put back as it has them "
+        "(when empty, as the step's commit has them)",
+    )
 
 
 class RefineInput(ModelStep):
@@ -238,6 +244,12 @@ class RefineInput(ModelStep):
     graph_task: bool = Field(
         default=False,
         description="a task graph's loop: its tools refuse the graph's ledger and task files",
+    )
+    base_commit: str = Field(
+        default="",
+        description="the commit the run started from: in a task graph's loop, what a "
+        "command changes of the graph's ledger and task files is put back as it has them "
+        "(when empty, as the step's commit has them)",
     )
 
 

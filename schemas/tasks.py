@@ -178,17 +178,34 @@ def orchestrator_owned(relpath: str) -> bool:
     return parts == LEDGER_PATH.split("/") or parts[: len(tasks_dir)] == tasks_dir
 
 
-def orchestrator_refusal(paths: Sequence[str]) -> str:
-    """Why a task loop may not write `paths` (orchestrator-owned), in words a model can
-    act on: the tools say it, and the merge queue says it of a branch that changed them."""
+def _whose(paths: Sequence[str]) -> str:
+    """The paths named, and whose they are."""
     named = ", ".join(f"`{path}`" for path in paths[:10])
     more = f" and {len(paths) - 10} more" if len(paths) > 10 else ""
     return (
         f"{named}{more}: the task graph's ledger `{LEDGER_PATH}` and its task files under "
         f"`{TASKS_DIR}/` are written only by the graph's orchestrator, which records each "
         "task's status itself once its verification command passes on the integration "
-        "branch. Leave them as they are (restore any you changed) and put your work in the "
-        "task's own files."
+        "branch."
+    )
+
+
+def orchestrator_refusal(paths: Sequence[str]) -> str:
+    """Why a task loop may not write `paths` (orchestrator-owned), in words a model can
+    act on: the tools say it, and the merge queue says it of a branch that changed them."""
+    return (
+        f"{_whose(paths)} Leave them as they are (restore any you changed) and put your "
+        "work in the task's own files."
+    )
+
+
+def orchestrator_restored(paths: Sequence[str]) -> str:
+    """What the worker put back after a task loop's command changed `paths` of the graph's
+    record (docs/graphs.md#the-ledger-is-the-orchestrators-alone), told to the model."""
+    return (
+        f"undone: the command changed {_whose(paths)} They are back as they were when the "
+        "task started; the rest of the command's work stands. Leave them as they are and "
+        "put your work in the task's own files."
     )
 
 

@@ -8,16 +8,18 @@ import signal
 import sys
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from loopworks.activities.deps import StepDeps
 from loopworks.checks.redaction import install_log_redaction
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import connect
+from loopworks.service.search_attributes import ensure_search_attributes, required_types
 from loopworks.service.telemetry import configure_tracing
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.retention import keep_sweeping, retention_policy
-from loopworks.worker.search_attributes import ensure_search_attributes
+from loopworks.workflows.search_attributes import REQUIRED
 from loopworks.workspace.git_version import git_refusal
 
 log = logging.getLogger("loopworks.worker")
@@ -56,9 +58,12 @@ async def poll(settings: Settings, deps: StepDeps, stop: asyncio.Event) -> int:
         return 0
     # Before polling: a namespace without the workflows' search attributes fails every
     # workflow task that writes one, forever, behind a worker that looks healthy.
-    refused = await ensure_search_attributes(
-        client, settings.temporal_namespace, settings.temporal_address
-    )
+    try:
+        refused = await ensure_search_attributes(
+            client, settings.temporal_namespace, settings.temporal_address, required_types(REQUIRED)
+        )
+    except RPCError as err:  # Temporal went away since it answered: let the supervisor retry
+        refused = f"Temporal did not answer the search attribute check: {err.message}"
     if refused is not None:
         log.error("cannot start: %s", refused)
         return 2

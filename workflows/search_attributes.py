@@ -3,15 +3,15 @@
 A namespace must know each of them before a workflow upserts it, or every workflow task
 that does fails with `BadSearchAttributes`, over and over. This list is what the dev
 server is started with (`deploy/processes.py`), what a worker checks (and registers where
-it may) before it polls (`worker/search_attributes.py`), and what the compose job
-registers (docker-compose.yml; tests/deploy keeps it equal).
+it may) before it polls and the API before it starts a run (`service/search_attributes.py`),
+and what the compose job registers (docker-compose.yml; tests/deploy keeps it equal).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 
 # A run's progress: the Temporal UI's list as a dashboard of runs.
 LOOP_STATUS = SearchAttributeKey.for_keyword("LoopStatus")
@@ -46,19 +46,3 @@ REQUIRED: tuple[SearchAttributeKey[Any], ...] = (
     TASKS_COMPLETED,
     TASKS_FAILED,
 )
-
-# Each type as Temporal's CLI and the dev server's `--search-attribute Name=Type` spell it.
-TYPE_NAMES: dict[SearchAttributeIndexedValueType, str] = {
-    SearchAttributeIndexedValueType.TEXT: "Text",
-    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
-    SearchAttributeIndexedValueType.INT: "Int",
-    SearchAttributeIndexedValueType.DOUBLE: "Double",
-    SearchAttributeIndexedValueType.BOOL: "Bool",
-    SearchAttributeIndexedValueType.DATETIME: "Datetime",
-    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
-}
-
-
-def required_types() -> dict[str, str]:
-    """Every required attribute's name and type (`{"LoopStatus": "Keyword", ...}`)."""
-    return {key.name: TYPE_NAMES[key.indexed_value_type] for key in REQUIRED}

@@ -44,13 +44,16 @@ __all__ = [
     "create_text",
     "is_file",
     "lexists",
+    "lstat",
     "mkdir",
     "open_read",
     "read_bytes",
     "read_text",
+    "readlink",
     "remove",
     "rename",
     "sha256",
+    "symlink",
     "unlink",
     "walk",
     "write_bytes",
@@ -297,9 +300,10 @@ def _no_link_at(dirfd: int, name: str, relpath: str) -> os.stat_result | None:
     return st
 
 
-def write_bytes(root: Path, relpath: str, data: bytes) -> bool:
+def write_bytes(root: Path, relpath: str, data: bytes, *, mode: int | None = None) -> bool:
     """Replace (or create) the file at `relpath` with `data`, its parents made; whether it
-    existed. Written beside it and renamed over it: never through a link."""
+    existed. Written beside it and renamed over it: never through a link. Its mode is
+    `mode` when given, else an existing file's."""
     with _parent(root, relpath, create=True) as (dirfd, name):
         st = _no_link_at(dirfd, name, relpath)
         if st is not None and stat.S_ISDIR(st.st_mode):
@@ -308,7 +312,9 @@ def write_bytes(root: Path, relpath: str, data: bytes) -> bool:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             with _fd(os.open(temp, flags, 0o666, dir_fd=dirfd)) as fd:
-                if st is not None:
+                if mode is not None:
+                    os.fchmod(fd, mode)
+                elif st is not None:
                     os.fchmod(fd, stat.S_IMODE(st.st_mode))
                 view = memoryview(data)
                 while view:
@@ -359,6 +365,39 @@ def lexists(root: Path, relpath: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     return True
+
+
+def lstat(root: Path, relpath: str) -> os.stat_result | None:
+    """What is at `relpath` itself (a symlink as a link), None when nothing is; `Refused`
+    when a directory on the way is a symlink."""
+    if not checked(relpath):
+        return os.stat(root)
+    try:
+        with _parent(root, relpath, create=False) as (dirfd, name):
+            return os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def readlink(root: Path, relpath: str) -> str | None:
+    """The target of the symlink at `relpath`, None when something else or nothing is
+    there; no symlink on the way."""
+    try:
+        with _parent(root, relpath, create=False) as (dirfd, name):
+            return os.readlink(name, dir_fd=dirfd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # not a symlink
+            return None
+        raise
+
+
+def symlink(root: Path, relpath: str, target: str) -> None:
+    """A symlink at `relpath` to `target` (a name it holds, never followed here), its
+    parents made; nothing may be at `relpath` yet."""
+    with _parent(root, relpath, create=True) as (dirfd, name):
+        os.symlink(target, name, dir_fd=dirfd)
 
 
 def unlink(root: Path, relpath: str, *, missing_ok: bool = True) -> None:

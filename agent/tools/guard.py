@@ -14,7 +14,8 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
   themselves go through workspace/files.py, which checks the path again as it opens it, so a
   symlink a command swaps in after the guard looked is refused too.
 - `ToolGuard.records_changed`: in a task graph's loop, what a command did to the graph's
-  record (the sandbox lets it write the workspace), told to the model to undo.
+  record (the sandbox lets it write the workspace); the command's tool puts it back as the
+  task's base has it (workspace/graph_records.py) and tells the model what it undid.
 - `ToolGuard.command`: a refusal the model can act on for a command that could only fail in the
   sandbox and would otherwise touch what loopworks owns, git that writes or a path inside
   `.git` (`git_policy`); and a command too long to be one (write a script instead).
@@ -59,6 +60,9 @@ _ON_THE_WAY = frozenset(
     for depth in range(1, path.count("/") + 1)
 )
 
+# How a path of a graph's record looked: mode, size, modification and change times, inode.
+_Seen = tuple[int, int, int, int, int]
+
 
 def _has_component(parts: tuple[str, ...], name: str) -> bool:
     """Whether any component is `name`, in any case: case-insensitive filesystems exist."""
@@ -68,10 +72,15 @@ def _has_component(parts: tuple[str, ...], name: str) -> bool:
 class ToolGuard:
     """The policy for one workspace: `path()` for file tools, `command()` for shell commands."""
 
-    def __init__(self, workspace: Path, *, graph_task: bool = False) -> None:
+    def __init__(
+        self, workspace: Path, *, graph_task: bool = False, graph_base: str | None = None
+    ) -> None:
         self.root = Path(workspace).resolve()
         # A task graph's loop: the graph's ledger and task files are not its to write.
         self.graph_task = graph_task
+        # The commit as whose the graph's record is put back after a command changed it:
+        # the task's base, else the commit the workspace is at.
+        self.graph_base = graph_base or "HEAD"
 
     def path(self, p: str) -> Path:
         """Resolve a model-supplied relative path to an absolute path inside the workspace.
@@ -130,15 +139,15 @@ class ToolGuard:
             raise ToolDenied(f"refusing: {orchestrator_refusal([p])}")
         return target
 
-    def graph_records(self) -> dict[str, tuple[int, int, int, int]]:
+    def graph_records(self) -> dict[str, _Seen]:
         """In a task graph's loop, every path of the graph's record in the workspace (in any
         case of spelling) as `lstat` sees it, to tell what a command changed; else empty."""
-        found: dict[str, tuple[int, int, int, int]] = {}
+        found: dict[str, _Seen] = {}
         if self.graph_task:
             self._scan("", found)
         return found
 
-    def _scan(self, rel: str, found: dict[str, tuple[int, int, int, int]]) -> None:
+    def _scan(self, rel: str, found: dict[str, _Seen]) -> None:
         try:
             entries = list(os.scandir(self.root / rel))
         except OSError:
@@ -151,22 +160,15 @@ class ToolGuard:
                 continue
             owned = orchestrator_owned(child)
             if owned:
-                found[child] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+                # The change time too: a command can set the others back, never that.
+                found[child] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
             if entry.is_dir(follow_symlinks=False) and (owned or child.lower() in _ON_THE_WAY):
                 self._scan(child, found)
 
-    def records_changed(self, before: dict[str, tuple[int, int, int, int]]) -> str | None:
-        """What a command did to the graph's record since `before`, for the model to undo;
-        None when it left it alone."""
+    def records_changed(self, before: dict[str, _Seen]) -> list[str]:
+        """The paths of the graph's record a command changed since `before` (sorted)."""
         after = self.graph_records()
-        changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
-        if not changed:
-            return None
-        return (
-            f"refusing: the command changed {orchestrator_refusal(changed)} Undo it before "
-            "you finish, or the task is refused at its merge: remove a file the command "
-            "added, and restore one it changed or deleted with `git show HEAD:<path> > <path>`."
-        )
+        return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
     def relative(self, target: Path) -> str:
         """`target` (inside the workspace) as the relative path the model should use."""

@@ -33,7 +33,10 @@ from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
 from loopworks.schemas.rules import CommandCheck
+from loopworks.schemas.tasks import orchestrator_refusal, orchestrator_restored
 from loopworks.workspace import files
+from loopworks.workspace.graph_records import restore_record
+from loopworks.workspace.runner import GitError
 
 logger = logging.getLogger(__name__)
 
@@ -299,16 +302,33 @@ def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
         outcome = run_command_check(check, guard.root, output_cap=COMMAND_OUTPUT_CAP_BYTES)
     except OSError as exc:
         return fail(f"could not run the command: {exc}")
-    # A task graph's loop: a command that changed the graph's record fails, saying so.
-    changed = guard.records_changed(records) if guard.graph_task else None
+    # A task graph's loop: what the command changed of the graph's record is put back.
+    changed = guard.records_changed(records) if guard.graph_task else []
+    restored, note = _record_put_back(guard, changed) if changed else (True, "")
     if outcome.timed_out:
-        return fail(f"{outcome.detail}\n{changed}" if changed else outcome.detail)
+        return fail(f"{outcome.detail}\n{note}" if note else outcome.detail)
     # The runner's detail is "exit code N[ (expected 0)]\n<output>".
     output = outcome.detail.partition("\n")[2]
     content = f"exit code {outcome.exit_code}\n{output}"
-    if changed:
-        return fail(f"{content.rstrip()}\n{changed}")
-    return ToolResult(ok=outcome.exit_code == 0, content=content)
+    if note:
+        content = f"{content.rstrip()}\n{note}"
+    return ToolResult(ok=outcome.exit_code == 0 and restored, content=content)
+
+
+def _record_put_back(guard: ToolGuard, changed: list[str]) -> tuple[bool, str]:
+    """The graph's record as the task's base has it again after a command changed
+    `changed` of it (docs/graphs.md#the-ledger-is-the-orchestrators-alone): whether it
+    is, and what the model is told. Should it not be, the model is asked to undo it."""
+    try:
+        undone = restore_record(guard.root, guard.graph_base, changed)
+    except (GitError, files.UnsafePath, OSError) as exc:
+        logger.warning("could not put back the graph's record (%s): %s", ", ".join(changed), exc)
+        return False, (
+            f"refusing: the command changed {orchestrator_refusal(changed)} Undo it before "
+            "you finish, or the task is refused at its merge: remove a file the command "
+            "added, and restore one it changed or deleted with `git show HEAD:<path> > <path>`."
+        )
+    return True, orchestrator_restored(undone) if undone else ""
 
 
 # -- the registry ---------------------------------------------------------------------------------

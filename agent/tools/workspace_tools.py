@@ -142,9 +142,11 @@ def execute(
     arguments: Mapping[str, Any] | None,
     *,
     graph_task: bool = False,
+    graph_base: str | None = None,
 ) -> ToolResult:
-    """Run one tool call in `workspace` (a task graph's loop's, with `graph_task`: see
-    `ToolGuard`). Never raises: every problem is an `ok=False` result."""
+    """Run one tool call in `workspace` (a task graph's loop's, with `graph_task`, the
+    graph's record kept as `graph_base` has it: see `ToolGuard`). Never raises: every
+    problem is an `ok=False` result."""
     spec = TOOLS.get(name)
     if spec is None:
         return operations.fail(f"unknown tool {name!r}; the tools are: {', '.join(TOOLS)}")
@@ -157,7 +159,7 @@ def execute(
     except ValidationError as exc:
         return operations.fail(_validation_message(name, exc))
     try:
-        guard = ToolGuard(workspace, graph_task=graph_task)
+        guard = ToolGuard(workspace, graph_task=graph_task, graph_base=graph_base)
         if not guard.root.is_dir():
             return operations.fail("the workspace does not exist")
         return spec.run(guard, args)

@@ -49,7 +49,14 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
-from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR, Task, TaskContext
+from loopworks.schemas.tasks import (
+    LEDGER_PATH,
+    MAX_EXISTING_FILES,
+    TASKS_DIR,
+    Task,
+    TaskContext,
+    orchestrator_restored,
+)
 from loopworks.workflows.graph.inputs import GRAPH_TASK_NOTE
 from tests.fakes.literal_messages_api import files_to_write
 
@@ -521,13 +528,17 @@ def test_every_role_is_structured_or_working() -> None:
 def test_a_graph_tasks_writers_are_told_the_graphs_record_is_not_theirs(
     agents: dict[str, AgentDefinition], role: Role
 ) -> None:
-    """A graph's loop's tools refuse the ledger and the task files, and the merge queue a
-    branch that changed them (docs/graphs.md#the-ledger): the prompt names both paths, says
-    a command may not change them either, and the task text says it is a graph's."""
+    """A graph's loop's tools refuse the ledger and the task files, and put back what a
+    command changed of them (docs/graphs.md#the-ledger): the prompt names both paths, says
+    a command may not change them either and what the tool then does, and the task text
+    says it is a graph's."""
     prompt = agents[role.value].prompt
     assert f"`{LEDGER_PATH}`" in prompt and f"`{TASKS_DIR}/`" in prompt
     assert "do not change them, with a tool or a command" in prompt
-    assert "refused at its merge" in prompt
+    assert "whatever a command changes of them is put back" in prompt
+    assert "the command's result naming what was undone" in prompt
+    # ... which is what the tool's result says (agent/tools/operations.py).
+    assert orchestrator_restored([LEDGER_PATH]).startswith("undone: the command changed")
     assert "one of a task graph's (it says so)" in prompt
     assert "one of a task graph's" in GRAPH_TASK_NOTE
     assert f"`{LEDGER_PATH}`" in GRAPH_TASK_NOTE and f"`{TASKS_DIR}/`" in GRAPH_TASK_NOTE

@@ -1,5 +1,5 @@
-"""The search attributes a worker requires of its namespace: one list, the workflows'
-own keys, and what the worker says when the namespace lacks some it cannot add."""
+"""The search attributes a worker (and the API) requires of its namespace: one list, the
+workflows' own keys, and what each says when the namespace lacks some it cannot add."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from temporalio.service import RPCError, RPCStatusCode
 
 import loopworks.workflows
 from loopworks.deploy.processes import SEARCH_ATTRIBUTES
-from loopworks.worker.search_attributes import (
+from loopworks.service.search_attributes import (
     compare,
     create_commands,
     ensure_search_attributes,
     refusal,
+    required_types,
 )
-from loopworks.workflows.search_attributes import REQUIRED, required_types
+from loopworks.workflows.search_attributes import REQUIRED
+
+REQUIRED_TYPES = required_types(REQUIRED)
 
 pytestmark = pytest.mark.unit
 
@@ -36,13 +39,13 @@ def test_every_key_the_workflows_write_is_required_and_defined_once() -> None:
     source = (WORKFLOWS / "search_attributes.py").read_text()
     names = re.findall(r'SearchAttributeKey\.for_\w+\("(\w+)"\)', source)
     assert sorted(names) == sorted(key.name for key in REQUIRED)
-    assert required_types() == SEARCH_ATTRIBUTES
-    assert required_types()["LoopScore"] == "Double" and required_types()["LoopBlocked"] == "Bool"
+    assert REQUIRED_TYPES == SEARCH_ATTRIBUTES
+    assert REQUIRED_TYPES["LoopScore"] == "Double" and REQUIRED_TYPES["LoopBlocked"] == "Bool"
 
 
 def test_a_namespace_with_them_all_needs_nothing() -> None:
-    present = {**required_types(), "ExecutionStatus": "Keyword"}
-    assert compare(required_types(), present).complete
+    present = {**REQUIRED_TYPES, "ExecutionStatus": "Keyword"}
+    assert compare(REQUIRED_TYPES, present).complete
 
 
 def test_what_is_missing_and_what_has_another_type() -> None:
@@ -82,8 +85,8 @@ def test_the_deployment_guide_names_each_with_its_type() -> None:
     """deploy/README.md lists them for an operator who registers them by hand."""
     guide = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
     section = guide[guide.index("search attributes the workflows write") :][:1200]
-    for kind in set(required_types().values()):
-        names = [name for name, k in required_types().items() if k == kind]
+    for kind in set(REQUIRED_TYPES.values()):
+        names = [name for name, k in REQUIRED_TYPES.items() if k == kind]
         listed = re.search(rf"((?:`\w+`,?\s*)+){kind}\b", section)
         assert listed, kind
         assert sorted(re.findall(r"`(\w+)`", listed.group(1))) == sorted(names), kind
@@ -135,8 +138,33 @@ async def test_the_check_registers_what_it_may_and_refuses_what_it_may_not(
 ) -> None:
     operator = Operator(known, list_error, add_error)
     client = SimpleNamespace(operator_service=operator)
-    said = await ensure_search_attributes(client, "loops", "t:7233")  # type: ignore[arg-type]
+    said = await ensure_search_attributes(client, "loops", "t:7233", REQUIRED_TYPES)  # type: ignore[arg-type]
     assert (said is None) == (refused is None), said
     if refused is not None:
         assert said is not None and refused in said
     assert operator.added == added
+
+
+UNANSWERED = RPCError("connection refused", RPCStatusCode.UNAVAILABLE, b"")
+
+
+@pytest.mark.parametrize(("list_error", "add_error"), [(UNANSWERED, None), (None, UNANSWERED)])
+async def test_a_server_that_does_not_answer_is_asked_again_not_taken_as_checked(
+    list_error: RPCError | None, add_error: RPCError | None
+) -> None:
+    """No answer is no verdict: the caller (the API, the worker) asks again later."""
+    client = SimpleNamespace(operator_service=Operator({}, list_error, add_error))
+    with pytest.raises(RPCError):
+        await ensure_search_attributes(client, "loops", "t:7233", REQUIRED_TYPES)  # type: ignore[arg-type]
+
+
+async def test_the_api_names_itself_when_it_cannot_add_them() -> None:
+    client = SimpleNamespace(operator_service=Operator({}, None, DENIED))
+    said = await ensure_search_attributes(
+        client,  # type: ignore[arg-type]
+        "loops",
+        "t:7233",
+        REQUIRED_TYPES,
+        who="the API",
+    )
+    assert said is not None and "the API cannot add them (Request unauthorized.)" in said

@@ -1,19 +1,25 @@
-"""A worker checks its namespace's search attributes before it polls.
+"""The namespace's search attributes, checked by the worker before it polls and by the API
+before it starts a run.
 
 Every search attribute the workflows write (`workflows/search_attributes.py`) must be
 known to the namespace first: one it lacks fails every workflow task that upserts it with
-`BadSearchAttributes`, again and again, while the worker looks healthy. So at start the
-worker adds the missing ones where the server lets it (the dev server, a self-hosted
-server whose operator API it may use) and otherwise refuses to start, naming them and the
-commands that add them. The comparison and the message are plain functions
-(`compare`, `refusal`); `ensure_search_attributes` is the part that talks to Temporal.
+`BadSearchAttributes`, again and again, while the worker looks healthy, and a start that
+sets one (`LoopStartedBy`) is refused with `invalid search attribute`. So each process,
+once it reaches Temporal, adds the missing ones where the server lets it (the dev server,
+a self-hosted server whose operator API it may use) and otherwise refuses, naming them and
+the commands that add them: the worker does not start; the API is not ready
+(docs/operations.md#search-attributes). The comparison and the message are plain
+functions (`compare`, `refusal`); `ensure_search_attributes` is the part that talks to
+Temporal. The keys are the workflows'; the callers pass them (`required_types(REQUIRED)`),
+as this layer sits below the workflows.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -21,16 +27,32 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
-from temporalio.common import SearchAttributeIndexedValueType
-from temporalio.service import RPCError
-
-from loopworks.workflows.search_attributes import TYPE_NAMES, required_types
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
+from temporalio.service import RPCError, RPCStatusCode
 
 log = logging.getLogger(__name__)
 
+# A server that did not answer has not said whether it lists or adds attributes.
+_NO_ANSWER = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+
+# Each type as Temporal's CLI and the dev server's `--search-attribute Name=Type` spell it.
+TYPE_NAMES: dict[SearchAttributeIndexedValueType, str] = {
+    SearchAttributeIndexedValueType.TEXT: "Text",
+    SearchAttributeIndexedValueType.KEYWORD: "Keyword",
+    SearchAttributeIndexedValueType.INT: "Int",
+    SearchAttributeIndexedValueType.DOUBLE: "Double",
+    SearchAttributeIndexedValueType.BOOL: "Bool",
+    SearchAttributeIndexedValueType.DATETIME: "Datetime",
+    SearchAttributeIndexedValueType.KEYWORD_LIST: "KeywordList",
+}
 # By the CLI's type name: the SDK's SearchAttributeIndexedValueType numbers its members
 # as the API's enum does.
 _INDEXED_TYPE = {name: IndexedValueType.ValueType(kind.value) for kind, name in TYPE_NAMES.items()}
+
+
+def required_types(keys: Iterable[SearchAttributeKey[Any]]) -> dict[str, str]:
+    """Each key's name and type (`{"LoopStatus": "Keyword", ...}`)."""
+    return {key.name: TYPE_NAMES[key.indexed_value_type] for key in keys}
 
 
 @dataclass(frozen=True)
@@ -72,12 +94,18 @@ def create_commands(missing: Mapping[str, str], namespace: str, address: str) ->
     ]
 
 
-def refusal(comparison: Comparison, namespace: str, address: str, reason: str = "") -> str:
-    """Why the worker does not start, and what to run so that it does (one paragraph)."""
+def refusal(
+    comparison: Comparison,
+    namespace: str,
+    address: str,
+    reason: str = "",
+    who: str = "this worker",
+) -> str:
+    """Why `who` does not go on, and what to run so that it does (one paragraph)."""
     parts: list[str] = []
     if comparison.missing:
         named = ", ".join(f"{name} ({kind})" for name, kind in comparison.missing.items())
-        cannot = f" and this worker cannot add them ({reason})" if reason else ""
+        cannot = f" and {who} cannot add them ({reason})" if reason else ""
         commands = "".join(
             f"\n  {command}" for command in create_commands(comparison.missing, namespace, address)
         )
@@ -119,34 +147,45 @@ async def add_attributes(client: Client, namespace: str, missing: Mapping[str, s
     )
 
 
-async def ensure_search_attributes(client: Client, namespace: str, address: str) -> str | None:
-    """Add whichever required attributes the namespace lacks; None when it has them all
-    now, else why the worker must not start. A server that will not list them (no
-    permission) is not checked: the worker says so and starts."""
+async def ensure_search_attributes(
+    client: Client,
+    namespace: str,
+    address: str,
+    required: Mapping[str, str],
+    who: str = "this worker",
+) -> str | None:
+    """Add whichever of `required` (name: type) the namespace lacks; None when it has
+    them all now, else why `who` must not go on. A server that will not list them (no
+    permission) is not checked: the log says so, and None. RPCError when the server does
+    not answer: ask again later."""
     try:
         present = await present_attributes(client, namespace)
     except RPCError as err:
+        if err.status in _NO_ANSWER:
+            raise
         log.warning(
             "cannot list the search attributes of namespace %s (%s): not checked; the"
             " workflows need %s",
             namespace,
             err.message,
-            ", ".join(required_types()),
+            ", ".join(required),
         )
         return None
-    comparison = compare(required_types(), present)
+    comparison = compare(required, present)
     if comparison.complete:
         return None
     if comparison.mistyped:
-        return refusal(comparison, namespace, address)
+        return refusal(comparison, namespace, address, who=who)
     try:
         await add_attributes(client, namespace, comparison.missing)
     except RPCError as err:
-        # PERMISSION_DENIED where the operator API is closed to workers, UNIMPLEMENTED on
-        # Temporal Cloud, FAILED_PRECONDITION or INVALID_ARGUMENT where the server has no
-        # room for another attribute of a type.
+        if err.status in _NO_ANSWER:
+            raise
+        # PERMISSION_DENIED where the operator API is closed to this process, UNIMPLEMENTED
+        # on Temporal Cloud, FAILED_PRECONDITION or INVALID_ARGUMENT where the server has
+        # no room for another attribute of a type.
         reason = err.message or err.status.name
-        return refusal(comparison, namespace, address, reason)
+        return refusal(comparison, namespace, address, reason, who)
     log.info(
         "registered search attributes on namespace %s: %s",
         namespace,
