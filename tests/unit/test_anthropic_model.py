@@ -260,7 +260,7 @@ async def test_every_tool_call_of_an_unusable_answer_gets_its_failed_result(
     assert all(r["is_error"] is True for r in results)
     invalid, unknown = (result_text(r) for r in results)
     assert "steps" in invalid
-    assert "no tool `write_file`" in unknown and f"`{ANSWER_TOOL}`" in unknown
+    assert "Unknown tool name: 'write_file'" in unknown and f"'{ANSWER_TOOL}'" in unknown
     [repair] = answered.repairs
     assert "steps" in repair and "write_file" in repair
 
@@ -271,7 +271,10 @@ async def test_every_tool_call_of_an_unusable_answer_gets_its_failed_result(
         (refusal(), "the model refused to answer"),
         # A compatible server that ignores tool_choice: told to use the tool, it answers
         # in prose again.
-        (text_only("I would rather write prose."), "no valid answer after 1 repair: Give"),
+        (
+            text_only("I would rather write prose."),
+            "no valid answer after 1 repair: Please include your response in a tool call",
+        ),
     ],
     ids=["refusal", "no-tool-call"],
 )
