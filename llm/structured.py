@@ -38,7 +38,6 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     ToolReturnPart,
 )
-from pydantic_ai.output import OutputContext
 from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
@@ -55,6 +54,10 @@ Answer = TypeVar("Answer", bound=BaseModel)
 # An invalid answer is retried once (docs/loop.md#invalid-answers). Here the retry is a
 # repair: the model sees its answer's errors.
 REPAIR_ATTEMPTS = 1
+
+# The question and its one repair: a model that calls tools it does not have gets no more
+# requests than one whose answer is invalid (pydantic-ai gives each unknown name a retry).
+QUESTION_AND_REPAIR = UsageLimits(request_limit=1 + REPAIR_ATTEMPTS)
 
 # A single-shot run's deps: the step's own check of the answer, if it has one.
 Check = Callable[[Any], None] | None
@@ -116,9 +119,7 @@ async def _run(
             model=source.model(call),
             instructions=instructions,
             deps=check,
-            # The question and its one repair: a model that calls tools it does not have
-            # gets no more requests than one whose answer is invalid.
-            usage_limits=UsageLimits(request_limit=1 + REPAIR_ATTEMPTS),
+            usage_limits=QUESTION_AND_REPAIR,
         ) as agent_run:
             async for _ in agent_run:
                 pass
@@ -149,8 +150,9 @@ def not_answered(
         shown = [*shown, *refused]
         failed = InvalidOutput(role, refusal(shown))
     else:
-        unsent = _feedback(messages[len(shown) :])
-        said = unsent[-1] if unsent else _cause(exc)
+        # What the run would have sent back next, had it a repair left.
+        unsent = [_said(part) for message in messages[len(shown) :] for part in _retried(message)]
+        said = "\n".join(unsent) if unsent else _cause(exc)
         detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {said[:1000]}"
         cut_off = any(isinstance(m, ModelResponse) and m.finish_reason == "length" for m in shown)
         failed = InvalidOutput(role, f"{CUT_OFF}; {detail}" if cut_off else detail)
@@ -196,13 +198,22 @@ def _feedback(messages: Sequence[ModelMessage]) -> list[str]:
     verifier's refused write or failed read alone is its work, not a repair."""
     repairs = []
     for message in messages:
-        if not isinstance(message, ModelRequest):
-            continue
-        retried = [p for p in message.parts if isinstance(p, ToolReturnPart | RetryFeedbackPart)]
-        retried = [p for p in retried if isinstance(p, RetryFeedbackPart) or p.outcome == "retried"]
+        retried = _retried(message)
         if any(isinstance(p, RetryFeedbackPart) or p.tool_name == ANSWER_TOOL for p in retried):
             repairs.append("\n".join(_said(p) for p in retried))
     return repairs
+
+
+def _retried(message: ModelMessage) -> list[ToolReturnPart | RetryFeedbackPart]:
+    """The parts of a request that send something back to be done again."""
+    if not isinstance(message, ModelRequest):
+        return []
+    return [
+        part
+        for part in message.parts
+        if isinstance(part, RetryFeedbackPart)
+        or (isinstance(part, ToolReturnPart) and part.outcome == "retried")
+    ]
 
 
 def _said(part: ToolReturnPart | RetryFeedbackPart) -> str:
@@ -225,34 +236,11 @@ def answer_output(answer_type: type[Answer], role: Role, strict: bool) -> ToolOu
     )
 
 
-@dataclass
-class Unfenced(AbstractCapability[Any]):
-    """JSON arguments a compatible server wrapped in a Markdown fence, unwrapped (an
-    unclosed fence too) before they are validated."""
-
-    async def before_output_validate(
-        self, ctx: RunContext[Any], *, output_context: OutputContext, output: Any
-    ) -> Any:
-        if not isinstance(output, str):
-            return output
-        return unfenced(output) or "{}"
-
-
 # What every answer agent runs with: a refusal asked again is refused again, so it ends
-# the run at once; fenced arguments are read as the JSON inside.
+# the run at once, even with text beside it. (JSON arguments a compatible server wrapped
+# in a Markdown fence pydantic-ai reads as the JSON inside.)
 def answer_capabilities() -> list[AbstractCapability[Any]]:
-    return [RaiseContentFilterError(), Unfenced()]
-
-
-def unfenced(text: str) -> str:
-    """JSON arguments a compatible server wrapped in a Markdown fence, unwrapped (an
-    unclosed fence too)."""
-    text = text.strip()
-    if not text.startswith("```"):
-        return text
-    _, _, body = text.partition("\n")
-    body = body.rstrip()
-    return body.removesuffix("```")
+    return [RaiseContentFilterError()]
 
 
 # Building an agent generates its answer's JSON schema, the larger share of making one;
@@ -268,7 +256,7 @@ _AnswerAgent = Agent[Check, BaseModel]
 def _answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
     agent: _AnswerAgent = Agent(
         output_type=answer_output(answer_type, role, strict),
-        deps_type=Check,  # type: ignore[arg-type]
+        deps_type=Check,
         retries={"tools": REPAIR_ATTEMPTS, "output": REPAIR_ATTEMPTS},
         capabilities=answer_capabilities(),
     )

@@ -287,6 +287,45 @@ async def test_unusable_answers_are_invalid_output(
     assert detail in raised.value.detail
 
 
+def refused_with_text(text: str) -> Any:
+    """A refusal that says why, as the API may: text, then the `refusal` stop reason."""
+
+    def respond(api: FakeMessagesAPI, request: RecordedRequest) -> Any:
+        return api.message(request, [{"type": "text", "text": text}], "refusal", None, 0.0)
+
+    return respond
+
+
+async def test_a_refusal_is_not_asked_again_and_is_kept_with_the_failure(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    # Asked again, a model refuses again: the text beside it is no answer to repair.
+    api.script(Role.PLANNER, refused_with_text("I can't help with that."))
+    with pytest.raises(InvalidOutput) as raised:
+        await plan(models)
+    assert len(api.requests) == 1
+    assert "the model refused to answer (stop reason 'refusal')" in raised.value.detail
+    # The refusal is what the run's trajectory records for the failed call.
+    *_, refused = raised.value.messages
+    assert isinstance(refused, ModelResponse) and refused.finish_reason == "content_filter"
+    assert "I can't help with that." in refused.text
+
+
+async def test_tools_it_does_not_have_get_one_repair_too(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    # Each unknown name has a retry of its own in pydantic-ai; the call has one repair.
+    api.script(
+        Role.PLANNER,
+        tool_calls(("write_file", {"path": "x"})),
+        tool_calls(("read_file", {"path": "x"})),
+    )
+    with pytest.raises(InvalidOutput) as raised:
+        await plan(models)
+    assert len(api.requests) == 2
+    assert "no valid answer after 1 repair: Unknown tool name: 'read_file'" in raised.value.detail
+
+
 async def test_an_answer_without_the_tool_call_is_repaired(
     api: FakeMessagesAPI, models: AnthropicModels
 ) -> None:
