@@ -24,15 +24,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed, ToolOutput
+from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed
 from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    RetryFeedbackPart,
-    ToolReturnPart,
-)
+from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
@@ -42,7 +36,13 @@ from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import model_errors
 from loopworks.llm.facts import ANSWER_TOOL
-from loopworks.llm.structured import REPAIR_ATTEMPTS, answer_tool
+from loopworks.llm.structured import (
+    REPAIR_ATTEMPTS,
+    answer_capabilities,
+    answer_output,
+    not_answered,
+    repairs_in,
+)
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -293,9 +293,10 @@ async def run_answering_agent(
     """Run the role's read-only agent over `workspace` until it answers through the
     forced answer tool (`ANSWER_TOOL`), for at most `max_turns` turns.
 
-    An answer that does not fit `answer_type` goes back once with its errors (the one
-    retry of docs/loop.md#invalid-answers, as `llm.structured.ask` repairs); a second one,
-    or no answer within the turns, is InvalidOutput, then phase_error.
+    The answer is a single-shot call's (`llm.structured`): the same forced tool, one
+    repair with its errors (docs/loop.md#invalid-answers), a refusal not asked again; a
+    second invalid answer, or no answer within the turns, is InvalidOutput, then
+    phase_error.
     """
     deps = _Workspace(call.role, workspace, None)
     with model_errors(call.role):
@@ -311,9 +312,7 @@ async def run_answering_agent(
                 call.role, f"it did not answer with `{ANSWER_TOOL}` within {max_turns} turns"
             ) from exc
         except UnexpectedModelBehavior as exc:
-            if "output" not in str(exc):
-                raise
-            raise InvalidOutput(call.role, f"no valid answer after a repair: {exc}") from exc
+            raise not_answered(call.role, agent_run.all_messages(), exc) from exc
     messages = agent_run.all_messages()
     if agent_run.result is None:  # pragma: no cover - iter ends with a result or raises
         raise InvalidOutput(call.role, "it ended without an answer")
@@ -323,35 +322,18 @@ async def run_answering_agent(
         turns=sum(isinstance(m, ModelResponse) for m in messages),
         usage=usage_of(agent_run.usage),
         records=records,
-        repairs=_answer_repairs(messages),
+        repairs=repairs_in(messages),
     )
-
-
-def _answer_repairs(messages: list[ModelMessage]) -> list[str]:
-    """What the answer was sent back to fix; a failed command or read is no repair."""
-    repairs = []
-    for message in messages:
-        for part in message.parts if isinstance(message, ModelRequest) else ():
-            if isinstance(part, RetryFeedbackPart):
-                repairs.append(part.model_response())
-            elif (
-                isinstance(part, ToolReturnPart)
-                and part.tool_name == ANSWER_TOOL
-                and part.outcome == "retried"
-            ):
-                repairs.append(part.model_response_str(wrap_if_error=False))
-    return repairs
 
 
 # One agent per answer type and role, as `_agent`: the tools' schemas and the answer
 # tool's are built once.
 @functools.cache
 def _answering_agent(answer_type: type[Answer], role: Role) -> Agent[_Workspace, Answer]:
-    definition = answer_tool(answer_type, role, False)
-    output = ToolOutput(answer_type, name=ANSWER_TOOL, description=definition.description)
     agent: Agent[_Workspace, Answer] = Agent(
         deps_type=_Workspace,
         tools=[_tool(TOOLS[name]) for name in READ_ONLY_TOOLS],
-        output_type=output,
+        output_type=answer_output(answer_type, role, False),
+        capabilities=answer_capabilities(),
     )
     return agent

@@ -1,10 +1,11 @@
 """What every model source offers, and how a step's inputs are put to a model.
 
-The model layer is pydantic-ai's `Model`, which a `ModelSource` gives for each call: a
-structured role sends its requests to it directly, with its agent definition as
-instructions and the answer model as a forced tool (`loopworks.llm.structured`); PRODUCE,
-REFINE and the skill generator run a pydantic-ai `Agent` on it with the workspace tools
-(`loopworks.agent.loop`). Sources are the Anthropic Messages API
+The model layer is pydantic-ai's `Model`, which a `ModelSource` gives for each call, and
+every call is a pydantic-ai `Agent` run on it with the role's agent definition as
+instructions: a structured role's agent answers through a forced tool whose input is the
+answer model (`loopworks.llm.structured`); PRODUCE, REFINE and the skill generator work
+with the workspace tools, and the QA verifier reads with them before it answers as a
+structured role does (`loopworks.agent.loop`). Sources are the Anthropic Messages API
 (`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline`, a pydantic-ai
 `FunctionModel`).
 """

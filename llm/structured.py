@@ -1,41 +1,45 @@
-"""A structured role's answer: a forced tool call whose input is the answer model.
+"""A structured role's answer: a pydantic-ai `Agent` whose output is the answer model,
+given through one forced tool.
 
 The model answers by calling one tool (`ANSWER_TOOL`) whose input schema is the answer
-model's. An answer that does not fit the schema, or that the step's own check refuses, is
-sent back once as the call's failed result, with its errors, so the model can repair it
-(docs/loop.md#invalid-answers); a second invalid answer is `InvalidOutput`, which the workflow
-turns into `phase_error`.
+model's (`answer_output`). An answer that does not fit the schema, or that the step's own
+check refuses (the output validator's `ModelRetry`), is sent back once as the call's
+failed result, with its errors, so the model can repair it (docs/loop.md#invalid-answers);
+a second invalid answer is `InvalidOutput`, which the workflow turns into `phase_error`.
 
-Each request goes out through pydantic-ai's direct `model_request`, on the same `Model`
-(Anthropic or offline) and with the same tool definition an `Agent` would send: the
-conversation is at most two requests with no tools to run, so an agent run's machinery
-would add CPU and nothing else. PRODUCE, REFINE and the skill generator, which run
-tools, are a pydantic-ai `Agent` (`loopworks.agent.loop`).
+A single-shot call (`ask`) is that agent with no tools; the QA verifier
+(`loopworks.agent.loop.run_answering_agent`) is the same answer, repair and failure with
+the workspace's read-only tools beside it. PRODUCE, REFINE and the skill generator answer
+in prose on the same `Agent` (`loopworks.agent.loop`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
-from pydantic_ai.direct import model_request
-from pydantic_ai.exceptions import ModelHTTPError
-from pydantic_ai.messages import (
-    InstructionPart,
-    ModelRequest,
-    ModelRequestPart,
-    ModelResponse,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolOutput
+from pydantic_ai.capabilities import AbstractCapability, RaiseContentFilterError
+from pydantic_ai.exceptions import (
+    ContentFilterError,
+    ModelHTTPError,
+    UnexpectedModelBehavior,
+    UsageLimitExceeded,
 )
-from pydantic_ai.models import Model, ModelRequestParameters
-from pydantic_ai.tools import GenerateToolJsonSchema, ToolDefinition
-from pydantic_ai.usage import RunUsage
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    RetryFeedbackPart,
+    ToolReturnPart,
+)
+from pydantic_ai.run import AgentRun
+from pydantic_ai.usage import UsageLimits
 
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import CUT_OFF, model_errors
@@ -51,11 +55,12 @@ Answer = TypeVar("Answer", bound=BaseModel)
 # repair: the model sees its answer's errors.
 REPAIR_ATTEMPTS = 1
 
-# What a model that answered in prose is told.
-USE_THE_TOOL = (
-    f"Give your answer by calling the `{ANSWER_TOOL}` tool: its input is the whole answer, "
-    "and must match its schema."
-)
+# The question and its one repair: a model that calls tools it does not have gets no more
+# requests than one whose answer is invalid (pydantic-ai gives each unknown name a retry).
+QUESTION_AND_REPAIR = UsageLimits(request_limit=1 + REPAIR_ATTEMPTS)
+
+# A single-shot run's deps: the step's own check of the answer, if it has one.
+Check = Callable[[Any], None] | None
 
 
 @dataclass
@@ -66,7 +71,7 @@ class Answered(Generic[Answer]):
     answer: Answer
     usage: TokenUsage
     repairs: list[str] = field(default_factory=list)
-    messages: list[ModelRequest | ModelResponse] = field(default_factory=list)
+    messages: list[ModelMessage] = field(default_factory=list)
 
 
 async def ask(
@@ -84,10 +89,9 @@ async def ask(
     request again without it, once per source.
     """
     strict = source.strict_output
-    conversation = _Conversation(call, instructions, answer_type, check)
     with model_errors(call.role):
         try:
-            return await conversation.run(source.model(call), strict)
+            return await _run(source, call, instructions, answer_type, check, strict)
         except ModelHTTPError as exc:
             if not (strict and is_strict_rejection(exc)):
                 raise
@@ -96,167 +100,178 @@ async def ask(
                 exc.message,
             )
             source.strict_rejected()
-        return await conversation.run(source.model(call), strict=False)
+        return await _run(source, call, instructions, answer_type, check, strict=False)
 
 
-class _Conversation(Generic[Answer]):
-    """One call's requests: the question, then at most `REPAIR_ATTEMPTS` repairs."""
-
-    def __init__(
-        self,
-        call: ModelCall,
-        instructions: str,
-        answer_type: type[Answer],
-        check: Callable[[Answer], None] | None,
-    ) -> None:
-        self.role = call.role
-        self.instructions = instructions
-        self.prompt = user_prompt(call.context)
-        self.answer_type = answer_type
-        self.check = check
-
-    async def run(self, model: Model, strict: bool) -> Answered[Answer]:
-        tool = answer_tool(self.answer_type, self.role, strict)
-        parameters = ModelRequestParameters(
-            output_mode="tool",
-            output_tools=[tool],
-            allow_text_output=False,
-            # What model_request would otherwise copy the parameters to set, on every request.
-            instruction_parts=[InstructionPart(content=self.instructions)],
-        )
-        messages: list[ModelRequest | ModelResponse] = [self._request(UserPromptPart(self.prompt))]
-        usage = RunUsage()
-        repairs: list[str] = []
-        cut_off = False
-        while True:
-            response = await model_request(model, messages, model_request_parameters=parameters)
-            usage.requests += 1
-            usage.incr(response.usage)
-            cut_off = cut_off or response.finish_reason == "length"
-            messages.append(response)
-            try:
-                answer, feedback = self._read(response)
-            except InvalidOutput as exc:
-                exc.messages = list(messages)  # a refusal: recorded as it was answered
-                raise
-            if answer is not None:
-                return Answered(
-                    answer=answer, usage=usage_of(usage), repairs=repairs, messages=messages
-                )
-            repairs.append(_feedback_text(feedback))
-            if len(repairs) > REPAIR_ATTEMPTS:
-                detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {repairs[-1][:1000]}"
-                failed = InvalidOutput(self.role, f"{CUT_OFF}; {detail}" if cut_off else detail)
-                failed.messages = list(messages)
-                raise failed
-            messages.append(self._request(*feedback))
-
-    def _request(self, *parts: ModelRequestPart) -> ModelRequest:
-        # Every request carries the agent definition: a model reads the system prompt of
-        # the last request.
-        return ModelRequest(parts=list(parts), instructions=self.instructions)
-
-    def _read(self, response: ModelResponse) -> tuple[Answer | None, list[ModelRequestPart]]:
-        """The first valid answer among the response's answer calls; else what the model
-        is sent back, one failed result for each of its tool calls (the Messages API
-        wants every `tool_use` answered)."""
-        calls = [p for p in response.parts if isinstance(p, ToolCallPart)]
-        if not calls and response.finish_reason == "content_filter":
-            # A refusal asked again is refused again.
-            raise InvalidOutput(self.role, _refusal(response))
-        if not calls:
-            return None, [UserPromptPart(USE_THE_TOOL)]
-        feedback: list[ModelRequestPart] = []
-        for call in calls:
-            if call.tool_name != ANSWER_TOOL:
-                feedback.append(
-                    _retried(call, f"There is no tool `{call.tool_name}`. {USE_THE_TOOL}")
-                )
-                continue
-            try:
-                answer = self._valid(call)
-            except ValidationError as exc:
-                errors = exc.errors(include_url=False, include_context=False)
-                feedback.append(_retried(call, errors))
-            except ValueError as exc:
-                feedback.append(_retried(call, str(exc)))
-            else:
-                return answer, []
-        return None, feedback
-
-    def _valid(self, call: ToolCallPart) -> Answer:
-        if isinstance(call.args, str):
-            answer = self.answer_type.model_validate_json(unfenced(call.args) or "{}")
-        else:
-            answer = self.answer_type.model_validate(call.args or {})
-        if self.check is not None:
-            self.check(answer)
-        return answer
+async def _run(
+    source: ModelSource,
+    call: ModelCall,
+    instructions: str,
+    answer_type: type[Answer],
+    check: Callable[[Answer], None] | None,
+    strict: bool,
+) -> Answered[Answer]:
+    agent = _answer_agent(answer_type, call.role, strict)
+    agent_run: AgentRun[Check, BaseModel] | None = None
+    try:
+        async with agent.iter(
+            user_prompt(call.context),
+            model=source.model(call),
+            instructions=instructions,
+            deps=check,
+            usage_limits=QUESTION_AND_REPAIR,
+        ) as agent_run:
+            async for _ in agent_run:
+                pass
+    except (UnexpectedModelBehavior, UsageLimitExceeded) as exc:
+        messages = agent_run.all_messages() if agent_run is not None else []
+        raise not_answered(call.role, messages, exc) from exc
+    if agent_run.result is None:  # pragma: no cover - iter ends with a result or raises
+        raise InvalidOutput(call.role, "it ended without an answer")
+    messages = agent_run.all_messages()
+    return Answered(
+        answer=cast(Answer, agent_run.result.output),
+        usage=usage_of(agent_run.usage),
+        repairs=repairs_in(messages),
+        messages=sent(messages),
+    )
 
 
-def unfenced(text: str) -> str:
-    """JSON arguments a compatible server wrapped in a Markdown fence, unwrapped (an
-    unclosed fence too)."""
-    text = text.strip()
-    if not text.startswith("```"):
-        return text
-    _, _, body = text.partition("\n")
-    body = body.rstrip()
-    return body.removesuffix("```")
+def not_answered(
+    role: Role, messages: list[ModelMessage], exc: UnexpectedModelBehavior | UsageLimitExceeded
+) -> InvalidOutput:
+    """What an answer agent's run that ended without a valid answer raises: a refusal as
+    it was said, else what was wrong with the last answer (said to raise the token limit
+    when an answer was cut off at it), with the conversation for the run's trajectory."""
+    shown = sent(messages)
+    if isinstance(exc, ContentFilterError):
+        # The refusal ends the run before it joins the conversation; the error carries it.
+        refused = ModelMessagesTypeAdapter.validate_json(exc.body) if exc.body else []
+        shown = [*shown, *refused]
+        failed = InvalidOutput(role, refusal(shown))
+    else:
+        # What the run would have sent back next, had it a repair left.
+        unsent = [_said(part) for message in messages[len(shown) :] for part in _retried(message)]
+        said = "\n".join(unsent) if unsent else _cause(exc)
+        detail = f"no valid answer after {REPAIR_ATTEMPTS} repair: {said[:1000]}"
+        cut_off = any(isinstance(m, ModelResponse) and m.finish_reason == "length" for m in shown)
+        failed = InvalidOutput(role, f"{CUT_OFF}; {detail}" if cut_off else detail)
+    failed.messages = shown
+    return failed
 
 
-def _refusal(response: ModelResponse) -> str:
-    details = response.provider_details or {}
+def _cause(exc: Exception) -> str:
+    """What the last answer was told was wrong with it, from the error pydantic-ai ended
+    the run with: its validation errors as the model reads them, or the message."""
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError):
+        return cause.json(include_url=False, include_context=False)
+    return str(cause) if cause is not None else str(exc)
+
+
+def refusal(messages: Sequence[ModelMessage]) -> str:
+    """What a model that refused to answer said, from its last response."""
+    last = next((m for m in reversed(messages) if isinstance(m, ModelResponse)), None)
+    details = (last.provider_details if last is not None else None) or {}
     reason = details.get("finish_reason", "content_filter")
     said = f": {details['refusal']!r}" if details.get("refusal") else ""
     return f"the model refused to answer (stop reason {reason!r}){said}"
 
 
-def _retried(call: ToolCallPart, content: object) -> ToolReturnPart:
-    """The call's failed result: the Messages API's `tool_result` with `is_error`."""
-    return ToolReturnPart(
-        tool_name=call.tool_name,
-        content=content,
-        tool_call_id=call.tool_call_id,
-        outcome="retried",
-    )
+def sent(messages: list[ModelMessage]) -> list[ModelMessage]:
+    """The conversation as the model saw it: a run ends with the request it would have
+    sent next (the answer's `Final result processed.`, the failed repair's errors),
+    which no model read."""
+    last = max((i for i, m in enumerate(messages) if isinstance(m, ModelResponse)), default=-1)
+    return messages[: last + 1]
 
 
-def _feedback_text(feedback: list[ModelRequestPart]) -> str:
-    """What the model was asked to fix, as the run's events keep it."""
-    texts = []
-    for part in feedback:
-        if isinstance(part, ToolReturnPart):
-            texts.append(part.model_response_str(wrap_if_error=False))
-        elif isinstance(part, UserPromptPart) and isinstance(part.content, str):
-            texts.append(part.content)
-    return "\n".join(texts)
+def repairs_in(messages: list[ModelMessage]) -> list[str]:
+    """What the model was sent back to fix, one text a request that went to it."""
+    return _feedback(sent(messages))
 
 
-# An answer's tool definition: its JSON schema is generated once per answer type, the
-# larger share of building a request. Bounded because some answer types are made per set
-# of questions (`judgements_model`): a new set misses, and old ones age out.
-TOOL_CACHE_SIZE = 64
+def _feedback(messages: Sequence[ModelMessage]) -> list[str]:
+    """For each request that sends the answer back (its failed result: validation errors,
+    the check's message; or the reminder to answer with the tool), every failed result it
+    carries: a tool the model does not have is named beside its answer's errors. A
+    verifier's refused write or failed read alone is its work, not a repair."""
+    repairs = []
+    for message in messages:
+        retried = _retried(message)
+        if any(isinstance(p, RetryFeedbackPart) or p.tool_name == ANSWER_TOOL for p in retried):
+            repairs.append("\n".join(_said(p) for p in retried))
+    return repairs
 
 
-@functools.lru_cache(maxsize=TOOL_CACHE_SIZE)
-def answer_tool(answer_type: type[BaseModel], role: Role, strict: bool) -> ToolDefinition:
+def _retried(message: ModelMessage) -> list[ToolReturnPart | RetryFeedbackPart]:
+    """The parts of a request that send something back to be done again."""
+    if not isinstance(message, ModelRequest):
+        return []
+    return [
+        part
+        for part in message.parts
+        if isinstance(part, RetryFeedbackPart)
+        or (isinstance(part, ToolReturnPart) and part.outcome == "retried")
+    ]
+
+
+def _said(part: ToolReturnPart | RetryFeedbackPart) -> str:
+    if isinstance(part, RetryFeedbackPart):
+        return part.model_response()
+    return part.model_response_str(wrap_if_error=False)
+
+
+def answer_output(answer_type: type[Answer], role: Role, strict: bool) -> ToolOutput[Answer]:
     """The forced tool a role answers with: the answer model's schema as its input, and
     the model's docstring after what the tool is for."""
-    schema = answer_type.model_json_schema(schema_generator=GenerateToolJsonSchema)
-    description = (
-        f"Give your whole answer as the {role.value}: the input of this tool is the answer, "
-        "and must match its schema"
-    )
-    if docstring := schema.pop("description", None):
-        description = f"{description}. {docstring}"
-    return ToolDefinition(
+    return ToolOutput(
+        answer_type,
         name=ANSWER_TOOL,
-        parameters_json_schema=schema,
-        description=description,
+        description=(
+            f"Give your whole answer as the {role.value}: the input of this tool is the "
+            "answer, and must match its schema"
+        ),
         strict=strict,
-        kind="output",
     )
+
+
+# What every answer agent runs with: a refusal asked again is refused again, so it ends
+# the run at once, even with text beside it. (JSON arguments a compatible server wrapped
+# in a Markdown fence pydantic-ai reads as the JSON inside.)
+def answer_capabilities() -> list[AbstractCapability[Any]]:
+    return [RaiseContentFilterError()]
+
+
+# Building an agent generates its answer's JSON schema, the larger share of making one;
+# an agent holds nothing of a run (model, instructions and check come with each run), so
+# one serves every call of its shape. Bounded because some answer types are made per set
+# of questions (`judgements_model`): a new set misses, and old ones age out.
+AGENT_CACHE_SIZE = 64
+
+_AnswerAgent = Agent[Check, BaseModel]
+
+
+@functools.lru_cache(maxsize=AGENT_CACHE_SIZE)
+def _answer_agent(answer_type: type[BaseModel], role: Role, strict: bool) -> _AnswerAgent:
+    agent: _AnswerAgent = Agent(
+        output_type=answer_output(answer_type, role, strict),
+        deps_type=Check,
+        retries={"tools": REPAIR_ATTEMPTS, "output": REPAIR_ATTEMPTS},
+        capabilities=answer_capabilities(),
+    )
+    agent.output_validator(_checked)
+    return agent
+
+
+def _checked(ctx: RunContext[Check], answer: BaseModel) -> BaseModel:
+    """The answer, once the step's check takes it; else its message, as a repair."""
+    if ctx.deps is not None:
+        try:
+            ctx.deps(answer)
+        except ValueError as exc:
+            raise ModelRetry(str(exc)) from exc
+    return answer
 
 
 def is_strict_rejection(exc: ModelHTTPError) -> bool:

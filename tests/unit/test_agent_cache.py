@@ -1,7 +1,7 @@
-"""What a model call is built from is made once per shape and shared by calls (the
-answer tools of structured roles, the pydantic-ai agent of PRODUCE, REFINE and the skill
-generator): each call still sees only its own instructions, check, workspace and tool
-log, run after run and when runs interleave."""
+"""The pydantic-ai agents are built once per shape and shared by calls (a structured
+role's answer agent per answer type, role and strictness; the agent of PRODUCE, REFINE and
+the skill generator): each call still sees only its own instructions, check, workspace and
+tool log, run after run and when runs interleave."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ class Turns:
     def __init__(self, *turns: ModelResponse) -> None:
         self.turns = list(turns)
         self.instructions: list[str | None] = []
+        self.infos: list[AgentInfo] = []
 
     def strict_rejected(self) -> None:
         pass
@@ -49,6 +50,7 @@ class Turns:
     async def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         await asyncio.sleep(0)
         self.instructions.append(info.instructions)
+        self.infos.append(info)
         return self.turns.pop(0)
 
 
@@ -70,10 +72,10 @@ def call(role: Role = Role.CRITIC) -> ModelCall:
 
 @pytest.fixture(autouse=True)
 def empty_caches() -> Iterator[None]:
-    structured.answer_tool.cache_clear()
+    structured._answer_agent.cache_clear()
     loop._agent.cache_clear()
     yield
-    structured.answer_tool.cache_clear()
+    structured._answer_agent.cache_clear()
     loop._agent.cache_clear()
 
 
@@ -86,18 +88,20 @@ def refusing(refused: str, seen: list[str]) -> Callable[[Verdict], None]:
     return check
 
 
-async def test_one_answer_tool_per_answer_type_role_and_strictness() -> None:
+async def test_one_answer_agent_per_answer_type_role_and_strictness() -> None:
     source = Turns(*(answers("ok") for _ in range(5)))
 
     for _ in range(3):
         await structured.ask(source, call(), "Judge.", Verdict)
-    assert structured.answer_tool.cache_info().misses == 1
+    assert structured._answer_agent.cache_info().misses == 1
 
     await structured.ask(source, call(Role.PLANNER), "Plan.", Verdict)
     source.strict_output = True
     await structured.ask(source, call(), "Judge.", Verdict)
-    assert structured.answer_tool.cache_info().misses == 3
-    critic_strict = structured.answer_tool(Verdict, Role.CRITIC, True)
+    assert structured._answer_agent.cache_info().misses == 3
+    [critic, _, _, planner, critic_strict] = [info.output_tools[0] for info in source.infos]
+    assert "as the planner" in (planner.description or "")
+    assert critic.strict is False and "as the critic" in (critic.description or "")
     assert critic_strict.strict is True and "as the critic" in (critic_strict.description or "")
 
 
@@ -166,19 +170,19 @@ def _answer_type(n: int) -> type[BaseModel]:
 
 def test_answer_types_made_per_call_do_not_pile_up() -> None:
     first = _answer_type(0)
-    structured.answer_tool(first, Role.EVALUATOR, False)
+    structured._answer_agent(first, Role.EVALUATOR, False)
     gone = weakref.ref(first)
     del first
-    for n in range(1, structured.TOOL_CACHE_SIZE + 1):
-        structured.answer_tool(_answer_type(n), Role.EVALUATOR, False)
+    for n in range(1, structured.AGENT_CACHE_SIZE + 1):
+        structured._answer_agent(_answer_type(n), Role.EVALUATOR, False)
 
-    assert structured.answer_tool.cache_info().currsize == structured.TOOL_CACHE_SIZE
+    assert structured._answer_agent.cache_info().currsize == structured.AGENT_CACHE_SIZE
     gc.collect()
     assert gone() is None
 
 
 def test_the_same_questions_make_the_same_answer_type() -> None:
-    """So an evaluation asking what an earlier one asked finds its answer tool in the cache."""
+    """So an evaluation asking what an earlier one asked finds its answer agent in the cache."""
     questions = {"clear": "Is it clear?", "short": "Is it short?"}
     assert judgements_model(questions) is judgements_model(dict(questions))
     assert judgements_model(questions) is not judgements_model({"clear": "Is it clear?"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic_ai.messages import ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolReturnPart
 
 from loopworks.agent.loop import READ_ONLY_TOOLS, run_answering_agent
 from loopworks.llm.base import InvalidOutput
@@ -90,3 +90,16 @@ async def test_prose_is_sent_back_to_use_the_answer_tool(tmp_path: Path) -> None
         ScriptedModels(says("Looks fine."), calls((ANSWER_TOOL, ISSUES))), tmp_path
     )
     assert outcome.answer.verdict == QAVerdict.ISSUES
+
+
+async def test_a_refusal_ends_the_run_at_once(tmp_path: Path) -> None:
+    # As a single-shot answer's: asked again, a model refuses again.
+    refused = ModelResponse(
+        parts=[TextPart("I won't review this.")],
+        finish_reason="content_filter",
+        provider_details={"finish_reason": "refusal"},
+    )
+    model = ScriptedModels(refused, calls((ANSWER_TOOL, ISSUES)))
+    with pytest.raises(InvalidOutput, match="the model refused to answer"):
+        await answer(model, tmp_path)
+    assert len(model.seen) == 1

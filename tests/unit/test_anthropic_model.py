@@ -260,7 +260,7 @@ async def test_every_tool_call_of_an_unusable_answer_gets_its_failed_result(
     assert all(r["is_error"] is True for r in results)
     invalid, unknown = (result_text(r) for r in results)
     assert "steps" in invalid
-    assert "no tool `write_file`" in unknown and f"`{ANSWER_TOOL}`" in unknown
+    assert "Unknown tool name: 'write_file'" in unknown and f"'{ANSWER_TOOL}'" in unknown
     [repair] = answered.repairs
     assert "steps" in repair and "write_file" in repair
 
@@ -271,7 +271,10 @@ async def test_every_tool_call_of_an_unusable_answer_gets_its_failed_result(
         (refusal(), "the model refused to answer"),
         # A compatible server that ignores tool_choice: told to use the tool, it answers
         # in prose again.
-        (text_only("I would rather write prose."), "no valid answer after 1 repair: Give"),
+        (
+            text_only("I would rather write prose."),
+            "no valid answer after 1 repair: Please include your response in a tool call",
+        ),
     ],
     ids=["refusal", "no-tool-call"],
 )
@@ -282,6 +285,45 @@ async def test_unusable_answers_are_invalid_output(
     with pytest.raises(InvalidOutput, match="planner answered with invalid output") as raised:
         await plan(models)
     assert detail in raised.value.detail
+
+
+def refused_with_text(text: str) -> Any:
+    """A refusal that says why, as the API may: text, then the `refusal` stop reason."""
+
+    def respond(api: FakeMessagesAPI, request: RecordedRequest) -> Any:
+        return api.message(request, [{"type": "text", "text": text}], "refusal", None, 0.0)
+
+    return respond
+
+
+async def test_a_refusal_is_not_asked_again_and_is_kept_with_the_failure(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    # Asked again, a model refuses again: the text beside it is no answer to repair.
+    api.script(Role.PLANNER, refused_with_text("I can't help with that."))
+    with pytest.raises(InvalidOutput) as raised:
+        await plan(models)
+    assert len(api.requests) == 1
+    assert "the model refused to answer (stop reason 'refusal')" in raised.value.detail
+    # The refusal is what the run's trajectory records for the failed call.
+    *_, refused = raised.value.messages
+    assert isinstance(refused, ModelResponse) and refused.finish_reason == "content_filter"
+    assert "I can't help with that." in refused.text
+
+
+async def test_tools_it_does_not_have_get_one_repair_too(
+    api: FakeMessagesAPI, models: AnthropicModels
+) -> None:
+    # Each unknown name has a retry of its own in pydantic-ai; the call has one repair.
+    api.script(
+        Role.PLANNER,
+        tool_calls(("write_file", {"path": "x"})),
+        tool_calls(("read_file", {"path": "x"})),
+    )
+    with pytest.raises(InvalidOutput) as raised:
+        await plan(models)
+    assert len(api.requests) == 2
+    assert "no valid answer after 1 repair: Unknown tool name: 'read_file'" in raised.value.detail
 
 
 async def test_an_answer_without_the_tool_call_is_repaired(

@@ -740,6 +740,27 @@ async def test_raw_invalid_text_every_time_raises_invalid_output(raw: str) -> No
     assert str(excinfo.value).startswith("critic answered with invalid output")
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '```json\n{"verdict": "HALT", "feedback": "out of scope"}\n```',
+        '```\n{"verdict": "HALT", "feedback": "out of scope"}',  # cut off before it closed
+    ],
+    ids=["fenced", "unclosed"],
+)
+async def test_json_arguments_in_a_markdown_fence_are_read_as_the_json(raw: str) -> None:
+    # Some compatible servers pass on the tool input as a model wrote it, fence and all.
+    script = OfflineScript.model_validate({"critic": {"1": {"raw": raw}}})
+    answered = await ask(
+        OfflineModels(script=script),
+        model_call(Role.CRITIC, REVIEW_CONTEXT),
+        INSTRUCTIONS,
+        CriticReview,
+    )
+    assert answered.answer == CriticReview(verdict=CriticVerdict.HALT, feedback="out of scope")
+    assert answered.repairs == [] and answered.usage.calls == 1
+
+
 async def test_raw_string_shorthand_raises_invalid_output() -> None:
     script = OfflineScript.model_validate({"planner": {"*": "no plan today"}})
     with pytest.raises(InvalidOutput):
