@@ -108,11 +108,12 @@ class Checking(OnRecord):
         return evaluation
 
     def _known_results(self) -> dict[str, CheckResult]:
-        """The results of the checks already run on the commit at hand."""
+        """The results of the checks already run on the commit at hand; one the check
+        budget left unchecked was not run, so it is run again."""
         memory = self.memory
         if memory.checked_commit != memory.commit or not memory.checked:
             return {}
-        return {_key(check): result for check, result in memory.checked}
+        return {_key(check): result for check, result in memory.checked if not result.unchecked}
 
     def _evaluate_group(
         self, group: CheckGroup, members: list[PreparedCheck]

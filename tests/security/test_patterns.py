@@ -156,6 +156,7 @@ def test_the_check_runner_answers_an_evil_pattern_within_a_second(tmp_path: Path
         "detail": f"pattern {EVIL!r} not found in artifact.md",
         "exit_code": None,
         "timed_out": False,
+        "unchecked": False,
     }
 
 
