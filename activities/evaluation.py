@@ -104,9 +104,8 @@ class EvaluationActivities:
         budget = self._budget()
         matched: dict[int, CheckOutcome] = {}
         for index, prepared in enumerate(step.checks):
-            if isinstance(prepared.check, PatternCheck):
-                check = prepared.check
-                matched[index] = await match_within(check, files[check.path], budget)
+            if isinstance(pattern := prepared.check, PatternCheck):
+                matched[index] = await match_within(pattern, files[pattern.path], budget)
         judged = await self._judge(step, files, questions, output) if questions else {}
         outcomes = []
         for index, prepared in enumerate(step.checks):
