@@ -15,8 +15,9 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.activities.model_calls import consult
+from loopworks.checks.budget import CheckBudget, command_within, match_within
 from loopworks.checks.redaction import cap, redact, worker_secrets
-from loopworks.checks.runner import CheckOutcome, match_pattern, run_command_check
+from loopworks.checks.runner import CheckOutcome
 from loopworks.schemas.contexts import EvaluatorContext, Question
 from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
@@ -50,10 +51,20 @@ class EvaluationActivities:
             # file line, a judge's reason the artifact) and capped, like command output.
             detail = cap(redact(outcome.detail, secrets), CHECK_DETAIL_CAP_CHARS)
             output.results.append(
-                CheckResult(rule_id=prepared.rule_id, passed=outcome.passed, detail=detail)
+                CheckResult(
+                    rule_id=prepared.rule_id,
+                    passed=outcome.passed,
+                    detail=detail,
+                    unchecked=outcome.unchecked,
+                )
             )
         output.timing = Timing(started_at=started, finished_at=now())
         return output
+
+    def _budget(self) -> CheckBudget:
+        """The deadline this group's pattern and command checks share, from when its
+        files are ready (docs/loop.md#bounded-checks)."""
+        return CheckBudget(self.deps.settings.check_budget_seconds)
 
     async def _run_commands(self, step: EvaluateGroupInput) -> list[CheckOutcome]:
         """Commands may write: they run in a clone of their own, beside the run's, so
@@ -64,18 +75,20 @@ class EvaluationActivities:
             step.workspace,
             f"eval-{step.group.value}",
         )
+        budget = self._budget()
         outcomes = []
         for prepared in step.checks:
             if not isinstance(prepared.check, CommandCheck):
                 raise TypeError(f"a {prepared.check.kind} check in the exec group")
-            outcomes.append(await asyncio.to_thread(run_command_check, prepared.check, workdir))
+            outcomes.append(await command_within(prepared.check, workdir, budget))
         return outcomes
 
     async def _read_and_judge(
         self, step: EvaluateGroupInput, output: EvaluateGroupOutput
     ) -> list[CheckOutcome]:
         """Patterns and judgements only read: the commit's files, no checkout, in one git
-        process; every yes/no question in one model call."""
+        process; every yes/no question in one model call. The patterns go first, under
+        the check budget, which the model's answer then does not eat into."""
         patterns = [p.check for p in step.checks if isinstance(p.check, PatternCheck)]
         questions = {
             p.rule_id: p.check.question for p in step.checks if isinstance(p.check, JudgeCheck)
@@ -88,14 +101,17 @@ class EvaluationActivities:
             step.workspace.commit,
             paths,
         )
+        budget = self._budget()
+        matched: dict[int, CheckOutcome] = {}
+        for index, prepared in enumerate(step.checks):
+            if isinstance(pattern := prepared.check, PatternCheck):
+                matched[index] = await match_within(pattern, files[pattern.path], budget)
         judged = await self._judge(step, files, questions, output) if questions else {}
         outcomes = []
-        for prepared in step.checks:
+        for index, prepared in enumerate(step.checks):
             check = prepared.check
             if isinstance(check, PatternCheck):
-                # Off the event loop, so heartbeats go on while a long file is searched.
-                text = files[check.path]
-                outcomes.append(await asyncio.to_thread(match_pattern, check, text))
+                outcomes.append(matched[index])
             elif isinstance(check, JudgeCheck):
                 outcomes.append(judged[prepared.rule_id])
             else:

@@ -7,20 +7,29 @@ worker's settings: they never travel in a workflow's input or history. The URL i
 again against the worker's origin rules before anything connects to it, the connection
 made to an address that check admitted (never to what the name resolves to afterwards),
 and a redirect is never followed (it would lead past that check).
+
+A webhook's path is its credential (a Slack webhook's is), so it is named in errors,
+events and logs as `where` names it, and nowhere in full: httpx's own request lines are
+dropped while a delivery is made (`_QuietDeliveries`), a failed attempt is one line of
+ours and an error whose message holds no URL, and Temporal logs that error at DEBUG, not
+with a traceback at every retry (docs/notifications.md#retries).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hashlib
 import hmac
 import json
+import logging
 import time
 from urllib.parse import urlsplit
 
 import httpx
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from loopworks.activities.deps import StepDeps
 from loopworks.schemas.notify import (
@@ -44,6 +53,29 @@ from loopworks.workspace.origin_access import refusal, webhook_verdict
 # A receiver's answer is read up to this much, for the error an attempt reports.
 ANSWER_CHARS = 200
 NOT_SENT = "NotificationNotSent"
+# An error's own text in a failed attempt's message, at most.
+REASON_CHARS = 200
+
+# Set while this task makes a delivery: httpx logs each request with its whole URL.
+_delivering: contextvars.ContextVar[bool] = contextvars.ContextVar("delivering", default=False)
+
+
+class _QuietDeliveries(logging.Filter):
+    """Drops httpx's records made while a delivery is made (in that task's context): its
+    `HTTP Request: POST <url> ...` line carries the webhook's path. Other requests of the
+    worker (the model API's) keep theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _delivering.get()
+
+
+_QUIET = _QuietDeliveries()
+
+
+def quiet_deliveries() -> None:
+    """Keep httpx's request lines out of the log while deliveries are made; idempotent (a
+    logger holds a filter once)."""
+    logging.getLogger("httpx").addFilter(_QUIET)
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -88,12 +120,34 @@ def where(url: str) -> str:
 
 
 def _not_sent(message: str, retry: bool) -> ApplicationError:
-    return ApplicationError(message, type=NOT_SENT, non_retryable=not retry)
+    """A failed attempt. Benign to Temporal: an unreachable receiver is expected, so the
+    worker logs it at DEBUG, not as a warning with a traceback at every retry; the
+    activity logs its own one line."""
+    return ApplicationError(
+        message,
+        type=NOT_SENT,
+        non_retryable=not retry,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def _reason(err: Exception, url: str) -> str:
+    """An error's type and text, short, with the webhook's URL and path cut out of it
+    (some of httpx's errors quote the request's URL)."""
+    text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    parts = urlsplit(url)
+    secret = [url, parts.path, parts.query, f"{parts.path}?{parts.query}"]
+    with contextlib.suppress(httpx.InvalidURL, UnicodeDecodeError):
+        secret += [str(httpx.URL(url)), httpx.URL(url).raw_path.decode("ascii")]
+    for piece in sorted({p for p in secret if len(p) > 1}, key=len, reverse=True):
+        text = text.replace(piece, "…")
+    return text[:REASON_CHARS]
 
 
 class NotificationActivities:
     def __init__(self, deps: StepDeps) -> None:
         self.deps = deps
+        quiet_deliveries()
 
     def _webhook(self, notification: Notification) -> Webhook:
         target = notification.target
@@ -106,7 +160,45 @@ class NotificationActivities:
 
     @activity.defn(name="send_notification")
     async def send_notification(self, notification: Notification) -> NotifyOutcome:
-        """POST one notification, signed; any answer but 2xx is an attempt that failed."""
+        """POST one notification, signed; any answer but 2xx is an attempt that failed,
+        logged as one line that names the webhook without its path."""
+        attempt = activity.info().attempt
+        token = _delivering.set(True)
+        try:
+            outcome = await self._deliver(notification)
+        except ApplicationError as err:
+            activity.logger.warning(
+                "notification %s, attempt %d, not sent: %s", notification.key, attempt, err.message
+            )
+            raise
+        except Exception as err:
+            # A bug's text may quote the URL, and Temporal would log it with a traceback.
+            failed = _not_sent(self._unexpected(notification, err), True)
+            activity.logger.warning(
+                "notification %s, attempt %d, not sent: %s",
+                notification.key,
+                attempt,
+                failed.message,
+            )
+            raise failed from None
+        finally:
+            _delivering.reset(token)
+        activity.logger.info(
+            "notification %s, attempt %d, delivered: %d",
+            notification.key,
+            attempt,
+            outcome.status_code,
+        )
+        return outcome
+
+    def _unexpected(self, notification: Notification, err: Exception) -> str:
+        try:
+            url = self._webhook(notification).url
+        except ApplicationError:
+            return type(err).__name__
+        return f"{where(url)}: {_reason(err, url)}"
+
+    async def _deliver(self, notification: Notification) -> NotifyOutcome:
         settings = self.deps.settings
         if not settings.notify_secret:
             raise _not_sent(f"{NOTIFY_SECRET} is not set on this worker", False)
@@ -140,7 +232,7 @@ class NotificationActivities:
             ) as client:
                 answer = await _post(client, webhook.url, verdict.addresses, data, headers)
         except httpx.HTTPError as err:
-            raise _not_sent(f"{where(webhook.url)}: {type(err).__name__}: {err}", True) from None
+            raise _not_sent(f"{where(webhook.url)}: {_reason(err, webhook.url)}", True) from None
         if not 200 <= answer.status_code < 300:
             text = answer.text[:ANSWER_CHARS]
             raise _not_sent(f"{where(webhook.url)} answered {answer.status_code}: {text}", True)

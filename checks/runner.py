@@ -16,7 +16,13 @@ from pydantic import BaseModel
 from loopworks.checks.output import collect
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
-from loopworks.schemas.patterns import TEXT_MAX_BYTES, UnsupportedPattern, compile_pattern
+from loopworks.schemas.patterns import (
+    MATCH_COST_MAX,
+    TEXT_MAX_BYTES,
+    UnsupportedPattern,
+    compile_pattern,
+    match_cost,
+)
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 from loopworks.workspace import files
 from loopworks.workspace.origin import Absent, tree_path
@@ -33,6 +39,8 @@ class CheckOutcome(BaseModel):
     detail: str
     exit_code: int | None = None
     timed_out: bool = False
+    # Not decided: the evaluation's check budget ran out first (checks/budget.py).
+    unchecked: bool = False
 
 
 def _scrubbed_env(workdir: Path) -> dict[str, str]:
@@ -154,8 +162,8 @@ def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:
     when (found) == `must_match`, and never without a file.
 
     The pattern runs on RE2 (`schemas.patterns`), `^` and `$` matching at every line: no
-    pattern can hang the worker. One RE2 cannot run, or a file over `TEXT_MAX_BYTES`,
-    fails the check saying why.
+    pattern can hang the worker. One RE2 cannot run, a file over `TEXT_MAX_BYTES`, or a
+    search that could cost more than `MATCH_COST_MAX` fails the check saying why.
     """
     if text is Absent.OUTSIDE:
         return CheckOutcome(passed=False, detail=f"path {check.path!r} is outside the workspace")
@@ -165,8 +173,18 @@ def match_pattern(check: PatternCheck, text: str | Absent) -> CheckOutcome:
         regex = compile_pattern(check.pattern, multiline=True)
     except UnsupportedPattern as exc:
         return CheckOutcome(passed=False, detail=f"pattern {check.pattern!r} cannot run: {exc}")
-    if len(text.encode("utf-8")) > TEXT_MAX_BYTES:
+    size = len(text.encode("utf-8"))
+    if size > TEXT_MAX_BYTES:
         return _too_large(check)
+    cost = match_cost(regex, size)
+    if cost > MATCH_COST_MAX:
+        return CheckOutcome(
+            passed=False,
+            detail=f"pattern {check.pattern!r} is too costly to search {check.path}: its "
+            f"{regex.programsize} instructions over {size} bytes could take "
+            f"{cost / MATCH_COST_MAX:.1f} times the most one search may (use fewer or smaller "
+            "repetitions, or a smaller file)",
+        )
     match = regex.search(text)
     passed = (match is not None) == check.must_match
     if match is not None:

@@ -206,9 +206,10 @@ def event_detail(event: Event) -> str:
         case EvaluationDone(payload=p):
             verdict = "PASS" if p.passed else "FAIL"
             known = f" ({p.reused} checks known on this commit)" if p.reused else ""
+            late = f", unchecked (check budget spent): {_ids(p.unchecked)}" if p.unchecked else ""
             return (
                 f"score {score(p.score)} / {score(p.threshold)} {verdict},"
-                f" failed: {_ids(p.failed)}, warnings: {_ids(p.warnings)}{known}"
+                f" failed: {_ids(p.failed)}, warnings: {_ids(p.warnings)}{late}{known}"
             )
         case CritiqueDone(payload=p):
             noun = "issue" if len(p.issues) == 1 else "issues"

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from loopworks.schemas.evaluation import Evaluation
+from loopworks.schemas.evaluation import UNCHECKED, Evaluation
 from loopworks.schemas.roles import (
     Audit,
     AuditVerdict,
@@ -54,6 +54,7 @@ class RuleOutcome(BaseModel):
     severity: Severity
     passed: bool
     detail: str = ""
+    unchecked: bool = Field(default=False, description=UNCHECKED)
 
 
 class EvaluationView(BaseModel):
@@ -69,7 +70,13 @@ class EvaluationView(BaseModel):
     @classmethod
     def of(cls, evaluation: Evaluation, iteration: int) -> EvaluationView:
         rules = [
-            RuleOutcome(id=r.rule_id, severity=r.severity, passed=r.passed, detail=_cap(r.detail))
+            RuleOutcome(
+                id=r.rule_id,
+                severity=r.severity,
+                passed=r.passed,
+                detail=_cap(r.detail),
+                unchecked=r.unchecked,
+            )
             for r in evaluation.results
         ]
         return cls(

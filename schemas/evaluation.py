@@ -7,11 +7,16 @@ from pydantic import BaseModel, Field
 
 from loopworks.schemas.rules import Phase, Severity
 
+# A check the evaluation's check budget left undecided: it counts as failed, and the
+# evaluation names it (docs/loop.md#bounded-checks).
+UNCHECKED = "not checked: the evaluation's check budget was spent"
+
 
 class CheckResult(BaseModel):
     rule_id: str
     passed: bool
     detail: str = ""
+    unchecked: bool = Field(default=False, description=UNCHECKED)
 
 
 class RuleResult(BaseModel):
@@ -20,6 +25,7 @@ class RuleResult(BaseModel):
     weight: float
     passed: bool
     detail: str = ""
+    unchecked: bool = Field(default=False, description=UNCHECKED)
 
 
 class Evaluation(BaseModel):
@@ -36,6 +42,10 @@ class Evaluation(BaseModel):
     @property
     def failed_warnings(self) -> list[str]:
         return [r.rule_id for r in self.results if not r.passed and r.severity != Severity.FAIL]
+
+    @property
+    def unchecked(self) -> list[str]:
+        return [r.rule_id for r in self.results if r.unchecked]
 
 
 class DistanceToSuccess(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -193,21 +194,39 @@ def notify_key(workflow_id: str, transition: int, event: NotifyEvent) -> str:
     return f"{workflow_id}:{transition}:{event.value}"
 
 
+def slack_escaped(text: str) -> str:
+    """`text` as Slack shows it literally: its three control characters as the entities
+    Slack documents (`&amp;`, `&lt;`, `&gt;`), so no `<!channel>`, `<@user>` or
+    `<url|label>` in it is a mention or a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_link(url: str, label: str) -> str:
+    """One of our own links: the URL with what would end Slack's `<url|label>` early
+    (`|`, `<`, `>`, spaces) percent-encoded, and `&` escaped as Slack reads it."""
+    safe = quote(url, safe="/:?#[]@!$&'()*+,;=%~-._")
+    return f"<{safe.replace('&', '&amp;')}|{slack_escaped(label)}>"
+
+
 def slack_text(body: NotificationBody) -> str:
-    """The notification as one Slack message."""
-    name = f"{body.kind} `{body.id}`" + (f" ({body.alias})" if body.alias else "")
+    """The notification as one Slack message. Every text in it is escaped
+    (`slack_escaped`): the id, alias and status come from a request, a block's reason from
+    the custodiet model, a stop's from whoever stopped the run. The only links are the
+    body's `links`, which the worker makes from its settings."""
+    e = slack_escaped
+    name = f"{body.kind} `{e(body.id)}`" + (f" ({e(body.alias)})" if body.alias else "")
     if body.graph is not None:
-        name = f"task {body.graph.task} of graph `{body.graph.id}` (run `{body.id}`)"
+        name = f"task {e(body.graph.task)} of graph `{e(body.graph.id)}` (run `{e(body.id)}`)"
     lines = [f"loopworks: {name} is *{body.event.value.replace('_', ' ')}*"]
-    details = [f"status {body.status}"]
+    details = [f"status {e(body.status)}"]
     if body.stop_reason:
-        details.append(f"stop reason {body.stop_reason}")
+        details.append(f"stop reason {e(body.stop_reason)}")
     if body.score is not None:
         details.append(f"score {body.score:.2f}")
     lines.append(", ".join(details))
     if body.message:
-        lines.append(body.message[:500])
+        lines.append(e(body.message[:500]))
     if body.next and body.next.command:
-        lines.append(f"next: `{body.next.command}`")
-    lines += [f"<{url}|{name}>" for name, url in body.links.items()]
+        lines.append(f"next: `{e(body.next.command)}`")
+    lines += [_slack_link(url, label) for label, url in body.links.items()]
     return "\n".join(lines)

@@ -12,10 +12,12 @@ RE2 is not Python's syntax in full: no backreferences (`\\1`, `(?P=name)`), no l
 a fallback to `re`. Python's `\\Z` (end of text) is taken as RE2's `\\z`.
 
 Linear is not free: for a pattern whose automaton outgrows RE2's memory budget, the cost
-is the text's length times the size of the compiled program (a few seconds a MiB for a
-program of a few hundred instructions). Both are capped here, so the longest search is
-bounded; callers run it off the event loop, and RE2 releases the GIL, so heartbeats go
-on meanwhile.
+is the text's length times the size of the compiled program (about 6 ns for each
+instruction and byte: a few seconds a MiB for a program of a few hundred instructions).
+`match_cost` is that product, and a search whose cost is over `MATCH_COST_MAX` is refused
+before it starts, so no one search runs longer than a few seconds; callers run it off the
+event loop, and RE2 releases the GIL, so heartbeats go on meanwhile. What bounds many
+searches together is their caller's deadline (docs/loop.md#bounded-checks).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ PROGRAM_MAX_SIZE = 2000
 MEMORY_MAX_BYTES = 8 << 20
 # The most text one pattern check searches; a larger file fails the check saying so.
 TEXT_MAX_BYTES = 1 << 20
+# The costliest one search may be (`match_cost`: compiled program size x text bytes), at
+# most about 7 s on RE2's slow path: a line-length check such as `.{121,}` (973
+# instructions) over a whole 1 MiB file fits; the 2000-instruction cap fits 512 KiB.
+MATCH_COST_MAX = 1 << 30
 
 SYNTAX = "RE2 syntax: no backreferences or lookaround"
 
@@ -68,6 +74,13 @@ def compile_pattern(pattern: str, *, multiline: bool = False) -> CompiledPattern
             f"{PROGRAM_MAX_SIZE} are accepted (use fewer or smaller repetitions)"
         )
     return regex
+
+
+def match_cost(regex: CompiledPattern, text_bytes: int) -> int:
+    """The most one search of `regex` over `text_bytes` bytes of text can cost, in RE2's
+    units of work: the compiled program's size times the text's. A search that fits RE2's
+    fast matcher costs far less; this is the bound when it does not."""
+    return regex.programsize * text_bytes
 
 
 def check_pattern(pattern: str, *, multiline: bool = False) -> str:

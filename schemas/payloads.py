@@ -81,6 +81,10 @@ class EvaluationPayload(Payload):
     reused: int = Field(
         default=0, description="checks not run again: their results on this commit were known"
     )
+    unchecked: list[str] = Field(
+        default_factory=list,
+        description="rule ids left unchecked (and failed): the check budget was spent",
+    )
 
 
 class AuditPayload(Payload):

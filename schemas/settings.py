@@ -71,6 +71,10 @@ class Settings(BaseSettings):
     # Agent commands and command checks run in the bubblewrap sandbox (checks/sandbox.py);
     # a worker that cannot sandbox refuses to start unless this is `off`.
     sandbox: Literal["auto", "off"] = Field(default="auto", alias="LOOPS_SANDBOX")
+    # One evaluation group's pattern and command checks, all together: a check not done by
+    # then fails as "check budget spent" (docs/loop.md#bounded-checks). At most 25 minutes,
+    # inside the group's 30-minute activity timeout (workflows/policies.py, CHECK_GROUP).
+    check_budget_seconds: float = Field(default=1200.0, gt=0, le=1500, alias="LOOPS_CHECK_BUDGET_S")
     # Temporal's workflow sandbox guards workflow code against non-deterministic calls at
     # run time, and costs a fifth of the worker's CPU (the SDK enters it for each payload it
     # converts: docs/benchmarks.md#figures-behind-individual-choices). The only workflow

@@ -108,11 +108,8 @@ class Checking(OnRecord):
         return evaluation
 
     def _known_results(self) -> dict[str, CheckResult]:
-        """The results of the checks already run on the commit at hand."""
         memory = self.memory
-        if memory.checked_commit != memory.commit or not memory.checked:
-            return {}
-        return {_key(check): result for check, result in memory.checked}
+        return known_results(memory.checked, memory.checked_commit, memory.commit)
 
     def _evaluate_group(
         self, group: CheckGroup, members: list[PreparedCheck]
@@ -133,6 +130,16 @@ class Checking(OnRecord):
             f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",
             set_step=False,
         )
+
+
+def known_results(
+    checked: list[tuple[PreparedCheck, CheckResult]], checked_commit: str, commit: str
+) -> dict[str, CheckResult]:
+    """The results of the checks already run on `commit`, by check; a check the budget
+    left unchecked was not run, so it is not known and runs again."""
+    if checked_commit != commit or not checked:
+        return {}
+    return {_key(check): result for check, result in checked if not result.unchecked}
 
 
 def _key(check: PreparedCheck) -> str:

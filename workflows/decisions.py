@@ -79,6 +79,7 @@ def score_results(
                 weight=rule.effective_weight,
                 passed=passed,
                 detail=detail,
+                unchecked=any(c.unchecked for c in rule_checks),
             )
         )
 

@@ -92,6 +92,7 @@ def evaluated(
         threshold=evaluation.threshold,
         failed=evaluation.failed_blockers,
         warnings=evaluation.failed_warnings,
+        unchecked=evaluation.unchecked,
         groups={
             output.group.value: GroupTiming(
                 checks=len(output.results),

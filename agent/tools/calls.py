@@ -16,8 +16,15 @@ SEARCH_LINE_CHARS = 300
 SEARCH_FILE_CAP_BYTES = 2 * 1024 * 1024
 # Files looked at by one list or search, matching or not: bounds the walk of a huge tree.
 WALK_CAP_FILES = 50_000
-# One search's time: RE2 is linear in what it reads, but a tree can be large.
+# One search's time: RE2 is linear in what it reads, but a tree can be large. The clock is
+# read between files and, inside a file, between chunks of lines no costlier together than
+# SEARCH_CHUNK_COST, so a search ends within about a second of its cap.
 SEARCH_TIME_CAP_SECONDS = 10.0
+# The most work (`schemas.patterns.match_cost`, about 6 ns a unit on RE2's slow path)
+# between two readings of the clock; a single line costlier than this is not searched
+# (a 2 MiB line takes a pattern of up to 64 instructions; `\bfoo\w*` is 14).
+SEARCH_CHUNK_COST = 1 << 27
+SEARCH_CHUNK_LINES = 1000
 COMMAND_OUTPUT_CAP_BYTES = 32 * 1024
 COMMAND_DEFAULT_TIMEOUT = 60.0
 COMMAND_MAX_TIMEOUT = 600.0

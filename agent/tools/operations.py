@@ -8,6 +8,7 @@ import io
 import logging
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -16,6 +17,8 @@ from loopworks.agent.tools.calls import (
     LIST_CAP_ENTRIES,
     READ_CAP_BYTES,
     SEARCH_CAP_MATCHES,
+    SEARCH_CHUNK_COST,
+    SEARCH_CHUNK_LINES,
     SEARCH_FILE_CAP_BYTES,
     SEARCH_LINE_CHARS,
     SEARCH_TIME_CAP_SECONDS,
@@ -31,7 +34,12 @@ from loopworks.agent.tools.calls import (
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.checks.runner import run_command_check
-from loopworks.schemas.patterns import CompiledPattern, UnsupportedPattern, compile_pattern
+from loopworks.schemas.patterns import (
+    CompiledPattern,
+    UnsupportedPattern,
+    compile_pattern,
+    match_cost,
+)
 from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import orchestrator_refusal, orchestrator_restored
 from loopworks.workspace import files
@@ -231,7 +239,8 @@ def _listing(lines: list[str], more: bool, none: str, truncated: str) -> ToolRes
 
 def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
     """Lines matching the pattern, on RE2 (`schemas.patterns`): a model's pattern cannot
-    hang the worker, and the walk stops after `SEARCH_TIME_CAP_SECONDS` saying so."""
+    hang the worker, and the search stops after `SEARCH_TIME_CAP_SECONDS` saying so, the
+    clock read between files and between chunks of lines within one."""
     try:
         regex = compile_pattern(args.pattern)
     except UnsupportedPattern as exc:
@@ -240,57 +249,107 @@ def search(guard: ToolGuard, args: SearchArgs) -> ToolResult:
     if not files.lexists(guard.root, rel) and rel != ".":
         return fail(f"{args.path} not found")
     hits: list[str] = []
+    skipped: list[str] = []
     size = 0
-    more = False
+    more = timed_out = False
     deadline = time.monotonic() + SEARCH_TIME_CAP_SECONDS
     for entry in _walk(guard.root, rel):
-        if entry is None or time.monotonic() > deadline:
+        if entry is None:
             more = True
+            break
+        if time.monotonic() > deadline:
+            more = timed_out = True
             break
         path, _ = entry
         if not fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], args.glob):
             continue
         try:
             guard.path(path)  # nothing in .git, even through a link inside
-            found = _search_file(guard.root, path, regex)
+            searched = _search_file(guard.root, path, regex, deadline)
         except (ToolDenied, files.UnsafePath, OSError):
             continue  # a symlink out of the workspace, a FIFO, a file gone: not searched
-        for lineno, text in found:
+        skipped += [f"{path}:{lineno}" for lineno in searched.too_costly]
+        for lineno, text in searched.found:
             hit = f"{path}:{lineno}: {text}"
             if len(hits) >= SEARCH_CAP_MATCHES or size + len(hit) > READ_CAP_BYTES:
                 more = True
                 break
             hits.append(hit)
             size += len(hit) + 1
+        if searched.timed_out:
+            more = timed_out = True
         if more:
             break
-    return _listing(
+    return _search_result(args, hits, more, timed_out, skipped)
+
+
+def _search_result(
+    args: SearchArgs, hits: list[str], more: bool, timed_out: bool, skipped: list[str]
+) -> ToolResult:
+    """The matching lines, then why the search may have missed some: the time cap, and
+    lines too long for the pattern's cost (`SEARCH_CHUNK_COST`)."""
+    result = _listing(
         hits,
-        more,
+        more and not timed_out,
         f"no matches for {args.pattern!r} under {args.path}",
         "matches; narrow the pattern, path or glob",
     )
+    notes = []
+    if timed_out:
+        notes.append(
+            f"[stopped at the search's {SEARCH_TIME_CAP_SECONDS:g} s time cap; files and lines "
+            "after that were not searched: narrow the path or glob]"
+        )
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (
+            f" and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        )
+        notes.append(
+            f"[not searched, too long for this pattern: {shown}; a simpler pattern (fewer or "
+            "smaller repetitions) can search them]"
+        )
+    if not notes:
+        return result
+    return ToolResult(ok=True, content="\n".join([result.content, *notes]))
 
 
-def _search_file(root: Path, path: str, regex: CompiledPattern) -> list[tuple[int, str]]:
+@dataclass
+class _FileSearch:
+    found: list[tuple[int, str]] = field(default_factory=list)
+    # Lines whose search could cost more than SEARCH_CHUNK_COST: not searched.
+    too_costly: list[int] = field(default_factory=list)
+    timed_out: bool = False
+
+
+def _search_file(root: Path, path: str, regex: CompiledPattern, deadline: float) -> _FileSearch:
     """(line number, line cut to SEARCH_LINE_CHARS) of the file's matching lines; none
-    for a binary file or one over SEARCH_FILE_CAP_BYTES."""
-    found: list[tuple[int, str]] = []
+    for a binary file or one over SEARCH_FILE_CAP_BYTES. The clock is read before a line
+    would take the work since its last reading past SEARCH_CHUNK_COST (or
+    SEARCH_CHUNK_LINES lines), so a long file, or one long line, cannot carry the search
+    past its deadline by more than one chunk."""
+    searched = _FileSearch()
     with files.open_read(root, path) as (reader, size):
         if size > SEARCH_FILE_CAP_BYTES or _is_binary(reader):
-            return found
+            return searched
         text = io.TextIOWrapper(reader, encoding="utf-8", errors="replace")
+        work = lines = 0
         for lineno, line in enumerate(text, start=1):
             # Without its line break: RE2's `$` is the end of the text only.
             cut = line.rstrip("\r\n")
+            cost = match_cost(regex, len(cut.encode("utf-8")))
+            if cost > SEARCH_CHUNK_COST:
+                searched.too_costly.append(lineno)
+                continue
+            work, lines = work + cost, lines + 1
+            if work > SEARCH_CHUNK_COST or lines > SEARCH_CHUNK_LINES:
+                if time.monotonic() > deadline:
+                    searched.timed_out = True
+                    return searched
+                work, lines = cost, 1
             if regex.search(cut):
-                found.append(
-                    (
-                        lineno,
-                        cut if len(cut) <= SEARCH_LINE_CHARS else cut[:SEARCH_LINE_CHARS] + "...",
-                    )
-                )
-    return found
+                shown = cut if len(cut) <= SEARCH_LINE_CHARS else cut[:SEARCH_LINE_CHARS] + "..."
+                searched.found.append((lineno, shown))
+    return searched
 
 
 def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:

@@ -27,6 +27,7 @@ from loopworks.agent.tools.calls import (
     READ_CAP_BYTES,
     READ_DEFAULT_LINES,
     SEARCH_CAP_MATCHES,
+    SEARCH_TIME_CAP_SECONDS,
     EditFileArgs,
     ListFilesArgs,
     ReadFileArgs,
@@ -103,7 +104,9 @@ _SPECS: tuple[ToolSpec[Any], ...] = (
         "search",
         "Search the workspace's text files for a regular expression (Python syntax; use (?i) "
         "for case-insensitive). Returns `path:line: text` for each matching line, at most "
-        f"{SEARCH_CAP_MATCHES}; skips .git, binary files and files over 2 MiB.",
+        f"{SEARCH_CAP_MATCHES}; skips .git, binary files and files over 2 MiB. It stops "
+        f"after {SEARCH_TIME_CAP_SECONDS:g} s and skips lines too long for a costly pattern, "
+        "saying so.",
         SearchArgs,
         operations.search,
     ),

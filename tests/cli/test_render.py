@@ -216,6 +216,30 @@ def test_reused_checks_and_results_read_as_such() -> None:
     assert history_line(evaluated).endswith("(3 checks known on this commit)")
 
 
+def test_checks_the_budget_left_unchecked_are_named() -> None:
+    event = EVENT.validate_python(
+        {
+            "seq": 12,
+            "ts": "2026-02-18T12:00:00+00:00",
+            "run_id": RUN_ID,
+            "iteration": 1,
+            "phase": "A",
+            "step": "EVALUATE",
+            "event": "evaluation_done",
+            "payload": {
+                "score": 0.5,
+                "passed": False,
+                "threshold": 0.9,
+                "warnings": ["slow-1", "slow-2"],
+                "unchecked": ["slow-1", "slow-2"],
+            },
+        }
+    )
+    assert history_line(event).endswith(
+        "warnings: slow-1, slow-2, unchecked (check budget spent): slow-1, slow-2"
+    )
+
+
 def test_iteration_summaries_follow_the_documented_format() -> None:
     summaries = iteration_summaries(EVENTS, 4, ARTIFACT)
     assert [text.splitlines()[0] for text in summaries] == [

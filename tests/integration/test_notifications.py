@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,17 +51,19 @@ class Delivery:
 @dataclass
 class Receiver:
     """A webhook: `answer(n)` is the status for the nth request (0-based), None to hold
-    the request until `release` is set and then drop it unanswered."""
+    the request until `release` is set and then drop it unanswered. It answers on any
+    path; `url` is at `path`."""
 
     answer: Callable[[int], int | None]
     port: int = field(default_factory=free_port)
     deliveries: list[Delivery] = field(default_factory=list)
     holding: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    path: str = "/hook"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://127.0.0.1:{self.port}{self.path}"
 
     def acknowledged(self) -> list[Delivery]:
         return [d for d in self.deliveries if d.answered == 200]
@@ -386,3 +389,79 @@ def test_a_graphs_blocked_task_loop_is_notified_with_the_graphs_command(
     assert len(receiver.deliveries) == 2, [d.document for d in receiver.deliveries]
     last = deliveries[1].document
     assert (last["kind"], last["id"], last["event"]) == ("graph", graph_id, "stopped")
+
+
+# What a Slack incoming webhook's path looks like: the path is the credential.
+SLACK_PATH = "/services/T0SECRET1/B0SECRET2/xoxSecretPathToken123"
+HOSTILE_REASON = "ping <!channel> & see <http://evil.example|docs>"
+
+
+def test_a_stop_reason_reaches_slack_as_text_not_as_a_ping_or_a_link(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    """`loops stop R --reason 'ping <!channel> & see <http://evil.example|docs>'` once reached
+    Slack as an @channel ping and a link disguised as `docs`: now Slack is sent its
+    escaped form, which it shows as written, and the only links are the notification's."""
+    receiver = receivers(lambda n: 200)
+    receiver.path = SLACK_PATH
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        notify = {"webhooks": [{"url": receiver.url, "format": "slack"}], "events": ["stopped"]}
+        run_id = start_run(
+            http, task="Write a short guide", mode="interactive", audit_probability=0, notify=notify
+        )
+        wait_for(http, run_id, lambda state: state["status"] == "awaiting_approval")
+        stopped = http.post(f"/runs/{run_id}/stop", json={"reason": HOSTILE_REASON})
+        assert stopped.status_code == 202, stopped.text
+        (delivery,) = receiver.wait_for(1)
+
+    assert signed(delivery)
+    text = delivery.document["text"]
+    assert list(delivery.document) == ["text"]
+    assert "ping &lt;!channel&gt; &amp; see &lt;http://evil.example|docs&gt;" in text, text
+    assert "<!channel>" not in text and "<http://evil.example" not in text
+    links = re.findall(r"<([^>]*)>", text)
+    assert [link.rsplit("|", 1)[1] for link in links] == ["api", "temporal_ui"], links
+    assert links[0].endswith(f"/runs/{run_id}|api"), links
+
+
+def test_no_webhook_path_reaches_the_worker_log_and_a_failed_attempt_is_one_line(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    """httpx logs every request's whole URL, and Temporal every failed attempt with a
+    traceback: with a receiver that always fails, the worker's log holds the webhook's
+    host and port and never its path, and one line of ours per attempt."""
+    receiver = receivers(lambda n: 500)
+    receiver.path = SLACK_PATH
+    notifying(stack, receiver)
+    worker = stack.start_worker()
+    api, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        notify = {"webhooks": [{"url": receiver.url, "format": "slack"}], "events": ["completed"]}
+        run_id = start_run(http, task="Write a short guide", audit_probability=0, notify=notify)
+        wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
+        deadline = time.monotonic() + GIVE_UP_S + 30
+        while not any(
+            e["event"] == "notify_failed" for e in http.get(f"/runs/{run_id}/events").json()
+        ):
+            assert time.monotonic() < deadline, "the notification was never given up"
+            time.sleep(0.3)
+    worker.stop()
+    api.stop()
+
+    attempts = len(receiver.deliveries)
+    assert attempts >= 2, receiver.deliveries
+    logs = {"worker": worker.output(), "api": api.output()}
+    secret_parts = [SLACK_PATH, *SLACK_PATH.strip("/").split("/")]
+    for name, log in logs.items():
+        for part in secret_parts:
+            assert part not in log, f"{part!r} in the {name} log:\n{log}"
+    worker_log = logs["worker"]
+    assert "Traceback" not in worker_log, worker_log
+    assert "HTTP Request: POST" not in worker_log, worker_log
+    ours = [line for line in worker_log.splitlines() if f"notification {run_id}:" in line]
+    failed = [line for line in ours if "not sent" in line]
+    assert len(failed) == attempts, ours
+    assert all(f"http://127.0.0.1:{receiver.port}/…" in line for line in failed), failed

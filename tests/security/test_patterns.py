@@ -26,15 +26,18 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from loopworks.agent.tools.calls import SearchArgs
+from loopworks.agent.tools import operations
+from loopworks.agent.tools.calls import SEARCH_CHUNK_COST, SEARCH_TIME_CAP_SECONDS, SearchArgs
 from loopworks.api.main import create_app
 from loopworks.checks.runner import match_pattern, run_pattern_check
 from loopworks.schemas.patterns import (
+    MATCH_COST_MAX,
     PATTERN_MAX_CHARS,
     PROGRAM_MAX_SIZE,
     TEXT_MAX_BYTES,
     UnsupportedPattern,
     compile_pattern,
+    match_cost,
 )
 from loopworks.schemas.rules import PatternCheck
 from loopworks.schemas.settings import Settings
@@ -49,6 +52,8 @@ EVIL_TEXT = "a" * 100_000 + "b"
 # Linear for RE2 but slow (its automaton outgrows memory, so it matches the slow way):
 # seconds a MiB, long enough to see whether heartbeats go on meanwhile.
 HEAVY = "[ab]{0,100}a[ab]{200}c"
+# The same at the program cap: 1946 instructions, seconds for every 100 KiB it searches.
+AT_THE_CAP = "[ab]{0,600}a[ab]{740}c"
 T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_TIMEOUT_SECONDS = 60.0
@@ -74,15 +79,15 @@ def _in_child(case: str, *args: str) -> dict[str, object]:
     return result
 
 
-def _timed(fn: Callable[[], T]) -> tuple[T, float]:
-    """`fn()` in a thread joined with a 5 s timeout, and how long it took."""
+def _timed(fn: Callable[[], T], timeout: float = 5.0) -> tuple[T, float]:
+    """`fn()` in a thread joined with a timeout, and how long it took."""
     box: list[T] = []
     started = time.monotonic()
     thread = threading.Thread(target=lambda: box.append(fn()), daemon=True)
     thread.start()
-    thread.join(timeout=5)
+    thread.join(timeout=timeout)
     elapsed = time.monotonic() - started
-    assert not thread.is_alive(), "the search did not finish within 5 s"
+    assert not thread.is_alive(), f"the search did not finish within {timeout:g} s"
     return box[0], elapsed
 
 
@@ -156,6 +161,7 @@ def test_the_check_runner_answers_an_evil_pattern_within_a_second(tmp_path: Path
         "detail": f"pattern {EVIL!r} not found in artifact.md",
         "exit_code": None,
         "timed_out": False,
+        "unchecked": False,
     }
 
 
@@ -252,3 +258,67 @@ def test_python_patterns_keep_their_meaning() -> None:
         (r"^# \S", False),
     ]:
         assert match_pattern(PatternCheck(pattern=pattern), lines).passed is found, pattern
+
+
+# -- what one search may cost, and the search tool's clock ---------------------------------------
+
+
+def _ab(count: int, seed: int = 28) -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice("ab") for _ in range(count))
+
+
+def test_a_pattern_check_costlier_than_the_cap_is_refused_before_it_runs() -> None:
+    """The program cap times the text cap is seconds a search on RE2's slow path; over
+    `MATCH_COST_MAX` the check fails at once, saying why, rather than running that long."""
+    regex = compile_pattern(AT_THE_CAP, multiline=True)
+    assert regex.programsize > 0.95 * PROGRAM_MAX_SIZE
+    text = _ab(TEXT_MAX_BYTES)
+    assert match_cost(regex, TEXT_MAX_BYTES) > MATCH_COST_MAX
+    outcome, elapsed = _timed(lambda: match_pattern(PatternCheck(pattern=AT_THE_CAP), text))
+    assert elapsed < 1.0, elapsed
+    assert not outcome.passed and "too costly to search artifact.md" in outcome.detail
+    # A file small enough for it is searched.
+    small = "x\n" * 1000 + "a" + "b" * 740 + "c\n"
+    assert match_cost(regex, len(small)) <= MATCH_COST_MAX
+    assert match_pattern(PatternCheck(pattern=AT_THE_CAP), small).passed
+
+
+def test_a_search_on_a_2_mb_line_returns_within_its_cap(tmp_path: Path) -> None:
+    """One line as long as the search tool reads: a pattern at the program cap would take
+    half a minute on it; the search skips that line, saying so, at once. A cheap pattern
+    searches the whole line."""
+    from loopworks.agent.tools import execute
+
+    (tmp_path / "minified.js").write_text(_ab(2_000_000) + "cx\n")
+    (tmp_path / "small.txt").write_text("aaab\n")
+    heavy = SearchArgs(pattern=AT_THE_CAP).model_dump()
+    result, elapsed = _timed(lambda: execute(tmp_path, "search", heavy))
+    assert elapsed < SEARCH_TIME_CAP_SECONDS, elapsed
+    assert result.ok
+    assert "not searched, too long for this pattern: minified.js:1" in result.content
+    cheap = SearchArgs(pattern="[ab]cx$").model_dump()
+    found, elapsed = _timed(lambda: execute(tmp_path, "search", cheap))
+    assert found.content.startswith("minified.js:1: "), found.content
+    assert elapsed < SEARCH_TIME_CAP_SECONDS, elapsed
+
+
+def test_the_search_tool_reads_its_clock_within_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file of long lines, each within the chunk's cost, together half a minute or more
+    of RE2's slow path: the search stops at its cap (here 1 s) inside the file, saying so,
+    where a clock read only between files would wait for the file's end."""
+    lines = [_ab(10_000, seed) for seed in range(200)]
+    (tmp_path / "data.txt").write_text("\n".join(lines) + "\n")
+    regex = compile_pattern(AT_THE_CAP)
+    assert match_cost(regex, 10_000) <= SEARCH_CHUNK_COST
+    assert match_cost(regex, 200 * 10_000) > 25 * SEARCH_CHUNK_COST
+    monkeypatch.setattr(operations, "SEARCH_TIME_CAP_SECONDS", 1.0)
+    from loopworks.agent.tools import execute
+
+    args = SearchArgs(pattern=AT_THE_CAP).model_dump()
+    result, elapsed = _timed(lambda: execute(tmp_path, "search", args), timeout=60)
+    # The cap and at most one chunk past it (about a second, more on a loaded machine).
+    assert elapsed < 8.0, elapsed
+    assert result.ok and "stopped at the search's 1 s time cap" in result.content

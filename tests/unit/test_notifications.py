@@ -6,13 +6,25 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from loopworks.activities.notification import encoded, links, signature, verify, where
+from loopworks.activities.notification import (
+    _QUIET,
+    _delivering,
+    _reason,
+    encoded,
+    links,
+    quiet_deliveries,
+    signature,
+    verify,
+    where,
+)
 from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.notify import (
     DEFAULT_EVENTS,
@@ -135,6 +147,44 @@ def test_slack_gets_its_own_shape_and_json_the_body() -> None:
     assert plain["event"] == "awaiting_approval" and plain["id"] == "r-1"
 
 
+HOSTILE = "ping <!channel> & see <http://evil.example|docs> <@U0123> <#C0123>"
+
+
+def test_slack_shows_every_text_literally_and_links_only_ours() -> None:
+    """A stop's reason (whoever stopped the run), a block's (the custodiet model's), a
+    graph's goal: none of them becomes a mention or a link in Slack."""
+    stopped = state(RunStatus.STOPPED, StopReason.USER_STOP)
+    stopped.stop.message = HOSTILE
+    blocked = state(RunStatus.BLOCKED)
+    blocked.block.reason = HOSTILE
+    graph = GraphState(
+        graph_id="graph-1", goal=f"Write a guide {HOSTILE}", status=GraphStatus.STOPPED
+    )
+    bodies = [
+        run_body(stopped, NotifyEvent.STOPPED, "t"),
+        run_body(blocked, NotifyEvent.BLOCKED, "t"),
+        graph_body(graph, NotifyEvent.STOPPED, "t"),
+    ]
+    ours = {"api": "http://api.example:8000/runs/r-1?a=1&b=2", "temporal_ui": "http://ui/x|y z"}
+    for body in bodies:
+        body = body.model_copy(update={"links": ours})
+        text = json.loads(encoded(body, Webhook(url="https://x", format=WebhookFormat.SLACK)))[
+            "text"
+        ]
+        assert "ping &lt;!channel&gt; &amp; see &lt;http://evil.example|docs&gt;" in text, text
+        assert "&lt;@U0123&gt; &lt;#C0123&gt;" in text
+        # Every control sequence Slack reads is one of our two links, whole.
+        assert re.findall(r"<([^>]*)>", text) == [
+            "http://api.example:8000/runs/r-1?a=1&amp;b=2|api",
+            "http://ui/x%7Cy%20z|temporal_ui",
+        ]
+        # No `&` but an entity's: Slack reads nothing else into it.
+        assert not re.search(r"&(?!amp;|lt;|gt;)", text), text
+    # The JSON body is the receiver's to escape: it keeps the text as it was.
+    plain = json.loads(encoded(bodies[0], Webhook(url="https://x")))
+    assert plain["message"] == HOSTILE
+
+
 def test_the_documented_receiver_verifies_a_signature_and_refuses_a_replay() -> None:
     code = re.search(r"```python\n(.*?)```", DOCS.read_text(), re.S)
     assert code is not None
@@ -214,6 +264,30 @@ def test_webhooks_are_admitted_like_repositories(
 
     rules = _rules(allowed, schemes)
     assert bool(webhook_verdict(url, rules, resolver)) is admitted
+
+
+def test_an_attempts_error_never_quotes_the_webhooks_path() -> None:
+    url = "https://hooks.slack.com/services/T0/B0/SECRET?token=x1"
+    quoting = httpx.UnsupportedProtocol(f"cannot send to {url} (nor to /services/T0/B0/SECRET)")
+    reason = _reason(quoting, url)
+    assert "SECRET" not in reason and "token=x1" not in reason
+    assert reason.startswith("UnsupportedProtocol: cannot send to")
+    assert _reason(httpx.ReadTimeout(""), url) == "ReadTimeout"
+    assert len(_reason(httpx.ConnectError("x" * 1000), url)) <= 200
+
+
+def test_httpx_request_lines_are_dropped_while_a_delivery_is_made_only() -> None:
+    quiet_deliveries()
+    quiet_deliveries()  # idempotent
+    httpx_log = logging.getLogger("httpx")
+    assert httpx_log.filters.count(_QUIET) == 1
+    record = logging.LogRecord("httpx", logging.INFO, "", 0, "HTTP Request: POST %s", ("u",), None)
+    assert httpx_log.filter(record)  # a model API request keeps its line
+    token = _delivering.set(True)
+    try:
+        assert not httpx_log.filter(record)
+    finally:
+        _delivering.reset(token)
 
 
 def test_a_webhook_is_named_without_its_path() -> None:
