@@ -154,6 +154,9 @@ def trajectory(
                     text = content if isinstance(content, str) else json.dumps(content, default=str)
                     records.append(record(call, step, turn, "user", input=_cap(text)))
                 elif isinstance(request_part, ToolReturnPart):
+                    # The result as the tool gave it, a failure too (`ok` says which): the
+                    # model reads a failure wrapped as `{"error": ...}`, but the record is
+                    # what gates read back, a command's exit code first (agent/actions.py).
                     records.append(
                         record(
                             call,
@@ -162,7 +165,7 @@ def trajectory(
                             "tool_result",
                             tool=request_part.tool_name,
                             tool_use_id=request_part.tool_call_id,
-                            output=_cap(request_part.model_response_str()),
+                            output=_cap(request_part.model_response_str(wrap_if_error=False)),
                             ok=request_part.outcome == "success",
                         )
                     )

@@ -7,14 +7,23 @@ from pydantic import BaseModel, Field
 
 
 class CommandRun(BaseModel):
-    """One command an agent ran: its exit code, or none and why."""
+    """One command an agent ran, as it ended: its exit code; or the timeout or the signal
+    that ended it; or, when it never ran (refused), why."""
 
     step: str = Field(description="The step whose agent ran it: produce, refine, ...")
     command: str
     exit_code: int | None = Field(
-        default=None, description="None when it did not run to an end (refused, timed out)."
+        default=None,
+        description="The exit code it ended with; none when it did not exit (timed out, "
+        "killed by a signal) or never ran (refused).",
     )
-    note: str = Field(default="", description="Why there is no exit code, when there is none.")
+    timed_out: bool = Field(default=False, description="Killed at its timeout.")
+    signal: str | None = Field(
+        default=None, description="The signal that killed it (`SIGKILL`, ...), when one did."
+    )
+    note: str = Field(
+        default="", description="Why there is no exit code, when there is none: the result's line."
+    )
 
 
 # Where a custodiet BLOCK writes the state of the work up, on the run's work ref.
@@ -73,4 +82,6 @@ def blocked_report(
 def _ended(command: CommandRun) -> str:
     if command.exit_code is not None:
         return f"exit code {command.exit_code}"
-    return command.note or "no exit code"
+    if command.signal is not None:
+        return f"killed by {command.signal}"
+    return command.note or ("timed out" if command.timed_out else "no exit code")

@@ -240,6 +240,10 @@ class BlockInfo(BaseModel):
     # work ref (none: there was no workspace to commit it in).
     report: str = ""
     path: str | None = None
+    # Where it blocked: `audit` (after an evaluation), or `produce` / `refine` (during the
+    # step's work), and then the tool call it refused.
+    during: str = "audit"
+    refused: str = ""
 
 
 class RunState(BaseModel):

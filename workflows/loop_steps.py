@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.activities.reflection import ReflectionActivities
     from loopworks.activities.repository import RepositoryActivities
     from loopworks.schemas import events as ev
+    from loopworks.schemas.actions import BLOCKED_PATH
     from loopworks.schemas.detail import AuditView, CriticView, CritiqueView, PlanView, QAView
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import EventName
@@ -209,7 +210,15 @@ class LoopSteps(OnRecord):
                 if memory.checked_commit == memory.commit:
                     memory.checked_commit = audited.commit
                 memory.commit = audited.commit
-            self.steering.block(audit.reason, audited.report, audited.commit)
+            self.steering.block(
+                ev.BlockedPayload(
+                    reason=audit.reason,
+                    violations=audit.violations,
+                    report=audited.report,
+                    path=BLOCKED_PATH if audited.commit else None,
+                    report_commit=audited.commit,
+                )
+            )
             await self.steering.gate(self.request.budget)
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:

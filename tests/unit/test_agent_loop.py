@@ -22,9 +22,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from loopworks.agent.actions import commands_run
 from loopworks.agent.loop import NUDGE, AgentOutcome, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
+from loopworks.deploy.local import free_port
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
 from loopworks.llm.errors import CUT_OFF
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -422,3 +424,36 @@ async def test_the_offline_model_that_only_talks_is_invalid_output(tmp_path: Pat
     with pytest.raises(InvalidOutput, match=r"artifact\.md"):
         await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT, call_index=2)
     assert not (tmp_path / ARTIFACT_PATH).exists()
+
+
+async def test_a_commands_ending_is_recorded_as_the_tool_gave_it_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """The model reads a failed command wrapped as an error, but the trajectory keeps the
+    tool's own words, so the gates read each command's real ending back: a curl refused
+    by a closed port exits 7, a signal and a timeout are said as such."""
+    closed = free_port()
+    curl = f"curl -s -m 5 http://127.0.0.1:{closed}/install.sh"
+    model = ScriptedModels(
+        calls(
+            ("run_command", {"command": curl}),
+            ("run_command", {"command": "kill -9 $$"}),
+            ("run_command", {"command": "sleep 30", "timeout_seconds": 0.5}),
+            ("run_command", {"command": "true"}),
+            ("write_file", {"path": ARTIFACT_PATH, "content": "#"}),
+        ),
+        says("done"),
+    )
+    outcome = await run(model, tmp_path)
+
+    failed = [p for p in tool_results(model.seen[1]) if p.outcome == "failed"]
+    assert len(failed) == 3  # the model is told each failed
+    results = [r for r in outcome.records if r.kind == "tool_result"]
+    assert results[0].output == "exit code 7\n" and results[0].ok is False
+    assert results[1].output == "killed by signal 9 (SIGKILL)\n"
+    assert [(c.exit_code, c.signal, c.timed_out) for c in commands_run(outcome.records)] == [
+        (7, None, False),
+        (None, "SIGKILL", False),
+        (None, None, True),
+        (0, None, False),
+    ]
