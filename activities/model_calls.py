@@ -17,7 +17,7 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import final_when_invalid_output, still_a_clone
 from loopworks.activities.heartbeat import heartbeating
-from loopworks.agent.loop import AgentOutcome, AnsweredOutcome
+from loopworks.agent.loop import AgentOutcome, AnsweredOutcome, ToolGate
 from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
 from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
@@ -136,10 +136,12 @@ async def run_agent(
     deliverable: str | None = ARTIFACT_PATH,
     *,
     graph_task: bool = False,
+    gate: ToolGate | None = None,
 ) -> AgentOutcome:
     """The role's agent over the workspace: its prompt as the system, the step's inputs
     as the first message, the workspace tools (refusing a task graph's records in its
-    loop, `graph_task`); usage priced as `consult` prices it."""
+    loop, `graph_task`; asking `gate` before each call); usage priced as `consult` prices
+    it."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
@@ -155,6 +157,7 @@ async def run_agent(
                     verb,
                     deliverable,
                     graph_task=graph_task,
+                    gate=gate,
                 )
             except Exception:
                 still_a_clone(workdir)

@@ -3,6 +3,8 @@ trajectory)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -26,6 +28,21 @@ class CommandRun(BaseModel):
     )
 
 
+class PendingCall(BaseModel):
+    """The tool call an agent is about to make, when the custodiet audits during the work:
+    a BLOCK refuses it."""
+
+    step: str = Field(description="The step whose agent makes it: produce or refine.")
+    tool: str = Field(description="The tool it calls.")
+    input: dict[str, Any] = Field(description="Its arguments, long texts cut.")
+
+    def brief(self) -> str:
+        """`tool: its main argument`, one line, for events, the write-up and the agent."""
+        main = next((self.input[k] for k in ("command", "path", "pattern") if k in self.input), "")
+        text = " ".join(str(main).split())
+        return f"{self.tool}: {text[:200]}" if text else self.tool
+
+
 # Where a custodiet BLOCK writes the state of the work up, on the run's work ref.
 BLOCKED_PATH = ".loops/blocked.md"
 
@@ -43,12 +60,23 @@ class AuditEvidence(BaseModel):
 
 
 def blocked_report(
-    iteration: int, reason: str, violations: list[str], evidence: AuditEvidence
+    iteration: int,
+    reason: str,
+    violations: list[str],
+    evidence: AuditEvidence,
+    refused: PendingCall | None = None,
 ) -> str:
     """`.loops/blocked.md`: what was done, the violation with its evidence, and what a
-    person should look at before clearing the block."""
+    person should look at before clearing the block; for a block during the work, the tool
+    call it refused."""
     lines = [f"# Blocked by the custodiet at iteration {iteration}", ""]
     lines += [reason or "The custodiet blocked the run without giving a reason.", ""]
+    if refused is not None:
+        lines += [
+            f"During {refused.step}, before the agent's tool call `{refused.brief()}`: that "
+            "call and every later one were refused, and the work so far is committed.",
+            "",
+        ]
     lines += ["## Violations", ""]
     lines += [f"- {v}" for v in violations] or ["- (none listed)"]
     lines += ["", "## What was done", ""]
