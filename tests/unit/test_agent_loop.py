@@ -457,3 +457,66 @@ async def test_a_commands_ending_is_recorded_as_the_tool_gave_it_and_read_back(
         (None, None, True),
         (0, None, False),
     ]
+
+
+class RefusingFrom:
+    """A tool gate that lets calls run until the `n`th, then refuses it and every later
+    one; it keeps what it was shown had been done before each call."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.asked: list[tuple[str, list[str]]] = []
+
+    @property
+    def closed(self) -> bool:
+        return len(self.asked) >= self.n
+
+    async def before(self, tool: str, arguments: dict[str, Any], done: Any) -> str | None:
+        self.asked.append((tool, [r.output or "" for r in done if r.kind == "tool_result"]))
+        return "refused: blocked" if self.closed else None
+
+
+async def test_a_gate_that_closes_refuses_the_rest_of_the_turn_and_stops_the_agent(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModels(
+        calls(
+            ("run_command", {"command": "echo one > one.txt"}),
+            ("write_file", {"path": "two.txt", "content": "2"}),
+            ("run_command", {"command": "echo three > three.txt"}),
+        ),
+        says("never asked"),
+    )
+    gate = RefusingFrom(2)
+    outcome = await run_agent(model, model_call(), INSTRUCTIONS, tmp_path, 12, "produce", gate=gate)
+
+    assert (tmp_path / "one.txt").exists()
+    assert not (tmp_path / "two.txt").exists() and not (tmp_path / "three.txt").exists()
+    # Asked before every call, shown what had run; the model was not asked again.
+    assert gate.asked == [
+        ("run_command", []),
+        ("write_file", ["exit code 0\n"]),
+        ("run_command", ["exit code 0\n", "refused: blocked"]),
+    ]
+    assert len(model.seen) == 1
+    assert outcome.stopped_by_gate and not outcome.limit_reached
+    results = [(r.tool_use_id, r.ok, r.output) for r in outcome.records if r.kind == "tool_result"]
+    assert results == [
+        ("toolu_0", True, "exit code 0\n"),
+        ("toolu_1", False, "refused: blocked"),
+        ("toolu_2", False, "refused: blocked"),
+    ]
+    assert outcome.records[-1].kind == "blocked"
+    assert outcome.records[-1].output == "refused: blocked"
+
+
+async def test_a_gate_that_fails_fails_the_step(tmp_path: Path) -> None:
+    class Failing(RefusingFrom):
+        async def before(self, tool: str, arguments: dict[str, Any], done: Any) -> str | None:
+            raise InvalidOutput(Role.CUSTODIET, "no valid answer after a repair")
+
+    model = ScriptedModels(calls(("run_command", {"command": "touch x"})), says("done"))
+    with pytest.raises(InvalidOutput) as raised:
+        await run_agent(model, model_call(), INSTRUCTIONS, tmp_path, 12, "produce", gate=Failing(9))
+    assert raised.value.role == Role.CUSTODIET
+    assert not (tmp_path / "x").exists()

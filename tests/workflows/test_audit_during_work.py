@@ -39,7 +39,7 @@ from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.refs import work_ref
 from tests.workflows.conftest import LoopHarness, names
-from tests.workflows.test_loop import TITLE_RULE, remote_file, wait_for
+from tests.workflows.test_loop import TESTS_RULE, TITLE_RULE, remote_file, wait_for
 
 pytestmark = pytest.mark.workflow
 
@@ -327,3 +327,38 @@ async def test_a_refused_curls_exit_code_reaches_the_custodiet_the_write_up_and_
     assert body["message"] == CURL_BLOCK["reason"] and body["report"] == report
     assert body["next"]["command"] == f"loops clear-block {run_id} --note '...'"
     assert final.status == RunStatus.COMPLETED, final.stop
+
+
+async def test_a_block_during_refine_holds_the_run_and_the_refiner_goes_on_once_cleared(
+    harness: LoopHarness,
+) -> None:
+    """The offline producer writes its draft with one call (the custodiet's first audit),
+    misses the Tests section, and the refiner's write is the second audit: a BLOCK."""
+    refine_block = {"verdict": "BLOCK", "reason": "the refiner drifted", "violations": ["x"]}
+    async with harness.worker(script={"custodiet": {"2": refine_block}}):
+        handle = await harness.start(
+            task="Write a testing guide",
+            rules=[TITLE_RULE, TESTS_RULE],
+            tool_audit_probability=1.0,
+        )
+
+        async def blocked() -> bool:
+            return (await harness.status(handle)).status == RunStatus.BLOCKED
+
+        await wait_for(blocked)
+        state = await harness.status(handle)
+        await handle.execute_update(LoopWorkflow.clear_block, "fine")
+        final = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert (state.block.during, state.block.refused) == ("refine", "write_file: artifact.md")
+    assert state.current_step.value == "REFINE"
+    assert final.status == RunStatus.COMPLETED, final.stop
+    flow = names(events)
+    assert flow.count("refinement_done") == 1
+    assert flow.index("blocked") < flow.index("block_cleared") < flow.index("refinement_done")
+    [blocked_event] = [e for e in events if e.event.value == "blocked"]
+    assert blocked_event.payload.during == "refine"
+    pushed = ls_tree(harness.origin, final.branch)
+    assert ".loops/trajectory/01-refine-blocked-1.jsonl" in pushed
+    assert ".loops/trajectory/01-refine.jsonl" in pushed
