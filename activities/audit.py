@@ -278,8 +278,7 @@ class WorkAuditor:
             iteration=step.iteration,
             phase=step.phase,
             call_index=plan.first_call_index + len(self.verdicts),
-            # The note that cleared a block reaches the audits of the step it released.
-            operator_note=step.operator_note,
+            operator_note=self._note(),
             origin=step.origin,
             task=step.task,
             intent=plan.intent,
@@ -289,3 +288,9 @@ class WorkAuditor:
         self.usage = self.usage + answered.usage
         self.repairs += answered.repairs
         return answered.answer, evidence
+
+    def _note(self) -> str | None:
+        """What the audits are told a person said: the notes that cleared this iteration's
+        blocks (the step a block released was given its note too), each once."""
+        notes = [*self.plan.cleared_notes, self.step.operator_note or ""]
+        return "\n\n".join(dict.fromkeys(n for n in notes if n)) or None

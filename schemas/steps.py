@@ -236,6 +236,9 @@ class WorkAudit(BaseModel):
     # The commit the iteration started from: the audit's diff and trajectories start there.
     iteration_start: str = ""
     declared_files: list[str] = Field(default_factory=list)
+    # The notes that cleared earlier blocks during this iteration's work: its audits see
+    # the same commands again, and are told what the person said of them.
+    cleared_notes: list[str] = Field(default_factory=list)
 
 
 class ProduceInput(ModelStep):

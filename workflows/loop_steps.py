@@ -79,6 +79,9 @@ class LoopSteps(OnRecord):
         self.request = request
         self.learning = Learning(record, runner, request)
         self.checking = Checking(record, runner, request)
+        # The notes that cleared blocks during the work, by iteration: the iteration's later
+        # audits see the commands those blocks saw, so they are told what the person said.
+        self.cleared: dict[int, list[str]] = {}
 
     async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
         """Step 1: the task becomes a plan, rules and acceptance criteria."""
@@ -200,6 +203,7 @@ class LoopSteps(OnRecord):
             evaluation=evaluation,
             iteration_start=self.memory.iteration_start,
             declared_files=self.request.declared_files,
+            cleared_notes=self.cleared.get(self.state.iteration, []),
         )
 
     async def _through_blocks(
@@ -234,6 +238,8 @@ class LoopSteps(OnRecord):
                 )
             )
             await self.steering.gate(self.request.budget)
+            if note := self.state.block.cleared_note:
+                self.cleared.setdefault(self.state.iteration, []).append(note)
             attempt += 1
             told = (
                 f"The custodiet, the run's auditor, blocked this step's attempt {attempt - 1} "
@@ -273,7 +279,7 @@ class LoopSteps(OnRecord):
             R.CUSTODIET,
             AuditActivities.audit_run,
             lambda f: AuditInput(
-                **f,
+                **{**f, "operator_note": self._audit_note(f["operator_note"])},
                 task=self.request.task,
                 intent=self.memory.intent,
                 plan_focus=plan_focus,
@@ -308,6 +314,12 @@ class LoopSteps(OnRecord):
                 )
             )
             await self.steering.gate(self.request.budget)
+
+    def _audit_note(self, note: str | None) -> str | None:
+        """The audit's note: a person's own for it, and those that cleared blocks during
+        this iteration's work, whose commands it is shown again."""
+        notes = [*self.cleared.get(self.state.iteration, []), note or ""]
+        return "\n\n".join(dict.fromkeys(n for n in notes if n)) or None
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
         """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""

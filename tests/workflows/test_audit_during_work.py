@@ -54,6 +54,7 @@ CURL_BLOCK = {
     "violations": ["ran curl against 127.0.0.1 (Commands Run, exit code 7)"],
 }
 ARTIFACT = "# Guide\n\nHow it works.\n"
+NOTE = "two.txt was asked for in a side note: go on"
 Call = tuple[str, dict[str, Any]]
 
 
@@ -136,6 +137,7 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
             rules=[TITLE_RULE],
             max_iterations=1,
             tool_audit_probability=1.0,
+            audit_probability=1.0,
         )
 
         async def blocked() -> bool:
@@ -152,9 +154,7 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
         )
         asked_while_blocked = len(source.producer_requests)
 
-        cleared = await handle.execute_update(
-            LoopWorkflow.clear_block, "two.txt was asked for in a side note: go on"
-        )
+        cleared = await handle.execute_update(LoopWorkflow.clear_block, NOTE)
         assert cleared.status == RunStatus.RUNNING
         final = (await handle.result()).state
         events = await harness.events(handle)
@@ -186,7 +186,7 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
     assert not first.get("blocked_attempt")
     assert "write_file: two.txt" in resumed["blocked_attempt"]
     assert BLOCK["reason"] in resumed["blocked_attempt"]
-    assert resumed["operator_note"] == "two.txt was asked for in a side note: go on"
+    assert resumed["operator_note"] == NOTE
     assert final.status == RunStatus.COMPLETED, final.stop
     pushed = ls_tree(harness.origin, final.branch)
     assert {"one.txt", "four.txt", "artifact.md", BLOCKED_PATH} <= set(pushed)
@@ -194,13 +194,15 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
     assert ".loops/trajectory/01-produce-blocked-1.jsonl" in pushed
     assert ".loops/trajectory/01-produce.jsonl" in pushed
 
-    # Every audit during the work is an event naming its call; the block has its own.
+    # Every audit during the work is an event naming its call; the block has its own; the
+    # audit after the evaluation stays, naming none.
     audits = [e.payload for e in events if e.event.value == "audit_verdict"]
     assert [(a.verdict, a.before_call) for a in audits] == [
         ("OK", "run_command: echo one > one.txt"),
         ("BLOCK", "write_file: two.txt"),
         ("OK", "write_file: artifact.md"),
         ("OK", "run_command: echo four > four.txt"),
+        ("OK", ""),
     ]
     assert audits[1].report == report and audits[1].report_commit
     [blocked_event] = [e for e in events if e.event.value == "blocked"]
@@ -212,12 +214,17 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
     assert flow.index("blocked") < flow.index("block_cleared") < flow.index("artifact_created")
     assert flow.count("artifact_created") == 1
     # The custodiet was asked once for each audit, its call numbers counted by the run.
-    assert len(source.custodiet_contexts) == 4
-    assert source.custodiet_contexts[1]["pending_call"] == {
+    contexts = source.custodiet_contexts
+    assert len(contexts) == 5
+    assert contexts[1]["pending_call"] == {
         "step": "produce",
         "tool": "write_file",
         "input": {"path": "two.txt", "content": "two\n"},
     }
+    # The audits after the block see its commands again, and what the person said of them.
+    assert [c.get("operator_note") for c in contexts] == [None, None, NOTE, NOTE, NOTE]
+    assert "echo one > one.txt" in json.dumps(contexts[4]["commands_run"])
+    assert contexts[4].get("pending_call") is None
 
 
 class Receiver(BaseHTTPRequestHandler):
@@ -333,14 +340,12 @@ async def test_a_block_during_refine_holds_the_run_and_the_refiner_goes_on_once_
     harness: LoopHarness,
 ) -> None:
     """The offline producer writes its draft with one call (the custodiet's first audit),
-    misses the Tests section, and the refiner's write is the second audit: a BLOCK."""
+    misses the Tests section, and the refiner's write is the second audit: a BLOCK. The
+    chance is the worker's setting, the run naming none."""
     refine_block = {"verdict": "BLOCK", "reason": "the refiner drifted", "violations": ["x"]}
-    async with harness.worker(script={"custodiet": {"2": refine_block}}):
-        handle = await harness.start(
-            task="Write a testing guide",
-            rules=[TITLE_RULE, TESTS_RULE],
-            tool_audit_probability=1.0,
-        )
+    script = {"custodiet": {"2": refine_block}}
+    async with harness.worker(script=script, LOOPS_TOOL_AUDIT_PROBABILITY=1.0):
+        handle = await harness.start(task="Write a testing guide", rules=[TITLE_RULE, TESTS_RULE])
 
         async def blocked() -> bool:
             return (await harness.status(handle)).status == RunStatus.BLOCKED
