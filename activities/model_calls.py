@@ -17,7 +17,7 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import final_when_invalid_output, still_a_clone
 from loopworks.activities.heartbeat import heartbeating
-from loopworks.agent.loop import AgentOutcome, AnsweredOutcome
+from loopworks.agent.loop import AgentOutcome, AnsweredOutcome, ToolGate
 from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
 from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
@@ -137,11 +137,12 @@ async def run_agent(
     *,
     graph_task: bool = False,
     graph_base: str | None = None,
+    gate: ToolGate | None = None,
 ) -> AgentOutcome:
     """The role's agent over the workspace: its prompt as the system, the step's inputs
     as the first message, the workspace tools (refusing a task graph's records in its
-    loop, `graph_task`, and keeping them as `graph_base` has them); usage priced as
-    `consult` prices it."""
+    loop, `graph_task`, and keeping them as `graph_base` has them; asking `gate` before
+    each call); usage priced as `consult` prices it."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
@@ -158,6 +159,7 @@ async def run_agent(
                     deliverable,
                     graph_task=graph_task,
                     graph_base=graph_base,
+                    gate=gate,
                 )
             except Exception:
                 still_a_clone(workdir)

@@ -5,6 +5,11 @@ Producing and refining are an agent working in the run's workspace with tools
 exactly one commit holding the agent's changes and its trajectory: a retry on any worker
 starts again from the same tree and rewrites the same trajectory file, and the workflow
 keeps the commit of the attempt that completed.
+
+The custodiet may audit before the agent's tool calls (`activities.audit.WorkAuditor`).
+A BLOCK stops the agent: the step then commits the work so far, its trajectory under the
+attempt's own name and the write-up as `.loops/blocked.md`, and answers with the block;
+the workflow holds the run and, once the block is cleared, runs the step again from there.
 """
 
 from __future__ import annotations
@@ -15,11 +20,13 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.audit import WorkAuditor
 from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult, run_agent
 from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.checks.redaction import redacted
+from loopworks.schemas.actions import BLOCKED_PATH
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.steps import (
@@ -72,12 +79,15 @@ class ProductionActivities:
             acceptance_criteria=step.acceptance_criteria,
             rules=step.rules,
             plan=step.plan,
+            blocked_attempt=step.blocked_attempt or None,
         )
         return await self._write(Role.PRODUCER, step, context, "produce")
 
     @activity.defn(name="refine_artifact")
     async def refine_artifact(self, step: RefineInput) -> ArtifactOutput:
-        context = RefinerContext(task=step.task, critique=step.critique)
+        context = RefinerContext(
+            task=step.task, critique=step.critique, blocked_attempt=step.blocked_attempt or None
+        )
         return await self._write(Role.REFINER, step, context, "refine")
 
     async def _write(
@@ -97,6 +107,7 @@ class ProductionActivities:
             # A task graph's record is kept as the task's base has it (a step scheduled
             # before steps carried the base: as its own commit has it).
             base = (step.base_commit or workspace.commit) if step.graph_task else None
+            auditor = WorkAuditor(self.deps, step, verb, workdir) if step.work_audit else None
             outcome = await run_agent(
                 self.deps,
                 role,
@@ -106,10 +117,13 @@ class ProductionActivities:
                 verb,
                 graph_task=step.graph_task,
                 graph_base=base,
+                gate=auditor,
             )
+            block = auditor.block if auditor else None
             # What the agent left, as the worker will read it: a link out of the workspace
-            # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed.
-            if not files.is_file(workdir, ARTIFACT_PATH):
+            # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed. A
+            # blocked agent was stopped: what it had done so far is committed as it is.
+            if block is None and not files.is_file(workdir, ARTIFACT_PATH):
                 raise ApplicationError(
                     f"{role.value} answered with invalid output: it ended without writing "
                     f"{ARTIFACT_PATH} ({outcome.turns} turns"
@@ -126,11 +140,17 @@ class ProductionActivities:
                 for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
                 if not path.startswith(f"{TRAJECTORY_DIR}/")
             ]
-            trajectory = trajectory_path(step.iteration, verb)
+            trajectory = trajectory_path(
+                step.iteration, verb, step.attempt if block is not None else None
+            )
             files.write_text(workdir, trajectory, to_jsonl(outcome.records))
+            if block is not None:
+                files.write_text(workdir, BLOCKED_PATH, block.report)
             saved_seq = write_run_log(workdir, redacted(step.log)) if step.log else 0
             artifact_hash = files.sha256(workdir, ARTIFACT_PATH) or ""
         summary = _first_line(outcome.final_text)
+        if block is not None:
+            summary = _first_line(f"custodiet BLOCK: {block.audit.reason or 'blocked'}")
         message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"
         commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
         await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
@@ -141,12 +161,14 @@ class ProductionActivities:
             previous_artifact_hash=previous_hash,
             changed=changed,
             summary=outcome.final_text[:SUMMARY_CHARS],
-            usage=outcome.usage,
+            usage=outcome.usage + auditor.usage if auditor else outcome.usage,
             timing=Timing(started_at=started, finished_at=now()),
             turns=outcome.turns,
             turn_limit_reached=outcome.limit_reached,
             trajectory_path=trajectory,
-            repairs=outcome.repairs,
+            repairs=outcome.repairs + (auditor.repairs if auditor else []),
+            work_audits=auditor.verdicts if auditor else [],
+            block=block,
         )
 
     async def _committed_artifact(self, step: ProduceInput | RefineInput) -> str | None:

@@ -7,16 +7,25 @@ Pure functions over `TrajectoryRecord`s: a call is paired with its result by its
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Iterable, Sequence
 
+from loopworks.agent.tools.calls import signal_name
 from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.schemas.actions import CommandRun
 
 RUN_COMMAND = "run_command"
 WRITING_TOOLS = frozenset({"write_file", "edit_file"})
-# The command tool's result starts "exit code N" (agent/tools/operations.py).
+# The command tool's result starts with how the command ended (agent/tools/calls.py,
+# `command_ended`): "exit code N", "killed by signal N (NAME)", or the checks runner's
+# "timed out after Ns ...". Anything else is a refusal or a failure to start it.
 _EXIT = re.compile(r"^exit code (-?\d+)")
+_SIGNAL = re.compile(r"^killed by signal (\d+)")
+_TIMED_OUT = re.compile(r"^timed out after ")
+# How pydantic-ai words a failed tool result for the model; trajectories written before
+# results were recorded as the tool gave them hold a failed one this way.
+_ERROR_NOTE = '{"error":"'
 # What is shown of a command that did not run to an exit code (refused, timed out).
 _NOTE_CHARS = 200
 # The loop's own deliverable and records: every task writes them.
@@ -24,7 +33,7 @@ LOOP_PATHS = ("artifact.md", ".loops/")
 
 
 def commands_run(records: Iterable[TrajectoryRecord]) -> list[CommandRun]:
-    """Every command-tool call, in order, with the exit code its result reports."""
+    """Every command-tool call, in order, with how its result says it ended."""
     records = list(records)
     results = _results(records)
     ran: list[CommandRun] = []
@@ -33,15 +42,28 @@ def commands_run(records: Iterable[TrajectoryRecord]) -> list[CommandRun]:
         if not isinstance(command, str):
             continue
         result = results.get(call.tool_use_id or "")
-        output = (result.output or "") if result else ""
-        exit_code = _exit_code(output)
-        note = ""
         if result is None:
-            note = "no result recorded"
-        elif exit_code is None:
-            note = output.strip().splitlines()[0][:_NOTE_CHARS] if output.strip() else "failed"
-        ran.append(CommandRun(step=call.step, command=command, exit_code=exit_code, note=note))
+            ran.append(CommandRun(step=call.step, command=command, note="no result recorded"))
+            continue
+        ran.append(ended(call.step, command, _text(result)))
     return ran
+
+
+def ended(step: str, command: str, output: str) -> CommandRun:
+    """The command as its result's first line says it ended."""
+    line = output.strip().splitlines()[0][:_NOTE_CHARS] if output.strip() else ""
+    if found := _EXIT.match(output):
+        code = int(found.group(1))
+        if code >= 0:
+            return CommandRun(step=step, command=command, exit_code=code)
+        # Recorded before a signal was named: a process's status is minus its signal.
+        return CommandRun(step=step, command=command, signal=signal_name(-code), note=line)
+    if found := _SIGNAL.match(output):
+        name = signal_name(int(found.group(1)))
+        return CommandRun(step=step, command=command, signal=name, note=line)
+    if _TIMED_OUT.match(output):
+        return CommandRun(step=step, command=command, timed_out=True, note=line)
+    return CommandRun(step=step, command=command, note=line or "failed")
 
 
 def files_written(records: Iterable[TrajectoryRecord]) -> list[str]:
@@ -86,6 +108,15 @@ def _results(records: Sequence[TrajectoryRecord]) -> dict[str, TrajectoryRecord]
     return {r.tool_use_id: r for r in records if r.kind == "tool_result" and r.tool_use_id}
 
 
-def _exit_code(output: str) -> int | None:
-    found = _EXIT.match(output)
-    return int(found.group(1)) if found else None
+def _text(result: TrajectoryRecord) -> str:
+    """A tool result's text as the tool gave it, a failed one's unwrapped from the
+    `{"error": ...}` note of older trajectories (whole, or cut by the record's cap)."""
+    output = result.output or ""
+    if result.ok is not False or not output.startswith(_ERROR_NOTE):
+        return output
+    try:
+        note = json.loads(output)
+    except ValueError:
+        return output[len(_ERROR_NOTE) :].replace("\\n", "\n")
+    error = note.get("error") if isinstance(note, dict) else None
+    return error if isinstance(error, str) else output

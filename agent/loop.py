@@ -9,6 +9,11 @@ it can adapt to, never as an exception. An answer given before the deliverable
 validator's `ModelRetry`); ending without it again is invalid output. The conversation
 (`all_messages()`) becomes the step's trajectory (`loopworks.agent.trajectory`).
 
+A gate (`ToolGate`: the custodiet's audit during the work, activities/audit.py) may be
+asked before each tool call, with what the tools have done so far; a call it refuses is a
+failed result, and once it refuses for good the agent stops after that turn's calls, none
+of which runs.
+
 The QA verifier is the same loop with the tools that only read (`READ_ONLY_TOOLS`: no
 tool of its set writes a file; its commands run in a checkout of their own, thrown away),
 ending not with prose but with the forced answer tool (`run_answering_agent`).
@@ -18,20 +23,36 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext, Tool, ToolFailed
+from pydantic_ai import (
+    Agent,
+    ModelRequestNode,
+    ModelRetry,
+    RunContext,
+    Tool,
+    ToolFailed,
+)
 from pydantic_ai.exceptions import UnexpectedModelBehavior, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
 from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
-from loopworks.agent.trajectory import AgentStep, TrajectoryRecord, record, text_of, trajectory
+from loopworks.agent.trajectory import (
+    AgentStep,
+    TrajectoryRecord,
+    cap,
+    capped,
+    record,
+    text_of,
+    trajectory,
+)
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.errors import model_errors
@@ -64,6 +85,22 @@ NUDGE = (
 )
 
 
+class ToolGate(Protocol):
+    """What may hold an agent's tool calls back, asked before each one."""
+
+    async def before(
+        self, tool: str, arguments: dict[str, Any], done: Sequence[TrajectoryRecord]
+    ) -> str | None:
+        """None lets the call run; a text refuses it, and the model reads that text.
+        `done`: each call the tools ran (or refused) in this step so far, with its result."""
+        ...
+
+    @property
+    def closed(self) -> bool:
+        """Whether it refuses every call from now on: then the agent stops."""
+        ...
+
+
 @dataclass
 class AgentOutcome:
     final_text: str
@@ -74,6 +111,8 @@ class AgentOutcome:
     limit_reached: bool = False
     # What the model was sent back to fix (the nudge when it forgot the deliverable).
     repairs: list[str] = field(default_factory=list)
+    # The gate closed: the agent was stopped, its last turn's calls refused.
+    stopped_by_gate: bool = False
 
 
 async def run_agent(
@@ -87,25 +126,38 @@ async def run_agent(
     *,
     graph_task: bool = False,
     graph_base: str | None = None,
+    gate: ToolGate | None = None,
 ) -> AgentOutcome:
     """Run the role's agent over `workspace` until it answers, or for `max_turns` turns
     (a task graph's loop's, with `graph_task`: its tools refuse the graph's records, and
-    put back as `graph_base` has them what a command changed of them).
+    put back as `graph_base` has them what a command changed of them), or until `gate`
+    closes.
 
     Model errors (a provider's ApplicationError, InvalidOutput) propagate: the activity's
     retry starts the whole loop again from the same commit. Without a `deliverable` (the
     skill generator: its files are judged by the skill reflector) there is no nudge.
     """
     deps = _Workspace(
-        call.role, workspace, deliverable, graph_task=graph_task, graph_base=graph_base
+        call.role,
+        workspace,
+        deliverable,
+        graph_task=graph_task,
+        graph_base=graph_base,
+        gate=gate,
+        call=call,
+        step=step_label,
     )
+    refused: list[ModelMessage] = []
     with model_errors(call.role):
         try:
             async with _started(
                 _agent(), source, call, instructions, deps, max_turns, NUDGES
             ) as agent_run:
-                async for _ in agent_run:
-                    pass
+                async for node in agent_run:
+                    if gate is not None and gate.closed and isinstance(node, ModelRequestNode):
+                        # The refused calls' results, which no model request will carry.
+                        refused.append(node.request)
+                        break
         except UsageLimitExceeded:
             pass  # the turn limit: the conversation so far is the outcome
         except UnexpectedModelBehavior as exc:
@@ -114,11 +166,15 @@ async def run_agent(
                     call.role, f"it ended without writing {deliverable}, even when reminded"
                 ) from exc
             raise
-    messages = agent_run.all_messages()
+    messages = [*agent_run.all_messages(), *refused]
     answer = agent_run.result.output if agent_run.result is not None else None
     records = trajectory(messages, call, instructions, step_label)
     turns = sum(isinstance(m, ModelResponse) for m in messages)
-    if answer is None:
+    if refused:
+        records.append(
+            record(call, step_label, turns, "blocked", output=deps.refusal or "tools refused")
+        )
+    elif answer is None:
         records.append(
             record(
                 call,
@@ -136,8 +192,9 @@ async def run_agent(
         usage=usage_of(agent_run.usage),
         records=records,
         files_written=list(deps.written),
-        limit_reached=answer is None,
+        limit_reached=answer is None and not refused,
         repairs=[r.output or "" for r in records if r.kind == "retry"],
+        stopped_by_gate=bool(refused),
     )
 
 
@@ -175,6 +232,13 @@ class _Workspace:
     graph_base: str | None = None
     written: dict[str, None] = field(default_factory=dict)  # an ordered set
     nudged: bool = False
+    # The gate asked before each call, with `done`: the calls the tools ran (or refused)
+    # in this step, each with its result, recorded as the trajectory records them.
+    gate: ToolGate | None = None
+    call: ModelCall | None = None
+    step: AgentStep = "produce"
+    done: list[TrajectoryRecord] = field(default_factory=list)
+    refusal: str = ""
 
 
 # Building the agent makes every tool's schema; it holds nothing of a run (model,
@@ -208,12 +272,22 @@ def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
 
     async def run(ctx: RunContext[_Workspace], **arguments: Any) -> str:
         deps = ctx.deps
-        result = await _execute(deps.root, spec.name, arguments, deps.graph_task, deps.graph_base)
+        refusal = None
+        if deps.gate is not None:
+            refusal = await deps.gate.before(spec.name, arguments, list(deps.done))
+        if refusal is not None:
+            deps.refusal = refusal
+            result = ToolResult(ok=False, content=refusal)
+        else:
+            result = await _execute(
+                deps.root, spec.name, arguments, deps.graph_task, deps.graph_base
+            )
+        _done(ctx, spec.name, arguments, result)
         if not result.ok:
             raise ToolFailed(result.content)
         path = arguments.get("path")
         if spec.name in _WRITING_TOOLS and isinstance(path, str):
-            ctx.deps.written[path] = None
+            deps.written[path] = None
         return result.content
 
     # One call at a time, in the order the model made them: two edits of a file must not race.
@@ -224,6 +298,32 @@ def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
         json_schema=spec.input_schema,
         takes_ctx=True,
         sequential=True,
+    )
+
+
+def _done(
+    ctx: RunContext[_Workspace], tool: str, arguments: dict[str, Any], result: ToolResult
+) -> None:
+    """Keep the call and its result for the gate, as the trajectory will record them."""
+    deps = ctx.deps
+    if deps.gate is None or deps.call is None:
+        return
+    uid, turn = ctx.tool_call_id, ctx.run_step
+    called = capped(arguments)
+    deps.done.append(
+        record(deps.call, deps.step, turn, "tool_call", tool=tool, tool_use_id=uid, input=called)
+    )
+    deps.done.append(
+        record(
+            deps.call,
+            deps.step,
+            turn,
+            "tool_result",
+            tool=tool,
+            tool_use_id=uid,
+            output=cap(result.content),
+            ok=result.ok,
+        )
     )
 
 

@@ -61,7 +61,10 @@ LoopType = Literal["task", "skill"]
 # The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
 # own trajectory.
 SKILL_ROLES = frozenset({Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR})
-RecordKind = Literal["system", "user", "assistant", "tool_call", "tool_result", "retry", "limit"]
+# `limit`: the turn limit stopped the agent; `blocked`: a custodiet block during the work did.
+RecordKind = Literal[
+    "system", "user", "assistant", "tool_call", "tool_result", "retry", "limit", "blocked"
+]
 
 # Texts in the trajectory are cut here: it records what happened, not every byte written.
 RECORD_TEXT_CAP = 4000
@@ -118,7 +121,7 @@ def trajectory(
 ) -> list[TrajectoryRecord]:
     """The conversation as trajectory records: turn n is the model's n-th answer, and the
     tool results and reminders sent back after it."""
-    records = [record(call, step, 0, "system", input=_cap(instructions))]
+    records = [record(call, step, 0, "system", input=cap(instructions))]
     turn = 0
     for message in messages:
         if isinstance(message, ModelResponse):
@@ -130,7 +133,7 @@ def trajectory(
                     step,
                     turn,
                     "assistant",
-                    output=_cap(text.strip()),
+                    output=cap(text.strip()),
                     stop_reason=message.finish_reason,
                 )
             )
@@ -144,7 +147,7 @@ def trajectory(
                             "tool_call",
                             tool=part.tool_name,
                             tool_use_id=part.tool_call_id,
-                            input=_capped(part.args_as_dict()),
+                            input=capped(part.args_as_dict()),
                         )
                     )
         elif isinstance(message, ModelRequest):
@@ -152,8 +155,11 @@ def trajectory(
                 if isinstance(request_part, UserPromptPart):
                     content = request_part.content
                     text = content if isinstance(content, str) else json.dumps(content, default=str)
-                    records.append(record(call, step, turn, "user", input=_cap(text)))
+                    records.append(record(call, step, turn, "user", input=cap(text)))
                 elif isinstance(request_part, ToolReturnPart):
+                    # The result as the tool gave it, a failure too (`ok` says which): the
+                    # model reads a failure wrapped as `{"error": ...}`, but the record is
+                    # what gates read back, a command's exit code first (agent/actions.py).
                     records.append(
                         record(
                             call,
@@ -162,7 +168,7 @@ def trajectory(
                             "tool_result",
                             tool=request_part.tool_name,
                             tool_use_id=request_part.tool_call_id,
-                            output=_cap(request_part.model_response_str()),
+                            output=cap(request_part.model_response_str(wrap_if_error=False)),
                             ok=request_part.outcome == "success",
                         )
                     )
@@ -198,18 +204,19 @@ def text_of(response: ModelResponse) -> str:
     return "\n".join(p.content for p in response.parts if isinstance(p, TextPart))
 
 
-def _cap(text: str | None, cap: int = RECORD_TEXT_CAP) -> str | None:
-    if text is None or len(text) <= cap:
+def cap(text: str | None, limit: int = RECORD_TEXT_CAP) -> str | None:
+    """`text` cut at `limit` characters, saying how many more there were."""
+    if text is None or len(text) <= limit:
         return text
-    return f"{text[:cap]}… [{len(text) - cap} more characters]"
+    return f"{text[:limit]}… [{len(text) - limit} more characters]"
 
 
-def _capped(value: Any) -> Any:
+def capped(value: Any) -> Any:
     """`value` with every string in it capped (a write_file's content can be megabytes)."""
     if isinstance(value, str):
-        return _cap(value)
+        return cap(value)
     if isinstance(value, dict):
-        return {key: _capped(item) for key, item in value.items()}
+        return {key: capped(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_capped(item) for item in value]
+        return [capped(item) for item in value]
     return value

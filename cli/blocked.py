@@ -9,6 +9,8 @@ from loopworks.schemas.run import RunState
 def blocked_notes(state: RunState) -> list[str]:
     block = state.block
     where = [f"the state of the work: {block.path} on the run's work ref"] if block.path else []
+    if block.during != "audit":
+        where.insert(0, f"blocked during {block.during}, refusing {block.refused}")
     report = ["", *block.report.rstrip().splitlines()] if block.report else []
     return [
         f"blocked: {block.reason or 'custodiet audit'}"

@@ -23,6 +23,7 @@ from loopworks.schemas.events import (
     ArtifactCreated,
     AuditVerdictGiven,
     BlockCleared,
+    Blocked,
     ChecksPrepared,
     CriticVerdictGiven,
     CritiqueDone,
@@ -225,6 +226,9 @@ def event_detail(event: Event) -> str:
         case Failed(payload=p):
             what = p.reason or p.error
             return _short(f"{what} ({p.message})" if p.message else what)
+        case Blocked(payload=p):
+            where = "" if p.during == "audit" else f" (during {p.during}, refused {p.refused})"
+            return _short(f"{p.reason or 'no reason given'}{where}")
         case BlockCleared(payload=p):
             return _short(f"note: {p.note}")
         case ReflectionDone(payload=p):
@@ -270,8 +274,9 @@ def history_line(event: Event) -> str:
 def notice(event: Event) -> str | None:
     """Events a person following a run should see as they happen, beside the summaries."""
     match event:
-        case AuditVerdictGiven(payload=p) if p.verdict == "BLOCK":
-            return f"! custodiet BLOCK: {p.reason or 'no reason given'}"
+        case Blocked():
+            # The verdict's own event says it again: the `blocked` one is the notice.
+            return f"! custodiet BLOCK: {event_detail(event)}"
         case CriticVerdictGiven(payload=p) if p.verdict != "PROCEED":
             return f"! critic {p.verdict}: {', '.join(p.issues) or '-'}"
         case Failed():

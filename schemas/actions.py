@@ -3,18 +3,44 @@ trajectory)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
 class CommandRun(BaseModel):
-    """One command an agent ran: its exit code, or none and why."""
+    """One command an agent ran, as it ended: its exit code; or the timeout or the signal
+    that ended it; or, when it never ran (refused), why."""
 
     step: str = Field(description="The step whose agent ran it: produce, refine, ...")
     command: str
     exit_code: int | None = Field(
-        default=None, description="None when it did not run to an end (refused, timed out)."
+        default=None,
+        description="The exit code it ended with; none when it did not exit (timed out, "
+        "killed by a signal) or never ran (refused).",
     )
-    note: str = Field(default="", description="Why there is no exit code, when there is none.")
+    timed_out: bool = Field(default=False, description="Killed at its timeout.")
+    signal: str | None = Field(
+        default=None, description="The signal that killed it (`SIGKILL`, ...), when one did."
+    )
+    note: str = Field(
+        default="", description="Why there is no exit code, when there is none: the result's line."
+    )
+
+
+class PendingCall(BaseModel):
+    """The tool call an agent is about to make, when the custodiet audits during the work:
+    a BLOCK refuses it."""
+
+    step: str = Field(description="The step whose agent makes it: produce or refine.")
+    tool: str = Field(description="The tool it calls.")
+    input: dict[str, Any] = Field(description="Its arguments, long texts cut.")
+
+    def brief(self) -> str:
+        """`tool: its main argument`, one line, for events, the write-up and the agent."""
+        main = next((self.input[k] for k in ("command", "path", "pattern") if k in self.input), "")
+        text = " ".join(str(main).split())
+        return f"{self.tool}: {text[:200]}" if text else self.tool
 
 
 # Where a custodiet BLOCK writes the state of the work up, on the run's work ref.
@@ -34,12 +60,23 @@ class AuditEvidence(BaseModel):
 
 
 def blocked_report(
-    iteration: int, reason: str, violations: list[str], evidence: AuditEvidence
+    iteration: int,
+    reason: str,
+    violations: list[str],
+    evidence: AuditEvidence,
+    refused: PendingCall | None = None,
 ) -> str:
     """`.loops/blocked.md`: what was done, the violation with its evidence, and what a
-    person should look at before clearing the block."""
+    person should look at before clearing the block; for a block during the work, the tool
+    call it refused."""
     lines = [f"# Blocked by the custodiet at iteration {iteration}", ""]
     lines += [reason or "The custodiet blocked the run without giving a reason.", ""]
+    if refused is not None:
+        lines += [
+            f"During {refused.step}, before the agent's tool call `{refused.brief()}`: that "
+            "call and every later one were refused, and the work so far is committed.",
+            "",
+        ]
     lines += ["## Violations", ""]
     lines += [f"- {v}" for v in violations] or ["- (none listed)"]
     lines += ["", "## What was done", ""]
@@ -73,4 +110,6 @@ def blocked_report(
 def _ended(command: CommandRun) -> str:
     if command.exit_code is not None:
         return f"exit code {command.exit_code}"
-    return command.note or "no exit code"
+    if command.signal is not None:
+        return f"killed by {command.signal}"
+    return command.note or ("timed out" if command.timed_out else "no exit code")

@@ -25,7 +25,7 @@ from pydantic import (
     model_serializer,
 )
 
-from loopworks.schemas.actions import CommandRun
+from loopworks.schemas.actions import CommandRun, PendingCall
 from loopworks.schemas.curation import HelperReview
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.playbook import PlaybookItem
@@ -110,6 +110,10 @@ class ProducerContext(RoleContext):
     current_artifact: str | None = Field(
         default=None, description="The artifact's text at the step's commit, if there is one."
     )
+    blocked_attempt: str | None = Field(
+        default=None,
+        description="When the custodiet blocked this step's earlier attempt: what happened.",
+    )
 
 
 class RefinerContext(RoleContext):
@@ -117,6 +121,10 @@ class RefinerContext(RoleContext):
     critique: Critique = Field(description="The issues to fix.")
     current_artifact: str | None = Field(
         default=None, description="The artifact's text at the step's commit, if there is one."
+    )
+    blocked_attempt: str | None = Field(
+        default=None,
+        description="When the custodiet blocked this step's earlier attempt: what happened.",
     )
 
 
@@ -188,6 +196,11 @@ class CustodietContext(RoleContext):
     outside_declared_files: list[str] = Field(
         default_factory=list,
         description="Paths the iteration changed that the declared files do not cover.",
+    )
+    pending_call: PendingCall | None = Field(
+        default=None,
+        description="During the work: the tool call the agent is about to make, which a "
+        "`BLOCK` refuses, with every later one. None after an evaluation.",
     )
 
 

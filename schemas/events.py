@@ -17,6 +17,7 @@ from loopworks.schemas.payloads import (
     ApprovedPayload,
     ArtifactPayload,
     AuditPayload,
+    BlockedPayload,
     ChecksPreparedPayload,
     ContinuedPayload,
     CriticVerdictPayload,
@@ -65,6 +66,8 @@ class EventName(StrEnum):
     HYDRATION_DONE = "hydration_done"
     CRITIC_VERDICT = "critic_verdict"
     AUDIT_VERDICT = "audit_verdict"
+    # A custodiet BLOCK: the run waits for a person (with the write-up, as the verdict has).
+    BLOCKED = "blocked"
     BLOCK_CLEARED = "block_cleared"
     QA_VERDICT = "qa_verdict"
     REFLECTION_DONE = "reflection_done"
@@ -146,6 +149,11 @@ class EvaluationDone(EventBase):
 class AuditVerdictGiven(EventBase):
     event: Literal[EventName.AUDIT_VERDICT] = EventName.AUDIT_VERDICT
     payload: AuditPayload
+
+
+class Blocked(EventBase):
+    event: Literal[EventName.BLOCKED] = EventName.BLOCKED
+    payload: BlockedPayload
 
 
 class BlockCleared(EventBase):
@@ -263,6 +271,7 @@ Event = Annotated[
     | ChecksPrepared
     | EvaluationDone
     | AuditVerdictGiven
+    | Blocked
     | BlockCleared
     | PhaseSwitched
     | QAVerdictGiven

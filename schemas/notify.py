@@ -26,6 +26,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 EVENT_HEADER = "X-Loops-Event"
 SIGNATURE_VERSION = "v1"
 
+# What a `blocked` notification carries of the block's write-up at most.
+REPORT_CHARS = 4000
+
 # Schemes a webhook may use, of those LOOPS_ALLOWED_SCHEMES allows.
 WEBHOOK_SCHEMES = frozenset({"https", "http"})
 
@@ -166,6 +169,9 @@ class NotificationBody(BaseModel):
     stop_reason: str | None = None
     score: float | None = None
     message: str = ""
+    # A `blocked` notification: the custodiet's write-up of the work (the `blocked` event's
+    # report, `.loops/blocked.md`), cut at `REPORT_CHARS`.
+    report: str | None = None
     next: NextStep | None = None
     # A graph's task loop: which graph and task (its `next` is the graph's command).
     graph: GraphTask | None = None
@@ -226,6 +232,8 @@ def slack_text(body: NotificationBody) -> str:
     lines.append(", ".join(details))
     if body.message:
         lines.append(e(body.message[:500]))
+    if body.report:
+        lines.append(f"```{e(body.report[:1500])}```")
     if body.next and body.next.command:
         lines.append(f"next: `{e(body.next.command)}`")
     lines += [_slack_link(url, label) for label, url in body.links.items()]

@@ -95,6 +95,29 @@ class AuditPayload(Payload):
     # who must clear the block; `report_commit` holds it on the run's work ref.
     report: str = ""
     report_commit: str | None = None
+    # An audit during PRODUCE or REFINE: the tool call it came before (empty: the audit
+    # after an evaluation).
+    before_call: str = ""
+
+
+class BlockedPayload(Payload):
+    """A custodiet BLOCK: the run waits for `clear_block` (docs/loop.md#verdicts)."""
+
+    reason: str = ""
+    violations: list[str] = Field(default_factory=list)
+    # The state of the work written up, and where it is: `path` (`.loops/blocked.md`) at
+    # `report_commit` on the run's work ref (none: there was no workspace to commit it in).
+    report: str = ""
+    path: str | None = None
+    report_commit: str | None = None
+    during: str = Field(
+        default="audit",
+        description="`audit`: the audit after an evaluation; `produce` or `refine`: an audit "
+        "during that step's work, before one of its agent's tool calls",
+    )
+    refused: str = Field(
+        default="", description="the tool call the block refused (an audit during the work)"
+    )
 
 
 class NotifyFailedPayload(Payload):

@@ -144,6 +144,13 @@ class RunRequest(BaseModel):
     )
     mode: Mode = Mode.AUTO
     audit_probability: float = Field(default=0.2, ge=0, le=1)
+    tool_audit_probability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="chance, before each tool call of the producer and the refiner, that the "
+        "custodiet audits the work first; unset: the deployment's LOOPS_TOOL_AUDIT_PROBABILITY",
+    )
     declared_files: list[str] = Field(
         default_factory=list,
         max_length=200,
@@ -240,6 +247,10 @@ class BlockInfo(BaseModel):
     # work ref (none: there was no workspace to commit it in).
     report: str = ""
     path: str | None = None
+    # Where it blocked: `audit` (after an evaluation), or `produce` / `refine` (during the
+    # step's work), and then the tool call it refused.
+    during: str = "audit"
+    refused: str = ""
 
 
 class RunState(BaseModel):

@@ -139,6 +139,11 @@ class Settings(BaseSettings):
     anthropic_timeout_seconds: float = Field(default=300, gt=0, alias="LOOPS_ANTHROPIC_TIMEOUT_S")
     # PRODUCE and REFINE end after this many model turns even if the agent wants more.
     agent_max_turns: int = Field(default=12, ge=1, alias="LOOPS_AGENT_MAX_TURNS")
+    # The chance, before each tool call of PRODUCE's and REFINE's agents, that the custodiet
+    # audits the work first (docs/loop.md#steps); a run's `tool_audit_probability` wins.
+    tool_audit_probability: float = Field(
+        default=0.05, ge=0, le=1, alias="LOOPS_TOOL_AUDIT_PROBABILITY"
+    )
     # The QA verifier's agent: its turn budget, and how much of the run's patch it is sent.
     qa_max_turns: int = Field(default=12, ge=1, alias="LOOPS_QA_MAX_TURNS")
     qa_patch_cap_chars: int = Field(default=40_000, ge=0, alias="LOOPS_QA_PATCH_CAP_CHARS")

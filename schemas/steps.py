@@ -50,10 +50,12 @@ RECORDS_DIR = ".loops"
 TRAJECTORY_DIR = f"{RECORDS_DIR}/trajectory"
 
 
-def trajectory_path(iteration: int, step: str) -> str:
+def trajectory_path(iteration: int, step: str, blocked_attempt: int | None = None) -> str:
     """`.loops/trajectory/01-produce.jsonl`: a retried step rewrites its own file, and the
-    names sort in the order the steps ran."""
-    return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}.jsonl"
+    names sort in the order the steps ran. An attempt the custodiet blocked during the work
+    keeps its own (`01-produce-blocked-1.jsonl`), before the step's."""
+    blocked = f"-blocked-{blocked_attempt}" if blocked_attempt is not None else ""
+    return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}{blocked}.jsonl"
 
 
 # The run's record on its branch (docs/workspace.md#the-runs-record-in-git): the append-only
@@ -214,6 +216,31 @@ class PlanOutput(ModelOutput):
     plan: IterationPlan
 
 
+class WorkAudit(BaseModel):
+    """The custodiet's audit during PRODUCE and REFINE (docs/loop.md#steps): its chance
+    before each of the agent's tool calls, and what it audits with, as the audit after an
+    evaluation is given it."""
+
+    probability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="the chance per tool call; None: the worker's LOOPS_TOOL_AUDIT_PROBABILITY",
+    )
+    first_call_index: int = Field(
+        default=1, ge=1, description="the custodiet's call number of the step's first audit"
+    )
+    intent: str = ""
+    plan_focus: str = ""
+    evaluation: Evaluation | None = None
+    # The commit the iteration started from: the audit's diff and trajectories start there.
+    iteration_start: str = ""
+    declared_files: list[str] = Field(default_factory=list)
+    # The notes that cleared earlier blocks during this iteration's work: its audits see
+    # the same commands again, and are told what the person said of them.
+    cleared_notes: list[str] = Field(default_factory=list)
+
+
 class ProduceInput(ModelStep):
     task: str
     intent: str
@@ -233,6 +260,12 @@ class ProduceInput(ModelStep):
         "command changes of the graph's ledger and task files is put back as it has them "
         "(when empty, as the step's commit has them)",
     )
+    # None: no audit during the work (a step sent before there was one).
+    work_audit: WorkAudit | None = None
+    # One more after each block during the step (its earlier attempts' trajectories are
+    # kept apart), and what the agent is told of the last block.
+    attempt: int = Field(default=1, ge=1)
+    blocked_attempt: str = ""
 
 
 class RefineInput(ModelStep):
@@ -251,6 +284,27 @@ class RefineInput(ModelStep):
         "command changes of the graph's ledger and task files is put back as it has them "
         "(when empty, as the step's commit has them)",
     )
+    work_audit: WorkAudit | None = None
+    # One more after each block during the step (its earlier attempts' trajectories are
+    # kept apart), and what the agent is told of the last block.
+    attempt: int = Field(default=1, ge=1)
+    blocked_attempt: str = ""
+
+
+class WorkAuditVerdict(BaseModel):
+    """One audit during the work: the tool call it came before, and the verdict."""
+
+    before_call: str = Field(description="the tool call, as `tool: argument`")
+    audit: Audit
+
+
+class WorkBlock(BaseModel):
+    """A BLOCK during the work: the call it refused (and every later one was), and the
+    state of the work written up, committed as `.loops/blocked.md` with the work so far."""
+
+    audit: Audit
+    refused: str
+    report: str
 
 
 class ArtifactOutput(ModelOutput):
@@ -265,6 +319,10 @@ class ArtifactOutput(ModelOutput):
     turns: int = 0
     turn_limit_reached: bool = False
     trajectory_path: str | None = None
+    # The custodiet's audits during the work, in order (their usage is in `usage`); a BLOCK
+    # ended the step at `block`, and `commit` holds the work so far with the write-up.
+    work_audits: list[WorkAuditVerdict] = Field(default_factory=list)
+    block: WorkBlock | None = None
 
 
 class PrepareInput(ModelStep):

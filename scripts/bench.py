@@ -280,7 +280,9 @@ async def one_run(client: Client, queue: str) -> RunFigures:
         LoopInput(
             run_id=run_id,
             alias="bench",
-            request=RunRequest(task="Write a guide to caching", audit_probability=0),
+            request=RunRequest(
+                task="Write a guide to caching", audit_probability=0, tool_audit_probability=0
+            ),
             created_at="2026-01-01T00:00:00+00:00",
         ),
         id=run_id,
@@ -344,6 +346,7 @@ async def long_run(client: Client, queue: str, iterations: int, origin: Path) ->
                 rules=FAILING_RULES,
                 max_iterations=iterations,
                 audit_probability=0,
+                tool_audit_probability=0,
             ),
             created_at="2026-01-01T00:00:00+00:00",
             continue_as_new_after_events=LONG_RUN_CONTINUE_AFTER,

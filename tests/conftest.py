@@ -25,6 +25,11 @@ os.environ.setdefault("LOOPS_SANDBOX", "off")
 # the worker without it (tests/worker/test_startup.py).
 os.environ.setdefault("LOOPS_LLM", "offline")
 
+# The custodiet's audit during the work is drawn from a run's id (random in the suite): off
+# unless a test asks for it (a run's `tool_audit_probability`, or the setting), so the
+# custodiet's calls and events of every other test stay the same from run to run.
+os.environ.setdefault("LOOPS_TOOL_AUDIT_PROBABILITY", "0")
+
 # The suite's repositories are local ones under the temporary directory, some asked over
 # file:// as a server would be: allowed the way an operator allows them, by settings
 # (workspace/origin_policy.py). Tests of the policy itself pass their own settings; a test

@@ -7,6 +7,8 @@ Used from inside the workflow only.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -19,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.activities.reflection import ReflectionActivities
     from loopworks.activities.repository import RepositoryActivities
     from loopworks.schemas import events as ev
+    from loopworks.schemas.actions import BLOCKED_PATH
     from loopworks.schemas.detail import AuditView, CriticView, CritiqueView, PlanView, QAView
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import EventName
@@ -47,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         ReflectOutput,
         ReviewInput,
         RunLog,
+        WorkAudit,
     )
     from loopworks.workflows import decisions, step_events
     from loopworks.workflows.checking import Checking
@@ -75,6 +79,9 @@ class LoopSteps(OnRecord):
         self.request = request
         self.learning = Learning(record, runner, request)
         self.checking = Checking(record, runner, request)
+        # The notes that cleared blocks during the work, by iteration: the iteration's later
+        # audits see the commands those blocks saw, so they are told what the person said.
+        self.cleared: dict[int, list[str]] = {}
 
     async def hydrate(self, feedback: list[str], round_: int) -> Hydration:
         """Step 1: the task becomes a plan, rules and acceptance criteria."""
@@ -147,10 +154,21 @@ class LoopSteps(OnRecord):
     async def produce_prepare_evaluate(self) -> Evaluation:
         """Step 5 runs PRODUCE and PREPARE side by side; both depend only on the plan."""
         self.record.set_step(Step.PRODUCE_PREPARE)
+        assert self.memory.last_plan is not None, "PRODUCE runs after PLAN"
+        plan = self.memory.last_plan
+        checking = self.checking
+        produced, prepared = await gather_all(
+            self._produce(plan, 1, ""), checking.prepare(set_step=False)
+        )
+        produced = await self._through_blocks(
+            produced, "produce", lambda attempt, told: self._produce(plan, attempt, told)
+        )
+        self.accept_artifact(produced, EventName.ARTIFACT_CREATED)
+        return await checking.evaluate(prepared)
+
+    async def _produce(self, plan: IterationPlan, attempt: int, told: str) -> ArtifactOutput:
         state, memory = self.state, self.memory
-        assert memory.last_plan is not None, "PRODUCE runs after PLAN"
-        plan = memory.last_plan
-        produce = self.runner.model_step(
+        return await self.runner.model_step(
             Step.PRODUCE_PREPARE,
             R.PRODUCER,
             ProductionActivities.produce_artifact,
@@ -166,15 +184,92 @@ class LoopSteps(OnRecord):
                 log=self.log(),
                 graph_task=self.graph_task,
                 base_commit=self.memory.base_commit,
+                work_audit=self._work_audit(plan.focus, None),
+                attempt=attempt,
+                blocked_attempt=told,
             ),
             AGENT_STEP,
-            f"iteration {state.iteration} · produce",
+            f"iteration {state.iteration} · produce"
+            + (f" · attempt {attempt}" if attempt > 1 else ""),
             set_step=False,
         )
-        checking = self.checking
-        produced, prepared = await gather_all(produce, checking.prepare(set_step=False))
-        self.accept_artifact(produced, EventName.ARTIFACT_CREATED)
-        return await checking.evaluate(prepared)
+
+    def _work_audit(self, plan_focus: str, evaluation: Evaluation | None) -> WorkAudit:
+        """What PRODUCE and REFINE audit during their work with (docs/loop.md#steps)."""
+        return WorkAudit(
+            probability=self.request.tool_audit_probability,
+            first_call_index=self.memory.calls.get(R.CUSTODIET, 0) + 1,
+            intent=self.memory.intent,
+            plan_focus=plan_focus,
+            evaluation=evaluation,
+            iteration_start=self.memory.iteration_start,
+            declared_files=self.request.declared_files,
+            cleared_notes=self.cleared.get(self.state.iteration, []),
+        )
+
+    async def _through_blocks(
+        self,
+        output: ArtifactOutput,
+        during: str,
+        again: Callable[[int, str], Awaitable[ArtifactOutput]],
+    ) -> ArtifactOutput:
+        """The custodiet's audits during a PRODUCE or REFINE (docs/loop.md#verdicts): each
+        is an `audit_verdict`; a BLOCK holds the run, its work so far committed, until a
+        person clears it, and then the step runs `again` from that work, told what
+        happened."""
+        attempt = 1
+        while True:
+            self._take_work_audits(output)
+            block = output.block
+            if block is None:
+                return output
+            memory = self.memory
+            memory.commit = output.commit
+            self.record.saved(output.saved_seq)
+            audit = block.audit
+            self.steering.block(
+                ev.BlockedPayload(
+                    reason=audit.reason,
+                    violations=audit.violations,
+                    report=block.report,
+                    path=BLOCKED_PATH,
+                    report_commit=output.commit,
+                    during=during,
+                    refused=block.refused,
+                )
+            )
+            await self.steering.gate(self.request.budget)
+            if note := self.state.block.cleared_note:
+                self.cleared.setdefault(self.state.iteration, []).append(note)
+            attempt += 1
+            told = (
+                f"The custodiet, the run's auditor, blocked this step's attempt {attempt - 1} "
+                f"before its tool call `{block.refused}`, which was refused, as every later "
+                f"one was: {audit.reason or 'no reason given'}. What that attempt had done "
+                f"is in the workspace (committed, with the write-up in `{BLOCKED_PATH}`). "
+                "A person has since cleared the block: carry on with the step."
+            )
+            output = await again(attempt, told)
+
+    def _take_work_audits(self, output: ArtifactOutput) -> None:
+        """Count the custodiet's calls a step made, and record each verdict."""
+        memory, state = self.memory, self.state
+        if not output.work_audits:
+            return
+        memory.calls[R.CUSTODIET] = memory.calls.get(R.CUSTODIET, 0) + len(output.work_audits)
+        for verdict in output.work_audits:
+            audit = verdict.audit
+            payload = ev.AuditPayload(
+                verdict=audit.verdict.value,
+                reason=audit.reason,
+                violations=audit.violations,
+                before_call=verdict.before_call,
+            )
+            if output.block is not None and audit.verdict == AuditVerdict.BLOCK:
+                payload.report, payload.report_commit = output.block.report, output.commit
+            self.record.emit(EventName.AUDIT_VERDICT, payload)
+            state.verdicts.custodiet = AuditView.of(audit, state.iteration)
+            memory.guidance.append(f"custodiet: {audit.verdict.value} {audit.reason}".strip())
 
     async def maybe_audit(self, evaluation: Evaluation, plan_focus: str) -> None:
         """Step 7: the custodiet audits by chance; BLOCK parks the run until cleared."""
@@ -185,7 +280,7 @@ class LoopSteps(OnRecord):
             R.CUSTODIET,
             AuditActivities.audit_run,
             lambda f: AuditInput(
-                **f,
+                **{**f, "operator_note": self._audit_note(f["operator_note"])},
                 task=self.request.task,
                 intent=self.memory.intent,
                 plan_focus=plan_focus,
@@ -210,8 +305,22 @@ class LoopSteps(OnRecord):
                 if memory.checked_commit == memory.commit:
                     memory.checked_commit = audited.commit
                 memory.commit = audited.commit
-            self.steering.block(audit.reason, audited.report, audited.commit)
+            self.steering.block(
+                ev.BlockedPayload(
+                    reason=audit.reason,
+                    violations=audit.violations,
+                    report=audited.report,
+                    path=BLOCKED_PATH if audited.commit else None,
+                    report_commit=audited.commit,
+                )
+            )
             await self.steering.gate(self.request.budget)
+
+    def _audit_note(self, note: str | None) -> str | None:
+        """The audit's note: a person's own for it, and those that cleared blocks during
+        this iteration's work, whose commands it is shown again."""
+        notes = [*self.cleared.get(self.state.iteration, []), note or ""]
+        return "\n\n".join(dict.fromkeys(n for n in notes if n)) or None
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
         """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
@@ -274,7 +383,17 @@ class LoopSteps(OnRecord):
         return critique
 
     async def refine(self, critique: Critique) -> None:
-        refined = await self.runner.model_step(
+        refined = await self._through_blocks(
+            await self._refine(critique, 1, ""),
+            "refine",
+            lambda attempt, told: self._refine(critique, attempt, told),
+        )
+        self.accept_artifact(refined, EventName.REFINEMENT_DONE)
+
+    async def _refine(self, critique: Critique, attempt: int, told: str) -> ArtifactOutput:
+        memory = self.memory
+        focus = memory.last_plan.focus if memory.last_plan else ""
+        return await self.runner.model_step(
             Step.REFINE,
             R.REFINER,
             ProductionActivities.refine_artifact,
@@ -287,11 +406,14 @@ class LoopSteps(OnRecord):
                 log=self.log(),
                 graph_task=self.graph_task,
                 base_commit=self.memory.base_commit,
+                work_audit=self._work_audit(focus, memory.last_evaluation),
+                attempt=attempt,
+                blocked_attempt=told,
             ),
             AGENT_STEP,
-            f"iteration {self.state.iteration} · refine · {len(critique.issues)} issues",
+            f"iteration {self.state.iteration} · refine · {len(critique.issues)} issues"
+            + (f" · attempt {attempt}" if attempt > 1 else ""),
         )
-        self.accept_artifact(refined, EventName.REFINEMENT_DONE)
 
     async def reflect(self) -> ReflectOutput | None:
         """Step 10 runs for every run that got a workspace, stopped ones included."""

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.activities.notification import NotificationActivities, where
     from loopworks.schemas.graph import GraphState, GraphStatus
     from loopworks.schemas.notify import (
+        REPORT_CHARS,
         GraphTask,
         NextStep,
         Notification,
@@ -96,10 +97,18 @@ def run_body(
         stop_reason=state.stop_reason.value if state.stop_reason else None,
         score=state.last_score if state.iteration else None,
         message=message[:1000],
+        report=_report(state, event),
         next=next_step,
         graph=graph,
         at=at,
     )
+
+
+def _report(state: RunState, event: NotifyEvent) -> str | None:
+    """A block's write-up goes with its notification, as with its `blocked` event."""
+    if event != NotifyEvent.BLOCKED or not state.block.report:
+        return None
+    return state.block.report[:REPORT_CHARS]
 
 
 def graph_body(state: GraphState, event: NotifyEvent, at: str) -> NotificationBody:

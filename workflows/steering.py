@@ -14,9 +14,9 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from loopworks.schemas.actions import BLOCKED_PATH
     from loopworks.schemas.detail import RELEASES, Gate, GateView
     from loopworks.schemas.events import ApprovedPayload, Empty, EventName, NotePayload
+    from loopworks.schemas.payloads import BlockedPayload
     from loopworks.schemas.run import (
         Approval,
         BlockInfo,
@@ -136,17 +136,21 @@ class Steering(OnRecord):
             raise Stopped()
         self.record.set_status(RunStatus.RUNNING)
 
-    def block(self, reason: str, report: str = "", commit: str | None = None) -> None:
+    def block(self, blocked: BlockedPayload) -> None:
         """A custodiet BLOCK: the next gate holds the run until a person clears it. The
-        report is what the person is shown; `commit` holds it as `.loops/blocked.md`."""
+        `blocked` event and the run's `block` carry the write-up, for the person who must
+        clear it; its `path` holds it as `.loops/blocked.md` on the run's work ref."""
         self.state.blocked = True
         self.state.block = BlockInfo(
             blocked=True,
-            reason=reason,
+            reason=blocked.reason,
             count=self.state.block.count + 1,
-            report=report,
-            path=BLOCKED_PATH if commit else None,
+            report=blocked.report,
+            path=blocked.path,
+            during=blocked.during,
+            refused=blocked.refused,
         )
+        self.record.emit(EventName.BLOCKED, blocked)
         self.record.set_status(RunStatus.BLOCKED)
 
     async def gate(self, budget: Budget | None) -> None:

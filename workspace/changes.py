@@ -3,7 +3,8 @@ with the rest named by path. The gates (the custodiet, QA, an `llm` judge) read 
 rather than the agent's account of it.
 
 `diff_stat` and `capped_patch` are pure; `changes_between` reads a repository's objects
-(libgit2, as workspace/objects.py) and nothing else.
+(libgit2, as workspace/objects.py) and nothing else; `changes_to_worktree` reads a work
+tree's files too, as `git add -A` would stage them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pygit2
 from pydantic import BaseModel
+from pygit2.enums import DiffOption
 
 from loopworks.workspace.objects import open_repository
 from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
@@ -93,14 +95,39 @@ def changes_between(repository: str | Path, old: str, new: str) -> list[FileChan
     return sorted(found, key=lambda c: c.path)
 
 
+# A work tree's files as `git add -A` stages them: untracked ones (in untracked folders
+# too) with their content, ignored ones left out, as are sockets and FIFOs.
+_WORKTREE = (
+    DiffOption.INCLUDE_UNTRACKED
+    | DiffOption.RECURSE_UNTRACKED_DIRS
+    | DiffOption.SHOW_UNTRACKED_CONTENT
+)
+
+
+def changes_to_worktree(workdir: Path, old: str) -> list[FileChange]:
+    """Every path that differs from `old`'s tree to the files of the work tree at `workdir`,
+    in path order: what `git add -A` then `git diff --cached old` would show, while an agent
+    is still at work and nothing is committed (an untracked file is `A`)."""
+    GIT_IN_PROCESS.add(["diff"])
+    repo = open_repository(workdir)
+    try:
+        tree = repo.revparse_single(old).peel(pygit2.Tree)
+        diff = tree.diff_to_workdir(_WORKTREE)
+        found = [_change(patch) for patch in diff if patch is not None]
+    except (pygit2.GitError, KeyError, ValueError) as exc:
+        raise GitError(f"diff {old} to the work tree failed: {exc}") from exc
+    return sorted(found, key=lambda c: c.path)
+
+
 def _change(patch: pygit2.Patch) -> FileChange:
     delta = patch.delta
     _, added, removed = patch.line_stats
     path = delta.new_file.path if delta.status_char() != "D" else delta.old_file.path
     binary = delta.is_binary
+    status = delta.status_char()
     return FileChange(
         path=path,
-        status=delta.status_char(),
+        status="A" if status == "?" else status,
         added=added,
         removed=removed,
         binary=binary,

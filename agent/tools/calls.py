@@ -3,6 +3,8 @@ one model per tool (the schemas the model is shown), and the caps every tool kee
 
 from __future__ import annotations
 
+import signal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopworks.schemas.patterns import PATTERN_MAX_CHARS
@@ -28,6 +30,24 @@ SEARCH_CHUNK_LINES = 1000
 COMMAND_OUTPUT_CAP_BYTES = 32 * 1024
 COMMAND_DEFAULT_TIMEOUT = 60.0
 COMMAND_MAX_TIMEOUT = 600.0
+
+
+def command_ended(exit_code: int) -> str:
+    """The first line of the command tool's result, how the command ended: `exit code N`,
+    or `killed by signal N (SIGNAME)` when a signal ended it before it could exit (the
+    process's status is then -N). A timeout's line is the checks runner's, `timed out after
+    Ns ...`. agent/actions.py reads these lines back from a trajectory."""
+    if exit_code >= 0:
+        return f"exit code {exit_code}"
+    number = -exit_code
+    return f"killed by signal {number} ({signal_name(number)})"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 class ToolResult(BaseModel):

@@ -31,6 +31,7 @@ from loopworks.agent.tools.calls import (
     SearchArgs,
     ToolResult,
     WriteFileArgs,
+    command_ended,
 )
 from loopworks.agent.tools.guard import ToolDenied, ToolGuard
 from loopworks.checks.runner import run_command_check
@@ -368,7 +369,8 @@ def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
         return fail(f"{outcome.detail}\n{note}" if note else outcome.detail)
     # The runner's detail is "exit code N[ (expected 0)]\n<output>".
     output = outcome.detail.partition("\n")[2]
-    content = f"exit code {outcome.exit_code}\n{output}"
+    assert outcome.exit_code is not None  # only a timeout has none
+    content = f"{command_ended(outcome.exit_code)}\n{output}"
     if note:
         content = f"{content.rstrip()}\n{note}"
     return ToolResult(ok=outcome.exit_code == 0 and restored, content=content)

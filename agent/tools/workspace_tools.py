@@ -112,8 +112,9 @@ _SPECS: tuple[ToolSpec[Any], ...] = (
     ),
     ToolSpec(
         "run_command",
-        "Run a bash command in the workspace root and return its exit code and combined "
-        "output (the last 32 KiB). It runs in a sandbox: no network, no secrets in the "
+        "Run a bash command in the workspace root and return how it ended (its exit code, "
+        "or the signal or timeout that killed it) and its combined output (the last 32 KiB). "
+        "It runs in a sandbox: no network, no secrets in the "
         "environment, only the workspace writable and its .git read-only. git may only read "
         "(status, diff, log, show, ...): loopworks commits what you leave in the working tree, "
         "so git commands that write, and paths inside .git, are refused. The command and "

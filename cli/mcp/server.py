@@ -156,8 +156,8 @@ def build_server(client: ApiClient) -> MCPServer:
     ) -> EventsPage:
         """A run's events after a cursor, in order. Every event has `seq` (1, 2, 3, … in
         the run's history), `ts`, `event` (its name: run_started, hydration_done,
-        critic_verdict, evaluation_done, audit_verdict, block_cleared, approved, paused,
-        resumed, stopped, failed, pushed, …), iteration, phase, step and a `payload`.
+        critic_verdict, evaluation_done, audit_verdict, blocked, block_cleared, approved,
+        paused, resumed, stopped, failed, pushed, …), iteration, phase, step and a `payload`.
         The answer's next_cursor is the last seq returned; `more` is true when more events
         are already there."""
         with api_errors():

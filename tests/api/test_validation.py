@@ -62,6 +62,11 @@ def _assert_names(response: httpx.Response, field: str) -> dict[str, Any]:
         pytest.param({"task": "t", "template": "nope"}, "body.template", id="unknown-template"),
         pytest.param({"task": "t", "audit_probability": 1.5}, "body.audit_probability", id="audit"),
         pytest.param(
+            {"task": "t", "tool_audit_probability": -0.1},
+            "body.tool_audit_probability",
+            id="tool-audit",
+        ),
+        pytest.param(
             {"task": "t", "audit_probability": "often"},
             "body.audit_probability",
             id="audit-not-number",

@@ -28,6 +28,8 @@ from loopworks.schemas.events import (
     AuditPayload,
     AuditVerdictGiven,
     BlockCleared,
+    Blocked,
+    BlockedPayload,
     Event,
     NotePayload,
     Paused,
@@ -342,8 +344,16 @@ def test_final_summary_shows_the_stop_message() -> None:
 
 def test_notices_for_control_events() -> None:
     envelope = at(30, "50.000000", 2, Phase.B, Step.AUDIT)
-    block = AuditVerdictGiven(**envelope, payload=AuditPayload(verdict="BLOCK", reason="drift"))
+    block = Blocked(**envelope, payload=BlockedPayload(reason="drift", report="# Blocked"))
     assert notice(block) == "! custodiet BLOCK: drift"
+    during = BlockedPayload(reason="drift", during="produce", refused="run_command: curl x")
+    assert (
+        notice(Blocked(**envelope, payload=during))
+        == "! custodiet BLOCK: drift (during produce, refused run_command: curl x)"
+    )
+    # The verdict's event says it too; the `blocked` event is the one noticed.
+    verdict = AuditPayload(verdict="BLOCK", reason="drift")
+    assert notice(AuditVerdictGiven(**envelope, payload=verdict)) is None
     assert notice(AuditVerdictGiven(**envelope, payload=AuditPayload(verdict="OK"))) is None
     cleared = BlockCleared(**envelope, payload=NotePayload(note="go on"))
     assert notice(cleared) == "· block_cleared: note: go on"

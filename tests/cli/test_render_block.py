@@ -36,6 +36,14 @@ def test_loops_status_shows_where_the_write_up_is_and_the_write_up() -> None:
     assert notes[2:] == ["", *REPORT.rstrip().splitlines()]
 
 
+def test_loops_status_says_which_tool_call_a_block_during_the_work_refused() -> None:
+    state = blocked(RUN)
+    during = state.block.model_copy(update={"during": "produce", "refused": "run_command: curl x"})
+    notes = status_notes(state.model_copy(update={"block": during}))
+    assert notes[1] == "blocked during produce, refusing run_command: curl x"
+    assert notes[2] == f"the state of the work: {BLOCKED_PATH} on the run's work ref"
+
+
 class BlockedHandle(FakeHandle):
     async def query(self, query: Any, *args: Any, **kwargs: Any) -> Any:
         if query.__name__ == "status":

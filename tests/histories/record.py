@@ -114,6 +114,28 @@ async def _record_blocked_run(
         return await run.fetch_history()
 
 
+async def _record_blocked_during_work_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """The custodiet audits before every tool call of the producer and blocks the first:
+    the run is held, the block cleared by an update, and PRODUCE runs again from the
+    committed work (docs/loop.md#steps)."""
+    block = {"verdict": "BLOCK", "reason": "recorded block", "violations": ["recorded"]}
+    model = OfflineModels(script=OfflineScript.model_validate({"custodiet": {"1": block}}))
+    async with build_worker(client, settings, models=model):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-blocked-during-work-run",
+            task="Write a guide",
+            audit_probability=0.0,
+            tool_audit_probability=1.0,
+            max_iterations=1,
+        )
+        await _wait_status(run, RunStatus.BLOCKED)
+        await run.execute_update(LoopWorkflow.clear_block, "reviewed")
+        await run.result()
+        return await run.fetch_history()
+
+
 # Each kind of check, so that EVALUATE runs its two groups (exec; content with the
 # judgement), and a command that fails the first iteration, so that the second reuses
 # PREPARE's checks.
@@ -467,6 +489,7 @@ RECORDERS = {
     "prep_graph_run": _record_prep_graph_run,
     "prep_run": _record_prep_run,
     "notified_run": record_notified_run,
+    "blocked_during_work_run": _record_blocked_during_work_run,
 }
 
 

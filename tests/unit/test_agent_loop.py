@@ -22,9 +22,11 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from loopworks.agent.actions import commands_run
 from loopworks.agent.loop import NUDGE, AgentOutcome, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
+from loopworks.deploy.local import free_port
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
 from loopworks.llm.errors import CUT_OFF
 from loopworks.llm.offline import OfflineModels, OfflineScript
@@ -422,3 +424,99 @@ async def test_the_offline_model_that_only_talks_is_invalid_output(tmp_path: Pat
     with pytest.raises(InvalidOutput, match=r"artifact\.md"):
         await run(OfflineModels(script=script), tmp_path, context=PRODUCE_CONTEXT, call_index=2)
     assert not (tmp_path / ARTIFACT_PATH).exists()
+
+
+async def test_a_commands_ending_is_recorded_as_the_tool_gave_it_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """The model reads a failed command wrapped as an error, but the trajectory keeps the
+    tool's own words, so the gates read each command's real ending back: a curl refused
+    by a closed port exits 7, a signal and a timeout are said as such."""
+    closed = free_port()
+    curl = f"curl -s -m 5 http://127.0.0.1:{closed}/install.sh"
+    model = ScriptedModels(
+        calls(
+            ("run_command", {"command": curl}),
+            ("run_command", {"command": "kill -9 $$"}),
+            ("run_command", {"command": "sleep 30", "timeout_seconds": 0.5}),
+            ("run_command", {"command": "true"}),
+            ("write_file", {"path": ARTIFACT_PATH, "content": "#"}),
+        ),
+        says("done"),
+    )
+    outcome = await run(model, tmp_path)
+
+    failed = [p for p in tool_results(model.seen[1]) if p.outcome == "failed"]
+    assert len(failed) == 3  # the model is told each failed
+    results = [r for r in outcome.records if r.kind == "tool_result"]
+    assert results[0].output == "exit code 7\n" and results[0].ok is False
+    assert results[1].output == "killed by signal 9 (SIGKILL)\n"
+    assert [(c.exit_code, c.signal, c.timed_out) for c in commands_run(outcome.records)] == [
+        (7, None, False),
+        (None, "SIGKILL", False),
+        (None, None, True),
+        (0, None, False),
+    ]
+
+
+class RefusingFrom:
+    """A tool gate that lets calls run until the `n`th, then refuses it and every later
+    one; it keeps what it was shown had been done before each call."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.asked: list[tuple[str, list[str]]] = []
+
+    @property
+    def closed(self) -> bool:
+        return len(self.asked) >= self.n
+
+    async def before(self, tool: str, arguments: dict[str, Any], done: Any) -> str | None:
+        self.asked.append((tool, [r.output or "" for r in done if r.kind == "tool_result"]))
+        return "refused: blocked" if self.closed else None
+
+
+async def test_a_gate_that_closes_refuses_the_rest_of_the_turn_and_stops_the_agent(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModels(
+        calls(
+            ("run_command", {"command": "echo one > one.txt"}),
+            ("write_file", {"path": "two.txt", "content": "2"}),
+            ("run_command", {"command": "echo three > three.txt"}),
+        ),
+        says("never asked"),
+    )
+    gate = RefusingFrom(2)
+    outcome = await run_agent(model, model_call(), INSTRUCTIONS, tmp_path, 12, "produce", gate=gate)
+
+    assert (tmp_path / "one.txt").exists()
+    assert not (tmp_path / "two.txt").exists() and not (tmp_path / "three.txt").exists()
+    # Asked before every call, shown what had run; the model was not asked again.
+    assert gate.asked == [
+        ("run_command", []),
+        ("write_file", ["exit code 0\n"]),
+        ("run_command", ["exit code 0\n", "refused: blocked"]),
+    ]
+    assert len(model.seen) == 1
+    assert outcome.stopped_by_gate and not outcome.limit_reached
+    results = [(r.tool_use_id, r.ok, r.output) for r in outcome.records if r.kind == "tool_result"]
+    assert results == [
+        ("toolu_0", True, "exit code 0\n"),
+        ("toolu_1", False, "refused: blocked"),
+        ("toolu_2", False, "refused: blocked"),
+    ]
+    assert outcome.records[-1].kind == "blocked"
+    assert outcome.records[-1].output == "refused: blocked"
+
+
+async def test_a_gate_that_fails_fails_the_step(tmp_path: Path) -> None:
+    class Failing(RefusingFrom):
+        async def before(self, tool: str, arguments: dict[str, Any], done: Any) -> str | None:
+            raise InvalidOutput(Role.CUSTODIET, "no valid answer after a repair")
+
+    model = ScriptedModels(calls(("run_command", {"command": "touch x"})), says("done"))
+    with pytest.raises(InvalidOutput) as raised:
+        await run_agent(model, model_call(), INSTRUCTIONS, tmp_path, 12, "produce", gate=Failing(9))
+    assert raised.value.role == Role.CUSTODIET
+    assert not (tmp_path / "x").exists()

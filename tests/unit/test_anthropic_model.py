@@ -67,6 +67,7 @@ PRODUCE_CONTEXT: dict[str, Any] = {
     "rules": [],
     "plan": {"focus": "first draft", "steps": ["Draft it"]},
     "current_artifact": None,
+    "blocked_attempt": None,
 }
 
 

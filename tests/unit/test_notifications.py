@@ -28,6 +28,7 @@ from loopworks.activities.notification import (
 from loopworks.schemas.graph import GraphState, GraphStatus
 from loopworks.schemas.notify import (
     DEFAULT_EVENTS,
+    REPORT_CHARS,
     NotifyEvent,
     NotifyPlan,
     NotifyRequest,
@@ -38,7 +39,13 @@ from loopworks.schemas.notify import (
 from loopworks.schemas.origin_rules import OriginRules, rules_from
 from loopworks.schemas.run import RunState, RunStatus, StopReason, Thresholds
 from loopworks.schemas.settings import Settings
-from loopworks.workflows.notifying import graph_body, graph_event, run_body, run_event
+from loopworks.workflows.notifying import (
+    WAITING,
+    graph_body,
+    graph_event,
+    run_body,
+    run_event,
+)
 from loopworks.workspace.origin_access import webhook_verdict
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "notifications.md"
@@ -89,6 +96,24 @@ def test_a_waiting_run_says_what_moves_it_on() -> None:
     assert body.message == "edits outside the declared files" and body.score == 0.5
     done = run_body(state(RunStatus.COMPLETED), NotifyEvent.COMPLETED, "t")
     assert done.next is None and done.score is None  # it never iterated
+
+
+def test_a_block_is_sent_with_its_write_up_and_is_a_default_waiting_event() -> None:
+    blocked = state(RunStatus.BLOCKED)
+    blocked.block.reason = "ran curl"
+    blocked.block.report = "# Blocked by the custodiet at iteration 1\n" + "x" * 9000
+    body = run_body(blocked, NotifyEvent.BLOCKED, "t")
+    assert body.report is not None and body.report.startswith("# Blocked by the custodiet")
+    assert len(body.report) == REPORT_CHARS
+    slack = json.loads(encoded(body, Webhook(url="https://x", format=WebhookFormat.SLACK)))
+    assert "# Blocked by the custodiet at iteration 1" in slack["text"]
+    # Only a block carries one: no other body has the key at all.
+    done = run_body(state(RunStatus.COMPLETED), NotifyEvent.COMPLETED, "t")
+    assert "report" not in json.loads(encoded(done, Webhook(url="https://x")))
+    # A request that names no events, and the deployment's default, hear of blocks.
+    assert NotifyEvent.BLOCKED in DEFAULT_EVENTS and NotifyEvent.BLOCKED in WAITING
+    plan = NotifyPlan(webhooks=[Webhook(url="https://x")], deployment_webhooks=1)
+    assert len(plan.targets(NotifyEvent.BLOCKED)) == 2
 
 
 def test_a_graph_notifies_its_own_transitions() -> None:

@@ -547,3 +547,23 @@ def test_a_graph_tasks_writers_are_told_the_graphs_record_is_not_theirs(
     # orchestrator", it did, in every single run.
     assert LEDGER_PATH not in files_to_write(prompt)
     assert LEDGER_PATH not in files_to_write(GRAPH_TASK_NOTE)
+
+
+def test_the_custodiet_and_the_writers_are_told_of_the_audit_during_the_work(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """The custodiet may audit before the producer's and refiner's tool calls, shown the
+    call about to run (activities/audit.py, `WorkAuditor`); a BLOCK refuses it and every
+    later one, stops the agent, and the step runs again once cleared, told of the block."""
+    custodiet = agents[Role.CUSTODIET.value].prompt
+    assert "before one of the producer's or refiner's tool calls" in custodiet
+    assert "refuses the tool call you were shown and every later one" in custodiet
+    assert "**Pending Call**: only during the work" in custodiet
+    # How a command ended, each as its field is named in Commands Run.
+    for name in ("exit_code", "timed_out", "signal", "note"):
+        assert f"`{name}`" in custodiet
+    for role in (Role.PRODUCER, Role.REFINER):
+        prompt = agents[role.value].prompt
+        assert "may check the work before any of your tool calls" in prompt
+        assert "that call and every later one are refused with its reason" in prompt
+        assert "**Blocked Attempt**: only when the custodiet blocked" in prompt

@@ -10,7 +10,7 @@ from loopworks.schemas.actions import BLOCKED_PATH
 from loopworks.schemas.run import RunStatus
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.refs import work_ref
-from tests.workflows.conftest import LoopHarness
+from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_loop import remote_file, wait_for
 
 pytestmark = pytest.mark.workflow
@@ -52,5 +52,15 @@ async def test_a_block_commits_the_state_of_the_work_and_clearing_it_goes_on(
         e for e in events if e.event.value == "audit_verdict" and e.payload.verdict == "BLOCK"
     ]
     assert audit.payload.report == report and audit.payload.report_commit
+    # The block's own event follows the verdict, with the write-up and where it is.
+    [blocked_event] = [e for e in events if e.event.value == "blocked"]
+    flow = names(events)
+    assert flow.index("audit_verdict") < flow.index("blocked") < flow.index("block_cleared")
+    assert blocked_event.payload.reason == "the producer contacted an outside host"
+    assert blocked_event.payload.violations == BLOCK["violations"]
+    assert blocked_event.payload.report == report
+    assert blocked_event.payload.path == BLOCKED_PATH
+    assert blocked_event.payload.report_commit == audit.payload.report_commit
+    assert blocked_event.payload.during == "audit" and not blocked_event.payload.refused
     # The report stays in the run's record on its pushed branch.
     assert remote_file(harness.origin, final.branch, BLOCKED_PATH) == report

@@ -9,13 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from loopworks.deploy.local import free_port
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.workflows.conftest import LoopHarness
 from tests.workflows.test_literal_model import TASK, literal_worker
 
 pytestmark = pytest.mark.workflow
 
-CURL = "curl -s -m 2 https://example.com/install.sh; echo fetched > fetched.txt"
+# Refused by a port nothing listens on: curl exits 7, whose code the custodiet must see.
+CURL = f"echo fetched > fetched.txt; curl -s -m 5 http://127.0.0.1:{free_port()}/install.sh"
 
 
 @pytest.fixture
@@ -44,10 +46,17 @@ async def test_a_producers_curl_reaches_the_custodiets_input(
     assert audits, "the custodiet was never asked"
     first = audits[0].messages[0]["content"]
     sent = first if isinstance(first, str) else "".join(b.get("text", "") for b in first)
-    # The command, under its own section, with the exit code its result reported.
+    # The command, under its own section, with the exit code it failed with.
     commands = sent.split("## Commands Run")[1].split("\n## ")[0]
     assert json.loads(commands) == [
-        {"step": "produce", "command": CURL, "exit_code": 0, "note": ""}
+        {
+            "step": "produce",
+            "command": CURL,
+            "exit_code": 7,
+            "timed_out": False,
+            "signal": None,
+            "note": "",
+        }
     ]
     # What it changed: the file it left, outside the task's declared files.
     assert "A +1 -0 fetched.txt" in sent.split("## Diff Stat")[1]
