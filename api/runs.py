@@ -151,7 +151,11 @@ async def never_ran(
     its code ran (`api.unstarted`); otherwise the error to answer the failed query with."""
     if isinstance(err, RPCError) and _not_found(err):
         raise RunNotFound(handle.id) from err
-    params = await unstarted.start_input(handle, input_type) if is_closed(description) else None
+    params = (
+        await unstarted.start_input(handle, input_type, description.data_converter)
+        if is_closed(description)
+        else None
+    )
     if params is None:
         raise unanswered(handle, description, query, err) from err
     return params
