@@ -1,0 +1,119 @@
+"""`loops up` encrypts what its Temporal stores: a payload key made once in the data
+directory (private, kept across restarts) unless LOOPS_PAYLOAD_KEYS names the keys, given
+to the worker and the API, and the dev server's UI pointed at the API's codec endpoint.
+A whole `loops up` reading its encrypted run back after a restart:
+tests/integration/test_up.py."""
+
+from __future__ import annotations
+
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loopworks.deploy.local import CannotStart, LocalStack, StackDown, free_port
+from loopworks.deploy.one_machine import PAYLOAD_KEYS_FILE, local_payload_keys
+from loopworks.schemas.payload_keys import new_payload_key, parse_payload_keys
+from loopworks.schemas.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_key_is_made_once_private_and_kept(tmp_path: Path) -> None:
+    settings = Settings(LOOPS_DATA_DIR=tmp_path)
+    env, source = local_payload_keys(settings)
+    path = tmp_path / PAYLOAD_KEYS_FILE
+    assert source == str(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    [key_id] = parse_payload_keys(env["LOOPS_PAYLOAD_KEYS"])
+    assert env["LOOPS_PAYLOAD_KEYS"] == path.read_text().strip()
+    # The next start reads the same key: the runs it encrypted stay readable.
+    assert local_payload_keys(settings) == (env, source)
+    # Rotated by hand (a new key in front), the file is read as it is.
+    rotated = f"{new_payload_key('local-2')},{env['LOOPS_PAYLOAD_KEYS']}"
+    path.write_text(rotated + "\n")
+    assert local_payload_keys(settings)[0] == {"LOOPS_PAYLOAD_KEYS": rotated}
+
+
+def test_the_operators_keys_win_and_nothing_is_written(tmp_path: Path) -> None:
+    keys = new_payload_key("ops")
+    assert local_payload_keys(Settings(LOOPS_DATA_DIR=tmp_path, LOOPS_PAYLOAD_KEYS=keys)) == (
+        {},
+        "LOOPS_PAYLOAD_KEYS",
+    )
+    assert not (tmp_path / PAYLOAD_KEYS_FILE).exists()
+
+
+def test_a_spoilt_key_file_stops_up_saying_where(tmp_path: Path) -> None:
+    (tmp_path / PAYLOAD_KEYS_FILE).write_text("local-1:not-a-key\n")
+    with pytest.raises(ValueError, match=f"{tmp_path / PAYLOAD_KEYS_FILE}: .* not base64"):
+        local_payload_keys(Settings(LOOPS_DATA_DIR=tmp_path))
+    (tmp_path / PAYLOAD_KEYS_FILE).write_text("\n")
+    with pytest.raises(ValueError, match="holds no key"):
+        local_payload_keys(Settings(LOOPS_DATA_DIR=tmp_path))
+
+
+@pytest.fixture
+def temporal_listening() -> Iterator[int]:
+    """A Temporal port something already serves: `loops up` uses it, starts no server."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+def _spawned(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], dict[str, str]]]:
+    started: list[tuple[str, list[str], dict[str, str]]] = []
+
+    def spawn(name: str, command: list[str], env: dict[str, str]) -> None:
+        started.append((name, command, env))
+        if name != "temporal":
+            raise CannotStart("enough")
+
+    monkeypatch.setattr(stack, "_spawn", spawn)
+    return started
+
+
+def test_the_dev_servers_ui_decodes_through_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api_port = free_port()
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path, LOOPS_API_PORT=api_port, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}"
+    )
+    stack = LocalStack(settings, int(settings.temporal_address.rsplit(":")[1]), free_port())
+    started = _spawned(stack, monkeypatch)
+    # The server never listens here: `loops up` gives up waiting on it at once.
+    monkeypatch.setattr(stack, "alive", lambda: False)
+    with pytest.raises(StackDown, match="did not come up"):
+        stack.start()
+    stack.stop()
+    [(name, command, _)] = started
+    assert name == "temporal"
+    codec = command[command.index("--ui-codec-endpoint") + 1]
+    assert codec == f"http://127.0.0.1:{api_port}/codec"
+
+
+def test_the_worker_and_the_api_get_the_keys_and_the_uis_address(
+    tmp_path: Path, temporal_listening: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LOOPS_TEMPORAL_UI_URL", raising=False)
+    monkeypatch.delenv("LOOPS_PAYLOAD_KEYS", raising=False)
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path,
+        LOOPS_API_PORT=free_port(),
+        TEMPORAL_ADDRESS=f"127.0.0.1:{temporal_listening}",
+    )
+    ui_port = free_port()
+    stack = LocalStack(settings, temporal_listening, ui_port)
+    started = _spawned(stack, monkeypatch)
+    with pytest.raises(CannotStart, match="enough"):
+        stack.start()
+    stack.stop()
+    [(name, _, env)] = started
+    assert name == "worker"
+    assert env["LOOPS_PAYLOAD_KEYS"] == (tmp_path / PAYLOAD_KEYS_FILE).read_text().strip()
+    assert env["LOOPS_TEMPORAL_UI_URL"] == f"http://127.0.0.1:{ui_port}"
+    assert stack.payload_keys == str(tmp_path / PAYLOAD_KEYS_FILE)
