@@ -38,10 +38,16 @@ def data_converter(settings: Settings) -> DataConverter:
     pydantic's, its payloads encrypted when LOOPS_PAYLOAD_KEYS holds a key
     (`loopworks.service.codec`). A client without the key can start nothing a worker
     with it would run, and read nothing it wrote."""
-    keys = parse_payload_keys(settings.payload_keys)
-    if not keys:
+    codec = payload_codec(settings)
+    if codec is None:
         return CONVERTER
-    return dataclasses.replace(CONVERTER, payload_codec=EncryptionCodec(keys))
+    return dataclasses.replace(CONVERTER, payload_codec=codec)
+
+
+def payload_codec(settings: Settings) -> EncryptionCodec | None:
+    """The codec of LOOPS_PAYLOAD_KEYS, or None when it holds no key."""
+    keys = parse_payload_keys(settings.payload_keys)
+    return EncryptionCodec(keys) if keys else None
 
 
 def compression(settings: Settings, tls: bool) -> GrpcCompression:
