@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import GrpcCompression
 
@@ -35,13 +35,19 @@ def connect_options(settings: Settings) -> dict[str, Any]:
 
 def data_converter(settings: Settings) -> DataConverter:
     """The one data converter of every client the service builds (worker, API, tools):
-    pydantic's, its payloads encrypted when LOOPS_PAYLOAD_KEYS holds a key
-    (`loopworks.service.codec`). A client without the key can start nothing a worker
+    pydantic's, its payloads and failures' messages encrypted when LOOPS_PAYLOAD_KEYS
+    holds a key (`loopworks.service.codec`). A client without the key can start nothing a worker
     with it would run, and read nothing it wrote."""
     codec = payload_codec(settings)
     if codec is None:
         return CONVERTER
-    return dataclasses.replace(CONVERTER, payload_codec=codec)
+    # A failure's message and stack trace go into its encoded attributes, and so through
+    # the codec too: an error can quote what a run was working on.
+    return dataclasses.replace(
+        CONVERTER,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
 
 
 def payload_codec(settings: Settings) -> EncryptionCodec | None:

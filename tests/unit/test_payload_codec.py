@@ -10,6 +10,8 @@ import json
 import pytest
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
+from temporalio.exceptions import ApplicationError
 from temporalio.service import GrpcCompression
 
 from loopworks.schemas.payload_keys import new_payload_key, parse_payload_keys
@@ -150,3 +152,19 @@ def test_auto_compression_leaves_ciphertext_alone() -> None:
     )
     asked = Settings(LOOPS_PAYLOAD_KEYS=f"k1:{_b64(K1)}", LOOPS_TEMPORAL_COMPRESSION="gzip")
     assert compression(asked, tls=True) == GrpcCompression.GZIP
+
+
+async def test_a_failures_message_is_encrypted_too() -> None:
+    """An error can quote what a run was working on: its message and stack trace travel
+    in the failure's encoded attributes, through the codec."""
+    converter = data_converter(Settings(LOOPS_PAYLOAD_KEYS=f"k1:{_b64(K1)}"))
+    failure = Failure()
+    await converter.encode_failure(ApplicationError(f"could not finish: {TASK}"), failure)
+    assert "hunter2" not in failure.message and b"hunter2" not in failure.SerializeToString()
+    assert is_encrypted(failure.encoded_attributes)
+    decoded = await converter.decode_failure(failure)
+    assert isinstance(decoded, ApplicationError) and "hunter2" in decoded.message
+    # Without keys, failures stay as the SDK writes them.
+    plain = Failure()
+    await CONVERTER.encode_failure(ApplicationError("plain"), plain)
+    assert plain.message == "plain"
