@@ -23,7 +23,7 @@ is left (docs/api.md#redaction).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from loopworks.api.tokens import ApiToken
 from loopworks.checks.redaction import redact, redacted, remember, settings_secrets, worker_secrets
@@ -45,6 +45,14 @@ def remember_secrets(settings: Settings, tokens: Iterable[ApiToken]) -> None:
 def served(value: Value) -> Value:
     """`value` (a state, events, a ledger) as the API may serve it."""
     return redacted(value, worker_secrets())
+
+
+@overload
+def prose(text: str) -> str: ...
+
+
+@overload
+def prose(text: None) -> None: ...
 
 
 def prose(text: str | None) -> str | None:

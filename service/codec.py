@@ -73,9 +73,7 @@ class EncryptionCodec(PayloadCodec):
             return payload
         key_id = self.encrypting_key
         nonce = os.urandom(NONCE_BYTES)
-        sealed = self._ciphers[key_id].encrypt(
-            nonce, payload.SerializeToString(), key_id.encode()
-        )
+        sealed = self._ciphers[key_id].encrypt(nonce, payload.SerializeToString(), key_id.encode())
         return Payload(
             metadata={ENCODING_KEY: ENCRYPTED, KEY_ID: key_id.encode()}, data=nonce + sealed
         )

@@ -27,7 +27,7 @@ def test_a_key_is_made_once_private_and_kept(tmp_path: Path) -> None:
     path = tmp_path / PAYLOAD_KEYS_FILE
     assert source == str(path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    [key_id] = parse_payload_keys(env["LOOPS_PAYLOAD_KEYS"])
+    assert list(parse_payload_keys(env["LOOPS_PAYLOAD_KEYS"])) == ["local-1"]
     assert env["LOOPS_PAYLOAD_KEYS"] == path.read_text().strip()
     # The next start reads the same key: the runs it encrypted stay readable.
     assert local_payload_keys(settings) == (env, source)
@@ -64,7 +64,9 @@ def temporal_listening() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-def _spawned(stack: LocalStack, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], dict[str, str]]]:
+def _spawned(
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, list[str], dict[str, str]]]:
     started: list[tuple[str, list[str], dict[str, str]]] = []
 
     def spawn(name: str, command: list[str], env: dict[str, str]) -> None:
@@ -81,7 +83,9 @@ def test_the_dev_servers_ui_decodes_through_the_api(
 ) -> None:
     api_port = free_port()
     settings = Settings(
-        LOOPS_DATA_DIR=tmp_path, LOOPS_API_PORT=api_port, TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}"
+        LOOPS_DATA_DIR=tmp_path,
+        LOOPS_API_PORT=api_port,
+        TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}",
     )
     stack = LocalStack(settings, int(settings.temporal_address.rsplit(":")[1]), free_port())
     started = _spawned(stack, monkeypatch)

@@ -24,7 +24,8 @@ def test_compose_gives_both_the_keys_from_the_file_they_share() -> None:
     for own in ("loopworks.api.env", "loopworks.worker.env"):
         assert NAME not in mentioned_env_names(REPO / f"{own}.example"), own
     # The quick start makes the key it needs.
-    assert f'echo "{NAME}=k1:$(openssl rand -base64 32)"' in (REPO / "docker-compose.yml").read_text()
+    quick_start = f'echo "{NAME}=k1:$(openssl rand -base64 32)"'
+    assert quick_start in (REPO / "docker-compose.yml").read_text()
 
 
 def test_kubernetes_keeps_the_keys_in_the_secret_both_mount() -> None:

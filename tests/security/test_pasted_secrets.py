@@ -13,6 +13,7 @@ cannot recognise the API's token (api/redaction.py, worker/redacting.py)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import time
@@ -84,20 +85,16 @@ def _history_text(raw: str) -> str:
             for item in value:
                 walk(item)
         elif isinstance(value, str) and len(value) >= 8:
-            try:
+            with contextlib.suppress(ValueError):
                 found.append(base64.b64decode(value, validate=True).decode("utf-8", "replace"))
-            except ValueError:
-                pass
 
     for line in raw.splitlines():
         try:
             walk(json.loads(line))
         except ValueError:
             continue
-    try:
+    with contextlib.suppress(ValueError):
         walk(json.loads(raw))
-    except ValueError:
-        pass
     return "\n".join(found)
 
 
