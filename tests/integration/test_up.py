@@ -137,6 +137,22 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         )  # fmt: skip
         assert "binary/encrypted" in base64_decoded(shown.stdout), shown.stdout[:2000]
         assert DEMO_TASK[:30] not in base64_decoded(shown.stdout)
+        # The dev server's UI decodes through the API, which answers the UI's page (its
+        # origin, CORS) once the caller holds a token.
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/v1/settings") as ui:
+            assert json.loads(ui.read())["Codec"]["Endpoint"] == f"{base}/codec"
+        started = json.loads(shown.stdout)["events"][0]["workflowExecutionStartedEventAttributes"]
+        origin = f"http://127.0.0.1:{ui_port}"
+        decode = urllib.request.Request(
+            f"{base}/codec/decode",
+            data=json.dumps({"payloads": started["input"]["payloads"]}).encode(),
+            headers={"Authorization": "Bearer first-token", "Origin": origin,
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(decode, timeout=30) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == origin
+            decoded = json.loads(response.read())["payloads"]
+        assert DEMO_TASK in base64.b64decode(decoded[0]["data"]).decode()
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
