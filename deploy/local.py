@@ -171,9 +171,11 @@ class LocalStack:
         except (OSError, ValueError) as err:
             raise CannotStart(f"the payload keys cannot be used: {err}") from err
         host = self.settings.temporal_address.rsplit(":", 1)[0]
+        ui_url: str | None = None  # the UI's, when this stack starts the server
         if _port_open(host, self.temporal_port):
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
+            ui_url = f"http://{host}:{self.ui_port}"
             _refuse_taken(host, self.ui_port, "the Temporal UI", "LOOPS_TEMPORAL_UI_PORT")
             # The dev server's HTTP API and metrics take a random free port unless told: the
             # API's port, not listening yet, could be that port (seen: /readyz answered by
@@ -214,9 +216,10 @@ class LocalStack:
         model_env, self.model = local_model(self.settings)
         env.update(model_env)
         env.update(keys_env)
-        # The UI's page, which the API's codec endpoint lets call it (api/codec.py), and
-        # which notifications link to.
-        env.setdefault("LOOPS_TEMPORAL_UI_URL", f"http://{host}:{self.ui_port}")
+        if ui_url:
+            # The UI's page, which the API's codec endpoint lets call it (api/codec.py),
+            # and which notifications link to.
+            env.setdefault("LOOPS_TEMPORAL_UI_URL", ui_url)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,

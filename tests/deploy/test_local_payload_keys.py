@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from loopworks.deploy.local import CannotStart, LocalStack, StackDown, free_port
+from loopworks.deploy.local import CannotStart, LocalStack, free_port
 from loopworks.deploy.one_machine import PAYLOAD_KEYS_FILE, local_payload_keys
 from loopworks.schemas.payload_keys import new_payload_key, parse_payload_keys
 from loopworks.schemas.settings import Settings
@@ -55,69 +55,73 @@ def test_a_spoilt_key_file_stops_up_saying_where(tmp_path: Path) -> None:
         local_payload_keys(Settings(LOOPS_DATA_DIR=tmp_path))
 
 
-@pytest.fixture
-def temporal_listening() -> Iterator[int]:
-    """A Temporal port something already serves: `loops up` uses it, starts no server."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
-        yield int(sock.getsockname()[1])
-
-
 def _spawned(
-    stack: LocalStack, monkeypatch: pytest.MonkeyPatch
+    stack: LocalStack, monkeypatch: pytest.MonkeyPatch, listener: socket.socket
 ) -> list[tuple[str, list[str], dict[str, str]]]:
+    """What `stack.start` spawns, up to the worker: the dev server's part is played by
+    `listener`, listening on its port."""
     started: list[tuple[str, list[str], dict[str, str]]] = []
 
     def spawn(name: str, command: list[str], env: dict[str, str]) -> None:
         started.append((name, command, env))
-        if name != "temporal":
+        if name == "temporal":
+            listener.bind(("127.0.0.1", stack.temporal_port))
+            listener.listen()
+        else:
             raise CannotStart("enough")
 
     monkeypatch.setattr(stack, "_spawn", spawn)
     return started
 
 
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    with socket.socket() as sock:
+        yield sock
+
+
 def test_the_dev_servers_ui_decodes_through_the_api(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    api_port = free_port()
-    settings = Settings(
-        LOOPS_DATA_DIR=tmp_path,
-        LOOPS_API_PORT=api_port,
-        TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}",
-    )
-    stack = LocalStack(settings, int(settings.temporal_address.rsplit(":")[1]), free_port())
-    started = _spawned(stack, monkeypatch)
-    # The server never listens here: `loops up` gives up waiting on it at once.
-    monkeypatch.setattr(stack, "alive", lambda: False)
-    with pytest.raises(StackDown, match="did not come up"):
-        stack.start()
-    stack.stop()
-    [(name, command, _)] = started
-    assert name == "temporal"
-    codec = command[command.index("--ui-codec-endpoint") + 1]
-    assert codec == f"http://127.0.0.1:{api_port}/codec"
-
-
-def test_the_worker_and_the_api_get_the_keys_and_the_uis_address(
-    tmp_path: Path, temporal_listening: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listener: socket.socket
 ) -> None:
     monkeypatch.delenv("LOOPS_TEMPORAL_UI_URL", raising=False)
     monkeypatch.delenv("LOOPS_PAYLOAD_KEYS", raising=False)
+    api_port, temporal_port, ui_port = free_port(), free_port(), free_port()
     settings = Settings(
         LOOPS_DATA_DIR=tmp_path,
-        LOOPS_API_PORT=free_port(),
-        TEMPORAL_ADDRESS=f"127.0.0.1:{temporal_listening}",
+        LOOPS_API_PORT=api_port,
+        TEMPORAL_ADDRESS=f"127.0.0.1:{temporal_port}",
     )
-    ui_port = free_port()
-    stack = LocalStack(settings, temporal_listening, ui_port)
-    started = _spawned(stack, monkeypatch)
+    stack = LocalStack(settings, temporal_port, ui_port)
+    started = _spawned(stack, monkeypatch, listener)
+    with pytest.raises(CannotStart, match="enough"):
+        stack.start()
+    stack.stop()
+    assert [name for name, _, _ in started] == ["temporal", "worker"]
+    [(_, server, _), (_, _, env)] = started
+    codec = server[server.index("--ui-codec-endpoint") + 1]
+    assert codec == f"http://127.0.0.1:{api_port}/codec"
+    # The worker (and the API, with the same variables) get the keys and the UI's page.
+    assert env["LOOPS_PAYLOAD_KEYS"] == (tmp_path / PAYLOAD_KEYS_FILE).read_text().strip()
+    assert env["LOOPS_TEMPORAL_UI_URL"] == f"http://127.0.0.1:{ui_port}"
+    assert stack.payload_keys == str(tmp_path / PAYLOAD_KEYS_FILE)
+
+
+def test_a_temporal_it_did_not_start_gets_no_ui_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listener: socket.socket
+) -> None:
+    """Where its UI is, `loops up` cannot know: it names none, but encrypts all the same."""
+    monkeypatch.delenv("LOOPS_TEMPORAL_UI_URL", raising=False)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = int(listener.getsockname()[1])
+    settings = Settings(
+        LOOPS_DATA_DIR=tmp_path, LOOPS_API_PORT=free_port(), TEMPORAL_ADDRESS=f"127.0.0.1:{port}"
+    )
+    stack = LocalStack(settings, port, free_port())
+    started = _spawned(stack, monkeypatch, listener)  # no server spawned: unused
     with pytest.raises(CannotStart, match="enough"):
         stack.start()
     stack.stop()
     [(name, _, env)] = started
     assert name == "worker"
-    assert env["LOOPS_PAYLOAD_KEYS"] == (tmp_path / PAYLOAD_KEYS_FILE).read_text().strip()
-    assert env["LOOPS_TEMPORAL_UI_URL"] == f"http://127.0.0.1:{ui_port}"
-    assert stack.payload_keys == str(tmp_path / PAYLOAD_KEYS_FILE)
+    assert "LOOPS_TEMPORAL_UI_URL" not in env and "LOOPS_PAYLOAD_KEYS" in env
