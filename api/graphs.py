@@ -20,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy
 
-from loopworks.api import launch, quotas, runs
+from loopworks.api import launch, quotas, redaction, runs
 from loopworks.api.errors import NotApplicable, RunNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -93,6 +93,11 @@ async def start_graph(
 
 
 async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
+    """The graph's state and ledger, as the API may serve them (`api.redaction`)."""
+    return redaction.served(await _read(handle))
+
+
+async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
     description = await runs.describe(handle, GRAPH_WORKFLOW)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
@@ -129,7 +134,7 @@ async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
     if runs.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
     with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
-        await handle.signal(TaskGraphWorkflow.stop, reason)
+        await handle.signal(TaskGraphWorkflow.stop, redaction.prose(reason))
     return await read_state(handle)
 
 

@@ -10,13 +10,15 @@ from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
-from loopworks.api import errors, tokens
+from loopworks.api import errors, redaction, tokens
+from loopworks.api.codec import CodecCors, ui_origins
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
-from loopworks.api.routes import graphs, health, playbooks, runs, workspaces
+from loopworks.api.routes import codec, graphs, health, playbooks, runs, workspaces
 from loopworks.schemas.settings import Settings
+from loopworks.service.connect import payload_codec
 
 log = logging.getLogger("loopworks.api")
 
@@ -60,7 +62,14 @@ def create_app(
     app.state.settings = settings
     # Read once: a token table that cannot be read stops the app here (ValueError).
     app.state.tokens = tokens.load(settings)
+    # What the API serves is redacted of its secrets, these included (api/redaction.py).
+    redaction.remember_secrets(settings, app.state.tokens)
     app.state.streams = StreamSlots(settings.max_streams_per_client)
+    # The codec endpoint works without Temporal: it only needs the keys.
+    app.state.codec = payload_codec(settings)
+    # Added first, so inside TrustedHosts: a browser's preflight is answered only for a
+    # host the API answers to.
+    app.add_middleware(CodecCors, origins=ui_origins(settings))
     app.add_middleware(TrustedHosts, allowed=allowed_hosts(settings))
     app.state.temporal = TemporalConnection(settings, client)
     errors.install(app)
@@ -69,4 +78,5 @@ def create_app(
     app.include_router(workspaces.router)
     app.include_router(graphs.router)
     app.include_router(playbooks.router)
+    app.include_router(codec.router)
     return app

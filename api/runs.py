@@ -3,7 +3,8 @@
 A completed run's state and latest events are its workflow result, read from history,
 so they answer even when no worker is polling; any other run answers the `status` and
 `events` queries (a worker replays it). Events older than the workflow's tail come from
-the run's history.jsonl in git (`api.history`).
+the run's history.jsonl in git (`api.history`). Whatever is read, states and events are
+served redacted, and a client's reason or note reaches the run redacted (`api.redaction`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.api import history, unstarted
+from loopworks.api import history, redaction, unstarted
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import (
     ApiError,
@@ -75,6 +76,12 @@ def is_closed(description: WorkflowExecutionDescription) -> bool:
 async def read_state(
     handle: LoopHandle, description: WorkflowExecutionDescription | None = None
 ) -> RunState:
+    return redaction.served(await _read_state(handle, description))
+
+
+async def _read_state(
+    handle: LoopHandle, description: WorkflowExecutionDescription | None
+) -> RunState:
     description = description or await describe(handle)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state, read from history: no worker, no replay.
@@ -123,6 +130,15 @@ async def read_events(
     workspaces: GitWorkspaces,
     description: WorkflowExecutionDescription | None = None,
 ) -> list[Event]:
+    return redaction.served(await _read_events(handle, after, workspaces, description))
+
+
+async def _read_events(
+    handle: LoopHandle,
+    after: int,
+    workspaces: GitWorkspaces,
+    description: WorkflowExecutionDescription | None,
+) -> list[Event]:
     description = description or await describe(handle)  # a 404 when it is no run of ours
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # A finished run's result carries its latest events: no worker needed.
@@ -151,7 +167,11 @@ async def never_ran(
     its code ran (`api.unstarted`); otherwise the error to answer the failed query with."""
     if isinstance(err, RPCError) and _not_found(err):
         raise RunNotFound(handle.id) from err
-    params = await unstarted.start_input(handle, input_type) if is_closed(description) else None
+    params = (
+        await unstarted.start_input(handle, input_type, description.data_converter)
+        if is_closed(description)
+        else None
+    )
     if params is None:
         raise unanswered(handle, description, query, err) from err
     return params
@@ -185,7 +205,7 @@ async def request_stop(handle: LoopHandle, reason: str | None) -> RunState:
     if state.status.is_terminal:
         raise NotApplicable(f"run {handle.id} is already {state.status.value}")
     with finished_meanwhile(f"run {handle.id} has already finished"):
-        await handle.signal(LoopWorkflow.stop, reason)
+        await handle.signal(LoopWorkflow.stop, redaction.prose(reason))
     return state
 
 
@@ -217,7 +237,7 @@ async def update(
         raise NotApplicable(finished)
     try:
         with finished_meanwhile(finished):
-            return await execute()
+            return redaction.served(await execute())
     except WorkflowUpdateFailedError as err:
         reason = getattr(err.cause, "message", None) or str(err.cause)
         raise NotApplicable(f"cannot {action} run {handle.id}: {reason}") from err
@@ -227,7 +247,9 @@ async def clear_block(handle: LoopHandle, note: str) -> RunState:
     return await update(
         handle,
         "clear the block of",
-        lambda: handle.execute_update(LoopWorkflow.clear_block, note, rpc_timeout=UPDATE_TIMEOUT),
+        lambda: handle.execute_update(
+            LoopWorkflow.clear_block, redaction.prose(note), rpc_timeout=UPDATE_TIMEOUT
+        ),
     )
 
 

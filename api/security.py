@@ -42,10 +42,12 @@ class Caller:
     read_only: bool = False
 
 
-async def require_token(
+async def authenticated(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Caller:
+    """Who sent the request, whatever it may do: a 401 without a valid token (when any is
+    set). A route that only reads but is a POST (the codec's /decode) needs no more."""
     table: tuple[tokens.ApiToken, ...] = request.app.state.tokens
     if not table:
         return Caller(tokens.OPEN_ACCESS_NAME)
@@ -54,12 +56,18 @@ async def require_token(
     token = tokens.match(credentials.credentials, table)
     if token is None:
         raise Unauthorized("invalid bearer token", challenge='Bearer error="invalid_token"')
-    if token.read_only and request.method not in READ_METHODS:
+    return Caller(token.name, token.read_only)
+
+
+async def require_token(
+    request: Request, caller: Annotated[Caller, Depends(authenticated)]
+) -> Caller:
+    if caller.read_only and request.method not in READ_METHODS:
         raise Forbidden(
-            f"the token {token.name!r} is read-only: it may read runs, graphs and playbooks"
+            f"the token {caller.name!r} is read-only: it may read runs, graphs and playbooks"
             f" and follow their streams, not {request.method} {request.url.path}"
         )
-    return Caller(token.name, token.read_only)
+    return caller
 
 
 # Routers list `require_token` as a dependency; a route that needs to know who is asking

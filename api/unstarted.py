@@ -12,15 +12,17 @@ from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
-
-from loopworks.service.connect import CONVERTER
+from temporalio.converter import DataConverter
 
 Input = TypeVar("Input")
 
 
-async def start_input(handle: WorkflowHandle[Any, Any], input_type: type[Input]) -> Input | None:
+async def start_input(
+    handle: WorkflowHandle[Any, Any], input_type: type[Input], converter: DataConverter
+) -> Input | None:
     """The input the workflow was started with if it closed without completing a single
-    workflow task; None if any of its code ran (then a worker can answer its queries)."""
+    workflow task; None if any of its code ran (then a worker can answer its queries).
+    `converter`: the client's (the description's), which decrypts what it encrypted."""
     started = None
     async for event in handle.fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
@@ -29,5 +31,5 @@ async def start_input(handle: WorkflowHandle[Any, Any], input_type: type[Input])
             started = event.workflow_execution_started_event_attributes
     if started is None or not started.input.payloads:
         return None
-    [params] = await CONVERTER.decode(started.input.payloads, [input_type])
+    [params] = await converter.decode(started.input.payloads, [input_type])
     return params  # type: ignore[no-any-return]

@@ -27,10 +27,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from loopworks.api import tokens
+from loopworks.api.codec import PREFIX as CODEC_PREFIX
 from loopworks.api.security import refusal_to_start
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
-from loopworks.deploy.one_machine import default_local_roots, local_model, sandbox_workspaces
+from loopworks.deploy.one_machine import (
+    default_local_roots,
+    local_model,
+    local_payload_keys,
+    sandbox_workspaces,
+)
 from loopworks.deploy.processes import API_COMMAND, SEARCH_ATTRIBUTES, WORKER_COMMAND
 from loopworks.schemas.settings import Settings
 
@@ -128,6 +134,8 @@ class LocalStack:
         self.local_roots: str | None = None
         # The model the worker runs, as the summary names it (local_model).
         self.model = ""
+        # Where the payload keys come from, as the summary names it (local_payload_keys).
+        self.payload_keys = ""
         self.temporal_port = temporal_port
         self.ui_port = ui_port
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -158,10 +166,16 @@ class LocalStack:
                 " (set LOOPS_DATA_DIR to a directory this user can write)"
             ) from err
         _refuse_taken(self.settings.api_host, self.settings.api_port, "the API", "LOOPS_API_PORT")
+        try:
+            keys_env, self.payload_keys = local_payload_keys(self.settings)
+        except (OSError, ValueError) as err:
+            raise CannotStart(f"the payload keys cannot be used: {err}") from err
         host = self.settings.temporal_address.rsplit(":", 1)[0]
+        ui_url: str | None = None  # the UI's, when this stack starts the server
         if _port_open(host, self.temporal_port):
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
+            ui_url = f"http://{host}:{self.ui_port}"
             _refuse_taken(host, self.ui_port, "the Temporal UI", "LOOPS_TEMPORAL_UI_PORT")
             # The dev server's HTTP API and metrics take a random free port unless told: the
             # API's port, not listening yet, could be that port (seen: /readyz answered by
@@ -182,6 +196,8 @@ class LocalStack:
                 "--namespace", self.settings.temporal_namespace,
                 "--log-level", "warn",
             ]  # fmt: skip
+            # The UI decodes encrypted payloads through the API's codec endpoint.
+            command += ["--ui-codec-endpoint", f"{self.api_base}{CODEC_PREFIX}"]
             for name, kind in SEARCH_ATTRIBUTES.items():
                 command += ["--search-attribute", f"{name}={kind}"]
             self._spawn("temporal", command, dict(os.environ))
@@ -200,6 +216,11 @@ class LocalStack:
             env.setdefault("LOOPS_GIT_USER_HELPERS", "true")
         model_env, self.model = local_model(self.settings)
         env.update(model_env)
+        env.update(keys_env)
+        if ui_url:
+            # The UI's page, which the API's codec endpoint lets call it (api/codec.py),
+            # and which notifications link to.
+            env.setdefault("LOOPS_TEMPORAL_UI_URL", ui_url)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
             TEMPORAL_NAMESPACE=self.settings.temporal_namespace,
@@ -348,6 +369,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.dep
             f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
             f"  data:         {settings.data_dir.resolve()}\n"
             f"  model:        {stack.model}\n"
+            f"  encryption:   Temporal payloads, keys from {stack.payload_keys}\n"
         )
         if stack.local_roots:
             out.write(

@@ -20,6 +20,7 @@ from loopworks.schemas.notify import (
     WebhookFormat,
 )
 from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
+from loopworks.schemas.payload_keys import parse_payload_keys
 from loopworks.schemas.playbook import PlaybookLimits
 
 
@@ -48,6 +49,7 @@ SECRET_FIELDS: tuple[str, ...] = (
     "git_credentials",
     "notify_secret",
     "notify_webhooks",
+    "payload_keys",
 )
 
 
@@ -63,6 +65,10 @@ class Settings(BaseSettings):
         default="auto", alias="LOOPS_TEMPORAL_COMPRESSION"
     )
     task_queue: str = Field(default="loopworks", alias="LOOPS_TASK_QUEUE")
+    # Temporal payloads encrypted with these keys (service/codec.py): `id:base64key`,
+    # comma-separated, each 32 bytes; the first encrypts, all decrypt. Every process that
+    # talks to Temporal needs the same list (SECURITY.md, docs/operations.md). Unset: plain.
+    payload_keys: str | None = Field(default=None, alias="LOOPS_PAYLOAD_KEYS")
     # How long a run's next task (or a query) waits for the worker that has it cached
     # before any worker may take it. Temporal's default, 10 s, is how long a live run stays
     # unreadable after its worker dies; a lower value costs a busy worker a replay now and
@@ -222,6 +228,12 @@ class Settings(BaseSettings):
     @classmethod
     def _check_credentials(cls, value: str | None) -> str | None:
         parse_credentials(value)  # a malformed value stops the process, not a run
+        return value
+
+    @field_validator("payload_keys")
+    @classmethod
+    def _check_payload_keys(cls, value: str | None) -> str | None:
+        parse_payload_keys(value)  # a malformed key stops the process, not a payload
         return value
 
     @field_validator("allowed_schemes")

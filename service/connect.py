@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, DefaultFailureConverterWithEncodedAttributes
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import GrpcCompression
 
+from loopworks.schemas.payload_keys import parse_payload_keys
 from loopworks.schemas.settings import Settings
+from loopworks.service.codec import EncryptionCodec
 from loopworks.service.telemetry import client_interceptors
 
-# The one converter every client of the service uses: pydantic models cross as JSON.
+# The converter every client of the service builds on: pydantic models cross as JSON.
 CONVERTER = pydantic_data_converter
 COMPRESSION = {"none": GrpcCompression.NONE, "gzip": GrpcCompression.GZIP}
 
@@ -29,21 +33,49 @@ def connect_options(settings: Settings) -> dict[str, Any]:
     return options
 
 
+def data_converter(settings: Settings) -> DataConverter:
+    """The one data converter of every client the service builds (worker, API, tools):
+    pydantic's, its payloads and failures' messages encrypted when LOOPS_PAYLOAD_KEYS
+    holds a key (`loopworks.service.codec`). A client without the key can start nothing a worker
+    with it would run, and read nothing it wrote."""
+    codec = payload_codec(settings)
+    if codec is None:
+        return CONVERTER
+    # A failure's message and stack trace go into its encoded attributes, and so through
+    # the codec too: an error can quote what a run was working on.
+    return dataclasses.replace(
+        CONVERTER,
+        payload_codec=codec,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
+    )
+
+
+def payload_codec(settings: Settings) -> EncryptionCodec | None:
+    """The codec of LOOPS_PAYLOAD_KEYS, or None when it holds no key."""
+    keys = parse_payload_keys(settings.payload_keys)
+    return EncryptionCodec(keys) if keys else None
+
+
 def compression(settings: Settings, tls: bool) -> GrpcCompression:
     """gzip when asked, or by default over TLS: a server reached over TLS is usually far
-    away (Temporal Cloud), where bytes cost more than the CPU to shrink them."""
+    away (Temporal Cloud), where bytes cost more than the CPU to shrink them. Not by
+    default when payloads are encrypted: they are most of the bytes, and ciphertext does
+    not shrink."""
     if settings.temporal_compression == "auto":
-        return GrpcCompression.GZIP if tls else GrpcCompression.NONE
+        encrypted = bool(parse_payload_keys(settings.payload_keys))
+        return GrpcCompression.GZIP if tls and not encrypted else GrpcCompression.NONE
     return COMPRESSION[settings.temporal_compression]
 
 
 async def connect(settings: Settings, interceptors: Sequence[Interceptor] | None = None) -> Client:
-    """A client on `connect_options`, with the pydantic converter.
+    """A client on `connect_options`, with the service's data converter.
 
     `interceptors` default to tracing when `configure_tracing` installed a provider (a
     worker built on the client inherits them); pass `[]` for none.
     """
     chosen = client_interceptors() if interceptors is None else list(interceptors)
     return await Client.connect(
-        **connect_options(settings), data_converter=CONVERTER, interceptors=chosen
+        **connect_options(settings),
+        data_converter=data_converter(settings),
+        interceptors=chosen,
     )

@@ -1,4 +1,5 @@
-"""What an activity hands Temporal, redacted: its result and its failure.
+"""What an activity hands Temporal, redacted: its result and its failure; and what a
+workflow hands its clients: its result and its answers to queries and updates.
 
 An activity's result becomes workflow history, and from there the run's state, its events
 (`history.jsonl`, committed and served) and the API's answers; a failure's message does the
@@ -6,6 +7,13 @@ same (a step's error in an event, `loops show`). A model's summary, a check's de
 message naming an origin with a token: each passes here on its way out, so no activity
 can forget. The redaction is `loopworks.checks.redaction`'s, of the worker's secrets and
 URL credentials.
+
+A workflow's state also holds what clients wrote (a run's task, a stop reason), and a
+client may paste one of the worker's secrets there, which the API, not holding the
+worker's model key, cannot recognise. So every answer a workflow gives (the `status` and
+`events` queries, an update's result, the workflow's result, which the API reads once it
+has completed) leaves the worker redacted too. The state itself is left as it is: what
+the workflow decides never depends on whether a worker held a secret.
 """
 
 from __future__ import annotations
@@ -16,17 +24,31 @@ from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
+    ExecuteWorkflowInput,
+    HandleQueryInput,
+    HandleUpdateInput,
     Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
 )
 
 from loopworks.checks.redaction import redact, redacted, worker_secrets
 
 
 class RedactingInterceptor(Interceptor):
-    """The worker interceptor that redacts every activity's result and failure."""
+    """The worker interceptor that redacts every activity's result and failure, and every
+    workflow's result and answers."""
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _RedactingActivity(next)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        # Asked once, as the worker is built (after it remembered its settings' secrets):
+        # the secrets travel with the class, so workflow code never reads the environment.
+        secrets = worker_secrets()
+        return type("RedactingWorkflow", (_RedactingWorkflow,), {"secrets": secrets})
 
 
 class _RedactingActivity(ActivityInboundInterceptor):
@@ -41,6 +63,19 @@ class _RedactingActivity(ActivityInboundInterceptor):
             return redacted(result)
         # Raised outside the handler: the original, unredacted, is not its context.
         raise failure
+
+
+class _RedactingWorkflow(WorkflowInboundInterceptor):
+    secrets: frozenset[str] = frozenset()
+
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        return redacted(await self.next.execute_workflow(input), self.secrets)
+
+    async def handle_query(self, input: HandleQueryInput) -> Any:
+        return redacted(await self.next.handle_query(input), self.secrets)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        return redacted(await self.next.handle_update_handler(input), self.secrets)
 
 
 def redacted_failure(exc: Exception, secrets: frozenset[str]) -> Exception:

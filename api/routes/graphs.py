@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.sse import EventSourceResponse
 from pydantic import Field
 
-from loopworks.api import graphs, stream
+from loopworks.api import graphs, redaction, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
 from loopworks.api.errors import RunNotFound
 from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
@@ -52,7 +52,7 @@ async def create_graph(
     caller: CallerDep,
 ) -> GraphCreated:
     request = await asyncio.to_thread(graphs.checked, body, settings.origin_rules())
-    request = graphs.within_limits(request, settings)
+    request = redaction.graph_request(graphs.within_limits(request, settings))
     client = await connection.client()
     graph_id = await graphs.start_graph(client, settings, request, caller=caller.name)
     url = str(router.url_path_for("get_graph", graph_id=graph_id))

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
 
-from loopworks.api import idempotency, launch, listing, runs, stream
+from loopworks.api import idempotency, launch, listing, redaction, runs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.api.models import (
@@ -85,7 +85,7 @@ async def create_run(
 ) -> RunCreated:
     # Checked before touching Temporal: bad input is a 422 even while Temporal is down.
     request = await asyncio.to_thread(launch.checked, body, settings.origin_rules())
-    request = launch.within_limits(request, settings)
+    request = redaction.run_request(launch.within_limits(request, settings))
     client = await connection.client()
     started = await launch.start_run(client, settings, request, idempotency_key, caller=caller.name)
     status_url = router.url_path_for("get_run", run_id=started.run_id)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -28,7 +29,6 @@ from temporalio.client import (
     WorkflowHistory,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
@@ -47,6 +47,7 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.run import Approval, Budget, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
+from loopworks.service.connect import CONVERTER, data_converter
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
@@ -134,6 +135,20 @@ async def _record_blocked_during_work_run(client: Client, settings: Settings) ->
         await run.execute_update(LoopWorkflow.clear_block, "reviewed")
         await run.result()
         return await run.fetch_history()
+
+
+# The keys the encrypted history was recorded with: a test key, published beside the
+# history so that the replay test can read it, and no deployment's.
+RECORDING_KEYS = "recorded-1:" + base64.b64encode(b"loopworks recorded histories key").decode()
+
+
+async def _record_encrypted_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """The full run's path with every payload encrypted (service/codec.py), as a deployment
+    with LOOPS_PAYLOAD_KEYS writes it: a client and a worker on the codec's converter."""
+    keyed = settings.model_copy(update={"payload_keys": RECORDING_KEYS})
+    config = client.config()
+    encrypted = Client(**{**config, "data_converter": data_converter(keyed)})
+    return await _record_blocked_run(encrypted, keyed, "recorded-encrypted-run")
 
 
 # Each kind of check, so that EVALUATE runs its two groups (exec; content with the
@@ -490,12 +505,13 @@ RECORDERS = {
     "prep_run": _record_prep_run,
     "notified_run": record_notified_run,
     "blocked_during_work_run": _record_blocked_during_work_run,
+    "encrypted_run": _record_encrypted_run,
 }
 
 
 async def record(names: list[str]) -> None:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=CONVERTER,
         test_server_existing_path=find_binary("temporal-test-server"),
     )
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from loopworks.deploy.binaries import find_binary
+from loopworks.schemas.payload_keys import new_payload_key
 from tests.integration.stack import FUZZ_NAMESPACE, Stack
 
 pytestmark = pytest.mark.integration
@@ -21,6 +22,8 @@ pytestmark = pytest.mark.integration
 def test_no_request_makes_the_api_answer_a_server_error(stack: Stack, tmp_path: Path) -> None:
     # Runs other tests leave behind (their workers gone) are not this API's to answer for.
     stack.namespace = FUZZ_NAMESPACE
+    # Encrypted, as a deployment with keys runs: the codec routes decode what they are sent.
+    stack.extra_env["LOOPS_PAYLOAD_KEYS"] = new_payload_key("fuzz")
     stack.start_worker()
     _, base_url = stack.start_api()
     done = subprocess.run(

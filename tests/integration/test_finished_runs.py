@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from loopworks.schemas.payload_keys import new_payload_key
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -84,10 +85,16 @@ def test_a_terminated_run_reads_as_failed_saying_so(stack: Stack) -> None:
     assert artifact.json()["detail"].endswith("ended (failed) without producing an artifact")
 
 
-def test_a_run_terminated_before_any_worker_ran_it_reads_as_failed(stack: Stack) -> None:
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_run_terminated_before_any_worker_ran_it_reads_as_failed(
+    stack: Stack, encrypted: bool
+) -> None:
     """Terminated while its first workflow task was queued, a run has no state a worker
     could answer a query with (the server refuses: "closed before WorkflowTaskStarted"):
-    it reads as its request set it up, failed, saying why, with no worker at all."""
+    it reads as its request set it up, failed, saying why, with no worker at all. Its
+    start input is read with the API's converter, so an encrypted one reads as well."""
+    if encrypted:
+        stack.extra_env["LOOPS_PAYLOAD_KEYS"] = new_payload_key("k1")
     _, base_url = stack.start_api()
     request = {"task": "Write a guide", "max_iterations": 3}
     run_id = httpx.post(f"{base_url}/runs", json=request, timeout=30).json()["run_id"]

@@ -3,11 +3,14 @@ server, a worker and the API, prints where they are, and runs a task to the end.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import re
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import urllib.request
@@ -15,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.deploy.binaries import find_binary
+from loopworks.deploy.demo import DEMO_TASK
+from loopworks.deploy.one_machine import PAYLOAD_KEYS_FILE
 from tests.integration.stack import ROOT, free_port, wait_for_http
 
 pytestmark = pytest.mark.integration
@@ -38,6 +44,15 @@ def _launch(command: list[str], env: dict[str, str], timeout: float) -> tuple[in
         output, _ = process.communicate(timeout=30)
         pytest.fail(f"{' '.join(command)} did not finish:\n{output}")
     return process.returncode, output
+
+
+def base64_decoded(text: str) -> str:
+    """`text` and every base64 string in it decoded: a history's payloads as JSON."""
+    found = [text]
+    for word in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        with contextlib.suppress(ValueError):
+            found.append(base64.b64decode(word, validate=True).decode("utf-8", "replace"))
+    return "\n".join(found)
 
 
 def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
@@ -67,6 +82,9 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
 
     assert returncode == 0, output
     assert "  model:        offline (no ANTHROPIC_API_KEY" in output, output
+    keys = tmp_path / "data" / PAYLOAD_KEYS_FILE
+    assert f"  encryption:   Temporal payloads, keys from {keys}" in output
+    assert stat.S_IMODE(keys.stat().st_mode) == 0o600
     worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert "model offline)" in worker_log, worker_log[-2000:]
@@ -110,6 +128,31 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         with urllib.request.urlopen(asked, timeout=30) as response:
             state = json.loads(response.read())
         assert state["status"] == "completed" and state["stop_reason"] == "threshold_reached"
+        # Encrypted from the first run (a key made once in the data directory, read again
+        # by the restarted stack): the history shows no task to a reader without it.
+        shown = subprocess.run(
+            [find_binary("temporal"), "workflow", "show", "--workflow-id", run_id,
+             "--address", f"127.0.0.1:{temporal_port}", "--output", "json"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert "binary/encrypted" in base64_decoded(shown.stdout), shown.stdout[:2000]
+        assert DEMO_TASK[:30] not in base64_decoded(shown.stdout)
+        # The dev server's UI decodes through the API, which answers the UI's page (its
+        # origin, CORS) once the caller holds a token.
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/v1/settings") as ui:
+            assert json.loads(ui.read())["Codec"]["Endpoint"] == f"{base}/codec"
+        started = json.loads(shown.stdout)["events"][0]["workflowExecutionStartedEventAttributes"]
+        origin = f"http://127.0.0.1:{ui_port}"
+        decode = urllib.request.Request(
+            f"{base}/codec/decode",
+            data=json.dumps({"payloads": started["input"]["payloads"]}).encode(),
+            headers={"Authorization": "Bearer first-token", "Origin": origin,
+                     "Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(decode, timeout=30) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == origin
+            decoded = json.loads(response.read())["payloads"]
+        assert DEMO_TASK in base64.b64decode(decoded[0]["data"]).decode()
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)

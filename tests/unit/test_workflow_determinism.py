@@ -16,10 +16,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2]
 
 # What runs inside a workflow: the workflows themselves and the pure code they call. The
-# settings (and the origin rules they parse) are read by the worker and the API, never in
-# a workflow.
+# settings (and the origin rules and payload keys they parse) are read by the worker and
+# the API, never in a workflow.
 PURE = ["deltas.py", "selection.py", "similarity.py"]
-SETTINGS = {"settings.py", "origin_rules.py"}
+SETTINGS = {"settings.py", "origin_rules.py", "payload_keys.py"}
 WORKFLOW_CODE = [
     *sorted((PACKAGE / "workflows").glob("*.py")),
     *sorted(p for p in (PACKAGE / "schemas").glob("*.py") if p.name not in SETTINGS),

@@ -4,6 +4,9 @@ A failure here means a change would break runs already in flight: guard it with
 `workflow.patched` (docs/operations.md, "Upgrading with runs in flight"), and re-record a
 history only once the patch that kept its path is removed
 (`python -m tests.histories.record`).
+
+Replayed as a worker with LOOPS_PAYLOAD_KEYS replays them: on the codec's converter, which
+reads the plain histories recorded before encryption as well as the encrypted one.
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ from typing import Any
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
 from loopworks.playbook.workflow import PlaybookWorkflow
+from loopworks.schemas.settings import Settings
+from loopworks.service.codec import ENCRYPTED
+from loopworks.service.connect import CONVERTER, data_converter
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
-from tests.histories.record import RECORDERS
+from tests.histories.record import RECORDERS, RECORDING_KEYS
 from tests.workflows import changed_loop
 from tests.workflows.changed_loop import ChangedLoop
 
@@ -34,6 +39,9 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 # Every history in the folder: one recorded and not listed would guard nothing.
 RECORDED = sorted(path.name for path in HISTORIES.glob("*.json"))
+WORKFLOWS = [LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow]
+# A worker's converter with the keys the encrypted history was recorded with.
+KEYED = data_converter(Settings(LOOPS_PAYLOAD_KEYS=RECORDING_KEYS))
 
 
 def test_every_recorder_has_its_history_and_every_history_is_replayed() -> None:
@@ -42,12 +50,35 @@ def test_every_recorder_has_its_history_and_every_history_is_replayed() -> None:
 
 @pytest.mark.parametrize("name", RECORDED)
 async def test_recorded_history_replays(name: str) -> None:
-    replayer = Replayer(
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
-        data_converter=pydantic_data_converter,
-    )
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=KEYED)
     result = await replayer.replay_workflow(_history(name))
     assert result.replay_failure is None
+
+
+async def test_the_encrypted_history_holds_no_task_and_needs_its_key() -> None:
+    """Recorded with every payload encrypted: nothing of the run reads in the clear, and
+    a worker without the key cannot replay it (it could not run it either)."""
+    text = (HISTORIES / "encrypted_run.json").read_text()
+    assert base64.b64encode(ENCRYPTED).decode() in text
+    for event in json.loads(text)["events"]:
+        for payload in _payloads(event):
+            data = base64.b64decode(payload.get("data", ""))
+            assert b"caching" not in data and b"hydrat" not in data
+    plain = Replayer(workflows=WORKFLOWS, data_converter=CONVERTER)
+    result = await plain.replay_workflow(
+        _history("encrypted_run.json"), raise_on_replay_failure=False
+    )
+    assert result.replay_failure is not None
+
+
+def _payloads(value: Any) -> list[dict[str, Any]]:
+    """Every payload (a dict with metadata and data) inside a history's JSON."""
+    if isinstance(value, list):
+        return [p for item in value for p in _payloads(item)]
+    if not isinstance(value, dict):
+        return []
+    own = [value] if "metadata" in value and "data" in value else []
+    return own + [p for item in value.values() for p in _payloads(item)]
 
 
 def _history(name: str) -> WorkflowHistory:
@@ -73,7 +104,7 @@ async def test_a_change_to_the_loop_without_a_patch_fails_replay(
     monkeypatch.setattr(ChangedLoop, "change", staticmethod(change))
     replayer = Replayer(
         workflows=[ChangedLoop],
-        data_converter=pydantic_data_converter,
+        data_converter=KEYED,
         workflow_runner=UnsandboxedWorkflowRunner(),
     )
     result = await replayer.replay_workflow(
