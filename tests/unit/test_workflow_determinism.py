@@ -21,13 +21,13 @@ PACKAGE = Path(__file__).resolve().parents[2]
 PURE = ["deltas.py", "selection.py", "similarity.py"]
 SETTINGS = {"settings.py", "origin_rules.py", "payload_keys.py"}
 WORKFLOW_CODE = [
-    *sorted((PACKAGE / "workflows").glob("*.py")),
+    *sorted((PACKAGE / "workflows").rglob("*.py")),
     *sorted(p for p in (PACKAGE / "schemas").glob("*.py") if p.name not in SETTINGS),
-    *(PACKAGE / "playbook" / name for name in PURE),
+    *(PACKAGE / "playbook" / name for name in [*PURE, "workflow.py"]),
 ]
 
 # Modules whose import alone says nothing non-deterministic is meant. loopworks'
-# activity modules are imported for their definitions (the workflow schedules them by
+# activity modules (the playbook's among them) are imported for their definitions (the workflow schedules them by
 # reference, a worker runs them): what they do is not workflow code.
 ALLOWED_MODULES = (
     "__future__",
@@ -48,6 +48,7 @@ ALLOWED_MODULES = (
     "string",
     "textwrap",
     "typing",
+    "urllib.parse",
     "pydantic",
     "pydantic_core",
     "slugify",
@@ -55,6 +56,8 @@ ALLOWED_MODULES = (
     "loopworks.schemas",
     "loopworks.workflows",
     "loopworks.activities",
+    "loopworks.playbook.activities",
+    "loopworks.playbook.delivery",
     *(f"loopworks.playbook.{name.removesuffix('.py')}" for name in PURE),
 )
 
