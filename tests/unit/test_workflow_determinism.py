@@ -170,6 +170,12 @@ def test_the_check_lets_deterministic_code_pass(source: str) -> None:
 
 
 def test_the_check_reads_every_workflow_module() -> None:
-    names = {path.name for path in WORKFLOW_CODE if path.parent.name == "workflows"}
-    assert {"loop.py", "graph.py", "playbook.py", "skills.py"} <= names
+    names = {path.relative_to(PACKAGE).as_posix() for path in WORKFLOW_CODE}
+    assert {
+        "workflows/loop.py",
+        "workflows/graph/workflow.py",
+        "workflows/graph/decisions.py",
+        "playbook/workflow.py",
+        "workflows/skills.py",
+    } <= names
     assert all(path.is_file() for path in WORKFLOW_CODE)
