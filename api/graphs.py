@@ -93,7 +93,8 @@ async def start_graph(
     return graph_id
 
 
-async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
+async def read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
+    """The graph's state and ledger, read together."""
     description = await runs.describe(handle, WORKFLOW_TYPE)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
@@ -118,11 +119,11 @@ async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
 
 
 async def read_state(handle: GraphHandle) -> GraphState:
-    return (await _answer(handle))[0]
+    return (await read(handle))[0]
 
 
 async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
-    return (await _answer(handle))[1]
+    return (await read(handle))[1]
 
 
 async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:

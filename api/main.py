@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
-from loopworks.api import errors, tokens
+from loopworks.api import dashboard, errors, tokens
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
@@ -68,4 +68,5 @@ def create_app(
     app.include_router(workspaces.router)
     app.include_router(graphs.router)
     app.include_router(playbooks.router)
+    dashboard.install(app)
     return app
