@@ -159,6 +159,7 @@ class LocalStack:
             ) from err
         _refuse_taken(self.settings.api_host, self.settings.api_port, "the API", "LOOPS_API_PORT")
         host = self.settings.temporal_address.rsplit(":", 1)[0]
+        env = dict(os.environ)
         if _port_open(host, self.temporal_port):
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
@@ -184,13 +185,14 @@ class LocalStack:
             for name, kind in SEARCH_ATTRIBUTES.items():
                 command += ["--search-attribute", f"{name}={kind}"]
             self._spawn("temporal", command, dict(os.environ))
+            # The dashboard links each run to its workflow in this server's UI.
+            env.setdefault("LOOPS_TEMPORAL_UI_URL", f"http://{host}:{self.ui_port}")
             _wait(
                 lambda: _port_open(host, self.temporal_port),
                 "the Temporal dev server",
                 self.alive,
             )
 
-        env = dict(os.environ)
         if workspaces := sandbox_workspaces(self.settings):
             env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
         if roots := default_local_roots(self.settings, Path.cwd()):
@@ -343,6 +345,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.dep
         out = sys.stdout
         out.write(
             "\nloopworks is up\n"
+            f"  dashboard:    {stack.api_base}/ui\n"
             f"  API docs:     {stack.api_base}/docs\n"
             f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
             f"  data:         {settings.data_dir.resolve()}\n"

@@ -73,6 +73,10 @@ class Dashboard:
         return "\n".join(f"--- {p.name}\n{p.output()[-3000:]}" for p in self.stack.processes)
 
 
+def dashboard_ui(server: DevServer) -> str:
+    return f"http://127.0.0.1:{server.ui_port}"
+
+
 @pytest.fixture(scope="module")
 def dashboard(
     dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory
@@ -88,7 +92,7 @@ def dashboard(
     )
     try:
         stack.start_worker()
-        _, base = stack.start_api()
+        _, base = stack.start_api(LOOPS_TEMPORAL_UI_URL=dashboard_ui(dev_server))
         _, guarded = stack.start_api(
             LOOPS_API_TOKENS=f"alice:{WRITER}", LOOPS_API_READ_TOKENS=f"watcher:{WATCHER}"
         )
@@ -144,6 +148,9 @@ def test_a_run_started_from_the_form_completes_on_screen_with_a_point_per_evalua
     last = dashboard.events(run_id)[-1]
     expect(page.locator(f'#event-log li[data-seq="{last["seq"]}"]')).to_have_count(1)
     assert dashboard.state(run_id)["status"] == "completed"
+    workflow = page.get_by_role("link", name="workflow in the Temporal UI")
+    expected = f"{dashboard_ui(dashboard.stack.server)}/namespaces/default/workflows/{run_id}"
+    expect(workflow).to_have_attribute("href", expected)
 
 
 def test_an_interactive_run_is_approved_by_keyboard_with_an_edited_threshold_and_uses_it(
