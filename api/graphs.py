@@ -21,7 +21,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 
 from loopworks.api import launch, quotas, runs
-from loopworks.api.errors import NotApplicable, RunNotFound, invalid
+from loopworks.api.errors import GraphNotFound, NotApplicable, TaskNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
     GraphInput,
@@ -95,7 +95,7 @@ async def start_graph(
 
 async def read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
     """The graph's state and ledger, read together."""
-    description = await runs.describe(handle, WORKFLOW_TYPE)
+    description = await runs.describe(handle, WORKFLOW_TYPE, GraphNotFound)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=runs.QUERY_TIMEOUT)
@@ -104,7 +104,7 @@ async def read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
         state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=runs.QUERY_TIMEOUT)
         ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
     except runs.QUERY_FAILURES as err:
-        params = await runs.never_ran(handle, description, "status", err, GraphInput)
+        params = await runs.never_ran(handle, description, "status", err, GraphInput, GraphNotFound)
         memory = params.memory or params.first_memory()
         state, ledger = memory.state, memory.ledger
     if runs.is_closed(description) and not state.status.is_terminal:
@@ -127,7 +127,7 @@ async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
 
 
 async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
-    description = await runs.describe(handle, WORKFLOW_TYPE)
+    description = await runs.describe(handle, WORKFLOW_TYPE, GraphNotFound)
     if runs.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
     with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
@@ -153,6 +153,7 @@ async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> 
         action,
         lambda: handle.execute_update(update, *args, rpc_timeout=runs.UPDATE_TIMEOUT),
         WORKFLOW_TYPE,
+        GraphNotFound,
     )
     return state
 
@@ -163,7 +164,7 @@ async def clear_block(client: Client, handle: GraphHandle, task_id: str, note: s
     state = await read_state(handle)
     task = next((t for t in state.tasks if t.task.id == task_id), None)
     if task is None:
-        raise RunNotFound(f"{handle.id}/{task_id}")
+        raise TaskNotFound(handle.id, task_id)
     if task.status != TaskStatus.IN_PROGRESS or not task.run_ids:
         raise NotApplicable(f"task {task_id} of graph {handle.id} is not running")
     loop = client.get_workflow_handle_for(LoopWorkflow.run, task.run_ids[-1])
@@ -193,4 +194,4 @@ class GraphLedger:
         return [LedgerEntry(seq=n, line=line) for n, line in enumerate(lines, 1) if n > after]
 
     async def closed(self) -> bool:
-        return runs.is_closed(await runs.describe(self._handle, WORKFLOW_TYPE))
+        return runs.is_closed(await runs.describe(self._handle, WORKFLOW_TYPE, GraphNotFound))

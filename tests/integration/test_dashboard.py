@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.integration.browser import WAIT_MS, Watched, browser, page, watched
 from tests.integration.stack import DevServer, Stack
@@ -352,3 +352,22 @@ def test_a_diamond_graph_draws_four_nodes_and_four_edges_whose_statuses_change_l
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/ui/runs/{graph_id}/T-001/1")
     expect(page.locator("#run-status")).to_have_text("completed")
+
+
+def test_the_api_docs_render_offline(dashboard: Dashboard, page: Page) -> None:
+    """Every request the page makes off the API's own address fails, as without a network."""
+    elsewhere: list[str] = []
+
+    def only_the_api(route: Route) -> None:
+        if route.request.url.startswith(f"{dashboard.base}/"):
+            route.continue_()
+        else:
+            elsewhere.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_the_api)
+    page.goto(f"{dashboard.base}/docs")
+    approve = page.locator(".opblock-summary-path", has_text="/runs/{run_id}/approve")
+    expect(approve).to_have_count(1)
+    expect(page.locator(".opblock")).not_to_have_count(0)
+    assert elsewhere == [], elsewhere
