@@ -81,7 +81,8 @@ def _text(record: dict[str, Any]) -> str:
 
 
 def _line(n: int, record: dict[str, Any]) -> TrajectoryLine:
-    usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+    recorded = record.get("usage")
+    usage: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     return TrajectoryLine(
         n=n,
         step=str(record.get("step") or ""),

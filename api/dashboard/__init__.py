@@ -11,6 +11,8 @@ off; a Content-Security-Policy lets the pages run no script but that one file.
 
 from __future__ import annotations
 
+import inspect
+
 from fastapi import FastAPI, Request, Response
 
 from loopworks.api.dashboard import access, graphs, playbooks, render, runs
@@ -30,7 +32,8 @@ def install(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         if not request.url.path.startswith("/ui/"):
-            return await answer_json(request, exc)
+            answered = answer_json(request, exc)
+            return await answered if inspect.isawaitable(answered) else answered
         caller = Caller(OPEN_ACCESS_NAME, read_only=True)
         context = {"status_code": exc.status_code, "message": exc.message}
         return render.page(request, "error.html", caller, context, exc.status_code)

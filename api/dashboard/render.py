@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,12 +81,16 @@ def _when(value: str | datetime | None) -> str:
     """A time as the pages show it: UTC, to the second."""
     if not value:
         return ""
-    if isinstance(value, str):
+    if isinstance(value, datetime):
+        when = value
+    else:
         try:
-            value = datetime.fromisoformat(value)
+            when = datetime.fromisoformat(value)
         except ValueError:
             return value
-    return value.strftime("%Y-%m-%d %H:%M:%S")
+    if when.tzinfo is not None:
+        when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _money(value: float | None) -> str:
