@@ -79,7 +79,14 @@ def visibility_query(
 def visibility_time(when: datetime) -> str:
     """A time as a visibility query compares it: RFC 3339 in UTC (naive means UTC)."""
     aware = when if when.tzinfo else when.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    try:
+        utc = aware.astimezone(UTC)
+    except OverflowError:
+        # An offset that takes the time past either end of what Python holds: that end.
+        utc = (datetime.max if aware.year > 1 else datetime.min).replace(tzinfo=UTC)
+    # The year with its four digits (strftime's %Y drops leading zeros: Temporal refuses
+    # "1-01-01").
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S.%f}Z"
 
 
 def _attribute(execution: WorkflowExecution, key: SearchAttributeKey[Any]) -> Any:

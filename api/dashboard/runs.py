@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -106,15 +107,20 @@ async def runs_page(
 # its artifact and diff from git once per commit.
 _COMMIT_READS: OrderedDict[tuple[str, ...], Any] = OrderedDict()
 COMMIT_READS_KEPT = 256
+# Reads run in worker threads (asyncio.to_thread): the cache's bookkeeping is one at a time.
+_COMMIT_READS_LOCK = threading.Lock()
 
 
 def _kept(key: tuple[str, ...], read: Callable[[], Any]) -> Any:
-    if key in _COMMIT_READS:
-        _COMMIT_READS.move_to_end(key)
-        return _COMMIT_READS[key]
-    value = _COMMIT_READS[key] = read()
-    while len(_COMMIT_READS) > COMMIT_READS_KEPT:
-        _COMMIT_READS.popitem(last=False)
+    with _COMMIT_READS_LOCK:
+        if key in _COMMIT_READS:
+            _COMMIT_READS.move_to_end(key)
+            return _COMMIT_READS[key]
+    value = read()
+    with _COMMIT_READS_LOCK:
+        _COMMIT_READS[key] = value
+        while len(_COMMIT_READS) > COMMIT_READS_KEPT:
+            _COMMIT_READS.popitem(last=False)
     return value
 
 
