@@ -23,8 +23,9 @@ from pydantic_ai.messages import (
 )
 
 from loopworks.checks.redaction import redacted
-from loopworks.llm.base import ModelCall
+from loopworks.llm.base import ModelCall, usage_of
 from loopworks.schemas.roles import Role
+from loopworks.schemas.run import TokenUsage
 
 # The steps whose model works with tools: `skill` is the skill sub-loop's generator.
 AgentStep = Literal["produce", "refine", "skill", "qa"]
@@ -96,6 +97,10 @@ class TrajectoryRecord(BaseModel):
     output: str | None = None
     ok: bool | None = None
     stop_reason: str | None = None
+    # An `assistant` line: the model asked and the tokens its answer took (priced by the
+    # reader's price table: the dashboard shows each call's cost).
+    model: str | None = None
+    usage: TokenUsage | None = None
     ts: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -135,6 +140,8 @@ def trajectory(
                     "assistant",
                     output=cap(text.strip()),
                     stop_reason=message.finish_reason,
+                    model=call.model,
+                    usage=usage_of(message.usage).model_dump(exclude={"cost_usd"}),
                 )
             )
             for part in message.parts:

@@ -57,9 +57,25 @@ class QuotaExceeded(ApiError):
 
 class RunNotFound(ApiError):
     status_code = status.HTTP_404_NOT_FOUND
+    kind = "run"
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id} not found")
+        super().__init__(f"{self.kind} {run_id} not found")
+
+
+class GraphNotFound(RunNotFound):
+    """A graph's routes asked for an id that is no graph of ours."""
+
+    kind = "graph"
+
+
+class TaskNotFound(ApiError):
+    """A graph has no task of that id."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+
+    def __init__(self, graph_id: str, task_id: str) -> None:
+        super().__init__(f"graph {graph_id} has no task {task_id}")
 
 
 class NotApplicable(ApiError):

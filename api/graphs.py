@@ -21,7 +21,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy
 
 from loopworks.api import launch, quotas, redaction, runs
-from loopworks.api.errors import NotApplicable, RunNotFound, invalid
+from loopworks.api.errors import GraphNotFound, NotApplicable, TaskNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
     GraphInput,
@@ -92,13 +92,14 @@ async def start_graph(
     return graph_id
 
 
-async def _answer(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
-    """The graph's state and ledger, as the API may serve them (`api.redaction`)."""
+async def read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
+    """The graph's state and ledger, read together, as the API may serve them
+    (`api.redaction`)."""
     return redaction.served(await _read(handle))
 
 
 async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
-    description = await runs.describe(handle, GRAPH_WORKFLOW)
+    description = await runs.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=runs.QUERY_TIMEOUT)
@@ -107,7 +108,7 @@ async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
         state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=runs.QUERY_TIMEOUT)
         ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
     except runs.QUERY_FAILURES as err:
-        params = await runs.never_ran(handle, description, "status", err, GraphInput)
+        params = await runs.never_ran(handle, description, "status", err, GraphInput, GraphNotFound)
         memory = params.memory or params.first_memory()
         state, ledger = memory.state, memory.ledger
     if runs.is_closed(description) and not state.status.is_terminal:
@@ -122,15 +123,15 @@ async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
 
 
 async def read_state(handle: GraphHandle) -> GraphState:
-    return (await _answer(handle))[0]
+    return (await read(handle))[0]
 
 
 async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
-    return (await _answer(handle))[1]
+    return (await read(handle))[1]
 
 
 async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
-    description = await runs.describe(handle, GRAPH_WORKFLOW)
+    description = await runs.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
     if runs.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
     with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
@@ -156,6 +157,7 @@ async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> 
         action,
         lambda: handle.execute_update(update, *args, rpc_timeout=runs.UPDATE_TIMEOUT),
         GRAPH_WORKFLOW,
+        GraphNotFound,
     )
     return state
 
@@ -166,7 +168,7 @@ async def clear_block(client: Client, handle: GraphHandle, task_id: str, note: s
     state = await read_state(handle)
     task = next((t for t in state.tasks if t.task.id == task_id), None)
     if task is None:
-        raise RunNotFound(f"{handle.id}/{task_id}")
+        raise TaskNotFound(handle.id, task_id)
     if task.status != TaskStatus.IN_PROGRESS or not task.run_ids:
         raise NotApplicable(f"task {task_id} of graph {handle.id} is not running")
     loop = client.get_workflow_handle_for(LoopWorkflow.run, task.run_ids[-1])
@@ -196,4 +198,4 @@ class GraphLedger:
         return [LedgerEntry(seq=n, line=line) for n, line in enumerate(lines, 1) if n > after]
 
     async def closed(self) -> bool:
-        return runs.is_closed(await runs.describe(self._handle, GRAPH_WORKFLOW))
+        return runs.is_closed(await runs.describe(self._handle, GRAPH_WORKFLOW, GraphNotFound))

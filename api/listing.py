@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -48,12 +49,17 @@ _EXECUTION_STATUS_NAMES: dict[WorkflowExecutionStatus, str] = {
 }
 
 
-def visibility_query(status: RunStatus | None, alias: str | None = None) -> str:
-    """The runs with `status` and `alias` (either None: any). The alias is checked at
-    the door (`ALIAS_PATTERN`): no quote can reach the query."""
+def visibility_query(
+    status: RunStatus | None, alias: str | None = None, before: datetime | None = None
+) -> str:
+    """The runs with `status` and `alias` (either None: any), started before `before`
+    (None: any time). The alias is checked at the door (`ALIAS_PATTERN`): no quote can
+    reach the query."""
     query = f'WorkflowType = "{LOOP_WORKFLOW}"'
     if alias is not None:
         query += f' AND {LOOP_ALIAS.name} = "{alias}"'
+    if before is not None:
+        query += f' AND StartTime < "{visibility_time(before)}"'
     if status is None:
         return query
     if status not in TERMINAL_STATUSES:
@@ -68,6 +74,19 @@ def visibility_query(status: RunStatus | None, alias: str | None = None) -> str:
     if closed_as:
         matches = f"({matches} OR ExecutionStatus IN ({', '.join(closed_as)}))"
     return f"{query} AND {matches}"
+
+
+def visibility_time(when: datetime) -> str:
+    """A time as a visibility query compares it: RFC 3339 in UTC (naive means UTC)."""
+    aware = when if when.tzinfo else when.replace(tzinfo=UTC)
+    try:
+        utc = aware.astimezone(UTC)
+    except OverflowError:
+        # An offset that takes the time past either end of what Python holds: that end.
+        utc = (datetime.max if aware.year > 1 else datetime.min).replace(tzinfo=UTC)
+    # The year with its four digits (strftime's %Y drops leading zeros: Temporal refuses
+    # "1-01-01").
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S.%f}Z"
 
 
 def _attribute(execution: WorkflowExecution, key: SearchAttributeKey[Any]) -> Any:
@@ -115,7 +134,11 @@ CLOSED_READ_FACTOR = 5
 
 
 async def list_runs(
-    client: Client, limit: int, status: RunStatus | None, alias: str | None = None
+    client: Client,
+    limit: int,
+    status: RunStatus | None,
+    alias: str | None = None,
+    before: datetime | None = None,
 ) -> list[RunSummary]:
     """The `limit` newest runs by start time, as near as visibility allows.
 
@@ -123,8 +146,9 @@ async def list_runs(
     ORDER BY on SQL stores: the first `limit` it hands out are not the newest started
     (a run waiting for approval for a day came before every run started since). So open
     runs (handed out newest started first) and closed runs are read apart, the closed
-    from a wider window, and sorted together by start time."""
-    query = visibility_query(status, alias)
+    from a wider window, and sorted together by start time. `before` pages on: the runs
+    started before the last one of the page before."""
+    query = visibility_query(status, alias, before)
     closed_limit = min(limit * CLOSED_READ_FACTOR, 1000)
     runs: list[RunSummary] = []
     for part, part_limit in (

@@ -10,13 +10,13 @@ from fastapi import FastAPI
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
-from loopworks.api import errors, redaction, tokens
+from loopworks.api import dashboard, errors, redaction, tokens
 from loopworks.api.codec import CodecCors, ui_origins
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
-from loopworks.api.routes import codec, graphs, health, playbooks, runs, workspaces
+from loopworks.api.routes import codec, docs, graphs, health, playbooks, runs, workspaces
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import payload_codec
 
@@ -58,6 +58,9 @@ def create_app(
         # (413) as its bytes arrive, before it holds the API's memory.
         max_body_size=settings.api_max_body_bytes,
         telemetry=None if tracer_provider is None else {"tracer_provider": tracer_provider},
+        # Served by routes/docs.py from a package: FastAPI's own page loads its assets
+        # from a CDN, a blank page offline.
+        docs_url=None,
     )
     app.state.settings = settings
     # Read once: a token table that cannot be read stops the app here (ValueError).
@@ -74,9 +77,11 @@ def create_app(
     app.state.temporal = TemporalConnection(settings, client)
     errors.install(app)
     app.include_router(health.router)
+    app.include_router(docs.router)
     app.include_router(runs.router)
     app.include_router(workspaces.router)
     app.include_router(graphs.router)
     app.include_router(playbooks.router)
     app.include_router(codec.router)
+    dashboard.install(app)
     return app

@@ -55,17 +55,21 @@ def _not_found(err: RPCError) -> bool:
 
 
 async def describe(
-    handle: WorkflowHandle[Any, Any], workflow_type: str = LOOP_WORKFLOW
+    handle: WorkflowHandle[Any, Any],
+    workflow_type: str = LOOP_WORKFLOW,
+    missing: type[RunNotFound] = RunNotFound,
 ) -> WorkflowExecutionDescription:
+    """The workflow's description; `missing` (a 404 naming a run, or a graph) when there is
+    no workflow of `workflow_type` under its id."""
     try:
         description = await handle.describe()
     except RPCError as err:
         if _not_found(err):
-            raise RunNotFound(handle.id) from err
+            raise missing(handle.id) from err
         raise
     if description.workflow_type != workflow_type:
         # Another kind of workflow under this id is no run of ours.
-        raise RunNotFound(handle.id)
+        raise missing(handle.id)
     return description
 
 
@@ -162,11 +166,12 @@ async def never_ran(
     query: str,
     err: Exception,
     input_type: type[Input],
+    missing: type[RunNotFound] = RunNotFound,
 ) -> Input:
     """The start input of a workflow whose `query` failed because it closed before any of
     its code ran (`api.unstarted`); otherwise the error to answer the failed query with."""
     if isinstance(err, RPCError) and _not_found(err):
-        raise RunNotFound(handle.id) from err
+        raise missing(handle.id) from err
     params = (
         await unstarted.start_input(handle, input_type, description.data_converter)
         if is_closed(description)
@@ -229,18 +234,19 @@ async def update(
     action: str,
     execute: Callable[[], Awaitable[State]],
     workflow_type: str = LOOP_WORKFLOW,
+    missing: type[RunNotFound] = RunNotFound,
 ) -> State:
     """Run one workflow update; its validator rejecting it (the run's state does not allow
     it) or the run having finished is a 409 that says why."""
-    finished = f"cannot {action} run {handle.id}: it has already finished"
-    if is_closed(await describe(handle, workflow_type)):
+    finished = f"cannot {action} {missing.kind} {handle.id}: it has already finished"
+    if is_closed(await describe(handle, workflow_type, missing)):
         raise NotApplicable(finished)
     try:
         with finished_meanwhile(finished):
             return redaction.served(await execute())
     except WorkflowUpdateFailedError as err:
         reason = getattr(err.cause, "message", None) or str(err.cause)
-        raise NotApplicable(f"cannot {action} run {handle.id}: {reason}") from err
+        raise NotApplicable(f"cannot {action} {missing.kind} {handle.id}: {reason}") from err
 
 
 async def clear_block(handle: LoopHandle, note: str) -> RunState:

@@ -4,19 +4,21 @@ it may do, and whether the API may start at all where it would listen.
 Closed unless opened: without tokens the API serves loopback only, and refuses to start on
 any other address. A read-only token may GET and follow streams, never change anything.
 Health and the OpenAPI docs stay open so probes and people can find out how to
-authenticate.
+authenticate. A browser signed in to the dashboard sends a session cookie instead of the
+header (`api.sessions`); what it changes must carry the session's CSRF header too.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from loopworks.api import tokens
+from loopworks.api import sessions, tokens
 from loopworks.api.errors import Forbidden, Unauthorized
 from loopworks.schemas.settings import Settings
 
@@ -40,6 +42,14 @@ class Caller:
 
     name: str
     read_only: bool = False
+    # Set when the request came with the dashboard's session cookie, not a token.
+    session: sessions.Session | None = None
+
+
+def session_of(request: Request, table: tuple[tokens.ApiToken, ...]) -> sessions.Session | None:
+    """The dashboard session the request's cookie carries, if it is a valid one."""
+    cookie = request.cookies.get(sessions.COOKIE)
+    return None if cookie is None else sessions.verify(cookie, table, time.time())
 
 
 async def authenticated(
@@ -51,12 +61,25 @@ async def authenticated(
     table: tuple[tokens.ApiToken, ...] = request.app.state.tokens
     if not table:
         return Caller(tokens.OPEN_ACCESS_NAME)
-    if credentials is None:
+    session = None
+    if credentials is not None:
+        token = tokens.match(credentials.credentials, table)
+        if token is None:
+            raise Unauthorized("invalid bearer token", challenge='Bearer error="invalid_token"')
+    elif (session := session_of(request, table)) is not None:
+        token = session.token
+        # The browser sends the cookie on its own; a change must also show it comes from
+        # one of the session's own pages (api/sessions.py).
+        if request.method not in READ_METHODS and not session.csrf_matches(
+            request.headers.get(sessions.CSRF_HEADER)
+        ):
+            raise Forbidden(
+                f"a change sent with the dashboard's session must carry {sessions.CSRF_HEADER},"
+                " as the dashboard's own pages send it"
+            )
+    else:
         raise Unauthorized("authentication required: send Authorization: Bearer <token>")
-    token = tokens.match(credentials.credentials, table)
-    if token is None:
-        raise Unauthorized("invalid bearer token", challenge='Bearer error="invalid_token"')
-    return Caller(token.name, token.read_only)
+    return Caller(token.name, token.read_only, session)
 
 
 async def require_token(

@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     artifact = add("artifact", commands.cmd_artifact, "print a run's artifact (markdown)")
     artifact.add_argument("run", metavar="RUN")
 
+    browse = add("open", commands.cmd_open, "open a run's page in the dashboard (a browser)")
+    browse.add_argument("run", nargs="?", metavar="RUN", help="default: the run list")
+    browse.add_argument(
+        "--print", dest="print_url", action="store_true", help="only print the page's address"
+    )
+
     clean = add("clean", commands.cmd_clean, "delete a finished run's workspaces on the service")
     clean.add_argument("run", nargs="?", metavar="RUN")
     clean.add_argument(

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import quote
 
 import yaml
 from pydantic import TypeAdapter
@@ -307,6 +309,26 @@ def cmd_artifact(ctx: Context, args: argparse.Namespace) -> int:
 
 
 LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_terminal)
+
+
+def dashboard_url(api_url: str, run_id: str | None = None) -> str:
+    """A run's page in the dashboard the API serves (docs/dashboard.md), or its run list."""
+    base = f"{api_url.rstrip('/')}/ui/runs"
+    return f"{base}/{quote(run_id, safe='/')}" if run_id else base
+
+
+def cmd_open(ctx: Context, args: argparse.Namespace) -> int:
+    run_id = None
+    if args.run:
+        run_id = resolve_run(ctx.client, args.run)
+        # A run that is not there is said here, not as a 404 page in the browser.
+        ctx.client.json("GET", run_path(run_id))
+    url = dashboard_url(ctx.config.api_url, run_id)
+    ctx.out.write(url + "\n")
+    ctx.out.flush()
+    if not args.print_url and not webbrowser.open(url):
+        ctx.err.write("loops: no browser to open here: open the address above\n")
+    return 0
 
 
 def cmd_clean(ctx: Context, args: argparse.Namespace) -> int:

@@ -172,6 +172,7 @@ class LocalStack:
             raise CannotStart(f"the payload keys cannot be used: {err}") from err
         host = self.settings.temporal_address.rsplit(":", 1)[0]
         ui_url: str | None = None  # the UI's, when this stack starts the server
+        env = dict(os.environ)
         if _port_open(host, self.temporal_port):
             log.info("Temporal already listens on %s: using it", self.settings.temporal_address)
         else:
@@ -207,7 +208,6 @@ class LocalStack:
                 self.alive,
             )
 
-        env = dict(os.environ)
         if workspaces := sandbox_workspaces(self.settings):
             env["LOOPS_WORKSPACES_DIR"] = str(workspaces)
         if roots := default_local_roots(self.settings, Path.cwd()):
@@ -219,7 +219,7 @@ class LocalStack:
         env.update(keys_env)
         if ui_url:
             # The UI's page, which the API's codec endpoint lets call it (api/codec.py),
-            # and which notifications link to.
+            # and which notifications and the dashboard link to.
             env.setdefault("LOOPS_TEMPORAL_UI_URL", ui_url)
         env.update(
             TEMPORAL_ADDRESS=self.settings.temporal_address,
@@ -365,6 +365,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m loopworks.dep
         out = sys.stdout
         out.write(
             "\nloopworks is up\n"
+            f"  dashboard:    {stack.api_base}/ui\n"
             f"  API docs:     {stack.api_base}/docs\n"
             f"  Temporal UI:  http://{settings.temporal_address.rsplit(':', 1)[0]}:{ui_port}\n"
             f"  data:         {settings.data_dir.resolve()}\n"

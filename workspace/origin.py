@@ -11,6 +11,7 @@ from enum import Enum
 from pathlib import Path
 
 from loopworks.schemas.git_names import is_url
+from loopworks.workspace.changes import FileChange, changes_between
 from loopworks.workspace.objects import (
     commit_of,
     holds_commit,
@@ -121,6 +122,14 @@ class OriginReader(GitRunner):
         if listed.returncode != 0:
             raise GitError(f"commit {commit} is not on origin {redact(origin)}")
         return sorted(path for path in listed.stdout.split("\0") if path)
+
+    def changes_since(self, origin: str, first: str, last: str) -> list[FileChange]:
+        """What commits `first` to `last` changed: from `first`'s parent to `last` (a run's
+        work, from its first commit's parent, the commit it started from, to its latest)."""
+        checked_commit(first)
+        checked_commit(last)
+        with self._origin_git_dir(origin, commit=last) as git_dir:
+            return changes_between(git_dir, f"{first}^", last)
 
     def branch_log(self, origin: str, branch: str) -> list[str]:
         """Commit subjects of `branch` on origin, newest first."""

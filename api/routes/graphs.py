@@ -11,10 +11,16 @@ from pydantic import Field
 
 from loopworks.api import graphs, redaction, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
-from loopworks.api.errors import RunNotFound
-from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
+from loopworks.api.errors import GraphNotFound
+from loopworks.api.models import (
+    ClearBlockRequest,
+    ErrorBody,
+    GraphCreated,
+    GraphListed,
+    StopRequest,
+)
 from loopworks.api.quotas import StreamSlots
-from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORIZED
+from loopworks.api.routes.runs import CONFLICT, OVER_QUOTA, UNAUTHORIZED, Responses
 from loopworks.api.security import CallerDep, require_token
 from loopworks.api.trajectory import graph_trajectory, served
 from loopworks.schemas.graph import GraphApproval, GraphRequest, GraphState
@@ -22,6 +28,8 @@ from loopworks.schemas.run import RunState
 from loopworks.workflows.graph.workflow import GRAPH_WORKFLOW
 from loopworks.workflows.search_attributes import LOOP_STARTED_BY
 from loopworks.workspace.refs import checked_run_id
+
+NOT_FOUND: Responses = {404: {"model": ErrorBody, "description": "Unknown graph"}}
 
 router = APIRouter(
     prefix="/graphs",
@@ -35,7 +43,7 @@ async def graph_handle(graph_id: str, connection: ConnectionDep) -> graphs.Graph
     try:
         checked_run_id(graph_id)
     except ValueError as err:
-        raise RunNotFound(graph_id[:200]) from err
+        raise GraphNotFound(graph_id[:200]) from err
     client = await connection.client()
     return client.get_workflow_handle_for(graphs.TaskGraphWorkflow.run, graph_id)
 

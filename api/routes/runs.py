@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
@@ -109,8 +110,12 @@ async def list_runs(
             description="Only runs with this alias (newest first)",
         ),
     ] = None,
+    before: Annotated[
+        datetime | None,
+        Query(description="Only runs started before this time: the next page after a run's"),
+    ] = None,
 ) -> list[RunSummary]:
-    return await listing.list_runs(client, limit, status_filter, alias)
+    return await listing.list_runs(client, limit, status_filter, alias, before)
 
 
 @router.get("/{run_id:run_id}", responses=NOT_FOUND)

@@ -29,7 +29,9 @@ RUN_ID = (
     "`<alias>-<YYYYMMDD>-<HHMMSS>-<6 hex digits>` (e.g. "
     "`write-a-short-guide-20250101-120000-a1b2c3`), `key-<32 hex digits>` for a run started "
     "with an idempotency_key, or `<graph_id>/<task_id>/<attempt>` for a task loop of a graph "
-    "(graph_status lists them)."
+    "(graph_status lists them). Or the run's alias (`write-a-short-guide`): the unfinished "
+    "run with that alias, else the newest; two unfinished runs with one alias are refused, "
+    "listing their ids."
 )
 GRAPH_ID = (
     "The graph's id, exactly as start_graph gave it: "
@@ -124,8 +126,10 @@ the work is done, then produces, evaluates and refines an artifact (a markdown f
 changes in a git repository) until the rules pass or a limit is reached; it pushes its work
 to a branch `loops/<alias>` of the repository. A graph splits a goal into tasks and runs each
 as a loop, in dependency order. Start with start_run or start_graph, watch with run_status /
-graph_status (poll every few seconds; runs take minutes) and run_events, read the result
-with run_artifact. {GATES}"""
+graph_status, or wait_for_run (it answers at the run's next gate or its end, sending
+progress on the way: no polling), and run_events; read the result with run_artifact, its
+model calls with run_trajectory, and what runs on a repository learnt with playbook.
+{GATES}"""
 
 
 RUN_STATUS_TOOL = (

@@ -44,6 +44,8 @@ from loopworks.cli.mcp.views import (
     run_row,
     run_view,
 )
+from loopworks.cli.mcp.watch_tools import add_watch_tools
+from loopworks.cli.resolve import resolve_run
 from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.rules import Rule
 from loopworks.schemas.run import Budget, Mode, RunStatus, Thresholds
@@ -138,7 +140,7 @@ def build_server(client: ApiClient) -> MCPServer:
     @server.tool(annotations=read, description=RUN_STATUS_TOOL)
     def run_status(run_id: RunId) -> RunView:
         with api_errors():
-            return run_view(client.run_state(run_id))
+            return run_view(client.run_state(resolve_run(client, run_id)))
 
     @server.tool(annotations=read)
     def run_events(
@@ -161,6 +163,7 @@ def build_server(client: ApiClient) -> MCPServer:
         The answer's next_cursor is the last seq returned; `more` is true when more events
         are already there."""
         with api_errors():
+            run_id = resolve_run(client, run_id)
             return events_page(run_id, client.events(run_id, after=after), after, limit)
 
     @server.tool(annotations=read)
@@ -168,6 +171,7 @@ def build_server(client: ApiClient) -> MCPServer:
         """The run's artifact (markdown): the final one once the run has ended, else its
         latest draft (`final` false). Long artifacts are cut (`truncated`)."""
         with api_errors():
+            run_id = resolve_run(client, run_id)
             response = client.text_response(run_path(run_id, "artifact"))
         status = response.headers.get(RUN_STATUS_HEADER, "")
         text = response.text
@@ -212,7 +216,7 @@ def build_server(client: ApiClient) -> MCPServer:
         if note:
             body["note"] = note
         with api_errors():
-            return run_view(client.message(run_id, "approve", body))
+            return run_view(client.message(resolve_run(client, run_id), "approve", body))
 
     @server.tool(annotations=change)
     def clear_block(
@@ -224,20 +228,21 @@ def build_server(client: ApiClient) -> MCPServer:
         `message`). The note reaches the run's next model step. Refused (HTTP 409) when the
         run is not blocked."""
         with api_errors():
-            return run_view(client.message(run_id, "clear-block", {"note": note}))
+            resolved = resolve_run(client, run_id)
+            return run_view(client.message(resolved, "clear-block", {"note": note}))
 
     @server.tool(annotations=change)
     def pause_run(run_id: RunId) -> RunView:
         """Pause a live run: its current step finishes, then it waits at gate `pause`
         (status `paused`) until resume_run."""
         with api_errors():
-            return run_view(client.message(run_id, "pause"))
+            return run_view(client.message(resolve_run(client, run_id), "pause"))
 
     @server.tool(annotations=change)
     def resume_run(run_id: RunId) -> RunView:
         """Resume a run waiting at gate `pause`. Refused (HTTP 409) when it is not paused."""
         with api_errors():
-            return run_view(client.message(run_id, "resume"))
+            return run_view(client.message(resolve_run(client, run_id), "resume"))
 
     @server.tool(annotations=ending)
     def stop_run(
@@ -249,10 +254,12 @@ def build_server(client: ApiClient) -> MCPServer:
         """Stop a live run for good: in-flight work is cancelled, then the run still
         reflects and pushes what it has, and ends `stopped` (stop_reason `user_stop`).
         Refused (HTTP 409) when it has already ended."""
+        body = {"reason": reason} if reason else {}
         with api_errors():
-            return run_view(client.message(run_id, "stop", {"reason": reason} if reason else {}))
+            return run_view(client.message(resolve_run(client, run_id), "stop", body))
 
     add_graph_tools(server, client, read, change, ending)
+    add_watch_tools(server, client, read)
     return server
 
 

@@ -461,3 +461,30 @@ def test_flags_after_the_command_and_the_environment() -> None:
     assert CliConfig.load(environ=env) == CliConfig("http://env:1", "e")
     assert CliConfig.load("http://flag", "f", environ=env) == CliConfig("http://flag", "f")
     assert CliConfig.load(environ={}) == CliConfig("http://127.0.0.1:8000", None)
+
+
+def test_open_prints_a_runs_dashboard_page_once_the_run_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    opened: list[str] = []
+    monkeypatch.setattr(commands.webbrowser, "open", lambda url: opened.append(url) or True)
+    api = Recorder({("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(STATE))})
+    code, out = run(["open", RUN_ID], api)
+    assert code == 0 and out == f"http://api.test/ui/runs/{RUN_ID}\n"
+    assert opened == [f"http://api.test/ui/runs/{RUN_ID}"]
+    code, out = run(["open", RUN_ID, "--print"], api)
+    assert out == f"http://api.test/ui/runs/{RUN_ID}\n" and len(opened) == 1
+    code, out = run(["open", "--print"], api)
+    assert out == "http://api.test/ui/runs\n"
+
+
+def test_open_takes_an_alias_and_refuses_an_unknown_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []
+    monkeypatch.setattr(commands.webbrowser, "open", lambda url: opened.append(url) or True)
+    listed = httpx.Response(200, json=wire_list(RUNS))
+    api = Recorder({("GET", "/runs"): listed})
+    with pytest.raises(ApiError):
+        run(["open", "write-a-guide"], api)
+    assert opened == []
+    assert api.requests[0].url.params["alias"] == "write-a-guide"
+    assert api.requests[-1].url.path.startswith("/runs/")

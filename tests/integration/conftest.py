@@ -33,3 +33,14 @@ def stack(dev_server: DevServer, tmp_path: Path) -> Iterator[Stack]:
 def remote(tmp_path: Path) -> Path:
     """A bare origin with one commit on `main` (a fresh one per test)."""
     return bare_remote(tmp_path)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """Each phase's report on its test (`rep_setup`, `rep_call`): a fixture's teardown
+    reads whether its test failed (the browser tests' screenshot on failure)."""
+    report: pytest.TestReport = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

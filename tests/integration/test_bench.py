@@ -63,3 +63,27 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
     # Two iterations a run, each with its activities: the history was read, not skipped.
     activities = re.search(r"^activities/run\s+([\d.]+)", done.stdout, re.MULTILINE)
     assert activities is not None and float(activities.group(1)) > 10
+
+
+def test_the_dashboard_benchmark_runs_and_prints_each_pages_time() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_dashboard.py"),
+            "--runs",
+            "30",
+            "--tasks",
+            "8",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^runs\s+30 \(1 driven to its end, 29 copies", done.stdout, re.MULTILINE)
+    for page in ("runs page (30 runs)", "a run's page", "graph page (8 tasks)"):
+        line = rf"^\s+{re.escape(page)}\s+\d+ ms\s+\d+ ms\s+\d+ KiB$"
+        assert re.search(line, done.stdout, re.MULTILINE), (page, done.stdout)

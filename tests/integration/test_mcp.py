@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
@@ -33,6 +34,7 @@ TOOLS = {
     "list_runs", "start_run", "run_status", "run_events", "run_artifact", "approve_run",
     "clear_block", "pause_run", "resume_run", "stop_run", "start_graph", "graph_status",
     "approve_graph", "clear_graph_block", "pause_graph", "resume_graph", "stop_graph",
+    "list_graphs", "wait_for_run", "run_trajectory", "playbook",
 }  # fmt: skip
 
 
@@ -149,6 +151,79 @@ async def test_an_mcp_client_starts_watches_approves_and_clears_runs(
         assert "HTTP 404" in unknown, unknown
         finished = await refused(client, "clear_block", run_id=blocking["run_id"], note="again")
         assert "HTTP 409" in finished, finished
+
+
+async def test_an_mcp_client_waits_with_progress_takes_aliases_and_reads_what_runs_left(
+    stack: Stack,
+) -> None:
+    """wait_for_run answers at the approval gate, then at the end, with progress
+    notifications on the way; every run tool takes the alias; list_graphs lists a graph;
+    run_trajectory and playbook read what the run left."""
+    stack.start_worker(LOOPS_OFFLINE_LATENCY_MS="150")
+    _, base_url = stack.start_api()
+    task = {"id": "T-001", "title": "Write it", "description": "Write a guide",
+            "acceptance_criteria": ["it exists"], "verification_command": "true"}  # fmt: skip
+    graph = httpx.post(
+        f"{base_url}/graphs",
+        json={"goal": "Write a guide", "tasks": [task], "mode": "interactive"},
+        timeout=30,
+    )
+    assert graph.status_code == 201, graph.text
+
+    async with Client(server(stack, base_url), read_timeout_seconds=180) as client:
+        graphs = await call(client, "list_graphs")
+        assert graph.json()["graph_id"] in {row["graph_id"] for row in graphs["result"]}
+
+        started = await call(
+            client, "start_run", task="Write a guide to backoff", mode="interactive",
+            audit_probability=0,
+        )  # fmt: skip
+        alias = started["alias"]
+        heard: list[tuple[float, float | None, str | None]] = []
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            heard.append((done, total, message))
+
+        waited = await client.call_tool(
+            "wait_for_run", {"run_id": alias}, progress_callback=progress
+        )
+        assert not waited.is_error, text(waited)
+        view = waited.structured_content
+        assert isinstance(view, dict)
+        assert (view["run_id"], view["gate"]) == (started["run_id"], "approval"), view
+        assert heard and heard[-1][2] is not None
+        assert heard[-1][2].startswith("awaiting_approval"), heard
+
+        approved = await call(client, "approve_run", run_id=alias, max_iterations=2)
+        assert approved["run_id"] == started["run_id"] and approved["max_iterations"] == 2
+        heard.clear()
+        ended = await client.call_tool(
+            "wait_for_run", {"run_id": alias}, progress_callback=progress
+        )
+        done = ended.structured_content
+        assert isinstance(done, dict) and done["status"] == "completed", done
+        # Notified as it went: more than one step, iterations counted against the limit.
+        assert len(heard) > 2 and {total for _, total, _ in heard} == {2}, heard
+        assert heard[-1][0] == done["iteration"] and heard[-1][2].startswith("completed")
+
+        status = await call(client, "run_status", run_id=alias)
+        assert status["run_id"] == started["run_id"]
+        plan = await call(client, "run_trajectory", run_id=alias, step="plan", limit=200)
+        assert plan["lines"] and {line["step"] for line in plan["lines"]} == {"plan"}
+        answers = [line for line in plan["lines"] if line["kind"] == "assistant"]
+        assert answers and all(line["output_tokens"] for line in answers), answers
+
+        origin = httpx.get(f"{base_url}/runs/{started['run_id']}", timeout=30).json()["origin"]
+        deadline = time.monotonic() + 60
+        learnt: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            result = await client.call_tool("playbook", {"repo": origin})
+            if not result.is_error and isinstance(result.structured_content, dict):
+                learnt = result.structured_content
+                if learnt["items"]:
+                    break
+            await anyio.sleep(0.5)
+        assert learnt.get("origin") == origin and learnt["items"], learnt
 
 
 async def test_loops_mcp_serves_streamable_http_on_loopback(tmp_path: Path) -> None:

@@ -88,6 +88,7 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert "model offline)" in worker_log, worker_log[-2000:]
+    assert f"dashboard:    http://127.0.0.1:{api_port}/ui" in output
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
     assert f"Temporal UI:  http://127.0.0.1:{ui_port}" in output
     match = re.search(r"Run (\S+) completed \(threshold_reached\)", output)

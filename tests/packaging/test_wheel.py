@@ -312,6 +312,31 @@ def test_every_prompt_file_is_installed(installed: Installed) -> None:
         )
 
 
+def test_the_dashboards_templates_and_static_files_are_installed(installed: Installed) -> None:
+    checkout = _package_path(f"{IMPORT_NAME}.api.dashboard")
+    target = _installed_path(installed, f"{IMPORT_NAME}.api.dashboard")
+    for folder, pattern in (("templates", "*.html"), ("static", "*.*")):
+        expected = {path.name for path in (checkout / folder).glob(pattern)}
+        assert expected, f"no api/dashboard/{folder}/{pattern} in the checkout"
+        present = {path.name for path in (target / folder).glob(pattern)}
+        assert present == expected, (
+            f"api/dashboard/{folder}: missing from the install {sorted(expected - present)}"
+            " (see [tool.setuptools.package-data])"
+        )
+    # The installed API renders a page from its installed templates.
+    page = installed.python_json(
+        """
+        import json
+        from loopworks.api.dashboard import render
+        html = render.render("error.html", {"status_code": 404, "message": "<b>x</b>",
+            "caller": None, "signed_in": False, "csrf": "", "path": "/ui/x"})
+        print(json.dumps({"escaped": "&lt;b&gt;x&lt;/b&gt;" in html,
+                          "script": render.ENVIRONMENT.globals["static"]["script"]}))
+        """
+    )
+    assert page["escaped"] and page["script"].startswith("/ui/static/dashboard.js?v=")
+
+
 # --- the installed venv ----------------------------------------------------------
 
 

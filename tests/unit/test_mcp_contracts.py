@@ -7,13 +7,14 @@ reads it, every tool a description names exists, and the facts the descriptions 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, get_args
 
 import anyio
 import pytest
 from mcp import Client
 from mcp.types import Tool
 
+from loopworks.agent.trajectory import AgentStep, CallStep, RecordKind
 from loopworks.api.idempotency import RUN_ID_PREFIX
 from loopworks.cli.client import ApiClient
 from loopworks.cli.config import CliConfig
@@ -129,6 +130,7 @@ def test_every_tool_a_description_names_exists() -> None:
     words = set(re.findall(r"\b([a-z]+(?:_[a-z]+)+)\b", OUR_TEXT))
     unknown = words - set(BY_NAME) - fields - {name.value for name in EventName}
     unknown -= {value.value for value in [*RunStatus, *StopReason]}
+    unknown -= TRAJECTORY_WORDS
     assert not unknown, f"descriptions name tools that do not exist: {sorted(unknown)}"
     # And the gates' releasing tools are real tools.
     assert set(RUN_GATE_TOOLS.values()) | set(GRAPH_GATE_TOOLS.values()) <= set(BY_NAME)
@@ -176,6 +178,28 @@ def test_the_cursor_is_explained() -> None:
     assert "`seq`" in after and "next_cursor" in after and "0" in after
 
 
+# The trajectory's steps and line kinds (agent/trajectory.py), which run_trajectory names.
+TRAJECTORY_STEPS = {*get_args(AgentStep), *get_args(CallStep)}
+TRAJECTORY_KINDS = set(get_args(RecordKind))
+TRAJECTORY_WORDS = TRAJECTORY_STEPS | TRAJECTORY_KINDS
+
+
+def test_run_trajectory_names_every_step_and_kind_of_a_line() -> None:
+    tool = BY_NAME["run_trajectory"]
+    step = tool.input_schema["properties"]["step"]["description"]
+    # A graph's task planner (`plan_graph`) is in the graph's trajectory, not a run's.
+    assert set(re.findall(r"[a-z_]+", step.split(":", 1)[1])) == TRAJECTORY_STEPS - {"plan_graph"}
+    for kind in TRAJECTORY_KINDS:
+        assert f"`{kind}`" in (tool.description or ""), kind
+
+
+def test_aliases_are_taken_wherever_a_run_id_is() -> None:
+    for tool in TOOLS:
+        run_id = (tool.input_schema.get("properties") or {}).get("run_id")
+        if run_id is not None:
+            assert "alias" in run_id["description"], tool.name
+
+
 def test_reads_are_marked_read_only_and_stops_destructive() -> None:
     for tool in TOOLS:
         assert tool.annotations is not None, tool.name
@@ -185,6 +209,10 @@ def test_reads_are_marked_read_only_and_stops_destructive() -> None:
             "run_events",
             "run_artifact",
             "graph_status",
+            "list_graphs",
+            "wait_for_run",
+            "run_trajectory",
+            "playbook",
         }
         assert tool.annotations.read_only_hint is reads, tool.name
         if tool.name.startswith("stop_"):

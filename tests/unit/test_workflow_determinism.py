@@ -27,8 +27,9 @@ WORKFLOW_CODE = [
 ]
 
 # Modules whose import alone says nothing non-deterministic is meant. loopworks'
-# activity modules (the playbook's among them) are imported for their definitions (the workflow schedules them by
-# reference, a worker runs them): what they do is not workflow code.
+# activity modules (the playbook's among them) are imported for their definitions (the
+# workflow schedules them by reference, a worker runs them): what they do is not workflow
+# code.
 ALLOWED_MODULES = (
     "__future__",
     "asyncio",

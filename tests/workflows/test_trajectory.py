@@ -71,6 +71,10 @@ async def test_every_role_of_a_run_is_in_its_one_trajectory(
     answer = next(r for r in hydration if r.kind == "tool_call")
     assert answer.tool == "answer" and "acceptance_criteria" in answer.input
     assert "Document how to run the test suite" in (hydration[1].input or "")
+    # Each answer names its model and the tokens it took: the dashboard prices each call.
+    answers = [r for r in records if r.kind == "assistant"]
+    assert all(r.model and r.usage is not None and r.usage.output_tokens > 0 for r in answers)
+    assert sum(r.usage.total_tokens for r in answers if r.usage) == state.usage.total_tokens
 
     # The task loop's lines are the run's trajectory; the skill session's its own, linked.
     run_id = state.run_id
