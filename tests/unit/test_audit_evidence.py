@@ -4,9 +4,6 @@ write-up a BLOCK commits."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,8 +18,6 @@ from loopworks.workflows.graph.inputs import loop_request
 from loopworks.workspace.changes import (
     FileChange,
     capped_patch,
-    changes_between,
-    changes_to_worktree,
     diff_stat,
     without_records,
 )
@@ -194,38 +189,6 @@ def test_a_graph_tasks_loop_declares_the_tasks_files() -> None:
     assert request.declared_files == ["src/parse.py", "tests/test_parse.py"]
 
 
-@pytest.mark.integration
-def test_changes_between_two_commits_are_those_git_diff_shows(tmp_path: Path) -> None:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
-    git("init", "-q")
-    (tmp_path / "keep.py").write_text("a\nb\n")
-    (tmp_path / "gone.py").write_text("x\n")
-    git("add", "-A")
-    git("commit", "-qm", "start")
-    start = git("rev-parse", "HEAD")
-    (tmp_path / "keep.py").write_text("a\nc\nd\n")
-    (tmp_path / "gone.py").unlink()
-    (tmp_path / "new.py").write_text("n\n")
-    git("add", "-A")
-    git("commit", "-qm", "work")
-    changes = changes_between(tmp_path, start, git("rev-parse", "HEAD"))
-    assert [(c.path, c.status, c.added, c.removed) for c in changes] == [
-        ("gone.py", "D", 0, 1),
-        ("keep.py", "M", 2, 1),
-        ("new.py", "A", 1, 0),
-    ]
-    assert "-b\n+c\n+d" in capped_patch(changes)
-
-
 def test_which_tool_calls_are_audited_is_drawn_from_the_step_and_the_call() -> None:
     key = "run-1:2:produce:3"
     drawn = [audit_drawn(key, call, 0.3) for call in range(1, 2001)]
@@ -244,43 +207,3 @@ def test_a_pending_call_is_named_by_its_main_argument() -> None:
     write = PendingCall(step="refine", tool="write_file", input={"path": "a.py", "content": "x"})
     assert write.brief() == "write_file: a.py"
     assert PendingCall(step="produce", tool="list_files", input={}).brief() == "list_files"
-
-
-@pytest.mark.integration
-def test_changes_to_the_work_tree_are_those_git_add_all_would_stage(tmp_path: Path) -> None:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-
-    git("init", "-q")
-    (tmp_path / "keep.py").write_text("a\nb\n")
-    (tmp_path / "gone.py").write_text("x\n")
-    (tmp_path / ".gitignore").write_text("build/\n")
-    git("add", "-A")
-    git("commit", "-qm", "start")
-    start = git("rev-parse", "HEAD")
-    (tmp_path / "keep.py").write_text("a\nc\nd\n")
-    (tmp_path / "gone.py").unlink()
-    (tmp_path / "deep" / "er").mkdir(parents=True)
-    (tmp_path / "deep" / "er" / "new.py").write_text("n\n")
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "out.o").write_text("ignored\n")
-    os.mkfifo(tmp_path / "pipe")  # git stages no FIFO, and reading one would hang
-
-    changes = changes_to_worktree(tmp_path, start)
-    assert [(c.path, c.status, c.added, c.removed) for c in changes] == [
-        ("deep/er/new.py", "A", 1, 0),
-        ("gone.py", "D", 0, 1),
-        ("keep.py", "M", 2, 1),
-    ]
-    # Nothing was staged or committed to find them, and git agrees once it stages them.
-    assert git("rev-parse", "HEAD") == start and not git("diff", "--cached", "--name-only")
-    (tmp_path / "pipe").unlink()
-    git("add", "-A")
-    assert git("diff", "--cached", "--name-only", start).split() == [c.path for c in changes]
