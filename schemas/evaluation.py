@@ -12,6 +12,9 @@ class CheckResult(BaseModel):
     rule_id: str
     passed: bool
     detail: str = ""
+    # A command check's exit code (None: another kind, a timeout, or a result recorded
+    # before results carried it).
+    exit_code: int | None = None
 
 
 class RuleResult(BaseModel):

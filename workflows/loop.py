@@ -26,13 +26,18 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
     from loopworks.schemas.steps import WorkspaceInfo, WorkspaceRequest
-    from loopworks.workflows import decisions, graph_inputs
+    from loopworks.workflows import decisions, graph_inputs, proof
     from loopworks.workflows.loop_steps import LoopSteps
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
     from loopworks.workflows.steps import StepRunner, describe
+
+
+# The patch that gave runs their proof and checks QA's evidence (docs/operations.md,
+# "Upgrading with runs in flight"): a run that started before it has neither.
+RUN_PROOF = "run-proof"
 
 
 @workflow.defn(name="LoopWorkflow")
@@ -158,6 +163,7 @@ class LoopWorkflow:
                 repo=self._request.repo,
                 base_branch=self._request.base_branch,
                 read_prep=self._request.read_prep_package and not self._request.prep_package,
+                find_proof=self._request.verify is None,
             ),
             GIT,
             "prepare workspace",
@@ -173,6 +179,14 @@ class LoopWorkflow:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
             self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))
         self._take_prep_package(workspace)
+        # A run knows how its work is proven before any model speaks (docs/loop.md#the-runs-
+        # proof); a run recorded before runs had a proof replays without one.
+        if workflow.patched(RUN_PROOF):
+            request = self._request
+            self._state.proof = proof.planned(
+                request.verify, workspace.proof, request.allow_unverified
+            )
+            self._state.rules = proof.with_proof(self._state.rules, self._state.proof)
         await self._hydrate_and_review()
         if self._request.mode == Mode.INTERACTIVE:
             self._record.set_step(Step.APPROVE)
@@ -297,6 +311,7 @@ class LoopWorkflow:
             state.iteration,
             state.max_iterations,
             state.stagnation_count,
+            proof_pending=proof.pending(state.rules, state.phase),
         )
         state.stagnation_count = decision.stagnation_count
         return decision

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         budget_exceeded,
     )
+    from loopworks.workflows import proof
     from loopworks.workflows.record import OnRecord, RunRecord
 
 
@@ -101,8 +102,21 @@ class Steering(OnRecord):
     def approve(self, approval: Approval) -> RunState:
         """Interactive mode: confirm criteria and max iterations, possibly edited."""
         edits: dict[str, Any] = {}
+        state = self.state
+        proven = state.proof is not None and (
+            approval.verify is not None or approval.allow_unverified is not None
+        )
+        if proven and state.proof is not None:
+            # The person may set the run's proof; nothing else may (docs/loop.md#the-runs-proof).
+            state.proof = proof.edited(state.proof, approval.verify, approval.allow_unverified)
+            if approval.verify is not None:
+                edits["verify"] = approval.verify
+            if approval.allow_unverified is not None:
+                edits["allow_unverified"] = approval.allow_unverified
+        if approval.rules is not None or proven:
+            rules = approval.rules if approval.rules is not None else state.rules
+            state.rules = proof.with_proof(rules, state.proof)
         if approval.rules is not None:
-            self.state.rules = approval.rules
             edits["rules"] = [rule.id for rule in approval.rules]
         if approval.thresholds is not None:
             self.state.thresholds = approval.thresholds
