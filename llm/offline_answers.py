@@ -294,7 +294,8 @@ def qa_failed(answer: dict[str, Any], failed: dict[str, str]) -> dict[str, Any]:
             {"rule_id": "qa", "problem": f"`{command}` failed: {output[:500]}", "fix": "fix it"}
             for command, output in failed.items()
         ],
-        "summary": "the commands that prove the work fail: " + ", ".join(failed),
+        "summary": "the commands that prove the work fail: "
+        + ", ".join(f"`{command}`" for command in failed),
         "evidence": [],
     }
 
