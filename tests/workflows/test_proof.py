@@ -31,12 +31,13 @@ from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.proof import ProofSource, ProofStatus
 from loopworks.schemas.roles import Role
-from loopworks.schemas.rules import RuleOwner
-from loopworks.schemas.run import RunState, RunStatus, StopReason
+from loopworks.schemas.rules import CommandCheck, RuleOwner
+from loopworks.schemas.run import Approval, RunState, RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
+from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, commit_all
-from tests.workflows.test_loop import TITLE_RULE, remote_file
+from tests.workflows.test_loop import TITLE_RULE, remote_file, wait_for
 
 pytestmark = pytest.mark.workflow
 
@@ -326,3 +327,74 @@ async def test_the_repositorys_declaration_is_its_proof(
     assert state.proof.status == ProofStatus.PASSED
     [verdict] = qa_verdicts(events)
     assert verdict.evidence == state.proof.commands and verdict.accepted
+
+
+# --- the plan, and who may change the proof ------------------------------------------------------
+
+
+async def test_the_plan_shows_the_detected_proof_and_the_person_may_edit_it(
+    harness: LoopHarness, calc_repo: Path
+) -> None:
+    """Confirm first: the draft a person approves names the proof (and holds its rule);
+    the approval may set other commands, which become the run's proof and rules."""
+    declared = "python3 -m unittest discover -s tests -q"
+    async with harness.worker(script={"producer": {"*": CORRECT}}):
+        handle = await harness.start(
+            task="Add mul", repo=str(calc_repo), rules=[TITLE_RULE], mode="interactive"
+        )
+
+        async def awaiting() -> bool:
+            return (await harness.status(handle)).status == RunStatus.AWAITING_APPROVAL
+
+        await wait_for(awaiting)
+        draft = await harness.status(handle)
+        assert draft.proof is not None
+        assert (draft.proof.source, draft.proof.commands) == (ProofSource.DETECTED, [DETECTED])
+        assert "tests/" in draft.proof.basis and draft.proof.status == ProofStatus.PENDING
+        assert [r.id for r in draft.rules] == ["has-title", "proof-1"]
+        approved = await handle.execute_update(LoopWorkflow.approve, Approval(verify=[declared]))
+        assert approved.proof is not None and approved.proof.commands == [declared]
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED, state.stop
+    assert state.proof is not None and state.proof.source == ProofSource.REQUEST
+    [result] = state.proof.results
+    assert (result.command, result.passed) == (declared, True)
+    proof_rule = next(r for r in state.rules if r.id == "proof-1")
+    assert isinstance(proof_rule.check, CommandCheck) and proof_rule.check.command == declared
+    [approval] = [e.payload for e in events if e.event.value == "approved"]
+    assert approval.edits == {"verify": [declared]}
+
+
+async def test_a_hydration_that_forges_the_proof_rule_gets_the_runs_own_back(
+    harness: LoopHarness, calc_repo: Path
+) -> None:
+    """The hydrator drafts a `proof-1` of its own that always passes, and a rule claiming
+    the orchestrator: neither stands, the broken change still fails the real proof."""
+    forged = {
+        "id": "proof-1",
+        "description": "The tests pass",
+        "severity": "fail",
+        "phase": "B",
+        "check": {"kind": "command", "command": "true"},
+    }
+    claiming = {**TITLE_RULE, "id": "mine", "owner": "orchestrator"}
+    hydration = {
+        "template": "minor-edit",
+        "intent": "add is faster",
+        "plan": ["rewrite add"],
+        "acceptance_criteria": ["the tests pass"],
+        "rules": [TITLE_RULE, forged, claiming],
+    }
+    script = {"producer": {"*": BROKEN}, "hydrator": {"*": hydration}}
+    async with harness.worker(script=script):
+        handle = await harness.start(task="Make add faster", repo=str(calc_repo), max_iterations=1)
+        state = (await handle.result()).state
+
+    assert state.status != RunStatus.COMPLETED
+    assert [r.id for r in state.rules] == ["has-title", "proof-1"]
+    proof_rule = state.rules[-1]
+    assert proof_rule.owner == RuleOwner.ORCHESTRATOR
+    assert isinstance(proof_rule.check, CommandCheck) and proof_rule.check.command == DETECTED
+    assert state.proof is not None and state.proof.status == ProofStatus.FAILED
