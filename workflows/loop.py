@@ -35,11 +35,6 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.steps import StepRunner, describe
 
 
-# The patch that gave runs their proof and checks QA's evidence (docs/operations.md,
-# "Upgrading with runs in flight"): a run that started before it has neither.
-RUN_PROOF = "run-proof"
-
-
 @workflow.defn(name="LoopWorkflow")
 class LoopWorkflow:
     @workflow.init
@@ -179,9 +174,10 @@ class LoopWorkflow:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
             self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))
         self._take_prep_package(workspace)
-        # A run knows how its work is proven before any model speaks (docs/loop.md#the-runs-
-        # proof); a run recorded before runs had a proof replays without one.
-        if workflow.patched(RUN_PROOF):
+        # A run knows how its work is proven before any model speaks, and QA's verdict is
+        # checked against its evidence (docs/loop.md#the-runs-proof); a run recorded before
+        # runs had a proof replays without either.
+        if workflow.patched("run-proof"):
             request = self._request
             self._state.proof = proof.planned(
                 request.verify, workspace.proof, request.allow_unverified
