@@ -54,7 +54,7 @@ def proof_lines(state: RunState) -> list[str]:
 
 
 def detail_lines(state: RunState) -> list[str]:
-    lines = prep_lines(state) + proof_lines(state)
+    lines = prep_lines(state)
     if state.gate is not None:
         command = RELEASES[state.gate.kind][1]
         lines.append(
@@ -75,6 +75,7 @@ def detail_lines(state: RunState) -> list[str]:
             mark = "pass" if rule.passed else "FAIL"
             line = f"  {mark} {rule.id:<{width}} {rule.severity.value:<4} {_short(rule.detail)}"
             lines.append(line.rstrip())
+    lines += proof_lines(state)
     verdicts = state.verdicts
     if verdicts.critic is not None:
         said = verdicts.critic.feedback or "; ".join(verdicts.critic.issues)
