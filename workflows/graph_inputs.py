@@ -71,8 +71,9 @@ def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState
         budget=request.budget,
         declared_files=task.context.files,
         read_prep_package=False,
-        # Its proof is its verification command, as the merge queue's (docs/graphs.md#running-
-        # tasks); a command no request would take leaves it with its rule alone.
+        # Its proof is its verification command, as the merge queue's
+        # (docs/graphs.md#running-tasks); a command no request would take leaves it with
+        # its rule alone.
         verify=proof_commands([task.verification_command]),
         allow_unverified=True,
     )
