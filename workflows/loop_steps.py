@@ -222,16 +222,12 @@ class LoopSteps(OnRecord):
         and then counts as ISSUES. A verified run that changed code with nothing to prove
         it ends `unverified` unless its request allows it (docs/loop.md#the-runs-proof)."""
         state = self.state
-        verified = await self._qa(evaluation)
+        verified, judged = await self._qa(evaluation)
+        if not judged.accepted:
+            verified, judged = await self._qa(evaluation, judged.reason)
         report = verified.report
-        if state.proof is not None:
-            judged = self._judged(verified)
-            if not judged.accepted:
-                verified = await self._qa(evaluation, judged.reason)
-                judged = self._judged(verified)
-                report = verified.report
-                if not judged.accepted:
-                    report = evidence.as_issues(report, judged.reason)
+        if not judged.accepted:
+            report = evidence.as_issues(report, judged.reason)
         state.verdicts.qa = QAView.of(report, state.iteration)
         if report.verdict == QAVerdict.VERIFIED:
             final, message, state.proof = proof.completed(
@@ -245,9 +241,12 @@ class LoopSteps(OnRecord):
         ]
         return Critique(issues=issues)
 
-    async def _qa(self, evaluation: Evaluation, rejected: str = "") -> QAOutput:
+    async def _qa(
+        self, evaluation: Evaluation, rejected: str = ""
+    ) -> tuple[QAOutput, evidence.Judgement]:
         """One ask of the QA verifier (`rejected`: why its previous verdict did not
-        stand), and its event."""
+        stand), its event, and whether its verdict stands on its evidence: always, in a
+        run recorded before runs had a proof."""
         state, produced = self.state, self.memory.last_artifact
         verified = await self.runner.model_step(
             Step.QA,
@@ -271,20 +270,19 @@ class LoopSteps(OnRecord):
             AGENT_STEP,
             f"iteration {state.iteration} · QA verification",
         )
-        judged = self._judged(verified) if state.proof is not None else evidence.ACCEPTED
+        judged = evidence.ACCEPTED
+        if state.proof is not None:
+            judged = evidence.judge(
+                verified.report,
+                verified.ran,
+                verified.code_changed,
+                verified.checkout_changed,
+                proof.failures(state.proof),
+            )
         self.record.emit(*step_events.verified(verified, judged))
         if verified.commit:  # its trajectory, on top of the commit it verified
             self.memory.commit = verified.commit
-        return verified
-
-    def _judged(self, verified: QAOutput) -> evidence.Judgement:
-        return evidence.judge(
-            verified.report,
-            verified.ran,
-            verified.code_changed,
-            verified.checkout_changed,
-            proof.failures(self.state.proof),
-        )
+        return verified, judged
 
     async def critique(self, evaluation: Evaluation) -> Critique:
         state, memory = self.state, self.memory

@@ -103,17 +103,19 @@ class Steering(OnRecord):
         """Interactive mode: confirm criteria and max iterations, possibly edited."""
         edits: dict[str, Any] = {}
         state = self.state
-        proven = state.proof is not None and (
-            approval.verify is not None or approval.allow_unverified is not None
-        )
-        if proven and state.proof is not None:
-            # The person may set the run's proof; nothing else may (docs/loop.md#the-runs-proof).
+        proof_edits = {
+            name: value
+            for name, value in (
+                ("verify", approval.verify),
+                ("allow_unverified", approval.allow_unverified),
+            )
+            if value is not None
+        }
+        if state.proof is not None and proof_edits:
+            # A person may set the run's proof; nothing else may (docs/loop.md#the-runs-proof).
             state.proof = proof.edited(state.proof, approval.verify, approval.allow_unverified)
-            if approval.verify is not None:
-                edits["verify"] = approval.verify
-            if approval.allow_unverified is not None:
-                edits["allow_unverified"] = approval.allow_unverified
-        if approval.rules is not None or proven:
+            edits |= proof_edits
+        if approval.rules is not None or "verify" in edits:
             rules = approval.rules if approval.rules is not None else state.rules
             state.rules = proof.with_proof(rules, state.proof)
         if approval.rules is not None:
