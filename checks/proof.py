@@ -22,6 +22,9 @@ PYTHON_CONFIG = ("pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini")
 # The files detection reads, at the repository's root; the rest it knows by their paths.
 PROOF_FILES = (PROOF_FILE, *MAKEFILES, "package.json", *PYTHON_CONFIG)
 
+# What detection reads of each file: a repository's file is untrusted and may be huge;
+# a test setup is stated near the top of any file that has one.
+READ_CAP_CHARS = 1_000_000
 # A `test:` rule (not `test := value`, an assignment), at the start of a line.
 _MAKE_TEST = re.compile(r"^test\s*:(?!=)", re.MULTILINE)
 # What `npm init` writes when a package has no tests.
@@ -51,7 +54,7 @@ def declared_commands(text: str) -> list[str]:
     are skipped. At most `MAX_PROOF_COMMANDS`, each cut at `PROOF_COMMAND_MAX_CHARS`:
     the file is the repository's, and a request would refuse more."""
     commands = []
-    for line in text.splitlines():
+    for line in text[:READ_CAP_CHARS].splitlines():
         command = line.strip()
         if command and not command.startswith("#") and "\x00" not in command:
             commands.append(command[:PROOF_COMMAND_MAX_CHARS])
@@ -62,6 +65,7 @@ def detect(paths: Collection[str], texts: Mapping[str, str]) -> Detected:
     """The test commands `paths` (every file of the tree) and `texts` (the text of those of
     `PROOF_FILES` it has) show. A Makefile's `test` target is the project's own entry
     point and stands alone; otherwise every ecosystem found adds its command."""
+    texts = {name: text[:READ_CAP_CHARS] for name, text in texts.items()}
     for name in MAKEFILES:
         if name in texts and _MAKE_TEST.search(texts[name]):
             return Detected(["make test"], [f"{name} has a `test` target"])

@@ -9,7 +9,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from loopworks.checks.proof import declared_commands, detect
+from loopworks.checks.proof import READ_CAP_CHARS, declared_commands, detect
 from loopworks.schemas.evaluation import CheckResult, Evaluation, RuleResult
 from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
 from loopworks.schemas.proof import (
@@ -108,6 +108,17 @@ def test_unittest_discovery_where_the_test_modules_are(
     paths: list[str], commands: list[str]
 ) -> None:
     assert detect(paths, {}).commands == commands
+
+
+def test_detection_reads_a_bounded_start_of_each_file() -> None:
+    """A repository's files are untrusted: a huge one is read up to a cap, and what it
+    states past the cap is not seen."""
+    padding = "#" * READ_CAP_CHARS + "\n"
+    assert detect(["Makefile"], {"Makefile": padding + "test:\n\tcheck\n"}).commands == []
+    assert detect(["Makefile"], {"Makefile": "test:\n\tcheck\n" + padding}).commands == [
+        "make test"
+    ]
+    assert declared_commands("make check\n" + padding + "rm -rf /\n") == ["make check"]
 
 
 def test_declared_commands_skip_comments_and_blank_lines() -> None:
