@@ -23,10 +23,18 @@ from loopworks.schemas.evaluation import CheckResult
 from loopworks.schemas.roles import Role, judgements_model, judgements_of
 from loopworks.schemas.rules import CheckGroup, CommandCheck, JudgeCheck, PatternCheck
 from loopworks.schemas.steps import ARTIFACT_PATH, EvaluateGroupInput, EvaluateGroupOutput, Timing
-from loopworks.workspace.changes import FileChange, capped_patch, diff_stat, without_records
+from loopworks.workspace.changes import (
+    FileChange,
+    capped_patch,
+    code_paths,
+    diff_stat,
+    without_records,
+)
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.runner import GitError
 
+# A proof rule's result on work that changed only the artifact and the run's records.
+NOTHING_TO_PROVE = "nothing to prove: the run changed only its artifact and records"
 # A check's detail in history: the runner keeps 8 KiB of a command's output; a little more
 # leaves room for its status line, and bounds a judge's reason too.
 CHECK_DETAIL_CAP_CHARS = 10_000
@@ -42,7 +50,7 @@ class EvaluationActivities:
         output = EvaluateGroupOutput(group=step.group, results=[])
         async with heartbeating():
             if step.group is CheckGroup.EXEC:
-                outcomes = await self._run_commands(step)
+                outcomes = await self._run_commands(step, output)
             else:
                 outcomes = await self._read_and_judge(step, output)
         secrets = worker_secrets()
@@ -56,6 +64,7 @@ class EvaluationActivities:
                     passed=outcome.passed,
                     detail=detail,
                     unchecked=outcome.unchecked,
+                    exit_code=outcome.exit_code,
                 )
             )
         output.timing = Timing(started_at=started, finished_at=now())
@@ -66,22 +75,51 @@ class EvaluationActivities:
         files are ready (docs/loop.md#bounded-checks)."""
         return CheckBudget(self.deps.settings.check_budget_seconds)
 
-    async def _run_commands(self, step: EvaluateGroupInput) -> list[CheckOutcome]:
+    async def _run_commands(
+        self, step: EvaluateGroupInput, output: EvaluateGroupOutput
+    ) -> list[CheckOutcome]:
         """Commands may write: they run in a clone of their own, beside the run's, so
-        nothing they leave reaches the run's next commit."""
+        nothing they leave reaches the run's next commit. The run's proof runs only on work
+        that changed code (docs/loop.md#the-runs-proof)."""
         workdir = await asyncio.to_thread(
             self.deps.workspaces.checkout_at,
             step.run_id,
             step.workspace,
             f"eval-{step.group.value}",
         )
+        if step.proof_rules:
+            output.code_changed = await self._code_changed(step)
         budget = self._budget()
         outcomes = []
         for prepared in step.checks:
             if not isinstance(prepared.check, CommandCheck):
                 raise TypeError(f"a {prepared.check.kind} check in the exec group")
+            if prepared.rule_id in step.proof_rules and output.code_changed == []:
+                outcomes.append(CheckOutcome(passed=True, detail=NOTHING_TO_PROVE))
+                continue
             outcomes.append(await command_within(prepared.check, workdir, budget))
         return outcomes
+
+    async def _code_changed(self, step: EvaluateGroupInput) -> list[str] | None:
+        """The paths besides the artifact and the run's records the run changed since its
+        base commit; None when that cannot be read (the proof then runs: only a change
+        known to hold no code is spared it)."""
+        if not step.base_commit:
+            return None
+        if step.base_commit == step.workspace.commit:
+            return []
+        try:
+            changes = await asyncio.to_thread(
+                self.deps.workspaces.run_changes,
+                step.run_id,
+                step.workspace.origin,
+                step.base_commit,
+                step.workspace.commit,
+            )
+        except GitError as err:
+            activity.logger.warning("the run's change could not be read for its proof: %s", err)
+            return None
+        return code_paths(changes)
 
     async def _read_and_judge(
         self, step: EvaluateGroupInput, output: EvaluateGroupOutput

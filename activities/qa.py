@@ -17,6 +17,7 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import run_answering_agent
+from loopworks.agent.actions import commands_run as commands_ran
 from loopworks.agent.trajectory import TrajectoryRecord, to_jsonl
 from loopworks.schemas.contexts import QAVerifierContext
 from loopworks.schemas.roles import QAReport, Role
@@ -26,9 +27,11 @@ from loopworks.workspace.changes import (
     FileChange,
     capped_patch,
     changes_between,
+    code_paths,
     diff_stat,
     without_records,
 )
+from loopworks.workspace.objects import changed_paths
 from loopworks.workspace.runner import GitError
 
 # QA's own checkout: its commands may write (caches, build output), never into the run's.
@@ -36,6 +39,9 @@ QA_SLOT = "qa"
 RUN_COMMAND = "run_command"
 # The stat lists this many files; the rest are counted (the totals are of all).
 STAT_MAX_FILES = 500
+# QA's output keeps its last commands (and the checkout's changed files) up to this many:
+# enough to check any verdict, bounded in the run's history.
+MAX_COMMANDS_KEPT = 100
 
 
 class QAActivities:
@@ -50,13 +56,16 @@ class QAActivities:
             workdir = await asyncio.to_thread(
                 workspaces.checkout_at, step.run_id, location, QA_SLOT
             )
+        code_changed: list[str] | None
         try:
             diffs = await self._change(step, workdir)
             stat = diff_stat(diffs, STAT_MAX_FILES)
+            code_changed = code_paths(diffs) if step.base_commit else None
         except GitError as exc:
             # The diff is an aid: QA can still read the tree and run `git diff` itself.
             activity.logger.warning("QA gets no diff: %s", exc)
             diffs, stat = [], f"(the diff could not be read: {exc}; run `git diff` yourself)"
+            code_changed = None
         context = QAVerifierContext(
             task=step.task,
             intent=step.intent,
@@ -67,10 +76,19 @@ class QAActivities:
             patch=capped_patch(diffs, self.deps.settings.qa_patch_cap_chars),
             changed_files=step.changed,
             producer_summary=step.producer_summary,
+            proof=step.proof,
+            rejected_verdict=step.rejected,
         )
+        # What QA's commands leave in its checkout is never the run's (the checkout is
+        # thrown away); a tracked file they change means what they show is not the tree
+        # the run pushes (docs/loop.md#qas-evidence). Measured against the checkout as QA
+        # was given it (the playbook's files written beside the tree).
+        given = set(await asyncio.to_thread(changed_paths, workdir, untracked=False))
         outcome = await run_answering_agent(
             self.deps, Role.QA_VERIFIER, step, context, workdir, "qa", QAReport
         )
+        after = await asyncio.to_thread(changed_paths, workdir, untracked=False)
+        checkout_changed = [path for path in after if path not in given]
         commit = await self._record(step, outcome.records)
         return QAOutput(
             report=outcome.answer,
@@ -79,6 +97,9 @@ class QAActivities:
             commit=commit,
             turns=outcome.turns,
             commands=commands_run(outcome.records),
+            ran=commands_ran(outcome.records)[-MAX_COMMANDS_KEPT:],
+            code_changed=code_changed,
+            checkout_changed=checkout_changed[:MAX_COMMANDS_KEPT],
         )
 
     async def _change(self, step: QAInput, workdir: Path) -> list[FileChange]:
@@ -97,11 +118,13 @@ class QAActivities:
         if when is None:
             return ""
         workspaces, location = self.deps.workspaces, step.workspace
+        # Asked again after a verdict that was not accepted: its own file beside the first.
+        name = "qa-2" if step.rejected else "qa"
 
         def commit() -> str:
             with refusing_unsafe_paths():
                 workdir = workspaces.checkout(step.run_id, location.origin, location.commit)
-                files.write_text(workdir, trajectory_path(step.iteration, "qa"), to_jsonl(records))
+                files.write_text(workdir, trajectory_path(step.iteration, name), to_jsonl(records))
             message = f"iteration {step.iteration} · qa: trajectory"
             sha = workspaces.commit(workdir, message, when)
             workspaces.publish(workdir, step.run_id, sha)

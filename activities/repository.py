@@ -9,11 +9,13 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
+from loopworks.checks import proof
 from loopworks.checks.redaction import redacted
 from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
+from loopworks.schemas.proof import PROOF_FILE, ProofFound
 from loopworks.schemas.steps import (
     CloseOutput,
     RecordAndCloseInput,
@@ -59,6 +61,7 @@ class RepositoryActivities:
                 tasks = await asyncio.to_thread(
                     workspaces.read_file, origin, commit, PREP_TASKS_PATH
                 )
+        found = await asyncio.to_thread(self._proof, origin, commit) if request.find_proof else None
         return WorkspaceInfo(
             origin=origin,
             base_branch=branch,
@@ -69,6 +72,27 @@ class RepositoryActivities:
             model_source=model_source(self.deps.models, self.deps.settings.anthropic_base_url),
             prep_package=package,
             prep_tasks=tasks,
+            proof=found,
+        )
+
+    def _proof(self, origin: str, commit: str) -> ProofFound:
+        """What the base commit says of the run's proof (docs/loop.md#the-runs-proof): its
+        declaration, and what its files plainly use."""
+        workspaces = self.deps.workspaces
+        paths = workspaces.list_files(origin, commit)
+        listed = set(paths)
+        texts: dict[str, str] = {}
+        for name in proof.PROOF_FILES:
+            if name in listed:
+                text = workspaces.read_file(origin, commit, name)
+                if text is not None:
+                    texts[name] = text
+        declared = texts.get(PROOF_FILE)
+        detected = proof.detect(paths, texts)
+        return ProofFound(
+            declared=None if declared is None else proof.declared_commands(declared),
+            detected=detected.commands,
+            basis="; ".join(detected.basis),
         )
 
     @activity.defn(name="record_and_close_run")

@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--max-iterations", type=_positive)
     new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
     new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
+    _proof_options(new, "the repository's .loops/verify, else its detected test command")
+    new.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="let the run complete when it changes code and nothing proves it",
+    )
     _confirm_options(new, "loops approve")
     _notify_options(new, "run")
     _budget_options(new, "budget", "the run", "LOOPS_RUN_BUDGET_*")
@@ -110,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     approve.add_argument("run", metavar="RUN")
     approve.add_argument("--max-iterations", type=_positive)
     approve.add_argument("--rules-file", type=Path, help="edited rules as JSON or YAML")
+    _proof_options(approve, "the run's proof as drafted")
+    approve.add_argument(
+        "--allow-unverified",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="whether the run may complete when it changes code and nothing proves it",
+    )
     approve.add_argument("--note", help="goes into the first step's context")
 
     listing = add("list", commands.cmd_list, "list runs, newest first")
@@ -234,6 +247,24 @@ def _graph_parser(
     graph_id(clear)
     clear.add_argument("--task", required=True, help="the task whose loop is blocked")
     clear.add_argument("--note", required=True, help="goes into the loop's next step")
+
+
+def _proof_options(parser: argparse.ArgumentParser, default: str) -> None:
+    """The run's proof (docs/loop.md#the-runs-proof): commands the service runs itself on
+    the work before it may complete."""
+    proof = parser.add_mutually_exclusive_group()
+    proof.add_argument(
+        "--verify",
+        action="append",
+        metavar="COMMAND",
+        help=f"a command that proves the work when it exits 0; repeat for more (default: "
+        f"{default})",
+    )
+    proof.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="nothing proves the run: a code change ends it unverified unless allowed",
+    )
 
 
 def _confirm_options(parser: argparse.ArgumentParser, approve: str) -> None:

@@ -159,6 +159,22 @@ def budget_for_api(tokens: int | None, usd: float | None) -> dict[str, Any] | No
     return budget or None
 
 
+def proof_for_api(
+    verify: list[str] | None, no_verify: bool, allow_unverified: bool | None
+) -> dict[str, Any]:
+    """`--verify CMD ...` / `--no-verify` and `--allow-unverified` as a request's (or an
+    approval's) `verify` and `allow_unverified`; what is not given is left out, for the
+    service's default (docs/loop.md#the-runs-proof)."""
+    body: dict[str, Any] = {}
+    if no_verify:
+        body["verify"] = []
+    elif verify:
+        body["verify"] = verify
+    if allow_unverified is not None:
+        body["allow_unverified"] = allow_unverified
+    return body
+
+
 def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"task": args.task}
     if notify := notify_for_api(args.notify, args.notify_events):
@@ -179,6 +195,7 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
         body["base_branch"] = args.base_branch
     if args.audit_probability is not None:
         body["audit_probability"] = args.audit_probability
+    body.update(proof_for_api(args.verify, args.no_verify, args.allow_unverified or None))
     interactive = confirm.wanted(args.auto, args.interactive, ctx.stdin)
     if interactive:
         body["mode"] = "interactive"
@@ -247,6 +264,7 @@ def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
     body: dict[str, Any] = load_criteria(args.rules_file) if args.rules_file else {}
     if args.max_iterations is not None:
         body["max_iterations"] = args.max_iterations
+    body.update(proof_for_api(args.verify, args.no_verify, args.allow_unverified))
     if args.note:
         body["note"] = args.note
     state = ctx.client.message(resolve_run(ctx.client, args.run), "approve", body)

@@ -27,6 +27,8 @@ from rich.prompt import Prompt
 from rich.text import Text
 
 from loopworks.cli.client import ApiClient, CliError
+from loopworks.cli.steer_render import proof_lines
+from loopworks.schemas.rules import RuleOwner
 from loopworks.schemas.run import Approval, RunState, RunStatus
 
 # How often the draft is polled for while the run hydrates (or the graph plans).
@@ -156,16 +158,22 @@ def as_data(value: Any) -> Any:
 # --- a run: its criteria, rules and iteration limit ------------------------------------
 
 APPROVAL: TypeAdapter[Approval] = TypeAdapter(Approval)
-EDITABLE = ("max_iterations", "thresholds", "rules")
+EDITABLE = ("max_iterations", "thresholds", "rules", "verify", "allow_unverified")
 
 
 def run_document(state: RunState) -> dict[str, Any]:
-    """What an edit may change, as the user edits it."""
-    return {
+    """What an edit may change, as the user edits it: the run's own rules, and its proof
+    as commands (`verify`), never as the rules the run makes of them
+    (docs/loop.md#the-runs-proof)."""
+    document: dict[str, Any] = {
         "max_iterations": state.max_iterations,
         "thresholds": as_data(state.thresholds),
-        "rules": as_data(state.rules),
+        "rules": as_data([rule for rule in state.rules if rule.owner == RuleOwner.RUN]),
     }
+    if state.proof is not None:
+        document["verify"] = list(state.proof.commands)
+        document["allow_unverified"] = state.proof.allow_unverified
+    return document
 
 
 def show_run(state: RunState, console: Console) -> None:
@@ -174,9 +182,11 @@ def show_run(state: RunState, console: Console) -> None:
         console.print("acceptance criteria:")
         for criterion in state.acceptance_criteria:
             console.print(f"  - {criterion}")
+    # The proof's own rules are shown as the proof, below.
+    rules = [rule for rule in state.rules if rule.owner == RuleOwner.RUN]
     console.print("rules:")
-    width = max((len(rule.id) for rule in state.rules), default=0)
-    for rule in state.rules:
+    width = max((len(rule.id) for rule in rules), default=0)
+    for rule in rules:
         console.print(
             f"  {rule.id:<{width}}  {rule.severity.value:<4}  phase {rule.phase.value}"
             f"  {rule.description}"
@@ -184,6 +194,8 @@ def show_run(state: RunState, console: Console) -> None:
     thresholds = state.thresholds
     console.print(f"thresholds: A {thresholds.A:.2f}, B {thresholds.B:.2f}")
     console.print(f"max iterations: {state.max_iterations}")
+    for line in proof_lines(state):
+        console.print(line)
 
 
 def edited_approval(draft: RunState, data: Any, console: Console) -> Approval | None:
@@ -199,13 +211,27 @@ def edited_approval(draft: RunState, data: Any, console: Console) -> Approval | 
         field: getattr(approval, field)
         for field in EDITABLE
         if getattr(approval, field) is not None
-        and as_data(getattr(approval, field)) != original[field]
+        and as_data(getattr(approval, field)) != original.get(field)
     }
     return Approval(**changes, note=approval.note)
 
 
 def applied(draft: RunState, approval: Approval) -> RunState:
-    changes = {f: getattr(approval, f) for f in EDITABLE if getattr(approval, f) is not None}
+    """The draft as the approval would leave it, its proof's commands and permission
+    included."""
+    changes = {
+        f: getattr(approval, f)
+        for f in ("max_iterations", "thresholds", "rules")
+        if getattr(approval, f) is not None
+    }
+    proof = draft.proof
+    if proof is not None and (approval.verify is not None or approval.allow_unverified is not None):
+        proof_update: dict[str, Any] = {}
+        if approval.verify is not None:
+            proof_update["commands"] = approval.verify
+        if approval.allow_unverified is not None:
+            proof_update["allow_unverified"] = approval.allow_unverified
+        changes["proof"] = proof.model_copy(update=proof_update)
     return draft.model_copy(update=changes)
 
 

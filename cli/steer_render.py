@@ -30,6 +30,29 @@ def prep_lines(state: RunState) -> list[str]:
     return lines
 
 
+def proof_lines(state: RunState) -> list[str]:
+    """How the run's work is proven and what the proof showed (docs/loop.md#the-runs-proof);
+    nothing for a run recorded before runs had a proof."""
+    proof = state.proof
+    if proof is None:
+        return []
+    basis = f" ({_short(proof.basis, 60)})" if proof.basis else ""
+    if not proof.commands:
+        ending = "it may complete unverified" if proof.allow_unverified else "it ends unverified"
+        return [f"proof: none{basis}: {proof.status.value}; if the run changes code, {ending}"]
+    lines = [f"proof, {proof.source.value}{basis}: {proof.status.value}"]
+    results = {result.command: result for result in proof.results}
+    for command in proof.commands:
+        result = results.get(command)
+        if result is None:
+            lines.append(f"  not run  {_short(command)}")
+            continue
+        mark = "pass" if result.passed else "FAIL"
+        ended = "" if result.exit_code is None else f" (exit code {result.exit_code})"
+        lines.append(f"  {mark} {_short(command)}{ended}")
+    return lines
+
+
 def detail_lines(state: RunState) -> list[str]:
     lines = prep_lines(state)
     if state.gate is not None:
@@ -52,6 +75,7 @@ def detail_lines(state: RunState) -> list[str]:
             mark = "pass" if rule.passed else "FAIL"
             line = f"  {mark} {rule.id:<{width}} {rule.severity.value:<4} {_short(rule.detail)}"
             lines.append(line.rstrip())
+    lines += proof_lines(state)
     verdicts = state.verdicts
     if verdicts.critic is not None:
         said = verdicts.critic.feedback or "; ".join(verdicts.critic.issues)

@@ -18,15 +18,17 @@ import yaml
 from pydantic import BaseModel, Field, RootModel, model_validator
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelRequest,
     ModelResponse,
     ModelResponsePart,
     TextPart,
     ToolCallPart,
+    ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
+from loopworks.llm.offline_answers import closing_line, default_answer, draft_files, qa_failed
 from loopworks.schemas.roles import Role
 
 
@@ -84,8 +86,10 @@ class OfflineScript(RootModel[dict[Role, dict[str, list[ScriptEntry]]]]):
         return cls.model_validate(data)
 
 
-# The workspace tool the offline agent writes its draft with (agent.tools).
+# The workspace tools the offline agents write their draft and run QA's commands with
+# (agent.tools).
 WRITE_FILE_TOOL = "write_file"
+RUN_COMMAND_TOOL = "run_command"
 
 
 class OfflineModels:
@@ -108,7 +112,9 @@ class OfflineModels:
         self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo
     ) -> ModelResponse:
         """The next response of `call`: the forced answer tool's input for a structured
-        role, `write_file` calls then a closing line for an agent (PRODUCE, REFINE)."""
+        role, `write_file` calls then a closing line for an agent (PRODUCE, REFINE). The
+        QA verifier first runs the commands its answer cites in `evidence`, scripted or
+        not; its default answer then turns to ISSUES when one of them failed."""
         attempt = sum(isinstance(m, ModelResponse) for m in messages)
         entry = self.script.entry(call.role, call.call_index, attempt)
         answer = (
@@ -119,12 +125,22 @@ class OfflineModels:
         if attempt == 0 or info.output_tools:
             await self._wait(entry)
         parts: list[ModelResponsePart]
-        if info.output_tools:
+        raw = entry.raw if entry is not None and entry.raw is not None else None
+        pending = _evidence_to_run(call, answer, messages, info) if raw is None else []
+        if info.output_tools and pending:
+            # A verifier runs what it cites before it answers (docs/loop.md#qas-evidence).
+            ids = f"toolu_offline_qa_{call.call_index}_{attempt}"
+            parts = [
+                ToolCallPart(RUN_COMMAND_TOOL, {"command": command}, tool_call_id=f"{ids}_{n}")
+                for n, command in enumerate(pending, start=1)
+            ]
+        elif info.output_tools:
             tool = info.output_tools[0].name
-            raw = entry.raw if entry is not None and entry.raw is not None else None
+            if call.role == Role.QA_VERIFIER and entry is None:
+                answer = qa_failed(answer, _failed_commands(messages))
             parts = [ToolCallPart(tool, raw if raw is not None else answer)]
-        elif entry is not None and entry.raw is not None:
-            parts = [TextPart(entry.raw)]
+        elif raw is not None:
+            parts = [TextPart(raw)]
         else:
             parts = _agent_turn(call, answer, _written(messages))
         return ModelResponse(parts=parts, model_name="offline")
@@ -150,6 +166,47 @@ def _agent_turn(
         )
         for number, file in enumerate(files, start=1)
     ]
+
+
+def _evidence_to_run(
+    call: ModelCall, answer: dict[str, Any], messages: list[ModelMessage], info: AgentInfo
+) -> list[str]:
+    """The commands a QA answer cites that this conversation has not run yet, when the
+    command tool is offered."""
+    if call.role != Role.QA_VERIFIER:
+        return []
+    if RUN_COMMAND_TOOL not in {tool.name for tool in info.function_tools}:
+        return []
+    cited = answer.get("evidence")
+    if not isinstance(cited, list):
+        return []
+    ran = set(_commands(messages).values())
+    return [c for c in dict.fromkeys(cited) if isinstance(c, str) and c not in ran]
+
+
+def _commands(messages: list[ModelMessage]) -> dict[str, str]:
+    """Each command the conversation ran, by its tool call id."""
+    return {
+        part.tool_call_id: str(part.args_as_dict().get("command"))
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+        if isinstance(part, ToolCallPart) and part.tool_name == RUN_COMMAND_TOOL
+    }
+
+
+def _failed_commands(messages: list[ModelMessage]) -> dict[str, str]:
+    """The commands whose result came back failed (a non-zero exit), with that result."""
+    commands = _commands(messages)
+    return {
+        commands[part.tool_call_id]: part.model_response_str(wrap_if_error=False)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+        and part.tool_call_id in commands
+        and part.outcome != "success"
+    }
 
 
 def _written(messages: list[ModelMessage]) -> set[str]:

@@ -31,6 +31,9 @@ from loopworks.schemas.run import StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import MAX_EXISTING_FILES
 
+# What the offline QA verifier runs when the run has no proof: its deliverable is there.
+QA_CHECK = f"test -s {ARTIFACT_PATH}"
+
 
 def draft_files(answer: dict[str, Any]) -> list[dict[str, str]]:
     """The well-formed `{path, content}` entries of a draft; a script may give others."""
@@ -257,6 +260,9 @@ def _audit(ctx: CustodietContext) -> dict[str, Any]:
 
 
 def _qa(ctx: QAVerifierContext) -> dict[str, Any]:
+    """ISSUES while a blocking rule fails; else VERIFIED, citing what it runs first (the
+    offline model runs an answer's `evidence` before it answers: llm/offline.py): the
+    run's proof, else a check that the deliverable is there."""
     results = ctx.evaluation.results if ctx.evaluation else []
     blockers = [r for r in results if not r.passed and r.severity == Severity.FAIL]
     if blockers:
@@ -268,7 +274,30 @@ def _qa(ctx: QAVerifierContext) -> dict[str, Any]:
             ],
             "summary": "blocking rules still fail",
         }
-    return {"verdict": "VERIFIED", "issues": [], "summary": "acceptance criteria are met"}
+    commands = ctx.proof.commands if ctx.proof and ctx.proof.commands else [QA_CHECK]
+    return {
+        "verdict": "VERIFIED",
+        "issues": [],
+        "summary": "acceptance criteria are met: " + ", ".join(f"`{c}` passed" for c in commands),
+        "evidence": commands,
+    }
+
+
+def qa_failed(answer: dict[str, Any], failed: dict[str, str]) -> dict[str, Any]:
+    """The default QA answer once the commands it cites have run: ISSUES when one failed
+    (`failed`: each failed command's output), as a verifier reads its own results."""
+    if not failed:
+        return answer
+    return {
+        "verdict": "ISSUES",
+        "issues": [
+            {"rule_id": "qa", "problem": f"`{command}` failed: {output[:500]}", "fix": "fix it"}
+            for command, output in failed.items()
+        ],
+        "summary": "the commands that prove the work fail: "
+        + ", ".join(f"`{command}`" for command in failed),
+        "evidence": [],
+    }
 
 
 def _reflect(ctx: ReflectorContext) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from loopworks.schemas.actions import CommandRun, PendingCall
 from loopworks.schemas.curation import HelperReview
 from loopworks.schemas.evaluation import Evaluation
 from loopworks.schemas.playbook import PlaybookItem
+from loopworks.schemas.proof import RunProof
 from loopworks.schemas.roles import Critique, Hydration, IterationPlan, Role
 from loopworks.schemas.rules import Rule
 from loopworks.schemas.run import RunStatus, StopReason
@@ -225,6 +226,16 @@ class QAVerifierContext(RoleContext):
     )
     producer_summary: str = Field(
         default="", description="What the producer said of its work: a claim, not evidence."
+    )
+    proof: RunProof | None = Field(
+        default=None,
+        description="The run's proof: the commands the orchestrator runs itself on the work, "
+        "where they came from, and their latest results; none in a run without one.",
+    )
+    rejected_verdict: str = Field(
+        default="",
+        description="Why your previous verdict in this step was not accepted; empty on the "
+        "first ask.",
     )
 
 

@@ -17,6 +17,9 @@ class CheckResult(BaseModel):
     passed: bool
     detail: str = ""
     unchecked: bool = Field(default=False, description=UNCHECKED)
+    # A command check's exit code (None: another kind, a timeout, or a result recorded
+    # before results carried it).
+    exit_code: int | None = None
 
 
 class RuleResult(BaseModel):

@@ -145,6 +145,11 @@ class QAPayload(Payload):
     # What the verdict cost: the agent's model turns and the commands it ran.
     turns: int = 0
     commands: int = 0
+    # The commands QA named for its verdict, and whether the verdict stood on them
+    # (docs/loop.md#qas-evidence): one that did not is why, and QA is asked once more.
+    evidence: list[str] = Field(default_factory=list)
+    accepted: bool = True
+    rejected: str = ""
 
 
 class CritiquePayload(Payload):

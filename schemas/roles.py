@@ -282,6 +282,14 @@ class QAReport(BaseModel):
         description="One or two sentences on the state of the work; the run's stop message "
         "when QA rejects it.",
     )
+    evidence: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="The commands that support the verdict, each exactly as you ran it with "
+        "`run_command` in this step and each of which exited 0. The run checks them against "
+        "the commands you really ran: a `VERIFIED` on work that changed code is not accepted "
+        "without one, nor with a command you did not run or that failed.",
+    )
 
 
 class ReflectionAnswer(BaseModel):

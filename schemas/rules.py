@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from loopworks.schemas.patterns import PATTERN_MAX_CHARS, UnsupportedPattern, check_pattern
 
@@ -22,6 +23,14 @@ class Severity(StrEnum):
 class Phase(StrEnum):
     A = "A"
     B = "B"
+
+
+class RuleOwner(StrEnum):
+    """Who a rule belongs to: the run's (given, drafted, edited), or the orchestrator's own,
+    the run's proof (schemas/proof.py), which no model and no edit of the rules may change."""
+
+    RUN = "run"
+    ORCHESTRATOR = "orchestrator"
 
 
 # A rule that sets no weight weighs by its severity (docs/loop.md#scoring).
@@ -202,6 +211,10 @@ class Rule(BaseModel):
         "`pattern` or `llm`), or one sentence describing a check, which PREPARE turns into "
         "a concrete one."
     )
+
+    # Not in the schemas models answer with: a model never sets it, and a rule that claims
+    # the orchestrator is made the run's (`workflows/proof.py`, `with_proof`).
+    owner: SkipJsonSchema[RuleOwner] = RuleOwner.RUN
 
     _normalise_id = field_validator("id", mode="before")(rule_id_before)
 

@@ -14,7 +14,8 @@ from loopworks.schemas.git_names import valid_ref_name
 from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.prep import PrepUpload
-from loopworks.schemas.rules import Phase, Rule, normalise_rules
+from loopworks.schemas.proof import PROOF_FILE, ProofCommands, RunProof, is_proof_rule_id
+from loopworks.schemas.rules import Phase, Rule, RuleOwner, normalise_rules
 
 
 class Mode(StrEnum):
@@ -52,6 +53,9 @@ class StopReason(StrEnum):
     CRITIC_HALT = "critic_halt"
     QA_REJECTED = "qa_rejected"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    # The run changed code, nothing proves it, and its request does not allow that
+    # (docs/loop.md#the-runs-proof).
+    UNVERIFIED = "unverified"
 
 
 # The status each stop reason gives (docs/loop.md#stop-reasons).
@@ -65,6 +69,7 @@ STATUS_FOR_REASON: dict[StopReason, RunStatus] = {
     StopReason.CRITIC_HALT: RunStatus.HALTED,
     StopReason.QA_REJECTED: RunStatus.STOPPED,
     StopReason.BUDGET_EXHAUSTED: RunStatus.STOPPED,
+    StopReason.UNVERIFIED: RunStatus.STOPPED,
 }
 
 
@@ -112,6 +117,18 @@ def _branch_name(name: str) -> str:
     if not valid_ref_name(f"refs/heads/{name.removeprefix('refs/heads/')}"):
         raise ValueError(f"{name!r} is not a valid git branch name")
     return name
+
+
+def given_rules(rules: list[Rule]) -> list[Rule]:
+    """Rules a person gives (a request's, an approval's) in full form; the run's proof is
+    not among them: it is given as `verify` (docs/loop.md#the-runs-proof)."""
+    for rule in rules:
+        if rule.owner != RuleOwner.RUN or is_proof_rule_id(rule.id):
+            raise ValueError(
+                f"rule {rule.id!r} is the run's proof, which the run makes from `verify`: "
+                "give the commands in `verify` instead"
+            )
+    return normalise_rules(rules)
 
 
 # A branch of the repository (`main`, or `refs/heads/main`), as git would accept it.
@@ -181,6 +198,18 @@ class RunRequest(BaseModel):
         description="webhooks to tell when the run waits for a person or finishes "
         "(docs/notifications.md)",
     )
+    verify: ProofCommands | None = Field(
+        default=None,
+        description="the commands that prove the run's work: the orchestrator runs them in "
+        "the sandbox on the tree it pushes, and the run completes only when each exits 0. "
+        f"Unset: the repository's `{PROOF_FILE}`, else its detected test command; `[]`: "
+        "nothing proves it (docs/loop.md#the-runs-proof)",
+    )
+    allow_unverified: bool = Field(
+        default=False,
+        description="let a run that changes code complete with nothing to prove it; without "
+        "it such a run ends `unverified`",
+    )
 
     @field_validator("task")
     @classmethod
@@ -192,7 +221,7 @@ class RunRequest(BaseModel):
     @field_validator("rules")
     @classmethod
     def _normalised(cls, rules: list[Rule]) -> list[Rule]:
-        return normalise_rules(rules)
+        return given_rules(rules)
 
 
 class TokenUsage(BaseModel):
@@ -324,6 +353,11 @@ class RunState(BaseModel):
         description="the model answering the run: `anthropic`, `anthropic (<host>)` for "
         "ANTHROPIC_BASE_URL's server, `offline` or `offline (scripted)`",
     )
+    proof: RunProof | None = Field(
+        default=None,
+        description="how the run's work is proven, and what the proof showed "
+        "(docs/loop.md#the-runs-proof); null in runs recorded before runs had one",
+    )
 
 
 class Approval(BaseModel):
@@ -336,6 +370,13 @@ class Approval(BaseModel):
     thresholds: Thresholds | None = None
     max_iterations: int | None = Field(default=None, ge=1, le=20)
     note: str | None = Field(default=None, max_length=2000)
+    verify: ProofCommands | None = Field(
+        default=None,
+        description="replaces the run's proof commands (`[]`: nothing proves it); unset: they stay",
+    )
+    allow_unverified: bool | None = Field(
+        default=None, description="whether the run may complete with code nothing proves"
+    )
 
     @field_validator("rules")
     @classmethod
@@ -344,4 +385,4 @@ class Approval(BaseModel):
             return None
         if not rules:
             raise ValueError("approved rules must not be empty")
-        return normalise_rules(rules)
+        return given_rules(rules)

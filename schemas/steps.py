@@ -7,11 +7,13 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from loopworks.schemas.actions import CommandRun
 from loopworks.schemas.curation import ItemTag
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.playbook import PlaybookFiles, PlaybookItem, PlaybookRead, PlaybookUse
+from loopworks.schemas.proof import ProofFound, RunProof
 from loopworks.schemas.roles import (
     Audit,
     CriticReview,
@@ -125,6 +127,11 @@ class WorkspaceRequest(BaseModel):
     read_prep: bool = Field(
         default=False, description="read the prep package at the base commit, if any"
     )
+    find_proof: bool = Field(
+        default=False,
+        description="read what the base commit says of the run's proof "
+        "(docs/loop.md#the-runs-proof)",
+    )
 
 
 class WorkspaceInfo(BaseModel):
@@ -143,6 +150,9 @@ class WorkspaceInfo(BaseModel):
     # (docs/graphs.md#prep-packages); None in runs recorded before runs read them.
     prep_package: str | None = None
     prep_tasks: str | None = None
+    # The repository's proof at the base commit, when asked for; None in runs recorded
+    # before runs had a proof.
+    proof: ProofFound | None = None
 
 
 class CloseInput(BaseModel):
@@ -343,12 +353,18 @@ class EvaluateGroupInput(ModelStep):
     # The commit the run started from: a judge is shown the change since (none: it sees
     # only the artifact).
     base_commit: str = ""
+    # The run's proof among the checks: rules that prove nothing when the run changed only
+    # its artifact and records (docs/loop.md#the-runs-proof).
+    proof_rules: list[str] = Field(default_factory=list)
 
 
 class EvaluateGroupOutput(ModelOutput):
     group: CheckGroup
     results: list[CheckResult]
     timing: Timing = Field(default_factory=Timing)
+    # With proof rules: the code the run changed since its base commit, as read for them
+    # (None: not read).
+    code_changed: list[str] | None = None
 
 
 class AuditInput(ModelStep):
@@ -396,6 +412,11 @@ class QAInput(ModelStep):
     changed: list[str] = Field(default_factory=list)
     producer_summary: str = ""
     committed_at: datetime | None = None
+    # The run's proof and its results, shown to QA (None: a run without one).
+    proof: RunProof | None = None
+    # Why QA's previous verdict in this step was not accepted: it is asked once more
+    # (docs/loop.md#qas-evidence); empty on the first ask.
+    rejected: str = ""
 
 
 class QAOutput(ModelOutput):
@@ -405,6 +426,13 @@ class QAOutput(ModelOutput):
     commit: str = ""
     turns: int = 0
     commands: int = 0
+    # What QA's verdict is checked against (docs/loop.md#qas-evidence): the commands it
+    # ran with their exit codes, read from its trajectory; the paths besides the artifact
+    # and records the run changed (None: the change could not be read); the tracked files
+    # its commands changed in its checkout.
+    ran: list[CommandRun] = Field(default_factory=list)
+    code_changed: list[str] | None = None
+    checkout_changed: list[str] = Field(default_factory=list)
 
 
 # --- reflection ------------------------------------------------------------------------

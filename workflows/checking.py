@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         EvaluateGroupOutput,
         PrepareInput,
     )
-    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows import decisions, proof, step_events
     from loopworks.workflows.policies import CHECK_GROUP, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.steps import StepRunner, gather_all
@@ -95,6 +95,12 @@ class Checking(OnRecord):
         results = [known[_key(check)] for check in checks]
         memory.checked_commit = memory.commit
         memory.checked = list(zip(checks, results, strict=True))
+        if state.proof is not None:
+            # The proof's results on this commit (docs/loop.md#the-runs-proof).
+            read = next((o.code_changed for o in outputs if o.code_changed is not None), None)
+            state.proof = proof.evaluated(
+                state.proof, memory.checked, read, memory.commit, state.iteration
+            )
         evaluation = decisions.score_results(state.rules, results, state.phase, state.thresholds)
         memory.last_evaluation = evaluation
         # The score reaches the Temporal UI with the run's next upsert (the next iteration,
@@ -125,6 +131,7 @@ class Checking(OnRecord):
                 checks=members,
                 workspace=self.workspace(),
                 base_commit=self.memory.base_commit,
+                proof_rules=proof.orchestrator_rules(self.state.rules),
             ),
             CHECK_GROUP,
             f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",

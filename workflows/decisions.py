@@ -11,11 +11,20 @@ import hashlib
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from slugify import slugify
 
 from loopworks.schemas.evaluation import CheckResult, DistanceToSuccess, Evaluation, RuleResult
-from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule, Severity, group_of
+from loopworks.schemas.rules import (
+    CheckGroup,
+    Phase,
+    PreparedCheck,
+    Rule,
+    RuleOwner,
+    Severity,
+    group_of,
+)
 from loopworks.schemas.run import STATUS_FOR_REASON, RunStatus, StopReason, Thresholds
 
 # A failed evaluation that gains less than this is stagnant; this many in a row stop the run
@@ -38,9 +47,16 @@ def active_rules(rules: list[Rule], phase: Phase) -> list[Rule]:
 
 def rules_key(rules: list[Rule]) -> str:
     """What PREPARE's checks are made from besides the task: the same active rules (ids,
-    texts, checks, phases, in order) give the same key."""
-    text = json.dumps([rule.model_dump(mode="json") for rule in rules], sort_keys=True)
+    texts, checks, phases, in order) give the same key. A run's own rule keeps the key it had
+    before rules had owners: a run continued from then finds its checks still prepared."""
+    text = json.dumps([_keyed(rule) for rule in rules], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _keyed(rule: Rule) -> dict[str, Any]:
+    if rule.owner == RuleOwner.RUN:
+        return rule.model_dump(mode="json", exclude={"owner"})
+    return rule.model_dump(mode="json")
 
 
 def group_checks(checks: list[PreparedCheck]) -> list[tuple[CheckGroup, list[PreparedCheck]]]:
@@ -138,14 +154,19 @@ def decide(
     iteration: int,
     max_iterations: int,
     stagnation_count: int,
+    proof_pending: bool = False,
 ) -> Decision:
     """What follows an evaluation, in order: pass → switch or stop; then the stop conditions
-    (docs/loop.md#what-follows-an-evaluation)."""
+    (docs/loop.md#what-follows-an-evaluation). With `proof_pending` (phase A, the run's
+    proof among phase B's rules) a run never completes in phase A: where it would stop
+    with only warnings left, it switches to phase B, where its proof runs."""
     if evaluation.passed:
         if evaluation.phase == Phase.A:
             return Decision(Next.SWITCH_TO_B, stagnation_count=stagnation_count)
         return Decision(Next.STOP, StopReason.THRESHOLD_REACHED, stagnation_count)
     if not evaluation.failed_blockers:
+        if proof_pending and evaluation.phase == Phase.A:
+            return Decision(Next.SWITCH_TO_B, stagnation_count=stagnation_count)
         return Decision(Next.STOP, StopReason.NO_MAJOR_ISSUES, stagnation_count)
     count = next_stagnation_count(previous, evaluation, stagnation_count)
     if iteration >= max_iterations:

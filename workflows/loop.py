@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.rules import Phase
     from loopworks.schemas.run import Approval, Mode, RunState, Step, StopReason
     from loopworks.schemas.steps import WorkspaceInfo, WorkspaceRequest
-    from loopworks.workflows import decisions
+    from loopworks.workflows import decisions, proof
     from loopworks.workflows.graph import inputs as graph_inputs
     from loopworks.workflows.loop_steps import LoopSteps
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
@@ -163,6 +163,7 @@ class LoopWorkflow:
                 repo=self._request.repo,
                 base_branch=self._request.base_branch,
                 read_prep=self._request.read_prep_package and not self._request.prep_package,
+                find_proof=self._request.verify is None,
             ),
             GIT,
             "prepare workspace",
@@ -178,6 +179,15 @@ class LoopWorkflow:
             note = "this run's commands run unsandboxed (LOOPS_SANDBOX=off on its worker)"
             self._record.emit(EventName.COMMANDS_UNSANDBOXED, ev.NotePayload(note=note))
         self._take_prep_package(workspace)
+        # A run knows how its work is proven before any model speaks, and QA's verdict is
+        # checked against its evidence (docs/loop.md#the-runs-proof); a run recorded before
+        # runs had a proof replays without either.
+        if workflow.patched("run-proof"):
+            request = self._request
+            self._state.proof = proof.planned(
+                request.verify, workspace.proof, request.allow_unverified
+            )
+            self._state.rules = proof.with_proof(self._state.rules, self._state.proof)
         await self._hydrate_and_review()
         if self._request.mode == Mode.INTERACTIVE:
             self._record.set_step(Step.APPROVE)
@@ -302,6 +312,7 @@ class LoopWorkflow:
             state.iteration,
             state.max_iterations,
             state.stagnation_count,
+            proof_pending=proof.pending(state.rules, state.phase),
         )
         state.stagnation_count = decision.stagnation_count
         return decision

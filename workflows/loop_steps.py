@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         PlanInput,
         ProduceInput,
         QAInput,
+        QAOutput,
         RecordAndCloseInput,
         RefineInput,
         ReflectInput,
@@ -52,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
         RunLog,
         WorkAudit,
     )
-    from loopworks.workflows import decisions, step_events
+    from loopworks.workflows import decisions, evidence, proof, step_events
     from loopworks.workflows.checking import Checking
     from loopworks.workflows.learning import Learning
     from loopworks.workflows.policies import AGENT_STEP, GIT, MODEL_CALL
@@ -107,7 +108,8 @@ class LoopSteps(OnRecord):
         self.learning.hydrated(hydrated)
         hydration = hydrated.hydration
         self.state.template = hydration.template
-        self.state.rules = hydration.rules
+        # The run's proof stays the run's, whatever the hydrator drafted.
+        self.state.rules = proof.with_proof(hydration.rules, self.state.proof)
         self.state.acceptance_criteria = hydration.acceptance_criteria
         self.memory.intent = hydration.intent
         return hydration
@@ -323,7 +325,38 @@ class LoopSteps(OnRecord):
         return "\n\n".join(dict.fromkeys(n for n in notes if n)) or None
 
     async def verify(self, evaluation: Evaluation, reason: StopReason) -> Critique:
-        """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique."""
+        """Step 9: QA. VERIFIED ends the loop; ISSUES become the next refine's critique.
+
+        In a run with a proof, QA's verdict must stand on its evidence
+        (docs/loop.md#qas-evidence): one that does not is sent back once with the reason,
+        and then counts as ISSUES. A verified run that changed code with nothing to prove
+        it ends `unverified` unless its request allows it (docs/loop.md#the-runs-proof)."""
+        state = self.state
+        verified, judged = await self._qa(evaluation)
+        if not judged.accepted:
+            verified, judged = await self._qa(evaluation, judged.reason)
+        report = verified.report
+        if not judged.accepted:
+            report = evidence.as_issues(report, judged.reason)
+        state.verdicts.qa = QAView.of(report, state.iteration)
+        if report.verdict == QAVerdict.VERIFIED:
+            final, message, state.proof = proof.completed(
+                state.proof, reason, verified.code_changed
+            )
+            raise Finished(final, message)
+        if state.iteration >= state.max_iterations:
+            raise Finished(StopReason.QA_REJECTED, report.summary)
+        issues = report.issues or [
+            Issue(rule_id="qa", problem=report.summary or "QA found issues", fix="address QA")
+        ]
+        return Critique(issues=issues)
+
+    async def _qa(
+        self, evaluation: Evaluation, rejected: str = ""
+    ) -> tuple[QAOutput, evidence.Judgement]:
+        """One ask of the QA verifier (`rejected`: why its previous verdict did not
+        stand), its event, and whether its verdict stands on its evidence: always, in a
+        run recorded before runs had a proof."""
         state, produced = self.state, self.memory.last_artifact
         verified = await self.runner.model_step(
             Step.QA,
@@ -340,24 +373,26 @@ class LoopSteps(OnRecord):
                 changed=produced.changed if produced else [],
                 producer_summary=produced.summary if produced else "",
                 committed_at=workflow.now(),
+                proof=state.proof,
+                rejected=rejected,
             ),
             # QA is an agent now: it runs the tests, for as long as a producer may.
             AGENT_STEP,
             f"iteration {state.iteration} · QA verification",
-            step_events.verified,
         )
+        judged = evidence.ACCEPTED
+        if state.proof is not None:
+            judged = evidence.judge(
+                verified.report,
+                verified.ran,
+                verified.code_changed,
+                verified.checkout_changed,
+                proof.failures(state.proof),
+            )
+        self.record.emit(*step_events.verified(verified, judged))
         if verified.commit:  # its trajectory, on top of the commit it verified
             self.memory.commit = verified.commit
-        report = verified.report
-        state.verdicts.qa = QAView.of(report, state.iteration)
-        if report.verdict == QAVerdict.VERIFIED:
-            raise Finished(reason)
-        if state.iteration >= state.max_iterations:
-            raise Finished(StopReason.QA_REJECTED, report.summary)
-        issues = report.issues or [
-            Issue(rule_id="qa", problem=report.summary or "QA found issues", fix="address QA")
-        ]
-        return Critique(issues=issues)
+        return verified, judged
 
     async def critique(self, evaluation: Evaluation) -> Critique:
         state, memory = self.state, self.memory

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         budget_exceeded,
     )
+    from loopworks.workflows import proof
     from loopworks.workflows.record import OnRecord, RunRecord
 
 
@@ -101,8 +102,23 @@ class Steering(OnRecord):
     def approve(self, approval: Approval) -> RunState:
         """Interactive mode: confirm criteria and max iterations, possibly edited."""
         edits: dict[str, Any] = {}
+        state = self.state
+        proof_edits = {
+            name: value
+            for name, value in (
+                ("verify", approval.verify),
+                ("allow_unverified", approval.allow_unverified),
+            )
+            if value is not None
+        }
+        if state.proof is not None and proof_edits:
+            # A person may set the run's proof; nothing else may (docs/loop.md#the-runs-proof).
+            state.proof = proof.edited(state.proof, approval.verify, approval.allow_unverified)
+            edits |= proof_edits
+        if approval.rules is not None or "verify" in edits:
+            rules = approval.rules if approval.rules is not None else state.rules
+            state.rules = proof.with_proof(rules, state.proof)
         if approval.rules is not None:
-            self.state.rules = approval.rules
             edits["rules"] = [rule.id for rule in approval.rules]
         if approval.thresholds is not None:
             self.state.thresholds = approval.thresholds

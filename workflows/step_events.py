@@ -24,6 +24,7 @@ from loopworks.schemas.steps import (
     ReflectOutput,
     ReviewOutput,
 )
+from loopworks.workflows.evidence import ACCEPTED, Judgement
 
 Announcement = tuple[EventName, Payload]
 
@@ -115,7 +116,9 @@ def audited(output: AuditOutput) -> Announcement:
     )
 
 
-def verified(output: QAOutput) -> Announcement:
+def verified(output: QAOutput, judged: Judgement = ACCEPTED) -> Announcement:
+    """QA's verdict as it gave it, the evidence it cited, and whether the verdict stood
+    on it (docs/loop.md#qas-evidence)."""
     report = output.report
     return EventName.QA_VERDICT, ev.QAPayload(
         verdict=report.verdict.value,
@@ -123,6 +126,9 @@ def verified(output: QAOutput) -> Announcement:
         summary=report.summary,
         turns=output.turns,
         commands=output.commands,
+        evidence=report.evidence,
+        accepted=judged.accepted,
+        rejected=judged.reason,
     )
 
 

@@ -16,6 +16,7 @@ import pygit2
 from pydantic import BaseModel
 from pygit2.enums import DiffOption
 
+from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.workspace.objects import open_repository
 from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 
@@ -77,6 +78,12 @@ def capped_patch(changes: Sequence[FileChange], cap: int = PATCH_CAP_CHARS) -> s
 def without_records(changes: Sequence[FileChange]) -> list[FileChange]:
     """The work's changes: the run's own records under `.loops/` left out."""
     return [c for c in changes if not c.path.startswith(RECORDS_PREFIX)]
+
+
+def code_paths(changes: Sequence[FileChange]) -> list[str]:
+    """The paths of the work's changes besides its artifact: a run that changed none of
+    them is a document task, which needs no proof (docs/loop.md#the-runs-proof)."""
+    return [c.path for c in without_records(changes) if c.path != ARTIFACT_PATH]
 
 
 def changes_between(repository: str | Path, old: str, new: str) -> list[FileChange]:

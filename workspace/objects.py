@@ -205,13 +205,14 @@ def ref_target(repo: pygit2.Repository, name: str) -> str | None:
     return None if found is None else str(found.resolve().target)
 
 
-def changed_paths(workdir: Path) -> list[str]:
+def changed_paths(workdir: Path, *, untracked: bool = True) -> list[str]:
     """Paths (relative, sorted) whose content differs from HEAD, untracked files one by one
-    and no rename detection: what `git add -A` then `git commit` would record."""
+    and no rename detection: what `git add -A` then `git commit` would record. Without
+    `untracked`: only the tracked files changed or deleted."""
     GIT_IN_PROCESS.add(["status"])
     repo = open_repository(workdir)
     try:
-        status = repo.status(untracked_files="all", ignored=False)
+        status = repo.status(untracked_files="all" if untracked else "no", ignored=False)
     except pygit2.GitError as exc:
         raise GitError(f"status of {workdir} failed: {exc}") from exc
     return sorted(path for path, flags in status.items() if flags & _CHANGED)

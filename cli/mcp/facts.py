@@ -58,6 +58,17 @@ REPO = (
     "absolute path to a local repository; it must be among the service's allowed origins. "
     "Omitted: the service's own default repository."
 )
+VERIFY = (
+    "The commands that prove the work: the service runs each itself, in its sandbox from the "
+    "repository root, on the work it pushes, and the run completes only when each exits 0. "
+    "Omitted: the repository's `.loops/verify`, else the test command its files show "
+    "(pytest, unittest, `npm test`, `make test`, `cargo test`, `go test`); run_status's "
+    "`proof` says which. `[]`: nothing proves the run."
+)
+ALLOW_UNVERIFIED = (
+    "Let the run complete when it changes code and nothing proves it; otherwise such a run "
+    "ends `stopped` with stop_reason `unverified`."
+)
 # Every NotifyEvent, and what it means for a run or a graph (a test keeps them equal).
 NOTIFY_EVENTS = {
     "run": (

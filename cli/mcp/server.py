@@ -19,6 +19,7 @@ from pydantic import Field
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
 from loopworks.cli.client import ApiClient, run_path
 from loopworks.cli.mcp.facts import (
+    ALLOW_UNVERIFIED,
     BUDGETS,
     INSTRUCTIONS,
     MAX_ARTIFACT_CHARS,
@@ -30,6 +31,7 @@ from loopworks.cli.mcp.facts import (
     RUN_STATUSES,
     SERVER_NAME,
     TEMPLATES,
+    VERIFY,
     Template,
     notify_description,
 )
@@ -117,6 +119,8 @@ def build_server(client: ApiClient) -> MCPServer:
             NotifyRequest | None, Field(description=notify_description("run"))
         ] = None,
         budget: Annotated[Budget | None, Field(description=BUDGETS["run"])] = None,
+        verify: Annotated[list[str] | None, Field(description=VERIFY)] = None,
+        allow_unverified: Annotated[bool, Field(description=ALLOW_UNVERIFIED)] = False,
     ) -> RunView:
         """Start a run (one reflex loop) on a task; answers its run_id and status. The run
         works for minutes on its own: read run_status until `gate` is set or the status has
@@ -133,6 +137,10 @@ def build_server(client: ApiClient) -> MCPServer:
             body["notify"] = notify.model_dump(mode="json")
         if budget is not None:
             body["budget"] = budget.model_dump(mode="json", exclude_none=True)
+        if verify is not None:
+            body["verify"] = verify
+        if allow_unverified:
+            body["allow_unverified"] = True
         with api_errors():
             created = client.create_run(body, idempotency_key)
             return run_view(client.run_state(created.run_id))
@@ -202,11 +210,25 @@ def build_server(client: ApiClient) -> MCPServer:
             Field(description="Pass marks (0-1] for phase A and B. Omitted: unchanged."),
         ] = None,
         note: Annotated[str | None, Field(max_length=2000, description=NOTE)] = None,
+        verify: Annotated[
+            list[str] | None,
+            Field(
+                description="The run's proof commands, replacing the drafted ones (`proof` "
+                "in run_status); `[]`: nothing proves it. Omitted: unchanged."
+            ),
+        ] = None,
+        allow_unverified: Annotated[
+            bool | None, Field(description=ALLOW_UNVERIFIED + " Omitted: unchanged.")
+        ] = None,
     ) -> RunView:
         """Approve a run waiting at gate `approval` (status `awaiting_approval`, interactive
         mode), optionally with edits; the run then starts iteration 1. Any other status is
         refused (HTTP 409)."""
         body: dict[str, Any] = {}
+        if verify is not None:
+            body["verify"] = verify
+        if allow_unverified is not None:
+            body["allow_unverified"] = allow_unverified
         if max_iterations is not None:
             body["max_iterations"] = max_iterations
         if rules is not None:

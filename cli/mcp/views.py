@@ -16,6 +16,7 @@ from loopworks.api.models import RunSummary
 from loopworks.cli.client import CliError
 from loopworks.schemas.events import Event
 from loopworks.schemas.graph import GraphState, GraphStatus, TaskState
+from loopworks.schemas.proof import RunProof
 from loopworks.schemas.run import Budget, RunState, RunStatus, TokenUsage
 from loopworks.schemas.tasks import TaskStatus
 
@@ -76,6 +77,22 @@ def spent(usage: TokenUsage) -> Spent:
     return Spent(total_tokens=usage.total_tokens, cost_usd=usage.cost_usd, calls=usage.calls)
 
 
+class ProofView(BaseModel):
+    """How the run's work is proven, and what the proof showed."""
+
+    source: str = Field(
+        description="`request` (its `verify`), `repository` (`.loops/verify`), `detected` "
+        "(its test setup) or `none`"
+    )
+    commands: list[str]
+    status: str = Field(
+        description="`pending` (not run yet), `passed`, `failed`, `not_needed` (only the "
+        "artifact changed), `unverified` (code changed and nothing proves it)"
+    )
+    allow_unverified: bool
+    results: list[str] = Field(description="each command's latest result, one line each")
+
+
 class RunView(BaseModel):
     """A run, compact."""
 
@@ -99,6 +116,10 @@ class RunView(BaseModel):
     budget: Budget | None = Field(
         description="what it may spend; reaching a limit stops it (`budget_exhausted`). "
         "null: not known (a run recorded before its state carried it)"
+    )
+    proof: ProofView | None = Field(
+        default=None,
+        description="how its work is proven; null: a run recorded before runs had a proof",
     )
 
 
@@ -183,6 +204,24 @@ def run_view(state: RunState) -> RunView:
         origin=state.origin,
         usage=spent(state.usage),
         budget=state.budget,
+        proof=proof_view(state.proof),
+    )
+
+
+def proof_view(proof: RunProof | None) -> ProofView | None:
+    if proof is None:
+        return None
+    results = [
+        f"{'passed' if r.passed else 'failed'}: {r.command}"
+        + ("" if r.exit_code is None else f" (exit code {r.exit_code})")
+        for r in proof.results
+    ]
+    return ProofView(
+        source=proof.source.value,
+        commands=proof.commands,
+        status=proof.status.value,
+        allow_unverified=proof.allow_unverified,
+        results=results,
     )
 
 

@@ -8,7 +8,9 @@ loop that gets through against it has proved its prompts:
 
 - a forced tool (`tool_choice` `tool`, or `any`) is answered with a tool_use whose input is
   generated from the tool's `input_schema` alone (`answer_from_schema`): required fields
-  only, first enum value, examples, patterns and bounds respected;
+  only, first enum value, examples, patterns and bounds respected; and a list-of-strings
+  field whose description names a tool the conversation called lists what it gave that
+  tool (`inputs_cited`);
 - an agent's turn (tools offered, none forced) writes, with the tool that takes `path` and
   `content`, exactly the backticked files its instructions tell it to write, each holding
   the first user message echoed, then ends its turn.
@@ -142,6 +144,32 @@ def _string(schema: dict[str, Any], name: str) -> str:
     if "maxLength" in schema:
         value = value[: schema["maxLength"]]
     return value
+
+
+def inputs_cited(schema: dict[str, Any], uses: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """The list-of-strings fields of an answer whose description names (in backticks) a tool
+    this conversation called, each with the string inputs it gave that tool, in order: a
+    literal model asked to list what it gave a tool lists exactly that. Optional fields too:
+    the description is what asks."""
+    defs = schema.get("$defs") or schema.get("definitions") or {}
+    cited: dict[str, list[str]] = {}
+    for prop, sub in (_resolve(schema, defs).get("properties") or {}).items():
+        sub = _resolve(sub, defs)
+        items = _resolve(sub.get("items") or {}, defs)
+        if sub.get("type") != "array" or items.get("type") != "string":
+            continue
+        for tool in BACKTICKED_NAME.findall(sub.get("description") or ""):
+            given = [
+                value
+                for block in uses
+                if block.get("name") == tool
+                for value in (block.get("input") or {}).values()
+                if isinstance(value, str)
+            ]
+            if given:
+                cited[prop] = list(dict.fromkeys(given))
+                break
+    return cited
 
 
 def _corrupt(answer: Any, schema: dict[str, Any]) -> bool:
@@ -344,7 +372,7 @@ class LiteralMessagesAPI:
             tool = request.forced_tool
             if tool is None:
                 return _error(400, f"tool_choice: no such tool {choice.get('name')!r}")
-            return 200, self._message(request, [self._forced_answer(tool)], "tool_use")
+            return 200, self._message(request, [self._forced_answer(tool, request)], "tool_use")
         if request.is_agent_turn:
             content, stop_reason = self._agent_turn(request)
             return 200, self._message(request, content, stop_reason)
@@ -365,9 +393,10 @@ class LiteralMessagesAPI:
             pending = [c for c in self.agent_commands if c not in ran]
         return [_tool_use(runner, {"command": command}) for command in pending]
 
-    def _forced_answer(self, tool: dict[str, Any]) -> dict[str, Any]:
+    def _forced_answer(self, tool: dict[str, Any], request: RecordedRequest) -> dict[str, Any]:
         schema = tool.get("input_schema") or {}
         answer = answer_from_schema(schema)
+        answer.update(inputs_cited(schema, request.tool_uses()))
         with self._lock:
             if self.corrupt_answers > 0 and _corrupt(answer, schema):
                 self.corrupt_answers -= 1

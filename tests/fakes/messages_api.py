@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from loopworks.llm.facts import ANSWER_TOOL
-from loopworks.llm.offline import WRITE_FILE_TOOL
+from loopworks.llm.offline import RUN_COMMAND_TOOL, WRITE_FILE_TOOL
 from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
 from loopworks.prompts.catalog import AgentDefinition, load_agents
 from loopworks.schemas.roles import Role
@@ -94,8 +94,8 @@ class RecordedRequest:
     @property
     def tool(self) -> dict[str, Any]:
         """The forced tool: the one `tool_choice` names, or with `any` the only one, or
-        the answer tool among a verifier's tools (it answers at once, as the offline
-        model does)."""
+        the answer tool among a verifier's tools (it answers once the commands its answer
+        cites have run, as the offline model does)."""
         choice = self.body.get("tool_choice") or {}
         tools = self.body.get("tools") or []
         name = choice.get("name")
@@ -170,6 +170,10 @@ def answer(
             content, agent_stop = api.agent_turn(request, answer_input)
             return api.message(request, content, stop_reason or agent_stop, usage, delay_s)
         tool_input = answer_input if answer_input is not None else api.offline_answer(request)
+        if pending := api.evidence_to_run(request, tool_input):
+            # A verifier runs what it cites before it answers, as the offline model does.
+            runs = [api.tool_use(RUN_COMMAND_TOOL, {"command": command}) for command in pending]
+            return api.message(request, runs, "tool_use", usage, delay_s)
         block = {
             "type": "tool_use",
             "id": f"toolu_{uuid.uuid4().hex[:20]}",
@@ -344,6 +348,31 @@ class FakeMessagesAPI:
         if request.role is None:
             raise LookupError("the system prompt matches no agent definition")
         return default_answer(request.role, request.context)
+
+    def evidence_to_run(self, request: RecordedRequest, answer: dict[str, Any]) -> list[str]:
+        """The commands a verifier's answer cites that its conversation has not run yet,
+        when the command tool is offered beside the answer tool."""
+        tools = {tool.get("name") for tool in request.body.get("tools") or []}
+        cited = answer.get("evidence")
+        if RUN_COMMAND_TOOL not in tools or not isinstance(cited, list):
+            return []
+        ran = {
+            block["input"].get("command")
+            for message in request.body["messages"]
+            if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if block.get("type") == "tool_use" and block.get("name") == RUN_COMMAND_TOOL
+        }
+        return [c for c in dict.fromkeys(cited) if isinstance(c, str) and c not in ran]
+
+    @staticmethod
+    def tool_use(name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "tool_use",
+            "id": f"toolu_{uuid.uuid4().hex[:20]}",
+            "name": name,
+            "input": tool_input,
+        }
 
     def agent_turn(
         self, request: RecordedRequest, draft: dict[str, Any] | None = None

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import logging
+import shutil
 import tempfile
 import uuid
 from datetime import UTC, datetime
@@ -52,6 +53,7 @@ from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from tests.histories.notified import record_notified_run
+from tests.workflows.conftest import commit_all
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
@@ -487,6 +489,55 @@ async def _record_playbook_grouped(client: Client, settings: Settings) -> Workfl
         return await client.get_workflow_handle(workflow_id(name)).fetch_history()
 
 
+# A repository with a test of its own, and a producer that changes its code: the run's
+# proof is detected, runs in phase B and passes; QA's first VERIFIED cites nothing, is
+# not accepted, and QA asked once more cites the proof it ran.
+PROVEN_RUN_SCRIPT = {
+    "producer": {"*": {"files": [
+        {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n\n\n"
+                                       "def mul(a, b):\n    return a * b\n"},
+        {"path": "artifact.md", "content": "# Multiplication\n\nAdded mul beside add.\n"},
+    ], "summary": "added mul"}},
+    "qa-verifier": {"1": {"verdict": "VERIFIED", "summary": "looks right"}},
+}  # fmt: skip
+
+
+async def _record_proven_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """The run's proof and QA's evidence (docs/loop.md#the-runs-proof): detected from the
+    repository, run on the work, a VERIFIED without evidence asked again."""
+    # Beside the data directory: an origin inside it is refused.
+    repo = settings.data_dir.parent / f"{settings.data_dir.name}-calc"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+    )
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    commit_all(repo)
+    # Admitted, as an operator admits the local repositories under a root.
+    settings = settings.model_copy(update={"local_roots": str(repo.parent)})
+    model = OfflineModels(script=OfflineScript.model_validate(PROVEN_RUN_SCRIPT))
+    async with build_worker(client, settings, models=model):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-proven-run",
+            task="Add mul",
+            repo=str(repo),
+            rules=[TWO_GROUP_RULES[0]],
+            audit_probability=0.0,
+            playbook=False,
+        )
+        result = await run.result()
+        proof = result.state.proof
+        assert result.state.status == RunStatus.COMPLETED, result.state.stop
+        assert proof is not None and proof.status.value == "passed", proof
+        history = await run.fetch_history()
+    shutil.rmtree(repo)
+    return history
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -506,6 +557,7 @@ RECORDERS = {
     "notified_run": record_notified_run,
     "blocked_during_work_run": _record_blocked_during_work_run,
     "encrypted_run": _record_encrypted_run,
+    "proven_run": _record_proven_run,
 }
 
 

@@ -130,6 +130,8 @@ def test_cli_drives_a_run_end_to_end(stack: Stack) -> None:
     # What a person steering it reads: the plan, the rules, the verdicts.
     assert re.match(r"plan \(iteration \d+\): \S", detail[0]), detail
     assert any(re.match(r"evaluation \(iteration \d+, phase B\): score", d) for d in detail)
+    # How the run is proven: the service's own origin has no tests, the draft is a document.
+    assert any(d.startswith("proof: none (") and "not_needed" in d for d in detail), detail
     assert any(d.startswith("critic: PROCEED") for d in detail), detail
     assert any(d.startswith("qa (iteration") for d in detail), detail
     assert loops.state(run_id)["model_source"] == "offline"

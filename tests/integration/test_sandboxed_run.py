@@ -63,6 +63,8 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
                     "task": "Write a guide",
                     "rules": [*SANDBOX_RULES, PYTEST_RULE],
                     "audit_probability": 0,
+                    # The run's proof, run by the worker in the sandbox as the rules are.
+                    "verify": [PYTEST_RULE["check"]["command"]],
                 },
             )
             assert created.status_code == 201, created.text
@@ -75,6 +77,7 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
                 time.sleep(0.5)
             events = http.get(f"/runs/{run_id}/events").json()
         assert state["status"] == "completed", (state["stop"], worker.output()[-3000:])
+        assert state["proof"]["status"] == "passed", state["proof"]
         assert "sandbox: bwrap" in worker.output()
         assert "commands_unsandboxed" not in [e["event"] for e in events]
     finally:

@@ -12,7 +12,12 @@ import anthropic
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
-from tests.fakes.literal_messages_api import LiteralMessagesAPI, answer_from_schema, files_to_write
+from tests.fakes.literal_messages_api import (
+    LiteralMessagesAPI,
+    answer_from_schema,
+    files_to_write,
+    inputs_cited,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -139,6 +144,35 @@ def test_strings_use_examples_patterns_and_length_bounds() -> None:
     assert len(answer["summary"]) == 12 and answer["summary"].startswith("Short.")
     assert answer["label"] == "A rath"
     assert answer_from_schema(schema) == answer  # deterministic
+
+
+def test_a_list_asking_for_what_a_tool_was_given_lists_it() -> None:
+    """A literal model told to list the commands it ran with a tool lists exactly those,
+    once each, in order; a field naming no tool it used, or of another shape, is left."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "evidence": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Each command exactly as you ran it with `run_command`.",
+            },
+            "read": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What you read with `read_file`.",
+            },
+            "summary": {"type": "string", "description": "What `run_command` printed."},
+        },
+    }
+    uses = [
+        {"type": "tool_use", "name": "run_command", "input": {"command": "make test"}},
+        {"type": "tool_use", "name": "search", "input": {"pattern": "x"}},
+        {"type": "tool_use", "name": "run_command", "input": {"command": "make lint"}},
+        {"type": "tool_use", "name": "run_command", "input": {"command": "make test"}},
+    ]
+    assert inputs_cited(schema, uses) == {"evidence": ["make test", "make lint"]}
+    assert inputs_cited(schema, []) == {}
 
 
 def test_files_to_write_are_the_backticked_paths_of_writing_sentences() -> None:

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from loopworks.agent.loop import run_agent
+from loopworks.agent.actions import commands_run
+from loopworks.agent.loop import run_agent, run_answering_agent
 from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.llm.base import InvalidOutput, ModelCall
 from loopworks.llm.offline import OfflineModels, OfflineScript, ScriptEntry
-from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
+from loopworks.llm.offline_answers import QA_CHECK, closing_line, default_answer, draft_files
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import choose_template, load_templates
 from loopworks.schemas.contexts import (
@@ -56,6 +57,7 @@ from loopworks.schemas.curation import (
 )
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.playbook import ItemKind, PlaybookItem
+from loopworks.schemas.proof import ProofSource, RunProof
 from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Audit,
@@ -617,6 +619,33 @@ async def test_qa_verdict_follows_blockers() -> None:
     assert [i.rule_id for i in rejected.issues] == ["tests-pass"]
     warned: QAReport = await ask_offline(Role.QA_VERIFIER, qa_context(WARN_ONLY_EVALUATION))
     assert warned.verdict == QAVerdict.VERIFIED
+
+
+@pytest.mark.parametrize(
+    ("commands", "verdict"),
+    [([], QAVerdict.VERIFIED), (["test -f calc.py"], QAVerdict.VERIFIED), (["false"], "ISSUES")],
+)
+async def test_the_offline_verifier_runs_what_it_cites_before_it_answers(
+    commands: list[str], verdict: QAVerdict, tmp_path: Path
+) -> None:
+    """The offline QA verifier runs the run's proof (else a check of the deliverable) with
+    the command tool, then cites those commands; one that fails turns it to ISSUES."""
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (tmp_path / ARTIFACT_PATH).write_text(ARTIFACT)
+    proof = RunProof(source=ProofSource.REQUEST, commands=commands)
+    context = qa_context(WARN_ONLY_EVALUATION).model_copy(update={"proof": proof})
+    call = model_call(Role.QA_VERIFIER, context)
+    outcome = await run_answering_agent(
+        OfflineModels(), call, INSTRUCTIONS, tmp_path, 5, "qa", QAReport
+    )
+    cited = commands or [QA_CHECK]
+    assert [c.command for c in commands_run(outcome.records)] == cited
+    assert outcome.answer.verdict == verdict
+    if verdict == QAVerdict.VERIFIED:
+        assert outcome.answer.evidence == cited
+    else:
+        assert outcome.answer.evidence == [] and "fail: `false`" in outcome.answer.summary
+        assert outcome.answer.issues[0].problem.startswith("`false` failed: exit code 1")
 
 
 @pytest.mark.parametrize(

@@ -351,6 +351,31 @@ def test_qa_verifier_names_its_read_only_tools_and_runs_the_tests(
         assert f"**{section}**" in prompt
 
 
+def test_qa_verifier_is_told_what_its_verdict_must_carry(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """The rule workflows/evidence.py checks a VERIFIED by (docs/loop.md#qas-evidence),
+    stated where QA reads: the field, the tool its commands come from, exit 0, the
+    re-ask, and that nothing it changes counts."""
+    prompt = agents[Role.QA_VERIFIER.value].prompt
+    evidence = next(p for p in answer_facts(Role.QA_VERIFIER).properties if p.name == "evidence")
+    assert "`evidence`" in prompt and "`run_command`" in evidence.description
+    assert "run_command" in READ_ONLY_TOOLS
+    for wording in (
+        "each exactly as you ran it with `run_command`",
+        "each of which exited 0",
+        f"changed files besides `{ARTIFACT_PATH}`",
+        "contradicted by the run's proof",
+        "asked once more with the reason, and then it counts as `ISSUES`",
+        "a verdict given after your commands changed a tracked file of your checkout is not "
+        "accepted",
+        "nothing your commands change is ever the run's",
+    ):
+        assert wording in prompt, wording
+    for section in ("Proof", "Rejected Verdict"):
+        assert f"**{section}**" in prompt
+
+
 def test_refiner_is_told_the_fields_of_the_critique(agents: dict[str, AgentDefinition]) -> None:
     prompt = agents[Role.REFINER.value].prompt
     for name in schema_facts(Critique).names - {"issues"}:

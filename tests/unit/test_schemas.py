@@ -193,8 +193,8 @@ def test_normalise_rules_rejects_duplicates_and_fills_weights() -> None:
 def test_normalised_rules_round_trip_in_full_form() -> None:
     request = RunRequest(task="t", rules=[rule_data(severity="warn", phase="B")])
     dumped = request.rules[0].model_dump(mode="json")
-    assert set(dumped) == {"id", "description", "severity", "weight", "phase", "check"}
-    assert dumped["weight"] == 1.0
+    assert set(dumped) == {"id", "description", "severity", "weight", "phase", "check", "owner"}
+    assert dumped["weight"] == 1.0 and dumped["owner"] == "run"
     assert Rule.model_validate(dumped) == request.rules[0]
 
 

@@ -19,7 +19,7 @@ from loopworks.llm.anthropic import AnthropicModels
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.curation import CuratorPayload
 from loopworks.schemas.learning import SkillLoopInput
-from loopworks.schemas.run import RunStatus
+from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import GitLocation
 from loopworks.worker.build import build_models, build_worker
@@ -246,13 +246,56 @@ async def test_a_literal_qa_agent_runs_the_command_it_is_told_and_its_verdict_en
     assert {"run_command", "read_file", "list_files", "search", "answer"} == offered
     sent = str(first.messages[0])
     assert "## Diff Stat" in sent and "artifact.md" in sent and "## Patch" in sent
-    # The command ran, once, and its result (output and exit code) went back to QA.
+    # The command ran, once each time QA was asked, and its result (output and exit code)
+    # went back to QA.
     ran = [b for r in verifier for b in r.tool_uses() if b.get("name") == "run_command"]
-    assert [b["input"]["command"] for b in ran] == [command]
+    assert [b["input"]["command"] for b in ran] == [command, command]
     assert "exit code 3\\nqa-ran-this" in str(verifier[-1].messages)
-    # The literal answer (the first verdict its schema allows) is the run's verdict.
-    [verdict] = [e.payload for e in events if e.event.value == "qa_verdict"]
-    assert verdict.verdict == "VERIFIED" and verdict.commands == 1
-    assert state.status == RunStatus.COMPLETED
+    # The literal answer is the first verdict its schema allows, citing (as its schema asks)
+    # the command it ran: one that exited 3 is no evidence for it, asked again or not.
+    verdicts = [e.payload for e in events if e.event.value == "qa_verdict"]
+    assert [(v.verdict, v.evidence, v.accepted) for v in verdicts] == [
+        ("VERIFIED", [command], False),
+        ("VERIFIED", [command], False),
+    ]
+    assert "did not exit 0" in verdicts[0].rejected
+    assert verdicts[0].commands == 1
+    assert state.stop_reason == StopReason.QA_REJECTED
     saved = remote_file(harness.origin, f"loops/{state.run_id}", ".loops/trajectory/01-qa.jsonl")
     assert "qa-ran-this" in saved and '"step":"qa"' in saved
+
+
+async def test_a_literal_verifier_cites_the_tests_it_ran_and_a_proven_change_completes(
+    harness: LoopHarness, api: LiteralMessagesAPI, tmp_path: Path
+) -> None:
+    """On a repository with tests, a literal producer writes the module its task names (a
+    code change), the run's proof is the tests the repository plainly uses, and a literal
+    QA verifier, told to run them, runs them and names them in its evidence, as its prompt
+    and schema ask: its VERIFIED stands and the run completes."""
+    repo = tmp_path / "calc"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+    )
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    commit_all(repo)
+    tests = "python3 -m unittest discover -s tests"
+    api.agent_commands = [tests]
+    async with literal_worker(harness, api):
+        handle = await harness.start(
+            task="Write `notes.py` with notes on add.",
+            repo=str(repo),
+            rules=[TITLE_RULE],
+            max_iterations=1,
+        )
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events), [e.payload for e in events]
+    assert state.proof is not None and state.proof.commands == [tests]
+    assert state.proof.changed_code == ["notes.py"]
+    [verdict] = [e.payload for e in events if e.event.value == "qa_verdict"]
+    assert (verdict.verdict, verdict.evidence, verdict.accepted) == ("VERIFIED", [tests], True)
+    assert state.status == RunStatus.COMPLETED, state.stop

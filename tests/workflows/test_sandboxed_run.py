@@ -16,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from loopworks.checks import runner
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.proof import ProofStatus
 from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
@@ -73,8 +74,12 @@ async def test_a_whole_run_passes_with_its_commands_in_the_sandbox(
             LoopInput(
                 run_id=run_id,
                 alias="sandboxed",
+                # The run's proof runs in the sandbox too (docs/loop.md#the-runs-proof).
                 request=RunRequest(
-                    task="Write a guide", rules=SANDBOX_RULES, audit_probability=0.0
+                    task="Write a guide",
+                    rules=SANDBOX_RULES,
+                    audit_probability=0.0,
+                    verify=['test "$(id -u)" != 0 && test -s result.txt'],
                 ),
                 created_at="2026-01-01T00:00:00+00:00",
             ),
@@ -86,6 +91,7 @@ async def test_a_whole_run_passes_with_its_commands_in_the_sandbox(
 
     state = result.state
     assert state.status == RunStatus.COMPLETED, state.stop
+    assert state.proof is not None and state.proof.status == ProofStatus.PASSED
     assert "commands_unsandboxed" not in names(events)
     evaluations = [e for e in events if e.event.value == "evaluation_done"]
     assert evaluations and not evaluations[0].payload.failed

@@ -20,6 +20,7 @@ from loopworks.schemas.prep import (
     prep_package_errors,
     prep_tasks,
 )
+from loopworks.schemas.proof import proof_commands
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
 from loopworks.schemas.run import Budget, RunRequest
 from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, validated_graph
@@ -70,6 +71,11 @@ def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState
         budget=request.budget,
         declared_files=task.context.files,
         read_prep_package=False,
+        # Its proof is its verification command, as the merge queue's
+        # (docs/graphs.md#running-tasks); a command no request would take leaves it with
+        # its rule alone.
+        verify=proof_commands([task.verification_command]),
+        allow_unverified=True,
     )
 
 
