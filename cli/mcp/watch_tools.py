@@ -187,7 +187,8 @@ def add_watch_tools(server: MCPServer, client: ApiClient, read: ToolAnnotations)
         """Every model call the run made, as lines in the order the calls finished: each
         with its step, role, iteration, turn, kind (`system`: the role's instructions,
         `user`: the step's inputs, `assistant`: the model's answer, with its model and
-        tokens, `tool_call`, `tool_result`, `retry`, `limit`), the tool, and its text.
+        tokens, `tool_call`, `tool_result`, `retry`, `limit`: the turn limit stopped the
+        agent, `blocked`: the custodiet blocked it during its work), the tool, and its text.
         next_cursor is the last line's n; `more` is true when more lines are there."""
         with api_errors():
             resolved = resolve_run(client, run_id)
