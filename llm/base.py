@@ -6,7 +6,7 @@ instructions: a structured role's agent answers through a forced tool whose inpu
 answer model (`loopworks.llm.structured`); PRODUCE, REFINE and the skill generator work
 with the workspace tools, and the QA verifier reads with them before it answers as a
 structured role does (`loopworks.agent.loop`). Sources are the Anthropic Messages API
-(`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline`, a pydantic-ai
+(`loopworks.llm.anthropic`) and the offline model (`loopworks.llm.offline.model`, a pydantic-ai
 `FunctionModel`).
 """
 

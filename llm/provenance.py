@@ -11,7 +11,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from loopworks.llm.base import ModelSource
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 
 ANTHROPIC = "anthropic"
 OFFLINE = "offline"

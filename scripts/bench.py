@@ -72,7 +72,7 @@ from loopworks.deploy.histories import (
 from loopworks.deploy.local import SQLITE_PRAGMAS, free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.events import EventName
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.roles import Role

@@ -40,7 +40,7 @@ from temporalio.worker import Worker
 from loopworks.api.main import create_app
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.search_attributes import register_search_attributes
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.loop import LoopInput, LoopResult
 from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings

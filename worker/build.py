@@ -30,7 +30,7 @@ from loopworks.activities.repository import RepositoryActivities
 from loopworks.activities.skills import SkillActivities
 from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import ModelSource
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook.activities import PlaybookActivities
 from loopworks.playbook.delivery import PlaybookDeliveryActivities
 from loopworks.playbook.workflow import PlaybookWorkflow

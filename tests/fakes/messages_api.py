@@ -30,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from loopworks.llm.facts import ANSWER_TOOL
-from loopworks.llm.offline import RUN_COMMAND_TOOL, WRITE_FILE_TOOL
-from loopworks.llm.offline_answers import closing_line, default_answer, draft_files
+from loopworks.llm.offline.answers import closing_line, default_answer, draft_files
+from loopworks.llm.offline.model import RUN_COMMAND_TOOL, WRITE_FILE_TOOL
 from loopworks.prompts.catalog import AgentDefinition, load_agents
 from loopworks.schemas.roles import Role
 from tests.fakes.sections import context_from_sections

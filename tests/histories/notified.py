@@ -12,7 +12,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHistory
 
 from loopworks.deploy.local import free_port
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.notify import NotifyPlan, NotifyTiming, Webhook
 from loopworks.schemas.run import Approval, RunRequest, RunStatus

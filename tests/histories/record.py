@@ -35,7 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook import writer
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput

@@ -28,7 +28,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.api.main import create_app
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.run import TERMINAL_STATUSES
 from loopworks.schemas.settings import Settings

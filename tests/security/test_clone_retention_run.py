@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_deps, build_worker

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from loopworks.checks.redaction import REDACTED
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.events import EventName
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker

@@ -11,7 +11,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from loopworks.activities.integration import IntegrationActivities
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.integration import IntegrationRequest, LedgerRequest, MergeRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import UNSAFE_PATH

@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker

@@ -29,8 +29,8 @@ from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
 from loopworks.deploy.local import free_port
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
 from loopworks.llm.errors import CUT_OFF
-from loopworks.llm.offline import OfflineModels, OfflineScript
-from loopworks.llm.offline_answers import closing_line, default_answer
+from loopworks.llm.offline.answers import closing_line, default_answer
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH

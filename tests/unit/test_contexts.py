@@ -16,8 +16,8 @@ from pydantic import ValidationError
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.model_calls import for_role
 from loopworks.llm.base import NO_INPUTS, section_title, user_prompt
-from loopworks.llm.offline import OfflineModels
-from loopworks.llm.offline_answers import default_answer
+from loopworks.llm.offline.answers import default_answer
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.contexts import (
     CONTEXTS,

@@ -7,7 +7,7 @@ import pytest
 
 from loopworks.deploy.one_machine import OFFLINE_WITHOUT_KEY, local_model
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.settings import Settings
 

@@ -1,4 +1,4 @@
-"""The offline model's delta-playbook answers (`llm/offline_curation.py`): the task
+"""The offline model's delta-playbook answers (`llm/offline/curation.py`): the task
 curator's markers, the helpers the skill generator writes (run here, as the skill
 sub-loop runs their checks), the reflector's verdicts, the curator's deltas and the
 reflector's tags. Each answer is validated as the activity validates it."""
@@ -12,7 +12,7 @@ import pytest
 
 from loopworks.checks.runner import run_command_check
 from loopworks.llm.facts import SELF_TEST_FLAG
-from loopworks.llm.offline_answers import default_answer, draft_files
+from loopworks.llm.offline.answers import default_answer, draft_files
 from loopworks.schemas.contexts import (
     AcceptedFile,
     ReflectorContext,

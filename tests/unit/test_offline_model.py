@@ -22,8 +22,8 @@ from loopworks.agent.loop import run_agent, run_answering_agent
 from loopworks.agent.trajectory import AgentStep
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.llm.base import InvalidOutput, ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript, ScriptEntry
-from loopworks.llm.offline_answers import QA_CHECK, closing_line, default_answer, draft_files
+from loopworks.llm.offline.answers import QA_CHECK, closing_line, default_answer, draft_files
+from loopworks.llm.offline.model import OfflineModels, OfflineScript, ScriptEntry
 from loopworks.llm.structured import ask
 from loopworks.prompts.catalog import choose_template, load_templates
 from loopworks.schemas.contexts import (

@@ -16,8 +16,8 @@ from temporalio.exceptions import ApplicationError
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.planning import PlanningActivities
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
-from loopworks.llm.offline_answers import default_answer
+from loopworks.llm.offline.answers import default_answer
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.contexts import (
     TASK_PLANNER_FILES_CAP,

@@ -15,7 +15,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.histories import activities_run
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput, LoopResult
 from loopworks.schemas.run import RunRequest, RunState

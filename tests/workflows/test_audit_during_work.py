@@ -27,7 +27,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from loopworks.agent.trajectory import from_jsonl
 from loopworks.deploy.local import free_port
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.actions import BLOCKED_PATH
 from loopworks.schemas.detail import Gate
 from loopworks.schemas.loop import LoopInput

@@ -22,8 +22,8 @@ from temporalio.worker import Worker
 from loopworks.activities.integration import IntegrationActivities
 from loopworks.api import graphs
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript, _agent_turn, _written
-from loopworks.llm.offline_answers import default_answer
+from loopworks.llm.offline.answers import default_answer
+from loopworks.llm.offline.model import OfflineModels, OfflineScript, _agent_turn, _written
 from loopworks.schemas.graph import (
     GraphApproval,
     GraphInput,

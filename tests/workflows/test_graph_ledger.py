@@ -18,8 +18,8 @@ from temporalio.testing import ActivityEnvironment
 
 from loopworks.activities.production import ProductionActivities
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, _agent_turn, _written
-from loopworks.llm.offline_answers import default_answer
+from loopworks.llm.offline.answers import default_answer
+from loopworks.llm.offline.model import OfflineModels, _agent_turn, _written
 from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.roles import IterationPlan, Role
 from loopworks.schemas.settings import Settings

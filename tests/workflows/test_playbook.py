@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo
 from temporalio.client import WorkflowHandle
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook import writer
 from loopworks.playbook.store import PlaybookStore
 from loopworks.playbook.workflow import PlaybookWorkflow

@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.playbook import writer
 from loopworks.schemas.events import EventName
 from loopworks.schemas.playbook import PLAYBOOK_BRANCH, PLAYBOOK_PATH, ItemKind, playbook_name

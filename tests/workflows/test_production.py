@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loopworks.agent.trajectory import from_jsonl
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker

@@ -27,7 +27,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.proof import ProofSource, ProofStatus
 from loopworks.schemas.roles import Role

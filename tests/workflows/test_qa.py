@@ -20,7 +20,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from loopworks.agent.trajectory import from_jsonl
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings

@@ -14,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo
 
 from loopworks.checks.redaction import REDACTED
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.events import EvaluationDone
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus

@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.worker import Worker
 
 from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
-from loopworks.llm.offline import OfflineModels
+from loopworks.llm.offline.model import OfflineModels
 from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
 from loopworks.schemas.run import RunRequest, StopReason
 from loopworks.schemas.settings import Settings

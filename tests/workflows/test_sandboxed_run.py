@@ -14,7 +14,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.checks import runner
-from loopworks.llm.offline import OfflineModels, OfflineScript
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.proof import ProofStatus
 from loopworks.schemas.run import RunRequest, RunStatus

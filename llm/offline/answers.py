@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from loopworks.llm.offline_curation import CURATION_DEFAULTS, playbook_tags
+from loopworks.llm.offline.curation import CURATION_DEFAULTS, playbook_tags
 from loopworks.schemas.contexts import (
     CONTEXTS,
     ArtifactCriticContext,
@@ -261,7 +261,7 @@ def _audit(ctx: CustodietContext) -> dict[str, Any]:
 
 def _qa(ctx: QAVerifierContext) -> dict[str, Any]:
     """ISSUES while a blocking rule fails; else VERIFIED, citing what it runs first (the
-    offline model runs an answer's `evidence` before it answers: llm/offline.py): the
+    offline model runs an answer's `evidence` before it answers: llm/offline/model.py): the
     run's proof, else a check that the deliverable is there."""
     results = ctx.evaluation.results if ctx.evaluation else []
     blockers = [r for r in results if not r.passed and r.severity == Severity.FAIL]

@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline_answers import closing_line, default_answer, draft_files, qa_failed
+from loopworks.llm.offline.answers import closing_line, default_answer, draft_files, qa_failed
 from loopworks.schemas.roles import Role
 
 
