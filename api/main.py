@@ -15,7 +15,7 @@ from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
-from loopworks.api.routes import graphs, health, playbooks, runs, workspaces
+from loopworks.api.routes import graphs, health, playbooks, retention, runs, workspaces
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
@@ -69,4 +69,5 @@ def create_app(
     app.include_router(workspaces.router)
     app.include_router(graphs.router)
     app.include_router(playbooks.router)
+    app.include_router(retention.router)
     return app

@@ -25,8 +25,9 @@ from loopworks.schemas.settings import Settings
 bearer = HTTPBearer(
     auto_error=False,
     scheme_name="LoopsApiToken",
-    description="A token of LOOPS_API_TOKENS, LOOPS_API_READ_TOKENS or LOOPS_API_TOKENS_FILE "
-    "(only when one is set); a read-only token may only GET.",
+    description="A token of LOOPS_API_TOKENS, LOOPS_API_READ_TOKENS, LOOPS_API_ADMIN_TOKENS or "
+    "LOOPS_API_TOKENS_FILE (only when one is set); a read-only token may only GET, and only "
+    "an admin token may run the gc.",
 )
 
 # What a read-only token may send: reading and following, nothing that changes a run.
@@ -40,6 +41,8 @@ class Caller:
 
     name: str
     read_only: bool = False
+    # Open access (loopback, no tokens) is the operator's own: it may administer too.
+    admin: bool = False
 
 
 async def require_token(
@@ -48,7 +51,7 @@ async def require_token(
 ) -> Caller:
     table: tuple[tokens.ApiToken, ...] = request.app.state.tokens
     if not table:
-        return Caller(tokens.OPEN_ACCESS_NAME)
+        return Caller(tokens.OPEN_ACCESS_NAME, admin=True)
     if credentials is None:
         raise Unauthorized("authentication required: send Authorization: Bearer <token>")
     token = tokens.match(credentials.credentials, table)
@@ -59,12 +62,25 @@ async def require_token(
             f"the token {token.name!r} is read-only: it may read runs, graphs and playbooks"
             f" and follow their streams, not {request.method} {request.url.path}"
         )
-    return Caller(token.name, token.read_only)
+    return Caller(token.name, token.read_only, token.admin)
 
 
 # Routers list `require_token` as a dependency; a route that needs to know who is asking
 # declares this too, and FastAPI answers both from one call.
 CallerDep = Annotated[Caller, Depends(require_token)]
+
+
+async def require_admin(caller: CallerDep) -> Caller:
+    """The routes that administer the service (the gc): an admin token's only."""
+    if not caller.admin:
+        raise Forbidden(
+            f"the token {caller.name!r} may not administer the service: the gc needs a token"
+            " of LOOPS_API_ADMIN_TOKENS (or a `name:token:admin` line of LOOPS_API_TOKENS_FILE)"
+        )
+    return caller
+
+
+AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
 def is_loopback(host: str) -> bool:

@@ -3,6 +3,7 @@ server, a worker and the API, prints where they are, and runs a task to the end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -11,9 +12,11 @@ import sqlite3
 import subprocess
 import sys
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client, ScheduleDescription
 
 from tests.integration.stack import ROOT, free_port, wait_for_http
 
@@ -70,6 +73,8 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     worker_log = (tmp_path / "data" / "logs" / "worker.log").read_text()
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert "model offline)" in worker_log, worker_log[-2000:]
+    # The gc's Schedule, made by the worker `loops up` runs (docs/operations.md#retention).
+    assert "created the retention schedule retention/loopworks" in worker_log, worker_log[-2000:]
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
     assert f"Temporal UI:  http://127.0.0.1:{ui_port}" in output
     match = re.search(r"Run (\S+) completed \(threshold_reached\)", output)
@@ -110,9 +115,17 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         with urllib.request.urlopen(asked, timeout=30) as response:
             state = json.loads(response.read())
         assert state["status"] == "completed" and state["stop_reason"] == "threshold_reached"
+        # Still there, once: the restarted worker found it.
+        schedule = asyncio.run(_describe_schedule(f"127.0.0.1:{temporal_port}"))
+        assert schedule.schedule.spec.intervals[0].every == timedelta(hours=24)
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
+
+
+async def _describe_schedule(address: str) -> ScheduleDescription:
+    client = await Client.connect(address)
+    return await client.get_schedule_handle("retention/loopworks").describe()
 
 
 def test_up_says_which_process_ended_and_why_instead_of_a_traceback(tmp_path: Path) -> None:
