@@ -10,7 +10,8 @@ their segments (those start with a letter or digit), so these refs never collide
 run's work ref. A busy origin holds tens of thousands of them, so the caches of a remote
 origin that steps and the API read from fetch its branches and work refs without them
 (workspace/origin.py); reading a run's trajectory fetches that run's call refs alone.
-They are kept on origin as the run's work refs are (docs/operations.md#backups).
+They are kept on origin as the run's work refs are, and expire with them
+(docs/operations.md#retention).
 """
 
 from __future__ import annotations
