@@ -119,7 +119,8 @@ class RetentionActivities:
                 if held.branch is not None and known.get(run_id) == UNKNOWN
             ]
             times = await asyncio.to_thread(records.branch_times, origin, branches)
-            plan = decide(survey.records(times), known, survey.pins, policy, datetime.now(UTC))
+            now = sweep.now or datetime.now(UTC)
+            plan = decide(survey.records(times), known, survey.pins, policy, now)
             if not sweep.dry_run and plan.remove:
                 refs = [ref for removal in plan.remove for ref in survey.refs_of(removal)]
                 await asyncio.to_thread(records.delete_refs, origin, refs)

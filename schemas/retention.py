@@ -8,6 +8,7 @@ report with them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -88,6 +89,9 @@ class OriginSweep(BaseModel):
     origin: str
     policy: RetentionPolicy
     dry_run: bool = False
+    # The gc's time, as its workflow has it (the server's clock, which close times are
+    # in); None: the worker's.
+    now: datetime | None = None
 
 
 class KeptBecause(StrEnum):

@@ -46,7 +46,9 @@ class RetentionWorkflow:
             dry_run=params.dry_run, policy=plan.policy, workflow_id=workflow.info().workflow_id
         )
         for number, origin in enumerate(plan.origins, 1):
-            sweep = OriginSweep(origin=origin, policy=plan.policy, dry_run=params.dry_run)
+            sweep = OriginSweep(
+                origin=origin, policy=plan.policy, dry_run=params.dry_run, now=workflow.now()
+            )
             try:
                 swept = await execute(
                     RetentionActivities.sweep_origin,

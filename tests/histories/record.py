@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import tempfile
 import uuid
 from datetime import UTC, datetime
@@ -45,12 +46,15 @@ from loopworks.schemas.playbook import (
     playbook_name,
     workflow_id,
 )
+from loopworks.schemas.retention import RetentionInput
 from loopworks.schemas.run import Approval, Budget, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.retention import RetentionWorkflow
 from tests.histories.notified import record_notified_run
+from tests.integration.stack import bare_remote
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
@@ -450,6 +454,30 @@ async def _record_playbook_grouped(client: Client, settings: Settings) -> Workfl
         return await client.get_workflow_handle(workflow_id(name)).fetch_history()
 
 
+async def _record_retention_gc(client: Client, settings: Settings) -> WorkflowHistory:
+    """The gc of one origin, asked by name (`POST /gc` with `repo`), with retention at 0
+    days: a finished run's work ref, call refs and clone removed."""
+    with tempfile.TemporaryDirectory() as repos:
+        remote = bare_remote(Path(repos))
+        # The origin admitted as an operator admits a local repository.
+        settings = settings.model_copy(
+            update={"retention_days": 0.0, "local_roots": os.path.realpath(repos)}
+        )
+        async with build_worker(client, settings, models=OfflineModels()):
+            queue = settings.task_queue
+            run = await _start(client, queue, "recorded-expired", task="Write", repo=str(remote))
+            await run.result()
+            gc = await client.start_workflow(
+                RetentionWorkflow.run,
+                RetentionInput(repo=str(remote)),
+                id="recorded-retention",
+                task_queue=settings.task_queue,
+            )
+            report = await gc.result()
+            assert report.totals.runs == 1, report
+            return await gc.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -467,6 +495,7 @@ RECORDERS = {
     "prep_graph_run": _record_prep_graph_run,
     "prep_run": _record_prep_run,
     "notified_run": record_notified_run,
+    "retention_gc": _record_retention_gc,
 }
 
 

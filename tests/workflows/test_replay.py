@@ -22,6 +22,7 @@ from temporalio.workflow import NondeterminismError
 from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.histories.record import RECORDERS
 from tests.workflows import changed_loop
@@ -43,7 +44,13 @@ def test_every_recorder_has_its_history_and_every_history_is_replayed() -> None:
 @pytest.mark.parametrize("name", RECORDED)
 async def test_recorded_history_replays(name: str) -> None:
     replayer = Replayer(
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        workflows=[
+            LoopWorkflow,
+            TaskGraphWorkflow,
+            PlaybookWorkflow,
+            SkillLoopWorkflow,
+            RetentionWorkflow,
+        ],
         data_converter=pydantic_data_converter,
     )
     result = await replayer.replay_workflow(_history(name))
