@@ -20,14 +20,15 @@ from temporalio.service import RPCError, RPCStatusCode
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.schemas.git_names import is_url
+from loopworks.schemas.playbook import workflow_id as playbook_workflow_id
 from loopworks.schemas.retention import (
     REPORT_RUNS_CAP,
     ExpiredRun,
     KeptBecause,
     OriginReport,
     OriginSweep,
+    RetentionInput,
     RetentionPlan,
-    RetentionPlanRequest,
     Totals,
 )
 from loopworks.service.started import started_on
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # Temporal calls in flight at once while a gc asks about runs.
 ASKING_AT_ONCE = 16
+# A playbook writer's workflow id, `playbook/<name>`, up to its name.
+PLAYBOOK_IDS = playbook_workflow_id("")
 
 
 class RetentionActivities:
@@ -53,11 +56,11 @@ class RetentionActivities:
         return self.client
 
     @activity.defn(name="plan_retention")
-    async def plan_retention(self, request: RetentionPlanRequest) -> RetentionPlan:
+    async def plan_retention(self, params: RetentionInput) -> RetentionPlan:
         """The policy, and the origins to visit: the one asked, else the service's default
         origin and every origin a run, graph or playbook on this task queue that Temporal
         still knows was started on."""
-        params, settings = request.params, self.deps.settings
+        settings = self.deps.settings
         policy = settings.retention_policy()
         if params.branches is not None:
             policy = policy.model_copy(update={"branches": params.branches})
@@ -67,7 +70,7 @@ class RetentionActivities:
             return RetentionPlan(policy=policy)
         async with heartbeating():
             origins = [] if (own := self._default_origin()) is None else [own]
-            for repo in await self._started_on(request.workflow_types):
+            for repo in await self._started_on():
                 origins.append(repo or default_origin(settings))
         return RetentionPlan(policy=policy, origins=list(dict.fromkeys(origins)))
 
@@ -76,16 +79,18 @@ class RetentionActivities:
         origin = default_origin(self.deps.settings)
         return origin if is_url(origin) or Path(origin).exists() else None
 
-    async def _started_on(self, workflow_types: list[str]) -> list[str | None]:
+    async def _started_on(self) -> list[str | None]:
         """The repository of each run, graph and playbook writer Temporal knows on this
-        task queue (None: the default origin); a task loop works where its graph does."""
+        task queue (None: the default origin). Known by their ids, which their inputs
+        name a repository in (service/started.py): a run's and a graph's are one segment,
+        a playbook writer's `playbook/<name>`; a task loop (`<graph>/<task>/<n>`) works
+        where its graph does, and the gc's own and the skill sub-loops' name none."""
         client = self._client()
-        kinds = ", ".join(f'"{kind}"' for kind in workflow_types)
-        query = f'TaskQueue = "{self.deps.settings.task_queue}" AND WorkflowType IN ({kinds})'
+        query = f'TaskQueue = "{self.deps.settings.task_queue}"'
         ids = {
             execution.id
             async for execution in client.list_workflows(query)
-            if "/" not in execution.id or execution.id.startswith("playbook/")
+            if "/" not in execution.id or execution.id.startswith(PLAYBOOK_IDS)
         }
         asking = asyncio.Semaphore(ASKING_AT_ONCE)
 

@@ -67,14 +67,6 @@ class RetentionInput(BaseModel):
     repo: str | None = None
 
 
-class RetentionPlanRequest(BaseModel):
-    """The plan's activity input: the gc's request, and the workflow types whose runs'
-    origins it visits (named by the workflows that define them)."""
-
-    params: RetentionInput
-    workflow_types: list[str] = Field(default_factory=list)
-
-
 class RetentionPlan(BaseModel):
     """What one gc applies: the workers' policy (the request's `branches` over it) and the
     origins it visits."""

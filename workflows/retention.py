@@ -14,17 +14,13 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.retention import RetentionActivities
-    from loopworks.playbook.workflow import PLAYBOOK_WORKFLOW
     from loopworks.schemas.git_names import redact_url_credentials
     from loopworks.schemas.retention import (
         GcReport,
         OriginReport,
         OriginSweep,
         RetentionInput,
-        RetentionPlanRequest,
     )
-    from loopworks.workflows.graph.workflow import GRAPH_WORKFLOW
-    from loopworks.workflows.loop import LOOP_WORKFLOW
     from loopworks.workflows.policies import RETENTION, execute
 
 # The workflow's type: the Schedule and the API start it by it.
@@ -35,12 +31,8 @@ RETENTION_WORKFLOW = "RetentionWorkflow"
 class RetentionWorkflow:
     @workflow.run
     async def run(self, params: RetentionInput) -> GcReport:
-        kinds = [LOOP_WORKFLOW, GRAPH_WORKFLOW, PLAYBOOK_WORKFLOW]
         plan = await execute(
-            RetentionActivities.plan_retention,
-            RetentionPlanRequest(params=params, workflow_types=kinds),
-            RETENTION,
-            "which origins to sweep",
+            RetentionActivities.plan_retention, params, RETENTION, "which origins to sweep"
         )
         report = GcReport(
             dry_run=params.dry_run, policy=plan.policy, workflow_id=workflow.info().workflow_id
