@@ -43,7 +43,7 @@ class GcStillRunning(ApiError):
 
 async def collect(client: Client, settings: Settings, request: GcRequest, caller: str) -> GcReport:
     """Run the gc (or its dry run) now, in a worker, and answer its report."""
-    repo = None if request.repo is None else checked_repo(request.repo, settings.origin_rules())
+    repo = None if request.repo is None else await _checked(request.repo, settings)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     workflow_id = f"retention/{settings.task_queue}/{stamp}-{secrets.token_hex(3)}"
     kind = "dry run" if request.dry_run else "gc"
@@ -94,7 +94,7 @@ async def origin_of(
     the one its workflow was started on, else, for a run Temporal forgot, the service's
     default origin if that holds it; a 404 otherwise."""
     if repo is not None:
-        return await _holding(workspaces, run_id, checked_repo(repo, settings.origin_rules()))
+        return await _holding(workspaces, run_id, await _checked(repo, settings))
     try:
         started = await started_on(client, run_id)
     except RPCError as err:
@@ -104,6 +104,11 @@ async def origin_of(
     if started is not None:
         return started.repo or default_origin(settings)
     return await _holding(workspaces, run_id, default_origin(settings))
+
+
+async def _checked(repo: str, settings: Settings) -> str:
+    """`repo` as the deployment admits it, or a 422 (it may look a host up: off the loop)."""
+    return await asyncio.to_thread(checked_repo, repo, settings.origin_rules())
 
 
 class PinnedRunNotFound(ApiError):

@@ -190,3 +190,41 @@ async def test_the_worker_creates_the_gc_schedule(stack: Stack) -> None:
         assert time.monotonic() < deadline and second.popen.poll() is None, second.output()
         time.sleep(0.3)
     assert "could not create the retention schedule" not in second.output()
+
+
+def test_a_run_temporal_forgot_expires_by_its_branch_and_is_pinned_by_its_repo(
+    stack: Stack, remote: Path
+) -> None:
+    """Runs whose histories are gone (or another deployment's): one with a result branch
+    has finished when that branch did, one without is kept, and one pinned by naming its
+    repository stays; the API and the CLI over open access (the operator's own)."""
+    stack.start_worker(LOOPS_RETENTION_DAYS="0")
+    _, base_url = stack.start_api()
+    sha = git(f"--git-dir={remote}", "rev-parse", "refs/heads/main")
+    for ref in (
+        "refs/loopworks/forgot-1",
+        "refs/heads/loops/forgot-1",
+        f"{CALLS}forgot-1/_/00-hydrate-001",
+        "refs/loopworks/forgot-2",
+        f"{CALLS}forgot-2/_/00-hydrate-001",
+        "refs/loopworks/forgot-3",
+        "refs/heads/loops/forgot-3",
+    ):
+        git(f"--git-dir={remote}", "update-ref", ref, sha)
+    unknown = httpx.post(f"{base_url}/runs/forgot-9/pin", json={"repo": str(remote)}, timeout=60)
+    assert unknown.status_code == 404, unknown.text
+    assert "name its repository" in unknown.json()["detail"]
+    pinned = httpx.post(f"{base_url}/runs/forgot-3/pin", json={"repo": str(remote)}, timeout=60)
+    assert pinned.status_code == 200, pinned.text
+    assert pinned.json()["ref"] == "refs/loopworks/_pins/forgot-3/_"
+
+    report = json.loads(
+        loops(stack, base_url, "gc", "--yes", "--json", "--repo", str(remote), token="")
+    )
+    [origin] = report["origins"]
+    assert [run["run_id"] for run in origin["expired"]] == ["forgot-1"]
+    assert origin["kept"] == {"unknown": 1, "pinned": 1}
+    left = _refs(remote)
+    assert _of(left, "forgot-1") == ["refs/heads/loops/forgot-1"]
+    assert len(_of(left, "forgot-2")) == 2
+    assert len(_of(left, "forgot-3")) == 2
