@@ -16,7 +16,7 @@ from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
-from loopworks.api.routes import codec, docs, graphs, health, playbooks, runs, workspaces
+from loopworks.api.routes import codec, docs, graphs, health, playbooks, retention, runs, workspaces
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import payload_codec
 
@@ -84,4 +84,5 @@ def create_app(
     app.include_router(playbooks.router)
     app.include_router(codec.router)
     dashboard.install(app)
+    app.include_router(retention.router)
     return app

@@ -27,8 +27,9 @@ from loopworks.schemas.settings import Settings
 bearer = HTTPBearer(
     auto_error=False,
     scheme_name="LoopsApiToken",
-    description="A token of LOOPS_API_TOKENS, LOOPS_API_READ_TOKENS or LOOPS_API_TOKENS_FILE "
-    "(only when one is set); a read-only token may only GET.",
+    description="A token of LOOPS_API_TOKENS, LOOPS_API_READ_TOKENS, LOOPS_API_ADMIN_TOKENS or "
+    "LOOPS_API_TOKENS_FILE (only when one is set); a read-only token may only GET, and only "
+    "an admin token may run the gc.",
 )
 
 # What a read-only token may send: reading and following, nothing that changes a run.
@@ -44,6 +45,8 @@ class Caller:
     read_only: bool = False
     # Set when the request came with the dashboard's session cookie, not a token.
     session: sessions.Session | None = None
+    # Open access (loopback, no tokens) is the operator's own: it may administer too.
+    admin: bool = False
 
 
 def session_of(request: Request, table: tuple[tokens.ApiToken, ...]) -> sessions.Session | None:
@@ -60,7 +63,7 @@ async def authenticated(
     set). A route that only reads but is a POST (the codec's /decode) needs no more."""
     table: tuple[tokens.ApiToken, ...] = request.app.state.tokens
     if not table:
-        return Caller(tokens.OPEN_ACCESS_NAME)
+        return Caller(tokens.OPEN_ACCESS_NAME, admin=True)
     session = None
     if credentials is not None:
         token = tokens.match(credentials.credentials, table)
@@ -79,7 +82,7 @@ async def authenticated(
             )
     else:
         raise Unauthorized("authentication required: send Authorization: Bearer <token>")
-    return Caller(token.name, token.read_only, session)
+    return Caller(token.name, token.read_only, session, token.admin)
 
 
 async def require_token(
@@ -96,6 +99,19 @@ async def require_token(
 # Routers list `require_token` as a dependency; a route that needs to know who is asking
 # declares this too, and FastAPI answers both from one call.
 CallerDep = Annotated[Caller, Depends(require_token)]
+
+
+async def require_admin(caller: CallerDep) -> Caller:
+    """The routes that administer the service (the gc): an admin token's only."""
+    if not caller.admin:
+        raise Forbidden(
+            f"the token {caller.name!r} may not administer the service: the gc needs a token"
+            " of LOOPS_API_ADMIN_TOKENS (or a `name:token:admin` line of LOOPS_API_TOKENS_FILE)"
+        )
+    return caller
+
+
+AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
 def is_loopback(host: str) -> bool:

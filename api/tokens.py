@@ -1,11 +1,13 @@
 """The API's tokens: each has a name (who started a run) and a kind (may it change things).
 
-Three sources, all read when the API starts: `LOOPS_API_TOKENS` (tokens that may do
-anything), `LOOPS_API_READ_TOKENS` (tokens that may only read: GET and event streams, for
-watchers and dashboards) and `LOOPS_API_TOKENS_FILE` (one `name:token` or
-`name:token:read` a line, `#` comments). In the variables an entry is `name:token` or a
-bare token, which is named by its place (`token-1`, `read-token-1`) so that a deployment
-set up before tokens had names keeps working.
+Four sources, all read when the API starts: `LOOPS_API_TOKENS` (tokens that may start,
+steer and read runs), `LOOPS_API_READ_TOKENS` (tokens that may only read: GET and event
+streams, for watchers and dashboards), `LOOPS_API_ADMIN_TOKENS` (tokens that may also
+administer the service: the gc, `POST /gc`) and `LOOPS_API_TOKENS_FILE` (one
+`name:token`, `name:token:read` or `name:token:admin` a line, `#` comments). In the
+variables an entry is `name:token` or a bare token, which is named by its place
+(`token-1`, `read-token-1`, `admin-token-1`) so that a deployment set up before tokens had
+names keeps working.
 
 A mistake (a name used twice, a token given two names, a malformed entry) stops the API
 from starting: a token table that is not what the operator meant is worse than none. No
@@ -26,6 +28,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 # Who started a run when the API is open (no tokens, loopback only): not a token's name.
 OPEN_ACCESS_NAME = "local"
 READ_SUFFIX = ":read"
+ADMIN_SUFFIX = ":admin"
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,14 @@ class ApiToken:
     # Never in a repr: not in a log, not in a test's failure.
     secret: str = field(repr=False)
     read_only: bool = False
+    # May administer the service (the gc), besides all a token may do.
+    admin: bool = False
 
 
-def _entry(text: str, where: str, derived: str, read_only: bool) -> ApiToken:
+def _entry(text: str, where: str, derived: str, read_only: bool, admin: bool = False) -> ApiToken:
     name, sep, secret = text.partition(":")
     if not sep:
-        return ApiToken(derived, text, read_only)
+        return ApiToken(derived, text, read_only, admin)
     if not NAME.fullmatch(name):
         raise ValueError(
             f"{where}: a name before ':' must be letters, digits, '.', '_', '@' or '-'"
@@ -47,21 +52,24 @@ def _entry(text: str, where: str, derived: str, read_only: bool) -> ApiToken:
         )
     if not secret:
         raise ValueError(f"{where}: the token named {name!r} is empty")
-    return ApiToken(name, secret, read_only)
+    return ApiToken(name, secret, read_only, admin)
 
 
-def parse_tokens(text: str | None, variable: str, read_only: bool = False) -> list[ApiToken]:
+def parse_tokens(
+    text: str | None, variable: str, read_only: bool = False, admin: bool = False
+) -> list[ApiToken]:
     """The comma-separated entries of one variable, blanks dropped."""
-    prefix = "read-token" if read_only else "token"
+    prefix = "read-token" if read_only else "admin-token" if admin else "token"
     entries = [part.strip() for part in (text or "").split(",") if part.strip()]
     return [
-        _entry(entry, f"{variable} entry {n}", f"{prefix}-{n}", read_only)
+        _entry(entry, f"{variable} entry {n}", f"{prefix}-{n}", read_only, admin)
         for n, entry in enumerate(entries, 1)
     ]
 
 
 def parse_token_file(text: str, source: str) -> list[ApiToken]:
-    """`name:token` or `name:token:read` a line; blank lines and `#` comments skipped."""
+    """`name:token`, `name:token:read` or `name:token:admin` a line; blank lines and `#`
+    comments skipped."""
     tokens: list[ApiToken] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -69,11 +77,11 @@ def parse_token_file(text: str, source: str) -> list[ApiToken]:
             continue
         where = f"{source} line {number}"
         read_only = line.endswith(READ_SUFFIX)
-        if read_only:
-            line = line.removesuffix(READ_SUFFIX)
+        admin = line.endswith(ADMIN_SUFFIX)
+        line = line.removesuffix(READ_SUFFIX) if read_only else line.removesuffix(ADMIN_SUFFIX)
         if ":" not in line:
-            raise ValueError(f"{where}: expected name:token or name:token:read")
-        tokens.append(_entry(line, where, "", read_only))
+            raise ValueError(f"{where}: expected name:token, name:token:read or name:token:admin")
+        tokens.append(_entry(line, where, "", read_only, admin))
     return tokens
 
 
@@ -99,6 +107,7 @@ def load(settings: Settings) -> tuple[ApiToken, ...]:
     tokens = [
         *parse_tokens(settings.api_tokens, "LOOPS_API_TOKENS"),
         *parse_tokens(settings.api_read_tokens, "LOOPS_API_READ_TOKENS", read_only=True),
+        *parse_tokens(settings.api_admin_tokens, "LOOPS_API_ADMIN_TOKENS", admin=True),
     ]
     path = settings.api_tokens_file
     if path is not None:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from loopworks.cli import commands, graphs, playbook, trajectory, up
+from loopworks.cli import commands, graphs, playbook, retention, trajectory, up
 from loopworks.cli.client import ApiClient, CliError
 from loopworks.cli.config import DEFAULT_API_URL, CliConfig
 from loopworks.cli.mcp import command as mcp_command
@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_parser(sub, common)
     playbook.add_parser(sub, common)
     trajectory.add_parser(sub, common)
+    retention.add_parsers(sub, common)
 
     mcp = add("mcp", mcp_command.cmd_mcp, "serve the API as MCP tools to an AI assistant")
     mcp.description = (

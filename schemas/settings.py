@@ -22,6 +22,7 @@ from loopworks.schemas.notify import (
 from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
 from loopworks.schemas.payload_keys import parse_payload_keys
 from loopworks.schemas.playbook import PlaybookLimits
+from loopworks.schemas.retention import RetentionPolicy
 
 
 class LLMProvider(StrEnum):
@@ -46,6 +47,7 @@ SECRET_FIELDS: tuple[str, ...] = (
     "anthropic_api_key",
     "api_tokens",
     "api_read_tokens",
+    "api_admin_tokens",
     "git_credentials",
     "notify_secret",
     "notify_webhooks",
@@ -112,6 +114,9 @@ class Settings(BaseSettings):
     # (api/tokens.py, api/hosts.py, api/quotas.py). 0 turns a cap off.
     # Tokens that may only read (GET, streams), `name:token` or bare, comma-separated.
     api_read_tokens: str | None = Field(default=None, alias="LOOPS_API_READ_TOKENS")
+    # Tokens that may also administer the service (`POST /gc`), `name:token` or bare,
+    # comma-separated; in LOOPS_API_TOKENS_FILE a line `name:token:admin`.
+    api_admin_tokens: str | None = Field(default=None, alias="LOOPS_API_ADMIN_TOKENS")
     # One `name:token` or `name:token:read` a line, beside (not instead of) the two above.
     api_tokens_file: Path | None = Field(default=None, alias="LOOPS_API_TOKENS_FILE")
     # Host headers served besides loopback names and LOOPS_API_HOST: the names clients use
@@ -182,6 +187,18 @@ class Settings(BaseSettings):
     max_clone_bytes: int = Field(default=2 * 1024**3, ge=1024 * 1024, alias="LOOPS_MAX_CLONE_BYTES")
     keep_clones_hours: float = Field(default=24.0, ge=0, alias="LOOPS_KEEP_CLONES_HOURS")
     clones_max_bytes: int | None = Field(default=None, ge=0, alias="LOOPS_CLONES_MAX_BYTES")
+    # -- retention of finished runs' records (docs/operations.md#retention) ---------------
+    # A finished run's work ref, its calls' refs and its clones go this many days after it
+    # finished, or once this many runs of its repository finished after it, whichever comes
+    # first; neither set, they are kept for good. Read by the workers, which run the gc.
+    retention_days: float | None = Field(default=None, ge=0, alias="LOOPS_RETENTION_DAYS")
+    retention_keep_per_repo: int | None = Field(
+        default=None, ge=0, alias="LOOPS_RETENTION_KEEP_PER_REPO"
+    )
+    # Its result branch `loops/<run>` goes too (a graph's integration branch never does).
+    retention_branches: bool = Field(default=False, alias="LOOPS_RETENTION_BRANCHES")
+    # How often the gc's Temporal Schedule runs it (a worker creates the Schedule at start).
+    retention_every_hours: float = Field(default=24.0, gt=0, alias="LOOPS_RETENTION_EVERY_HOURS")
 
     # -- git credentials and the origins a deployment allows (SECURITY.md) ----------------
     # Host -> git credential, JSON: {"github.com": {"username": "x-access-token",
@@ -307,6 +324,13 @@ class Settings(BaseSettings):
     @property
     def default_origin(self) -> Path:
         return self.data_dir / "origin.git"
+
+    def retention_policy(self) -> RetentionPolicy:
+        return RetentionPolicy(
+            days=self.retention_days,
+            keep_per_repo=self.retention_keep_per_repo,
+            branches=self.retention_branches,
+        )
 
     def playbook_limits(self) -> PlaybookLimits:
         return PlaybookLimits(

@@ -19,6 +19,7 @@ from loopworks.service.search_attributes import ensure_search_attributes, requir
 from loopworks.service.telemetry import configure_tracing
 from loopworks.worker.build import build_deps, build_worker
 from loopworks.worker.retention import keep_sweeping, retention_policy
+from loopworks.worker.schedule import ensure_retention_schedule
 from loopworks.workflows.search_attributes import REQUIRED
 from loopworks.workspace.git_version import git_refusal
 
@@ -67,6 +68,12 @@ async def poll(settings: Settings, deps: StepDeps, stop: asyncio.Event) -> int:
     if refused is not None:
         log.error("cannot start: %s", refused)
         return 2
+    try:
+        await ensure_retention_schedule(client, settings)
+    except RPCError as err:
+        # The gc's schedule serves no run: a namespace that refuses it costs no run, and
+        # `loops gc` still runs the gc on demand (docs/operations.md#retention).
+        log.warning("could not create the retention schedule: %s", err.message)
     worker = build_worker(client, settings, deps=deps)
     log.info(
         "worker polling %s on %s (namespace %s, model %s)",

@@ -27,6 +27,7 @@ from loopworks.activities.production import ProductionActivities
 from loopworks.activities.qa import QAActivities
 from loopworks.activities.reflection import ReflectionActivities
 from loopworks.activities.repository import RepositoryActivities
+from loopworks.activities.retention import RetentionActivities
 from loopworks.activities.skills import SkillActivities
 from loopworks.checks.redaction import remember, settings_secrets
 from loopworks.llm.base import ModelSource
@@ -41,6 +42,7 @@ from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.configured import workspaces_for
 
@@ -103,6 +105,7 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
     curation = CurationActivities(deps)
     skills = SkillActivities(deps)
     notification = NotificationActivities(deps)
+    retention = RetentionActivities(deps, client)
     return [
         repository.prepare_workspace,
         hydration.hydrate,
@@ -134,6 +137,9 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
         delivery.send_playbook_batch,
         # Notifications: one signed POST to one webhook (docs/notifications.md).
         notification.send_notification,
+        # The gc of finished runs' records (docs/operations.md#retention).
+        retention.plan_retention,
+        retention.sweep_origin,
     ]
 
 
@@ -152,7 +158,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        workflows=[
+            LoopWorkflow,
+            TaskGraphWorkflow,
+            PlaybookWorkflow,
+            SkillLoopWorkflow,
+            RetentionWorkflow,
+        ],
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of
         # the worker's secrets (worker/redacting.py), after the errors no retry can help

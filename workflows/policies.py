@@ -76,6 +76,12 @@ INTEGRATION = StepPolicy(
 )
 
 
+# The gc: one origin's survey and removals, heartbeating while it lists, asks Temporal
+# about many runs and deletes refs in batches (docs/operations.md#retention).
+RETENTION = StepPolicy(
+    start_to_close=timedelta(minutes=30), heartbeat=timedelta(seconds=10), retry=GIT.retry
+)
+
 T = TypeVar("T")
 
 

@@ -10,7 +10,8 @@ their segments (those start with a letter or digit), so these refs never collide
 run's work ref. A busy origin holds tens of thousands of them, so the caches of a remote
 origin that steps and the API read from fetch its branches and work refs without them
 (workspace/origin.py); reading a run's trajectory fetches that run's call refs alone.
-They are kept on origin as the run's work refs are (docs/operations.md#backups).
+They are kept on origin as the run's work refs are, and expire with them
+(docs/operations.md#retention).
 """
 
 from __future__ import annotations
@@ -38,16 +39,22 @@ class CallRecords(OriginReader):
     def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
         """Put `text` on origin as the trajectory of call `name` of the run; the commit."""
         ref = f"{calls_prefix(run_id)}{name}"
+        path = f"{CALL_FILE_DIR}/{name}.jsonl"
+        return self._put_alone(origin, ref, path, text.encode(), f"trajectory · {name}", when)
+
+    def _put_alone(
+        self, origin: str, ref: str, path: str, content: bytes, message: str, when: datetime
+    ) -> str:
+        """Set `ref` on origin to a commit of its own, with no parent and one file (`path`
+        holding `content`); the commit."""
         self._check_ref(ref)
         url = self._local_origin(origin)
-        path = f"{CALL_FILE_DIR}/{name}.jsonl"
         author = (self.author_name, self.author_email)
-        message = f"trajectory · {name}"
         store = own_origin_store(url)
         if store is not None:
             # The service's own origin: written in place, as a run's commits are.
             repo = open_repository(store.parent)
-            tree = write_file_tree(repo, path, text.encode())
+            tree = write_file_tree(repo, path, content)
             commit = write_commit(repo, tree, [], message, author, when)
             update_refs(repo, {ref: commit})
             return commit
@@ -56,7 +63,7 @@ class CallRecords(OriginReader):
         with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
             self._git(["init", "--quiet", "--bare", scratch])
             repo = open_repository(scratch)
-            tree = write_file_tree(repo, path, text.encode())
+            tree = write_file_tree(repo, path, content)
             commit = write_commit(repo, tree, [], message, author, when)
             push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
             self._git([f"--git-dir={scratch}", *push, url, f"{commit}:{ref}"])

@@ -44,6 +44,7 @@ __all__ = [
     "create_text",
     "is_file",
     "lexists",
+    "listdir",
     "lstat",
     "mkdir",
     "open_read",
@@ -54,6 +55,7 @@ __all__ = [
     "rename",
     "sha256",
     "symlink",
+    "tree_bytes",
     "unlink",
     "walk",
     "write_bytes",
@@ -237,6 +239,35 @@ def walk(root: Path, relpath: str = "") -> Iterator[tuple[str, bool]]:
             for name in sorted([*filenames, *links]):
                 if name.lower() != ".git":
                     yield (here / name).as_posix(), name in links or _is_link(name, dirfd)
+
+
+def listdir(root: Path, relpath: str = "") -> list[str]:
+    """The names in the directory at `relpath`, sorted; no symlink on the way or at it.
+    FileNotFoundError when there is no directory there."""
+    relpath = checked(relpath)
+    try:
+        with _opened(root, relpath, _DIR, follow=False) as fd:
+            return sorted(os.listdir(fd))
+    except NotADirectoryError as exc:
+        raise FileNotFoundError(errno.ENOTDIR, "not a directory", relpath) from exc
+
+
+def tree_bytes(root: Path, relpath: str) -> int:
+    """Bytes of what is at `relpath`, as `du --apparent-size -s` counts them: a file's
+    size, a directory's files together, a symlink's own (never followed, nor any on the
+    way); 0 when nothing is there."""
+    st = lstat(root, relpath)
+    if st is None:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    total = 0
+    with _opened(root, checked(relpath), _DIR, follow=False) as top:
+        for _, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in [*filenames, *(d for d in dirnames if _is_link(d, dirfd))]:
+                with contextlib.suppress(FileNotFoundError):  # removed while measured
+                    total += os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_size
+    return total
 
 
 def _is_link(name: str, dirfd: int) -> bool:

@@ -21,7 +21,7 @@ Plain synchronous code (no Temporal imports), like the runner.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -238,6 +238,27 @@ def update_refs(
         except pygit2.GitError as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                 raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
+        time.sleep(0.005)
+
+
+def delete_refs(repo: pygit2.Repository, names: Sequence[str]) -> list[str]:
+    """Delete each ref of `names` that exists, in one transaction (`update-ref --stdin`
+    with `delete` lines); the names deleted. A locked ref is waited for as `update_refs`
+    waits for one."""
+    GIT_IN_PROCESS.add(["update-ref"])
+    deadline = time.monotonic() + _REF_LOCK_TIMEOUT_S
+    while True:
+        present = [name for name in names if repo.references.get(name) is not None]
+        try:
+            with repo.transaction() as transaction:
+                for name in present:
+                    transaction.lock_ref(name)
+                for name in present:
+                    transaction.remove(name)
+            return present
+        except pygit2.GitError as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise GitError(f"deleting refs in {repo.path} failed: {exc}") from exc
         time.sleep(0.005)
 
 

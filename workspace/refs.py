@@ -16,6 +16,8 @@ WORK_REF_PREFIX = "refs/loopworks/"
 # Single-shot model calls' trajectories, a ref each (workspace/call_records.py). Many per
 # run, so no cache fetches them with the work refs: only a run's own, when read.
 CALLS_REF_PREFIX = f"{WORK_REF_PREFIX}_trajectory/"
+# Pinned runs, a ref each: the gc never expires them (docs/operations.md#retention).
+PINS_REF_PREFIX = f"{WORK_REF_PREFIX}_pins/"
 
 # Run ids name a directory and ref components, so keep them to a safe alphabet. A task
 # graph's child loops are `<graph id>/<task id>/<attempt>`: up to three segments.
@@ -50,6 +52,13 @@ def work_ref(run_id: str) -> str:
 def calls_prefix(run_id: str) -> str:
     """Where the refs of a run's (or a task graph's) single-shot calls sit on origin."""
     return f"{CALLS_REF_PREFIX}{checked_run_id(run_id)}/_/"
+
+
+def pin_ref(run_id: str) -> str:
+    """The ref on origin that pins a run (or a task graph): `_pins/<run id>/_`, so that a
+    graph's pin and its task loops' (`<graph>/<task>/<n>`) never collide as files and
+    directories do."""
+    return f"{PINS_REF_PREFIX}{checked_run_id(run_id)}/_"
 
 
 def checked_commit(commit: str) -> str:

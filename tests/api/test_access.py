@@ -216,7 +216,7 @@ async def test_openapi_declares_the_bearer_scheme(refusing: httpx.AsyncClient) -
     assert [scheme["scheme"] for scheme in schemes.values()] == ["bearer"]
     for path, operations in spec["paths"].items():
         for operation in operations.values():
-            if path.startswith(("/runs", "/graphs", "/playbooks", "/codec")):
+            if path.startswith(("/runs", "/graphs", "/playbooks", "/codec", "/gc")):
                 assert operation["security"], path
                 assert "401" in operation["responses"], path
             else:

@@ -222,6 +222,27 @@ def test_app_commands_are_the_ones_the_tests_run(services: dict[str, Any]) -> No
     assert services["worker"]["command"] == list(WORKER_COMMAND)
 
 
+def test_the_workers_make_the_gc_schedule_on_the_queue_the_api_starts_the_gc_on(
+    services: dict[str, Any],
+) -> None:
+    """Each worker makes the gc's Schedule at start, one per namespace and task queue
+    (worker/schedule.py; tests/integration/test_retention.py sees this command make it):
+    the compose workers run that command, where `POST /gc` starts its gc, and their env
+    file says how to set the policy they read."""
+    worker, api = (_environment(services[name]) for name in ("worker", "api"))
+    assert services["worker"]["command"] == list(WORKER_COMMAND)
+    for name in ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "LOOPS_TASK_QUEUE"):
+        assert worker[name] == api[name], name
+    settings = {
+        str(field.alias)
+        for name, field in Settings.model_fields.items()
+        if name.startswith("retention_")
+    }
+    mentioned = _mentioned(ENV_FILES["worker"])
+    assert settings and settings <= mentioned
+    assert "LOOPS_API_ADMIN_TOKENS" in _mentioned(ENV_FILES["api"])
+
+
 @pytest.mark.parametrize(("service_name", "names"), [("api", API_ENV), ("worker", WORKER_ENV)])
 def test_app_environment_covers_deploy_processes(
     services: dict[str, Any], service_name: str, names: tuple[str, ...]

@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import uuid
@@ -46,13 +47,16 @@ from loopworks.schemas.playbook import (
     playbook_name,
     workflow_id,
 )
+from loopworks.schemas.retention import RetentionInput
 from loopworks.schemas.run import Approval, Budget, RunRequest, RunStatus, Step
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import CONVERTER, data_converter
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.retention import RetentionWorkflow
 from tests.histories.notified import record_notified_run
+from tests.integration.stack import bare_remote
 from tests.workflows.conftest import commit_all
 
 HERE = Path(__file__).parent
@@ -538,6 +542,30 @@ async def _record_proven_run(client: Client, settings: Settings) -> WorkflowHist
     return history
 
 
+async def _record_retention_gc(client: Client, settings: Settings) -> WorkflowHistory:
+    """The gc of one origin, asked by name (`POST /gc` with `repo`), with retention at 0
+    days: a finished run's work ref, call refs and clone removed."""
+    with tempfile.TemporaryDirectory() as repos:
+        remote = bare_remote(Path(repos))
+        # The origin admitted as an operator admits a local repository.
+        settings = settings.model_copy(
+            update={"retention_days": 0.0, "local_roots": os.path.realpath(repos)}
+        )
+        async with build_worker(client, settings, models=OfflineModels()):
+            queue = settings.task_queue
+            run = await _start(client, queue, "recorded-expired", task="Write", repo=str(remote))
+            await run.result()
+            gc = await client.start_workflow(
+                RetentionWorkflow.run,
+                RetentionInput(repo=str(remote)),
+                id="recorded-retention",
+                task_queue=settings.task_queue,
+            )
+            report = await gc.result()
+            assert report.totals.runs == 1, report
+            return await gc.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -558,6 +586,7 @@ RECORDERS = {
     "blocked_during_work_run": _record_blocked_during_work_run,
     "encrypted_run": _record_encrypted_run,
     "proven_run": _record_proven_run,
+    "retention_gc": _record_retention_gc,
 }
 
 

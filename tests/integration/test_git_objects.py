@@ -214,6 +214,21 @@ def test_refs_move_together_and_only_from_where_they_were_read(tmp_path: Path) -
     git("fsck", "--strict", cwd=bare)
 
 
+def test_refs_are_deleted_as_update_ref_deletes_them_packed_or_loose(tmp_path: Path) -> None:
+    bare = bare_remote(tmp_path)
+    repo = objects.open_repository(bare)
+    main = git("rev-parse", "refs/heads/main", cwd=bare)
+    names = [f"refs/loopworks/r{n}" for n in range(4)]
+    objects.update_refs(repo, dict.fromkeys(names, main))
+    git("pack-refs", "--all", cwd=bare)  # two packed, two loose: git keeps refs both ways
+    objects.update_refs(repo, dict.fromkeys(names[2:], main))
+    gone = objects.delete_refs(repo, [*names[1:], "refs/loopworks/never"])
+    assert gone == names[1:]  # a ref that is not there is skipped, not an error
+    listed = git("for-each-ref", "--format=%(refname)", "refs/loopworks/", cwd=bare)
+    assert listed.split() == names[:1]
+    git("fsck", "--strict", cwd=bare)
+
+
 @pytest.mark.parametrize(
     "when",
     [WHEN, WHEN.replace(tzinfo=None), WHEN.astimezone(timezone(timedelta(hours=5)))],

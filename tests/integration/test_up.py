@@ -3,6 +3,7 @@ server, a worker and the API, prints where they are, and runs a task to the end.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
@@ -14,9 +15,11 @@ import stat
 import subprocess
 import sys
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client, ScheduleDescription
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK
@@ -89,6 +92,8 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
     assert "sandbox: bwrap" in worker_log, worker_log[-2000:]
     assert "model offline)" in worker_log, worker_log[-2000:]
     assert f"dashboard:    http://127.0.0.1:{api_port}/ui" in output
+    # The gc's Schedule, made by the worker `loops up` runs (docs/operations.md#retention).
+    assert "created the retention schedule retention/loopworks" in worker_log, worker_log[-2000:]
     assert f"API docs:     http://127.0.0.1:{api_port}/docs" in output
     assert f"Temporal UI:  http://127.0.0.1:{ui_port}" in output
     match = re.search(r"Run (\S+) completed \(threshold_reached\)", output)
@@ -154,9 +159,17 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
             assert response.headers["Access-Control-Allow-Origin"] == origin
             decoded = json.loads(response.read())["payloads"]
         assert DEMO_TASK in base64.b64decode(decoded[0]["data"]).decode()
+        # Still there, once: the restarted worker found it.
+        schedule = asyncio.run(_describe_schedule(f"127.0.0.1:{temporal_port}"))
+        assert schedule.schedule.spec.intervals[0].every == timedelta(hours=24)
     finally:
         restarted.send_signal(signal.SIGTERM)
         restarted.wait(timeout=60)
+
+
+async def _describe_schedule(address: str) -> ScheduleDescription:
+    client = await Client.connect(address)
+    return await client.get_schedule_handle("retention/loopworks").describe()
 
 
 def test_up_says_which_process_ended_and_why_instead_of_a_traceback(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from loopworks.service.codec import ENCRYPTED
 from loopworks.service.connect import CONVERTER, data_converter
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from tests.histories.record import RECORDERS, RECORDING_KEYS
 from tests.workflows import changed_loop
@@ -39,7 +40,13 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 # Every history in the folder: one recorded and not listed would guard nothing.
 RECORDED = sorted(path.name for path in HISTORIES.glob("*.json"))
-WORKFLOWS = [LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow]
+WORKFLOWS = [
+    LoopWorkflow,
+    TaskGraphWorkflow,
+    PlaybookWorkflow,
+    SkillLoopWorkflow,
+    RetentionWorkflow,
+]
 # A worker's converter with the keys the encrypted history was recorded with.
 KEYED = data_converter(Settings(LOOPS_PAYLOAD_KEYS=RECORDING_KEYS))
 
