@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.schemas.events import EVENT, Event, EventName
 from loopworks.schemas.rules import Phase
@@ -79,6 +80,16 @@ class FakeHandle:
     async def signal(self, *_: Any, **__: Any) -> None:
         return None
 
+    def fetch_history_events(self, **_: Any) -> AsyncIterator[Any]:
+        """A fake's workflows have no history to read (a run's origin, say): Temporal's
+        answer for a workflow it does not know."""
+
+        async def unknown() -> AsyncIterator[Any]:
+            raise RPCError("workflow not found", RPCStatusCode.NOT_FOUND, b"")
+            yield  # an async generator
+
+        return unknown()
+
 
 @dataclass
 class FakeCount:
@@ -101,6 +112,9 @@ class FakeClient:
         return self.handles.setdefault(run_id, FakeHandle(run_id))
 
     def get_workflow_handle_for(self, _run: Any, run_id: str) -> FakeHandle:
+        return self.handle(run_id)
+
+    def get_workflow_handle(self, run_id: str, **_: Any) -> FakeHandle:
         return self.handle(run_id)
 
     def list_workflows(self, *_: Any, **__: Any) -> AsyncIterator[Any]:

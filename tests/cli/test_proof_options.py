@@ -18,7 +18,7 @@ from temporalio.client import Client as TemporalClient
 from loopworks.api.main import create_app
 from loopworks.cli import confirm
 from loopworks.cli.app import build_parser
-from loopworks.cli.mcp_views import run_view
+from loopworks.cli.mcp.views import run_view
 from loopworks.cli.steer_render import proof_lines
 from loopworks.schemas.proof import ProofResult, ProofSource, ProofStatus, RunProof
 from loopworks.schemas.rules import Rule, RuleOwner
