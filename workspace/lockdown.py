@@ -79,6 +79,18 @@ ALWAYS_ARGS = (*_HARDENING_ARGS, *_CLEAR_HELPERS, *_CREDENTIAL_CONFIG)
 # ...or, for the one user of a `loops up` on loopback (LOOPS_GIT_USER_HELPERS), the same
 # without clearing the helpers their own git config names: theirs are asked before ours.
 WITH_USER_HELPERS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
+
+
+def path_scoped(hosts: list[str]) -> tuple[str, ...]:
+    """The settings that make git tell the credential helper which repository it asks
+    for (`path=`), on the hosts whose credential names the origins it serves
+    (schemas/git_credentials.py): scoped to those hosts, so another host's helper (a
+    `loops up` user's `store`) is asked as it always was."""
+    return tuple(
+        arg for host in hosts for arg in ("-c", f"credential.https://{host}.useHttpPath=true")
+    )
+
+
 # Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
 # remote is its config (its url, uploadpack, sshCommand, credential helper).
 NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}

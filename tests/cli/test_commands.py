@@ -96,10 +96,10 @@ def test_new_sends_the_request_and_prints_only_the_run_id(tmp_path: Path) -> Non
     argv = ["new", "Write a guide", "--repo", "/srv/repo.git", "--template", "docs"]
     argv += ["--max-iterations", "3", "--interactive", "--rules-file", str(rules)]
     argv += ["--idempotency-key", "k-1"]
-    code, out = run(argv, api, token="s3cret")
+    code, out = run(argv, api, token="s3cret-0123456789")
     assert (code, out) == (0, f"{RUN_ID}\n")
     request = api.requests[0]
-    assert request.headers["authorization"] == "Bearer s3cret"
+    assert request.headers["authorization"] == "Bearer s3cret-0123456789"
     assert request.headers["idempotency-key"] == "k-1"
     assert api.body() == {
         "task": "Write a guide",

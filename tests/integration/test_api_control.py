@@ -71,7 +71,7 @@ def control(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> 
         stack.start_worker()
         _, base = stack.start_api()
         _, other_base = stack.start_api()
-        _, guarded_base = stack.start_api(LOOPS_API_TOKENS=f"other-token,{TOKEN}")
+        _, guarded_base = stack.start_api(LOOPS_API_TOKENS=f"other-token-0123456789,{TOKEN}")
         with (
             httpx.Client(base_url=base, timeout=30) as http,
             httpx.Client(base_url=other_base, timeout=30) as other,
