@@ -16,6 +16,7 @@ from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes import graphs, health, playbooks, runs, workspaces
+from loopworks.api.same_origin import NoCrossSiteWrites
 from loopworks.schemas.settings import Settings
 
 log = logging.getLogger("loopworks.api")
@@ -60,6 +61,9 @@ def create_app(
     # Read once: a token table that cannot be read stops the app here (ValueError).
     app.state.tokens = tokens.load(settings)
     app.state.streams = StreamSlots(settings.max_streams_per_client)
+    # Added before TrustedHosts, so it runs after it (the last added runs first): a foreign
+    # Host is refused before an Origin is compared with it.
+    app.add_middleware(NoCrossSiteWrites, trusted=settings.api_trusted_origins)
     app.add_middleware(TrustedHosts, allowed=allowed_hosts(settings))
     app.state.temporal = TemporalConnection(settings, client)
     errors.install(app)

@@ -12,7 +12,13 @@ from pydantic import Field
 from loopworks.api import graphs, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
 from loopworks.api.errors import RunNotFound
-from loopworks.api.models import ClearBlockRequest, GraphCreated, GraphListed, StopRequest
+from loopworks.api.models import (
+    ClearBlockRequest,
+    GraphCreated,
+    GraphListed,
+    NoArguments,
+    StopRequest,
+)
 from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes.runs import CONFLICT, NOT_FOUND, OVER_QUOTA, UNAUTHORIZED
 from loopworks.api.security import CallerDep, require_token
@@ -162,13 +168,13 @@ async def stop_graph(handle: GraphHandle, body: StopRequest | None = None) -> Gr
 
 
 @router.post("/{graph_id}/pause", responses={**NOT_FOUND, **CONFLICT})
-async def pause_graph(handle: GraphHandle) -> GraphState:
+async def pause_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
     """No new task starts; running ones go on."""
     return await graphs.pause(handle)
 
 
 @router.post("/{graph_id}/resume", responses={**NOT_FOUND, **CONFLICT})
-async def resume_graph(handle: GraphHandle) -> GraphState:
+async def resume_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
     return await graphs.resume(handle)
 
 

@@ -38,8 +38,8 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("GET", f"/runs/{RUN}/trajectory", None, 404),  # served: "no trajectory yet"
     ("POST", f"/runs/{RUN}/stop", {"reason": "r"}, 202),
     ("POST", f"/runs/{RUN}/clear-block", {"note": "n"}, 200),
-    ("POST", f"/runs/{RUN}/pause", None, 200),
-    ("POST", f"/runs/{RUN}/resume", None, 200),
+    ("POST", f"/runs/{RUN}/pause", {}, 200),
+    ("POST", f"/runs/{RUN}/resume", {}, 200),
     ("POST", f"/runs/{RUN}/approve", {"max_iterations": 2}, 200),
 ]
 ROUTE_IDS = [f"{method} {path}" for method, path, _, _ in ROUTES]
@@ -201,7 +201,7 @@ async def test_readiness_needs_no_token(fake: FakeClient) -> None:
 async def test_without_tokens_every_route_is_open(fake: FakeClient) -> None:
     async for http in _http(_app(fake, tokens=None)):
         assert (await http.get("/runs")).status_code == 200
-        assert (await http.post(f"/runs/{RUN}/pause")).status_code == 200
+        assert (await http.post(f"/runs/{RUN}/pause", json={})).status_code == 200
 
 
 async def test_blank_tokens_setting_means_open(fake: FakeClient) -> None:

@@ -71,7 +71,7 @@ async def _http(client: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.mark.parametrize(
     ("action", "body"),
-    [("pause", None), ("resume", None), ("approve", {}), ("clear-block", {"note": "n"})],
+    [("pause", {}), ("resume", {}), ("approve", {}), ("clear-block", {"note": "n"})],
 )
 async def test_accepted_update_is_200_with_the_state(action: str, body: Any) -> None:
     fake = FakeClient()
@@ -87,7 +87,7 @@ async def test_rejected_update_is_409_with_the_reason(action: str) -> None:
     fake = FakeClient()
     fake.handles[RUN] = RejectingHandle(RUN)
     async for http in _http(fake):
-        body = {"note": "n"} if action == "clear-block" else None
+        body = {"note": "n"} if action == "clear-block" else {}
         response = await http.post(f"/runs/{RUN}/{action}", json=body)
         assert response.status_code == 409, response.text
         assert "(status running)" in response.json()["detail"]
@@ -98,17 +98,20 @@ async def test_update_to_a_closed_run_is_409(action: str) -> None:
     fake = FakeClient()
     fake.handle(RUN).open_for = 0
     async for http in _http(fake):
-        body = {"note": "n"} if action == "clear-block" else None
+        body = {"note": "n"} if action == "clear-block" else {}
         response = await http.post(f"/runs/{RUN}/{action}", json=body)
         assert response.status_code == 409, response.text
         assert "already finished" in response.json()["detail"]
     assert fake.handle(RUN).updates == []
 
 
-async def test_approve_without_a_body_approves_as_drafted() -> None:
+async def test_approve_with_an_empty_object_approves_as_drafted() -> None:
     fake = FakeClient()
     async for http in _http(fake):
-        assert (await http.post(f"/runs/{RUN}/approve")).status_code == 200
+        assert (await http.post(f"/runs/{RUN}/approve", json={})).status_code == 200
+        # JSON with nothing in it is the same empty approval.
+        empty = {"Content-Type": "application/json"}
+        assert (await http.post(f"/runs/{RUN}/approve", headers=empty)).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -321,9 +321,9 @@ def test_a_graph_notifies_its_waits_and_its_end(
         assert created.status_code == 201, created.text
         graph_id = created.json()["graph_id"]
         receiver.wait_for(1, timeout=120)
-        assert http.post(f"/graphs/{graph_id}/pause").status_code == 200
+        assert http.post(f"/graphs/{graph_id}/pause", json={}).status_code == 200
         receiver.wait_for(2)
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
         deliveries = receiver.wait_for(3)
         time.sleep(2 * RETRY_S)
         state = http.get(f"/graphs/{graph_id}").json()
@@ -378,7 +378,7 @@ def test_a_graphs_blocked_task_loop_is_notified_with_the_graphs_command(
             json={"task": "T-001", "note": "scope confirmed"},
         )
         assert cleared.status_code == 200, cleared.text
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
         deliveries = receiver.wait_for(2)
         time.sleep(2 * RETRY_S)
         state = http.get(f"/graphs/{graph_id}").json()

@@ -203,7 +203,7 @@ def test_a_graphs_own_calls_are_served_and_exported(stack: Stack, tmp_path: Path
         anonymous = httpx.get(f"{base_url}/graphs/{graph_id}/trajectory", timeout=30)
         exported = loops(stack, base_url, "graph", "trajectory", graph_id,
                          LOOPS_API_TOKEN="s3cret-0123456789")  # fmt: skip
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
 
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")
