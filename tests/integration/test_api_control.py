@@ -181,7 +181,7 @@ def test_unknown_run_stream_is_404(control: Control) -> None:
 
 
 @pytest.mark.parametrize(
-    ("action", "body"), [("pause", None), ("resume", None), ("approve", {"max_iterations": 2})]
+    ("action", "body"), [("pause", {}), ("resume", {}), ("approve", {"max_iterations": 2})]
 )
 def test_finished_run_is_409(
     control: Control, finished_run: str, action: str, body: dict[str, Any] | None
