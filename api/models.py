@@ -93,6 +93,9 @@ class ErrorBody(BaseModel):
 
     detail: str | list[dict[str, Any]]
     message: str | None = None
+    # A 429: the setting of the cap or limit reached, and what is left of it.
+    limit: str | None = None
+    left: float | None = None
 
 
 class WorkspaceEntry(BaseModel):

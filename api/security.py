@@ -95,7 +95,20 @@ def refusal_to_start(settings: Settings) -> str | None:
             " -hex 32)), or LOOPS_API_TOKENS_FILE to a file of them, or bind to 127.0.0.1"
             " (LOOPS_API_HOST)"
         )
-    return credentials_unbounded(settings)
+    return credentials_unbounded(settings) or day_limit_unheld(settings)
+
+
+def day_limit_unheld(settings: Settings) -> str | None:
+    """A client's day limit holds under concurrent starts only through the client's slots
+    (api/spend.py): without per-client caps it would not. Why that is refused, or None."""
+    limited = settings.client_day_tokens or settings.client_day_usd
+    if not limited or (settings.max_runs_per_client and settings.max_graphs_per_client):
+        return None
+    return (
+        "LOOPS_CLIENT_DAY_TOKENS and LOOPS_CLIENT_DAY_USD hold only with per-client caps, which"
+        " let racing starts of one client see each other: set LOOPS_MAX_RUNS_PER_CLIENT and"
+        " LOOPS_MAX_GRAPHS_PER_CLIENT above 0"
+    )
 
 
 def credentials_unbounded(settings: Settings) -> str | None:

@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     # and the most a request may ask for (docs/graphs.md#budget).
     graph_budget_tokens: int = Field(default=50_000_000, ge=0, alias="LOOPS_GRAPH_BUDGET_TOKENS")
     graph_budget_usd: float = Field(default=250.0, ge=0, alias="LOOPS_GRAPH_BUDGET_USD")
+    # What one client (a token's name) may spend in a rolling day, all its runs and graphs
+    # together: a new one's budget is at most what is left (api/spend.py). 0: no limit.
+    client_day_tokens: int = Field(default=0, ge=0, alias="LOOPS_CLIENT_DAY_TOKENS")
+    client_day_usd: float = Field(default=0.0, ge=0, alias="LOOPS_CLIENT_DAY_USD")
     max_rules_per_request: int = Field(default=100, ge=0, alias="LOOPS_MAX_RULES")
     # Open event and ledger streams per token, in each API process.
     max_streams_per_client: int = Field(default=32, ge=0, alias="LOOPS_MAX_STREAMS_PER_CLIENT")

@@ -41,6 +41,7 @@ from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from loopworks.workspace.configured import workspaces_for
 
 log = logging.getLogger(__name__)
@@ -150,7 +151,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        workflows=[
+            LoopWorkflow,
+            TaskGraphWorkflow,
+            PlaybookWorkflow,
+            SkillLoopWorkflow,
+            SlotWorkflow,
+        ],
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of
         # the worker's secrets (worker/redacting.py), after the errors no retry can help

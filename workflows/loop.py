@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.repository import RepositoryActivities
     from loopworks.schemas import events as ev
+    from loopworks.schemas.admission import Spent
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import Event, EventName
     from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
@@ -31,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.slot import give_back
     from loopworks.workflows.steering import Finished, Steering, Stopped
     from loopworks.workflows.steps import StepRunner, describe
 
@@ -145,6 +147,12 @@ class LoopWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         # The run has finished: only its notifications still in flight are waited for.
         await self._notifier.drain()
+        # The caps' slots that admitted it, and what it spent, for the next client.
+        if self._params.slots and workflow.patched("admission-slots"):
+            spent = Spent(
+                tokens=self._state.usage.total_tokens, cost_usd=self._state.usage.cost_usd
+            )
+            await give_back(self._params.slots, self._state.run_id, spent)
         return LoopResult(state=self._state, events=memory.last_seq, log=memory.tail)
 
     async def _start(self) -> None:

@@ -17,7 +17,8 @@ from loopworks.api import idempotency
 from loopworks.api.main import create_app
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
-from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle
+from loopworks.workflows.loop import LoopWorkflow
+from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle, FakeStarted
 
 pytestmark = pytest.mark.unit
 
@@ -47,13 +48,18 @@ class StartOnce(FakeClient):
         super().__init__()
         self.started: dict[str, dict[str, Any]] = {}
 
-    async def start_workflow(self, _run: Any, _params: Any, *, id: str, **options: Any) -> None:
+    async def start_workflow(self, run: Any, params: Any, *, id: str, **options: Any) -> Any:
+        if run is not LoopWorkflow.run:
+            return await super().start_workflow(run, params, id=id, **options)
         if id in self.started:
             raise WorkflowAlreadyStartedError(id, "LoopWorkflow")
         self.started[id] = options
+        return FakeStarted(id)
 
-    def get_workflow_handle(self, run_id: str) -> Any:
-        started = self.started[run_id]
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> Any:
+        if workflow_id not in self.started:
+            return super().get_workflow_handle(workflow_id)
+        started = self.started[workflow_id]
 
         class _Handle:
             async def describe(self) -> Memo:
@@ -164,6 +170,9 @@ async def test_same_key_same_run() -> None:
     assert again.headers["location"] == first.headers["location"]
     assert again.headers["idempotent-replayed"] == "true"
     assert len(fake.started) == 1
+    # The replayed request's slots were given back: only the run's own are held.
+    assert sorted(fake.slots.values()) == [first.json()["run_id"]] * 2
+    assert len(fake.released) == 2
     options = fake.started[first.json()["run_id"]]
     assert options["id_reuse_policy"].name == "REJECT_DUPLICATE"
     assert options["id_conflict_policy"].name == "FAIL"
@@ -188,7 +197,7 @@ async def test_without_a_key_every_post_is_a_new_run() -> None:
     assert (first.status_code, second.status_code) == (201, 201)
     assert first.json()["run_id"] != second.json()["run_id"]
     assert all(
-        "memo" not in options or options["memo"] is None for options in fake.started.values()
+        idempotency.REQUEST_DIGEST_MEMO not in options["memo"] for options in fake.started.values()
     )
 
 
