@@ -16,7 +16,7 @@ SPENT_MEMO = "loopworks_spent"
 
 
 class SlotInput(BaseModel):
-    """A slot of a cap (docs/api.md#quotas), held for one run or graph until it closes."""
+    """A slot of a cap (SECURITY.md#quotas), held for one run or graph until it closes."""
 
     holder: str = Field(description="the id of the run or graph the slot admitted")
 

@@ -1,7 +1,7 @@
 """What every git process loopworks starts is told on its command line, before its own
 arguments: run no program a repository names, and ask no credential but ours
 (SECURITY.md, "git runs no program of a repository it did not create" and "Git
-credentials go only to the hosts they are for").
+credentials go only to the hosts and repositories they are for").
 
 Command-line config outranks every config file git reads, a repository's included; the
 one place it does not reach is the program git starts in a repository on this machine
