@@ -36,6 +36,7 @@ from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline import OfflineModels, OfflineScript
 from loopworks.playbook import writer
+from loopworks.schemas.admission import SlotInput
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.playbook import (
@@ -50,6 +51,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from tests.histories.notified import record_notified_run
 
 HERE = Path(__file__).parent
@@ -450,6 +452,44 @@ async def _record_playbook_grouped(client: Client, settings: Settings) -> Workfl
         return await client.get_workflow_handle(workflow_id(name)).fetch_history()
 
 
+async def _admitted(client: Client, settings: Settings) -> tuple[WorkflowHandle, WorkflowHandle]:
+    """A run admitted through a cap's slot (api/admission.py): it gives the slot back and
+    says what it spent as it closes. Its handle and the slot's, both closed."""
+    run_id, queue = "recorded-admitted-run", settings.task_queue
+    slot = await client.start_workflow(
+        SlotWorkflow.run,
+        SlotInput(holder=run_id),
+        id=f"slot/{queue}/runs/all/0",
+        task_queue=queue,
+    )
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await client.start_workflow(
+            LoopWorkflow.run,
+            LoopInput(
+                run_id=run_id,
+                alias="recorded",
+                request=RunRequest(task="Write a guide", audit_probability=0),
+                created_at="2026-01-01T00:00:00+00:00",
+                slots=[slot.id],
+            ),
+            id=run_id,
+            task_queue=queue,
+        )
+        await run.result()
+        await slot.result()
+    return run, slot
+
+
+async def _record_admitted_run(client: Client, settings: Settings) -> WorkflowHistory:
+    run, _ = await _admitted(client, settings)
+    return await run.fetch_history()
+
+
+async def _record_admission_slot(client: Client, settings: Settings) -> WorkflowHistory:
+    _, slot = await _admitted(client, settings)
+    return await slot.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -467,6 +507,8 @@ RECORDERS = {
     "prep_graph_run": _record_prep_graph_run,
     "prep_run": _record_prep_run,
     "notified_run": record_notified_run,
+    "admitted_run": _record_admitted_run,
+    "admission_slot": _record_admission_slot,
 }
 
 

@@ -23,6 +23,7 @@ from loopworks.workflows.graph import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.playbook import PlaybookWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from tests.histories.record import RECORDERS
 from tests.workflows import changed_loop
 from tests.workflows.changed_loop import ChangedLoop
@@ -43,7 +44,13 @@ def test_every_recorder_has_its_history_and_every_history_is_replayed() -> None:
 @pytest.mark.parametrize("name", RECORDED)
 async def test_recorded_history_replays(name: str) -> None:
     replayer = Replayer(
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        workflows=[
+            LoopWorkflow,
+            TaskGraphWorkflow,
+            PlaybookWorkflow,
+            SkillLoopWorkflow,
+            SlotWorkflow,
+        ],
         data_converter=pydantic_data_converter,
     )
     result = await replayer.replay_workflow(_history(name))
