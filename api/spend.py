@@ -132,9 +132,9 @@ async def day_budget(
     """`day_budget_for` over `caller`'s runs and graphs of the day but `holder` (the one
     being admitted: its slots and the day's lock are held)."""
     now = datetime.now(UTC)
-    counted = {entry.id: entry for entry in await _held(client, settings, caller)}
-    async for entry in _visible(client, settings, caller, now):
-        counted[entry.id] = entry  # what visibility knows is the later word
+    counted = {entry.id: entry async for entry in _visible(client, settings, caller, now)}
+    # A run read through its slot is read as it is now: visibility may not know yet.
+    counted.update((entry.id, entry) for entry in await _held(client, settings, caller))
     counted.pop(holder, None)
     return day_budget_for(requested, settings, counted.values(), caller, now)
 

@@ -8,8 +8,8 @@ from pydantic import BaseModel, Field
 
 # On a slot workflow: the id of the run or graph holding it.
 SLOT_HOLDER_MEMO = "loopworks_slot_holder"
-# On a slot workflow, a run and a graph: the budget the run or graph was given at its start
-# (a `Budget`), what it may spend at most while it is open.
+# On a run and a graph: the budget it was given at its start (a `Budget`), what it may
+# spend at most while it is open.
 RESERVED_MEMO = "loopworks_reserved"
 # On a run and a graph: what it spent (a `Spent`), written as it closes.
 SPENT_MEMO = "loopworks_spent"
