@@ -140,6 +140,12 @@ class LoopWorkflow:
             reflected = await self._do.reflect()
             await self._do.learning.learn(reflected)
             await self._do.close(reflected)
+        # Its work done, it gives back the caps' slots that admitted it and says what it
+        # spent, before its final status: a run that reads as finished holds no slot.
+        if self._params.slots and workflow.patched("admission-slots"):
+            usage = self._state.usage
+            spent = Spent(tokens=usage.total_tokens, cost_usd=usage.cost_usd)
+            await give_back(self._params.slots, self._state.run_id, spent)
         record.set_status(record.final_status())
         if ended := run_event(self._state):
             self._notify(ended)
@@ -147,12 +153,6 @@ class LoopWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         # The run has finished: only its notifications still in flight are waited for.
         await self._notifier.drain()
-        # The caps' slots that admitted it, and what it spent, for the next client.
-        if self._params.slots and workflow.patched("admission-slots"):
-            spent = Spent(
-                tokens=self._state.usage.total_tokens, cost_usd=self._state.usage.cost_usd
-            )
-            await give_back(self._params.slots, self._state.run_id, spent)
         return LoopResult(state=self._state, events=memory.last_seq, log=memory.tail)
 
     async def _start(self) -> None:
