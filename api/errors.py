@@ -140,16 +140,8 @@ def describe_errors(errors: Iterable[Mapping[str, Any]]) -> str:
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
+    # (A body sent as anything but JSON never gets here: api/same_origin.py answers 415.)
     message = describe_errors(errors)
-    content_type = request.headers.get("content-type", "")
-    if (
-        content_type
-        and "json" not in content_type
-        and any(tuple(error.get("loc", ()))[:1] == ("body",) for error in errors)
-    ):
-        message += (
-            f" (the body must be JSON with Content-Type: application/json, not {content_type})"
-        )
     detail = [{**error, "input": _echoed(error["input"])} if "input" in error else error
               for error in jsonable_encoder(errors)]  # fmt: skip
     return JSONResponse(
