@@ -137,8 +137,9 @@ class CodecCors:
             allow_methods=["POST"],
             # What the UI and the CLI send: the token, the JSON body, the namespace.
             allow_headers=["authorization", "content-type", "x-namespace"],
-            # The UI's "include cross-origin credentials" option needs it; the API sets
-            # no cookie, so it grants nothing more.
+            # The UI's "include cross-origin credentials" option needs it. The one cookie
+            # the API sets, the dashboard's session, is SameSite=Strict, and a change sent
+            # with it must carry the session's CSRF value, which the UI does not hold.
             allow_credentials=True,
             max_age=600,
         )

@@ -29,6 +29,8 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.headers = dict(headers or {})
+        # Fields the body carries beside `detail`.
+        self.fields: dict[str, Any] = {}
 
 
 class Unauthorized(ApiError):
@@ -47,12 +49,17 @@ class Forbidden(ApiError):
 
 
 class QuotaExceeded(ApiError):
-    """A cap the operator set is reached: the message names it and its setting."""
+    """A cap or limit the operator set is reached: the message names it and its setting,
+    and so do the body's `limit` and `left` (what is left of it: 0 of a cap)."""
 
     status_code = status.HTTP_429_TOO_MANY_REQUESTS
 
-    def __init__(self, message: str, retry_after_s: int) -> None:
+    def __init__(
+        self, message: str, retry_after_s: int, limit: str | None = None, left: float = 0
+    ) -> None:
         super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+        if limit is not None:
+            self.fields = {"limit": limit, "left": left}
 
 
 class RunNotFound(ApiError):
@@ -149,16 +156,8 @@ def describe_errors(errors: Iterable[Mapping[str, Any]]) -> str:
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
+    # (A body sent as anything but JSON never gets here: api/same_origin.py answers 415.)
     message = describe_errors(errors)
-    content_type = request.headers.get("content-type", "")
-    if (
-        content_type
-        and "json" not in content_type
-        and any(tuple(error.get("loc", ()))[:1] == ("body",) for error in errors)
-    ):
-        message += (
-            f" (the body must be JSON with Content-Type: application/json, not {content_type})"
-        )
     detail = [
         {**error, "input": _echoed(error["input"])} if "input" in error else error
         for error in jsonable_encoder(errors)
@@ -184,7 +183,9 @@ def _echoed(value: Any) -> Any:
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return JSONResponse(
-        status_code=exc.status_code, content={"detail": exc.message}, headers=exc.headers or None
+        status_code=exc.status_code,
+        content={"detail": exc.message, **exc.fields},
+        headers=exc.headers or None,
     )
 
 

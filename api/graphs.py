@@ -18,9 +18,9 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from loopworks.api import launch, quotas, redaction, runs
+from loopworks.api import admission, launch, quotas, redaction, runs
 from loopworks.api.errors import GraphNotFound, NotApplicable, TaskNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -69,26 +69,33 @@ def within_limits(request: GraphRequest, settings: Settings) -> GraphRequest:
 async def start_graph(
     client: Client, settings: Settings, request: GraphRequest, *, caller: str
 ) -> str:
-    """Start a graph for `caller` (a token's name) if its quotas allow."""
-    await quotas.check_in_progress(client, settings, quotas.Kind.GRAPHS, caller)
+    """Start a graph for `caller` (a token's name) in a slot of each cap, its total budget at
+    most what its client's day leaves (`loopworks.api.admission`)."""
     now = datetime.now(UTC)
     graph_id = f"graph-{alias_for(request.goal)}-{now:%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-    params = GraphInput(
-        graph_id=graph_id,
-        request=request,
-        created_at=now.isoformat(),
-        started_by=caller,
-        notify=settings.notify_plan(request.notify),
-    )
-    await client.start_workflow(
-        TaskGraphWorkflow.run,
-        params,
-        id=graph_id,
-        task_queue=settings.task_queue,
-        search_attributes=launch.started_by(caller),
-        static_summary=launch.summary(request.goal),
-        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-    )
+    async with admission.admitted(
+        client, settings, quotas.Kind.GRAPHS, caller, graph_id, request.total_budget
+    ) as admitted:
+        params = GraphInput(
+            graph_id=graph_id,
+            request=request.model_copy(update={"total_budget": admitted.budget}),
+            created_at=now.isoformat(),
+            started_by=caller,
+            notify=settings.notify_plan(request.notify),
+            slots=admitted.slot_ids,
+        )
+        await client.start_workflow(
+            TaskGraphWorkflow.run,
+            params,
+            id=graph_id,
+            task_queue=settings.task_queue,
+            search_attributes=launch.started_by(caller),
+            static_summary=launch.summary(request.goal),
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            # Admission burns the id of a graph admitted but never started.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            memo=admitted.memo(),
+        )
     return graph_id
 
 

@@ -17,7 +17,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.api import idempotency, quotas
+from loopworks.api import admission, idempotency, quotas
 from loopworks.api.errors import QuotaExceeded, invalid
 from loopworks.prompts.catalog import template_ids
 from loopworks.schemas.git_names import is_url
@@ -174,8 +174,9 @@ async def start_run(
     *,
     caller: str,
 ) -> Started:
-    """Start a run for `caller` (a token's name) if its quotas allow; with a key, start it
-    at most once (see `loopworks.api.idempotency`)."""
+    """Start a run for `caller` (a token's name) in a slot of each cap, with at most what
+    its client's day leaves (`loopworks.api.admission`); with a key, start it at most once
+    (`loopworks.api.idempotency`)."""
     now = datetime.now(UTC)
     alias = alias_for(request.task)
     if idempotency_key is None:
@@ -185,41 +186,41 @@ async def start_run(
         run_id = idempotency.run_id_for_key(idempotency_key, settings.task_queue)
         digest = idempotency.request_digest(request)
     try:
-        await quotas.check_in_progress(client, settings, quotas.Kind.RUNS, caller)
-    except QuotaExceeded:
+        async with admission.admitted(
+            client, settings, quotas.Kind.RUNS, caller, run_id, request.budget
+        ) as admitted:
+            request = request.model_copy(update={"budget": admitted.budget})
+            params = LoopInput(
+                run_id=run_id,
+                alias=alias,
+                request=request,
+                created_at=now.isoformat(),
+                started_by=caller,
+                notify=settings.notify_plan(request.notify),
+                slots=admitted.slot_ids,
+            )
+            memo = admitted.memo()
+            if digest is not None:
+                memo[idempotency.REQUEST_DIGEST_MEMO] = digest
+            await client.start_workflow(
+                LoopWorkflow.run,
+                params,
+                id=run_id,
+                task_queue=settings.task_queue,
+                static_summary=summary(request.task),
+                static_details=_details(request, run_id),
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                # Never reused, not even after its run closed: a keyed id stands for its
+                # request, and admission burns the id of a run admitted but never started.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                memo=memo,
+                search_attributes=started_by(caller),
+            )
+    except (QuotaExceeded, WorkflowAlreadyStartedError) as err:
         # A retried keyed request gets the run it started, even at the cap it reached.
-        if digest is None or not await _exists(client, run_id):
-            raise
-        await idempotency.check_same_request(client, run_id, digest)
-        return Started(run_id, alias, created=False)
-    params = LoopInput(
-        run_id=run_id,
-        alias=alias,
-        request=request,
-        created_at=now.isoformat(),
-        started_by=caller,
-        notify=settings.notify_plan(request.notify),
-    )
-    try:
-        await client.start_workflow(
-            LoopWorkflow.run,
-            params,
-            id=run_id,
-            task_queue=settings.task_queue,
-            static_summary=summary(request.task),
-            static_details=_details(request, run_id),
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            # A keyed id is never reused, not even after its run closed.
-            id_reuse_policy=(
-                WorkflowIDReusePolicy.ALLOW_DUPLICATE
-                if digest is None
-                else WorkflowIDReusePolicy.REJECT_DUPLICATE
-            ),
-            memo=None if digest is None else {idempotency.REQUEST_DIGEST_MEMO: digest},
-            search_attributes=started_by(caller),
-        )
-    except WorkflowAlreadyStartedError:
         if digest is None:
+            raise
+        if isinstance(err, QuotaExceeded) and not await _exists(client, run_id):
             raise
         await idempotency.check_same_request(client, run_id, digest)
         return Started(run_id, alias, created=False)

@@ -17,6 +17,7 @@ from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
 from loopworks.api.quotas import StreamSlots
 from loopworks.api.routes import codec, docs, graphs, health, playbooks, retention, runs, workspaces
+from loopworks.api.same_origin import NoCrossSiteWrites
 from loopworks.schemas.settings import Settings
 from loopworks.service.connect import payload_codec
 
@@ -73,6 +74,14 @@ def create_app(
     # Added first, so inside TrustedHosts: a browser's preflight is answered only for a
     # host the API answers to.
     app.add_middleware(CodecCors, origins=ui_origins(settings))
+    # Added before TrustedHosts, so it runs after it (the last added runs first): a foreign
+    # Host is refused before an Origin is compared with it. The Temporal UI's page may call
+    # the codec routes (api/codec.py), and no other.
+    app.add_middleware(
+        NoCrossSiteWrites,
+        trusted=settings.api_trusted_origins,
+        codec_origins=ui_origins(settings),
+    )
     app.add_middleware(TrustedHosts, allowed=allowed_hosts(settings))
     app.state.temporal = TemporalConnection(settings, client)
     errors.install(app)

@@ -62,6 +62,13 @@ class GraphListed(BaseModel):
     started_by: str | None = Field(default=None, description="the API token's name that started it")
 
 
+class NoArguments(BaseModel):
+    """The body of an action that takes nothing (pause, resume): `{}`, sent as JSON so that
+    no browser sends it cross-site without a preflight (api/same_origin.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,6 +93,9 @@ class ErrorBody(BaseModel):
 
     detail: str | list[dict[str, Any]]
     message: str | None = None
+    # A 429: the setting of the cap or limit reached, and what is left of it.
+    limit: str | None = None
+    left: float | None = None
 
 
 class WorkspaceEntry(BaseModel):

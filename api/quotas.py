@@ -85,21 +85,36 @@ def refusal(kind: Kind, cap: Cap, count: int, client: str) -> str:
     )
 
 
+def slot_ids(task_queue: str, kind: Kind, cap: Cap, caller: str) -> list[str]:
+    """The workflow ids of a cap's slots (api/admission.py): for a client's cap, that
+    client's."""
+    scope = f"client/{caller}" if cap.per_client else "all"
+    return [f"slot/{task_queue}/{kind.value}/{scope}/{n}" for n in range(cap.limit)]
+
+
+def over(kind: Kind, cap: Cap, count: int, client: str) -> QuotaExceeded:
+    """The 429 for `cap` reached: its sentence, its setting, and nothing left of it."""
+    return QuotaExceeded(
+        refusal(kind, cap, count, client), IN_PROGRESS_RETRY_AFTER_S, limit=cap.setting
+    )
+
+
 def in_progress_query(kind: Kind, task_queue: str, client: str | None) -> str:
     """What visibility counts: open workflows of `kind` on this deployment's queue (by
     `client`); a graph's task loops are the graph's, not runs of their own."""
     query = (
         f'WorkflowType = "{WORKFLOW_TYPES[kind]}" AND ExecutionStatus = "Running"'
-        f' AND TaskQueue = "{_quoted(task_queue)}"'
+        f' AND TaskQueue = "{quoted(task_queue)}"'
     )
     if kind is Kind.RUNS:
         query += " AND LoopGraph IS NULL"
     if client is not None:
-        query += f' AND {LOOP_STARTED_BY.name} = "{_quoted(client)}"'
+        query += f' AND {LOOP_STARTED_BY.name} = "{quoted(client)}"'
     return query
 
 
-def _quoted(value: str) -> str:
+def quoted(value: str) -> str:
+    """`value` inside a visibility query's double quotes."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
@@ -122,7 +137,7 @@ async def check_in_progress(client: Client, settings: Settings, kind: Kind, call
                 " without these caps"
             ) from err
         if reached(cap, count):
-            raise QuotaExceeded(refusal(kind, cap, count, caller), IN_PROGRESS_RETRY_AFTER_S)
+            raise over(kind, cap, count, caller)
 
 
 class BudgetRefused(ValueError):
@@ -202,6 +217,7 @@ class StreamSlots:
                 f"{client!r} has {held} event streams open, the most"
                 f" LOOPS_MAX_STREAMS_PER_CLIENT allows ({self.limit}): close one and try again",
                 STREAMS_RETRY_AFTER_S,
+                limit="LOOPS_MAX_STREAMS_PER_CLIENT",
             )
         self.open[client] = held + 1
         return Slot(self, client)

@@ -20,6 +20,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from loopworks.api import sessions, tokens
 from loopworks.api.errors import Forbidden, Unauthorized
+from loopworks.schemas.git_credentials import parse_credentials
 from loopworks.schemas.settings import Settings
 
 # auto_error=False: we answer 401 ourselves (FastAPI's own error omits the RFC 6750
@@ -133,11 +134,42 @@ def exposed_without_tokens(settings: Settings) -> bool:
 def refusal_to_start(settings: Settings) -> str | None:
     """Why the API must not start as configured, or None. Raises ValueError for a token
     setting it cannot use."""
-    if not exposed_without_tokens(settings):
+    if exposed_without_tokens(settings):
+        return (
+            f"the API would listen on {settings.api_host} with no tokens, so anyone who can"
+            f" reach port {settings.api_port} could start, stop and steer runs: set"
+            " LOOPS_API_TOKENS to name:token pairs (e.g. LOOPS_API_TOKENS=alice:$(openssl rand"
+            " -hex 32)), or LOOPS_API_TOKENS_FILE to a file of them, or bind to 127.0.0.1"
+            " (LOOPS_API_HOST)"
+        )
+    return credentials_unbounded(settings) or day_limit_unheld(settings)
+
+
+def day_limit_unheld(settings: Settings) -> str | None:
+    """A client's day limit holds under concurrent starts only through the client's slots
+    (api/spend.py): without per-client caps it would not. Why that is refused, or None."""
+    limited = settings.client_day_tokens or settings.client_day_usd
+    if not limited or (settings.max_runs_per_client and settings.max_graphs_per_client):
         return None
     return (
-        f"the API would listen on {settings.api_host} with no tokens, so anyone who can reach"
-        f" port {settings.api_port} could start, stop and steer runs: set LOOPS_API_TOKENS"
-        " to name:token pairs (e.g. LOOPS_API_TOKENS=alice:$(openssl rand -hex 32)), or"
-        " LOOPS_API_TOKENS_FILE to a file of them, or bind to 127.0.0.1 (LOOPS_API_HOST)"
+        "LOOPS_CLIENT_DAY_TOKENS and LOOPS_CLIENT_DAY_USD hold only with per-client caps, which"
+        " let racing starts of one client see each other: set LOOPS_MAX_RUNS_PER_CLIENT and"
+        " LOOPS_MAX_GRAPHS_PER_CLIENT above 0"
+    )
+
+
+def credentials_unbounded(settings: Settings) -> str | None:
+    """A shared deployment (tokens) holding git credentials with no origin allow-list: any
+    token holder could name any repository the credentials' hosts serve, and have runs
+    clone, read and push it with the operator's credential. Why that is refused, or None."""
+    hosts = sorted(parse_credentials(settings.git_credentials))
+    if not hosts or settings.allowed_origins or not tokens.load(settings):
+        return None
+    return (
+        f"LOOPS_GIT_CREDENTIALS holds credentials for {', '.join(hosts)} and LOOPS_API_TOKENS"
+        " makes this API shared, but LOOPS_ALLOWED_ORIGINS is unset: any token holder could"
+        " have runs use those credentials on any repository of those hosts. Set"
+        " LOOPS_ALLOWED_ORIGINS to the repositories runs may name (e.g."
+        " LOOPS_ALLOWED_ORIGINS=https://github.com/your-org/), and scope each credential"
+        ' with "origins" where it serves fewer'
     )

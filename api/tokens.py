@@ -9,8 +9,9 @@ variables an entry is `name:token` or a bare token, which is named by its place
 (`token-1`, `read-token-1`, `admin-token-1`) so that a deployment set up before tokens had
 names keeps working.
 
-A mistake (a name used twice, a token given two names, a malformed entry) stops the API
-from starting: a token table that is not what the operator meant is worse than none. No
+A mistake (a name used twice, a token given two names, a malformed entry, a token shorter
+than `MIN_TOKEN_CHARS`) stops the API from starting: a token table that is not what the
+operator meant is worse than none, and a short token can be guessed over the network. No
 message ever repeats a token.
 """
 
@@ -29,6 +30,9 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 OPEN_ACCESS_NAME = "local"
 READ_SUFFIX = ":read"
 ADMIN_SUFFIX = ":admin"
+# Sixteen characters of `openssl rand -hex` are 64 bits: past guessing through an API that
+# answers each try over the network. A person's word ("alice:x") is refused at start.
+MIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,11 @@ def checked(tokens: Sequence[ApiToken]) -> tuple[ApiToken, ...]:
             raise ValueError(f"{OPEN_ACCESS_NAME!r} names open access, not a token: rename it")
         if token.secret in secrets:
             raise ValueError(f"the token named {token.name!r} is also given another name")
+        if len(token.secret) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"the token named {token.name!r} has {len(token.secret)} characters, fewer than"
+                f" the {MIN_TOKEN_CHARS} a token needs: make one with `openssl rand -hex 32`"
+            )
         names.add(token.name)
         secrets.add(token.secret)
     return tuple(tokens)

@@ -33,6 +33,9 @@ REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 # A live event stream is quiet while a step runs; only the connection has a deadline.
 STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)
 
+# Methods whose requests carry a body: always JSON, `{}` when there is nothing to say.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
 T = TypeVar("T")
 STATE: TypeAdapter[RunState] = TypeAdapter(RunState)
 RUNS: TypeAdapter[list[RunSummary]] = TypeAdapter(list[RunSummary])
@@ -136,6 +139,10 @@ class ApiClient:
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
+        if json is None and method in BODY_METHODS:
+            # The API takes changes as JSON only, `{}` for an action that needs nothing
+            # (docs/api.md#cross-site-requests).
+            json = {}
         try:
             response = self._http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TransportError as err:

@@ -20,6 +20,8 @@ class StackDown(RuntimeError):
 def http_json(
     method: str, url: str, body: dict[str, Any] | None = None, token: str | None = None
 ) -> Any:
+    if body is None and method != "GET":
+        body = {}  # the API takes changes as JSON only: `{}` when there is nothing to say
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Content-Type": "application/json"}
     if token:

@@ -111,6 +111,9 @@ class LoopInput(BaseModel):
     continue_as_new_after_events: int | None = Field(default=None, ge=10)
     # Whom to notify of what (the request's webhooks and the deployment's); None: nobody.
     notify: NotifyPlan | None = None
+    # The ids of the slots of the caps that admitted it (api/admission.py), given back as
+    # it closes; none for a graph's task loop and a run started other than by the API.
+    slots: list[str] = Field(default_factory=list)
 
     def first_memory(self) -> RunMemory:
         """A new run's memory: its state as the request sets it up."""

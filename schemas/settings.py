@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -23,6 +24,8 @@ from loopworks.schemas.origin_rules import OriginRules, rules_from, schemes_from
 from loopworks.schemas.payload_keys import parse_payload_keys
 from loopworks.schemas.playbook import PlaybookLimits
 from loopworks.schemas.retention import RetentionPolicy
+
+TRUSTED_ORIGINS = "LOOPS_API_TRUSTED_ORIGINS"
 
 
 class LLMProvider(StrEnum):
@@ -122,6 +125,10 @@ class Settings(BaseSettings):
     # Host headers served besides loopback names and LOOPS_API_HOST: the names clients use
     # (a service name, an ingress host), comma-separated; `*.example.com` and `*` allowed.
     api_allowed_hosts: str | None = Field(default=None, alias="LOOPS_API_ALLOWED_HOSTS")
+    # Web origins (`https://loops.example.com`) whose pages may send changes besides the
+    # API's own: those a proxy in front of the API serves it under while handing it another
+    # Host (api/same_origin.py); comma-separated.
+    api_trusted_origins: str | None = Field(default=None, alias=TRUSTED_ORIGINS)
     # Runs and graphs in progress, per token (by name) and in all on the task queue.
     max_runs_per_client: int = Field(default=20, ge=0, alias="LOOPS_MAX_RUNS_PER_CLIENT")
     max_runs: int = Field(default=100, ge=0, alias="LOOPS_MAX_RUNS")
@@ -135,6 +142,10 @@ class Settings(BaseSettings):
     # and the most a request may ask for (docs/graphs.md#budget).
     graph_budget_tokens: int = Field(default=50_000_000, ge=0, alias="LOOPS_GRAPH_BUDGET_TOKENS")
     graph_budget_usd: float = Field(default=250.0, ge=0, alias="LOOPS_GRAPH_BUDGET_USD")
+    # What one client (a token's name) may spend in a rolling day, all its runs and graphs
+    # together: a new one's budget is at most what is left (api/spend.py). 0: no limit.
+    client_day_tokens: int = Field(default=0, ge=0, alias="LOOPS_CLIENT_DAY_TOKENS")
+    client_day_usd: float = Field(default=0.0, ge=0, alias="LOOPS_CLIENT_DAY_USD")
     max_rules_per_request: int = Field(default=100, ge=0, alias="LOOPS_MAX_RULES")
     # Open event and ledger streams per token, in each API process.
     max_streams_per_client: int = Field(default=32, ge=0, alias="LOOPS_MAX_STREAMS_PER_CLIENT")
@@ -253,6 +264,12 @@ class Settings(BaseSettings):
         parse_payload_keys(value)  # a malformed key stops the process, not a payload
         return value
 
+    @field_validator("api_trusted_origins")
+    @classmethod
+    def _check_trusted_origins(cls, value: str | None) -> str | None:
+        web_origins(value)
+        return value
+
     @field_validator("allowed_schemes")
     @classmethod
     def _check_schemes(cls, value: str) -> str:
@@ -342,6 +359,32 @@ class Settings(BaseSettings):
     @property
     def insights_dir(self) -> Path:
         return self.data_dir / "insights"
+
+
+def web_origins(raw: str | None) -> list[str]:
+    """LOOPS_API_TRUSTED_ORIGINS: comma-separated `scheme://host[:port]`, as a browser's
+    Origin header spells them (lower-cased); ValueError naming one that is not."""
+    found = []
+    for item in (item.strip().lower().rstrip("/") for item in (raw or "").split(",")):
+        if not item:
+            continue
+        try:
+            parts = urlsplit(item)
+            _ = parts.port  # raises for a port that is not a number
+        except ValueError:
+            parts = None
+        if (
+            parts is None
+            or parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or (parts.path or parts.query or parts.fragment or "@" in parts.netloc)
+        ):
+            raise ValueError(
+                f"{TRUSTED_ORIGINS}: {item!r} is not a web origin: give scheme://host[:port],"
+                " as in https://loops.example.com"
+            )
+        found.append(item)
+    return found
 
 
 def webhooks_from(raw: str | None) -> list[Webhook]:

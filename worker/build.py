@@ -44,6 +44,7 @@ from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from loopworks.workspace.configured import workspaces_for
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ def build_worker(
             PlaybookWorkflow,
             SkillLoopWorkflow,
             RetentionWorkflow,
+            SlotWorkflow,
         ],
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of

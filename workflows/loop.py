@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.repository import RepositoryActivities
     from loopworks.schemas import events as ev
+    from loopworks.schemas.admission import Spent
     from loopworks.schemas.evaluation import Evaluation
     from loopworks.schemas.events import Event, EventName
     from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
@@ -32,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
+    from loopworks.workflows.slot import give_back
     from loopworks.workflows.steering import Finished, Steering, Stopped
     from loopworks.workflows.steps import StepRunner, describe
 
@@ -143,6 +145,12 @@ class LoopWorkflow:
             reflected = await self._do.reflect()
             await self._do.learning.learn(reflected)
             await self._do.close(reflected)
+        # Its work done, it gives back the caps' slots that admitted it and says what it
+        # spent, before its final status: a run that reads as finished holds no slot.
+        if self._params.slots and workflow.patched("admission-slots"):
+            usage = self._state.usage
+            spent = Spent(tokens=usage.total_tokens, cost_usd=usage.cost_usd)
+            await give_back(self._params.slots, self._state.run_id, spent)
         record.set_status(record.final_status())
         if ended := run_event(self._state):
             self._notify(ended)

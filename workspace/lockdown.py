@@ -1,7 +1,7 @@
 """What every git process loopworks starts is told on its command line, before its own
 arguments: run no program a repository names, and ask no credential but ours
 (SECURITY.md, "git runs no program of a repository it did not create" and "Git
-credentials go only to the hosts they are for").
+credentials go only to the hosts and repositories they are for").
 
 Command-line config outranks every config file git reads, a repository's included; the
 one place it does not reach is the program git starts in a repository on this machine
@@ -79,6 +79,18 @@ ALWAYS_ARGS = (*_HARDENING_ARGS, *_CLEAR_HELPERS, *_CREDENTIAL_CONFIG)
 # ...or, for the one user of a `loops up` on loopback (LOOPS_GIT_USER_HELPERS), the same
 # without clearing the helpers their own git config names: theirs are asked before ours.
 WITH_USER_HELPERS_ARGS = (*_HARDENING_ARGS, *_CREDENTIAL_CONFIG)
+
+
+def path_scoped(hosts: list[str]) -> tuple[str, ...]:
+    """The settings that make git tell the credential helper which repository it asks
+    for (`path=`), on the hosts whose credential names the origins it serves
+    (schemas/git_credentials.py): scoped to those hosts, so another host's helper (a
+    `loops up` user's `store`) is asked as it always was."""
+    return tuple(
+        arg for host in hosts for arg in ("-c", f"credential.https://{host}.useHttpPath=true")
+    )
+
+
 # Objects a repository lacks are never fetched on its behalf: a partial clone's promisor
 # remote is its config (its url, uploadpack, sshCommand, credential helper).
 NO_LAZY_FETCH = {"GIT_NO_LAZY_FETCH": "1"}

@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 from loopworks.schemas.git_credentials import ENV_VAR as CREDENTIALS_ENV_VAR
+from loopworks.schemas.git_credentials import path_scoped_hosts
 from loopworks.schemas.git_names import is_url, valid_ref_name
 from loopworks.workspace.lockdown import (
     ALWAYS_ARGS,
@@ -29,6 +30,7 @@ from loopworks.workspace.lockdown import (
     RECEIVE_PACK,
     UPLOAD_PACK,
     WITH_USER_HELPERS_ARGS,
+    path_scoped,
     serving_program,
 )
 from loopworks.workspace.refs import redact
@@ -215,6 +217,12 @@ class GitRunner:
     # -- running git -------------------------------------------------------------------
 
     @cached_property
+    def _path_scoped(self) -> tuple[str, ...]:
+        # Parsed once: git tells the helper the repository's path where a credential is
+        # for some repositories of its host only.
+        return path_scoped(path_scoped_hosts(self.credentials))
+
+    @cached_property
     def _ceiling(self) -> str:
         # Resolved once: resolving walks every component with a syscall, on every spawn.
         return str(self.root.resolve())
@@ -326,7 +334,7 @@ class GitRunner:
         # model could have written into a clone's .git (the sandbox keeps .git read-only
         # too; this holds with LOOPS_SANDBOX=off). git asks no credential but ours.
         always = WITH_USER_HELPERS_ARGS if self.user_helpers else ALWAYS_ARGS
-        cmd = ["git", *always, *args]
+        cmd = ["git", *always, *self._path_scoped, *args]
         logger.debug("git: %s (cwd=%s)", _shown(cmd), cwd)
         GIT_SPAWNS.add(args)
         return cmd

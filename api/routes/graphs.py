@@ -17,6 +17,7 @@ from loopworks.api.models import (
     ErrorBody,
     GraphCreated,
     GraphListed,
+    NoArguments,
     StopRequest,
 )
 from loopworks.api.quotas import StreamSlots
@@ -171,13 +172,13 @@ async def stop_graph(handle: GraphHandle, body: StopRequest | None = None) -> Gr
 
 
 @router.post("/{graph_id}/pause", responses={**NOT_FOUND, **CONFLICT})
-async def pause_graph(handle: GraphHandle) -> GraphState:
+async def pause_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
     """No new task starts; running ones go on."""
     return await graphs.pause(handle)
 
 
 @router.post("/{graph_id}/resume", responses={**NOT_FOUND, **CONFLICT})
-async def resume_graph(handle: GraphHandle) -> GraphState:
+async def resume_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
     return await graphs.resume(handle)
 
 

@@ -18,6 +18,7 @@ from loopworks.api.models import (
     RUN_STATUS_HEADER,
     ClearBlockRequest,
     ErrorBody,
+    NoArguments,
     RunCreated,
     RunSummary,
     StopRequest,
@@ -248,13 +249,13 @@ async def clear_block(handle: RunHandle, body: ClearBlockRequest) -> RunState:
 
 
 @router.post("/{run_id:run_id}/pause", responses={**NOT_FOUND, **CONFLICT})
-async def pause_run(handle: RunHandle) -> RunState:
+async def pause_run(handle: RunHandle, body: NoArguments | None = None) -> RunState:
     """The current step finishes, then the run waits in status `paused` until resumed."""
     return await runs.pause(handle)
 
 
 @router.post("/{run_id:run_id}/resume", responses={**NOT_FOUND, **CONFLICT})
-async def resume_run(handle: RunHandle) -> RunState:
+async def resume_run(handle: RunHandle, body: NoArguments | None = None) -> RunState:
     return await runs.resume(handle)
 
 

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.schemas.events import EVENT, Event, EventName
 from loopworks.schemas.rules import Phase
 from loopworks.schemas.run import RunState, Thresholds
+from loopworks.workflows.slot import SlotWorkflow
 
 
 def run_state(run_id: str) -> RunState:
@@ -96,6 +98,24 @@ class FakeCount:
     count: int
 
 
+@dataclass
+class FakeStarted:
+    id: str
+    result_run_id: str = "execution-1"
+
+
+@dataclass
+class FakeSlot:
+    """A claimed slot of a cap (api/admission.py): terminating it gives it back."""
+
+    client: FakeClient
+    id: str
+
+    async def terminate(self, reason: str | None = None, **_: Any) -> None:
+        self.client.slots.pop(self.id)
+        self.client.released.append(self.id)
+
+
 class FakeClient:
     def __init__(self) -> None:
         self.handles: dict[str, FakeHandle] = {}
@@ -103,6 +123,9 @@ class FakeClient:
         self.counts: dict[str, int] = {}
         self.counted: list[str] = []
         self.starts: list[dict[str, Any]] = []
+        # Slots held (Temporal's one open workflow per id), by id: the holder's id.
+        self.slots: dict[str, str] = {}
+        self.released: list[str] = []
 
     async def count_workflows(self, query: str, **_: Any) -> FakeCount:
         self.counted.append(query)
@@ -114,9 +137,6 @@ class FakeClient:
     def get_workflow_handle_for(self, _run: Any, run_id: str) -> FakeHandle:
         return self.handle(run_id)
 
-    def get_workflow_handle(self, run_id: str, **_: Any) -> FakeHandle:
-        return self.handle(run_id)
-
     def list_workflows(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
         async def nothing() -> AsyncIterator[Any]:
             empty: list[Any] = []
@@ -125,8 +145,19 @@ class FakeClient:
 
         return nothing()
 
-    async def start_workflow(self, _run: Any, params: Any, **options: Any) -> None:
-        self.starts.append({"params": params, **options})
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> Any:
+        return (
+            FakeSlot(self, workflow_id) if workflow_id in self.slots else self.handle(workflow_id)
+        )
+
+    async def start_workflow(self, run: Any, params: Any, **options: Any) -> FakeStarted:
+        if run is SlotWorkflow.run:
+            if options["id"] in self.slots:
+                raise WorkflowAlreadyStartedError(options["id"], "SlotWorkflow")
+            self.slots[options["id"]] = params.holder
+        else:
+            self.starts.append({"params": params, **options})
+        return FakeStarted(options.get("id", ""))
 
     def as_client(self) -> Client:
         return cast(Client, self)

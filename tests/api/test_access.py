@@ -20,7 +20,9 @@ from tests.api.fake_temporal import FakeClient, event
 
 pytestmark = pytest.mark.unit
 
-TOKENS = ("s3cret-one", "s3cret-two")
+TOKENS = ("s3cret-one-0123456789", "s3cret-two-0123456789")
+# A token as long as a token must be (api/tokens.py, MIN_TOKEN_CHARS).
+LONG = "t-0123456789abcdef"
 RUN = "fake-20250101-000000-abcdef"
 FINISHED = "done-20250101-000000-abcdef"
 
@@ -36,8 +38,8 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, int]] = [
     ("GET", f"/runs/{RUN}/trajectory", None, 404),  # served: "no trajectory yet"
     ("POST", f"/runs/{RUN}/stop", {"reason": "r"}, 202),
     ("POST", f"/runs/{RUN}/clear-block", {"note": "n"}, 200),
-    ("POST", f"/runs/{RUN}/pause", None, 200),
-    ("POST", f"/runs/{RUN}/resume", None, 200),
+    ("POST", f"/runs/{RUN}/pause", {}, 200),
+    ("POST", f"/runs/{RUN}/resume", {}, 200),
     ("POST", f"/runs/{RUN}/approve", {"max_iterations": 2}, 200),
 ]
 ROUTE_IDS = [f"{method} {path}" for method, path, _, _ in ROUTES]
@@ -199,13 +201,13 @@ async def test_readiness_needs_no_token(fake: FakeClient) -> None:
 async def test_without_tokens_every_route_is_open(fake: FakeClient) -> None:
     async for http in _http(_app(fake, tokens=None)):
         assert (await http.get("/runs")).status_code == 200
-        assert (await http.post(f"/runs/{RUN}/pause")).status_code == 200
+        assert (await http.post(f"/runs/{RUN}/pause", json={})).status_code == 200
 
 
 async def test_blank_tokens_setting_means_open(fake: FakeClient) -> None:
     assert tokens.load(Settings(LOOPS_API_TOKENS=" , ")) == ()
-    loaded = tokens.load(Settings(LOOPS_API_TOKENS=" a ,,b "))
-    assert [token.secret for token in loaded] == ["a", "b"]
+    loaded = tokens.load(Settings(LOOPS_API_TOKENS=" a-0123456789abcdef ,,b-0123456789abcdef "))
+    assert [token.secret for token in loaded] == ["a-0123456789abcdef", "b-0123456789abcdef"]
     async for http in _http(_app(fake, tokens=" , ")):
         assert (await http.get("/runs")).status_code == 200
 
@@ -246,12 +248,16 @@ async def test_tokens_are_compared_in_constant_time(
 
 def test_token_matches() -> None:
     table = tokens.checked(
-        [tokens.ApiToken("x", "a"), tokens.ApiToken("y", "b"), tokens.ApiToken("z", "ünï")]
+        [
+            tokens.ApiToken("x", "a-0123456789abcdef"),
+            tokens.ApiToken("y", "b-0123456789abcdef"),
+            tokens.ApiToken("z", "ünï-0123456789abcdef"),
+        ]
     )
-    assert tokens.match("b", table) == table[1]
-    assert tokens.match("c", table) is None
+    assert tokens.match("b-0123456789abcdef", table) == table[1]
+    assert tokens.match("c-0123456789abcdef", table) is None
     assert tokens.match("", table) is None
-    assert tokens.match("ünï", table) == table[2]
+    assert tokens.match("ünï-0123456789abcdef", table) == table[2]
 
 
 @pytest.mark.parametrize(
@@ -274,7 +280,7 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 def test_exposed_without_tokens() -> None:
     assert exposed_without_tokens(Settings(LOOPS_API_HOST="0.0.0.0"))
-    assert not exposed_without_tokens(Settings(LOOPS_API_HOST="0.0.0.0", LOOPS_API_TOKENS="t"))
+    assert not exposed_without_tokens(Settings(LOOPS_API_HOST="0.0.0.0", LOOPS_API_TOKENS=LONG))
     assert not exposed_without_tokens(Settings(LOOPS_API_HOST="127.0.0.1"))
 
 
@@ -282,7 +288,7 @@ def test_exposed_without_tokens() -> None:
     ("env", "refused"),
     [
         ({"LOOPS_API_HOST": "0.0.0.0"}, True),
-        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_TOKENS": "t"}, False),
+        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_TOKENS": LONG}, False),
         ({"LOOPS_API_HOST": "127.0.0.1"}, False),
     ],
 )

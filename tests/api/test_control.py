@@ -17,7 +17,8 @@ from loopworks.api import idempotency
 from loopworks.api.main import create_app
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
-from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle
+from loopworks.workflows.loop import LoopWorkflow
+from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle, FakeStarted
 
 pytestmark = pytest.mark.unit
 
@@ -47,13 +48,18 @@ class StartOnce(FakeClient):
         super().__init__()
         self.started: dict[str, dict[str, Any]] = {}
 
-    async def start_workflow(self, _run: Any, _params: Any, *, id: str, **options: Any) -> None:
+    async def start_workflow(self, run: Any, params: Any, *, id: str, **options: Any) -> Any:
+        if run is not LoopWorkflow.run:
+            return await super().start_workflow(run, params, id=id, **options)
         if id in self.started:
             raise WorkflowAlreadyStartedError(id, "LoopWorkflow")
         self.started[id] = options
+        return FakeStarted(id)
 
-    def get_workflow_handle(self, run_id: str) -> Any:
-        started = self.started[run_id]
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> Any:
+        if workflow_id not in self.started:
+            return super().get_workflow_handle(workflow_id)
+        started = self.started[workflow_id]
 
         class _Handle:
             async def describe(self) -> Memo:
@@ -71,7 +77,7 @@ async def _http(client: FakeClient) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.mark.parametrize(
     ("action", "body"),
-    [("pause", None), ("resume", None), ("approve", {}), ("clear-block", {"note": "n"})],
+    [("pause", {}), ("resume", {}), ("approve", {}), ("clear-block", {"note": "n"})],
 )
 async def test_accepted_update_is_200_with_the_state(action: str, body: Any) -> None:
     fake = FakeClient()
@@ -87,7 +93,7 @@ async def test_rejected_update_is_409_with_the_reason(action: str) -> None:
     fake = FakeClient()
     fake.handles[RUN] = RejectingHandle(RUN)
     async for http in _http(fake):
-        body = {"note": "n"} if action == "clear-block" else None
+        body = {"note": "n"} if action == "clear-block" else {}
         response = await http.post(f"/runs/{RUN}/{action}", json=body)
         assert response.status_code == 409, response.text
         assert "(status running)" in response.json()["detail"]
@@ -98,17 +104,20 @@ async def test_update_to_a_closed_run_is_409(action: str) -> None:
     fake = FakeClient()
     fake.handle(RUN).open_for = 0
     async for http in _http(fake):
-        body = {"note": "n"} if action == "clear-block" else None
+        body = {"note": "n"} if action == "clear-block" else {}
         response = await http.post(f"/runs/{RUN}/{action}", json=body)
         assert response.status_code == 409, response.text
         assert "already finished" in response.json()["detail"]
     assert fake.handle(RUN).updates == []
 
 
-async def test_approve_without_a_body_approves_as_drafted() -> None:
+async def test_approve_with_an_empty_object_approves_as_drafted() -> None:
     fake = FakeClient()
     async for http in _http(fake):
-        assert (await http.post(f"/runs/{RUN}/approve")).status_code == 200
+        assert (await http.post(f"/runs/{RUN}/approve", json={})).status_code == 200
+        # JSON with nothing in it is the same empty approval.
+        empty = {"Content-Type": "application/json"}
+        assert (await http.post(f"/runs/{RUN}/approve", headers=empty)).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -161,6 +170,9 @@ async def test_same_key_same_run() -> None:
     assert again.headers["location"] == first.headers["location"]
     assert again.headers["idempotent-replayed"] == "true"
     assert len(fake.started) == 1
+    # The replayed request's slots were given back: only the run's own are held.
+    assert sorted(fake.slots.values()) == [first.json()["run_id"]] * 2
+    assert len(fake.released) == 2
     options = fake.started[first.json()["run_id"]]
     assert options["id_reuse_policy"].name == "REJECT_DUPLICATE"
     assert options["id_conflict_policy"].name == "FAIL"
@@ -185,7 +197,7 @@ async def test_without_a_key_every_post_is_a_new_run() -> None:
     assert (first.status_code, second.status_code) == (201, 201)
     assert first.json()["run_id"] != second.json()["run_id"]
     assert all(
-        "memo" not in options or options["memo"] is None for options in fake.started.values()
+        idempotency.REQUEST_DIGEST_MEMO not in options["memo"] for options in fake.started.values()
     )
 
 

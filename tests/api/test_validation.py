@@ -101,12 +101,18 @@ async def test_malformed_json(api: httpx.AsyncClient) -> None:
 
 
 async def test_wrong_content_type(api: httpx.AsyncClient) -> None:
+    """A form a web page could post cross-site without asking: refused before it is read
+    (api/same_origin.py)."""
     response = await api.post("/runs", content=b"task=t", headers={"content-type": "text/plain"})
-    _assert_names(response, "body")
+    assert response.status_code == 415, response.text
+    assert "Content-Type: application/json" in response.json()["detail"]
+    assert "'text/plain'" in response.json()["detail"]
 
 
 async def test_no_body(api: httpx.AsyncClient) -> None:
-    _assert_names(await api.post("/runs"), "body")
+    json_body = {"Content-Type": "application/json"}
+    _assert_names(await api.post("/runs", headers=json_body), "body")
+    assert (await api.post("/runs")).status_code == 415
 
 
 async def test_missing_local_repo(api: httpx.AsyncClient, tmp_path: Path) -> None:
@@ -204,7 +210,7 @@ async def test_impossible_run_ids_are_404(api: httpx.AsyncClient, path: str) -> 
     assert response.status_code == 404, response.text
     assert response.json()["detail"].startswith("run ")
     assert response.json()["detail"].endswith(" not found")
-    stop = await api.post(path.split("/events")[0].split("/artifact")[0] + "/stop")
+    stop = await api.post(path.split("/events")[0].split("/artifact")[0] + "/stop", json={})
     assert stop.status_code == 404
 
 

@@ -96,10 +96,10 @@ def test_new_sends_the_request_and_prints_only_the_run_id(tmp_path: Path) -> Non
     argv = ["new", "Write a guide", "--repo", "/srv/repo.git", "--template", "docs"]
     argv += ["--max-iterations", "3", "--interactive", "--rules-file", str(rules)]
     argv += ["--idempotency-key", "k-1"]
-    code, out = run(argv, api, token="s3cret")
+    code, out = run(argv, api, token="s3cret-0123456789")
     assert (code, out) == (0, f"{RUN_ID}\n")
     request = api.requests[0]
-    assert request.headers["authorization"] == "Bearer s3cret"
+    assert request.headers["authorization"] == "Bearer s3cret-0123456789"
     assert request.headers["idempotency-key"] == "k-1"
     assert api.body() == {
         "task": "Write a guide",
@@ -180,8 +180,9 @@ def test_stop_sends_the_reason() -> None:
     ("argv", "path", "body"),
     [
         (["clear-block", RUN_ID, "--note", "go on"], "clear-block", {"note": "go on"}),
-        (["pause", RUN_ID], "pause", None),
-        (["resume", RUN_ID], "resume", None),
+        # An action that takes nothing sends `{}` as JSON: the API takes nothing else.
+        (["pause", RUN_ID], "pause", {}),
+        (["resume", RUN_ID], "resume", {}),
         (["approve", RUN_ID, "--max-iterations", "2"], "approve", {"max_iterations": 2}),
     ],
 )
@@ -189,7 +190,8 @@ def test_messages_post_to_their_routes(argv: list[str], path: str, body: Any) ->
     api = Recorder({("POST", f"/runs/{RUN_ID}/{path}"): httpx.Response(200, json=wire(STATE))})
     code, _ = run(argv, api)
     assert code == 0
-    assert (api.body() if api.requests[0].content else None) == body
+    assert api.body() == body
+    assert api.requests[0].headers["content-type"] == "application/json"
 
 
 def test_approve_with_a_json_rules_list(tmp_path: Path) -> None:

@@ -536,7 +536,7 @@ def test_stop_sends_the_reason() -> None:
         (
             ["pause", GRAPH_ID],
             "pause",
-            None,
+            {},
             PAUSED,
             f"{GRAPH_ID} | paused | 1/3 completed, 1 pending, 1 in-progress"
             f" | 2026-11-22T05:20:00Z\npaused (continue with: loops graph resume {GRAPH_ID})\n",
@@ -544,7 +544,7 @@ def test_stop_sends_the_reason() -> None:
         (
             ["resume", GRAPH_ID],
             "resume",
-            None,
+            {},
             RUNNING,
             f"{GRAPH_ID} | running | 1/3 completed, 1 pending, 1 in-progress"
             " | 2026-11-22T05:20:00Z\n",

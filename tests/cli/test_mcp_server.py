@@ -145,8 +145,8 @@ async def test_steering_tools_call_their_routes(bridge: Bridge) -> None:
         await call(mcp, "stop_run", run_id=RUN_ID, reason="enough")
         assert [(m, p, b) for m, p, b in bridge.requests] == [
             ("POST", f"/runs/{RUN_ID}/clear-block", {"note": "scope confirmed"}),
-            ("POST", f"/runs/{RUN_ID}/pause", None),
-            ("POST", f"/runs/{RUN_ID}/resume", None),
+            ("POST", f"/runs/{RUN_ID}/pause", {}),
+            ("POST", f"/runs/{RUN_ID}/resume", {}),
             ("POST", f"/runs/{RUN_ID}/stop", {"reason": "enough"}),
         ]
 

@@ -266,7 +266,7 @@ def test_up_says_which_setting_is_wrong_instead_of_a_traceback(
         ({"LOOPS_API_HOST": "::1"}, True),
         ({"LOOPS_LOCAL_ROOTS": "/srv/repos"}, False),
         ({"LOOPS_LOCAL_ROOTS": ""}, False),
-        ({"LOOPS_API_TOKENS": "a-token"}, False),
+        ({"LOOPS_API_TOKENS": "a-token-0123456789"}, False),
         ({"LOOPS_API_HOST": "0.0.0.0"}, False),
     ],
 )

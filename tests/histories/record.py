@@ -38,6 +38,7 @@ from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook import writer
+from loopworks.schemas.admission import SlotInput
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.playbook import (
@@ -55,6 +56,7 @@ from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from tests.histories.notified import record_notified_run
 from tests.integration.stack import bare_remote
 from tests.workflows.conftest import commit_all
@@ -566,6 +568,44 @@ async def _record_retention_gc(client: Client, settings: Settings) -> WorkflowHi
             return await gc.fetch_history()
 
 
+async def _admitted(client: Client, settings: Settings) -> tuple[WorkflowHandle, WorkflowHandle]:
+    """A run admitted through a cap's slot (api/admission.py): it gives the slot back and
+    says what it spent as it closes. Its handle and the slot's, both closed."""
+    run_id, queue = "recorded-admitted-run", settings.task_queue
+    slot = await client.start_workflow(
+        SlotWorkflow.run,
+        SlotInput(holder=run_id),
+        id=f"slot/{queue}/runs/all/0",
+        task_queue=queue,
+    )
+    async with build_worker(client, settings, models=OfflineModels()):
+        run = await client.start_workflow(
+            LoopWorkflow.run,
+            LoopInput(
+                run_id=run_id,
+                alias="recorded",
+                request=RunRequest(task="Write a guide", audit_probability=0),
+                created_at="2026-01-01T00:00:00+00:00",
+                slots=[slot.id],
+            ),
+            id=run_id,
+            task_queue=queue,
+        )
+        await run.result()
+        await slot.result()
+    return run, slot
+
+
+async def _record_admitted_run(client: Client, settings: Settings) -> WorkflowHistory:
+    run, _ = await _admitted(client, settings)
+    return await run.fetch_history()
+
+
+async def _record_admission_slot(client: Client, settings: Settings) -> WorkflowHistory:
+    _, slot = await _admitted(client, settings)
+    return await slot.fetch_history()
+
+
 RECORDERS = {
     "full_run": _record_full_run,
     "stopped_run": _record_stopped_run,
@@ -587,6 +627,8 @@ RECORDERS = {
     "encrypted_run": _record_encrypted_run,
     "proven_run": _record_proven_run,
     "retention_gc": _record_retention_gc,
+    "admitted_run": _record_admitted_run,
+    "admission_slot": _record_admission_slot,
 }
 
 

@@ -284,7 +284,7 @@ def test_messages_to_a_running_run(service: Service) -> None:
     state = service.wait_until_finished(run_id)
     assert (state["status"], state["stop_reason"]) == ("stopped", "user_stop"), state
 
-    again = service.http.post(f"/runs/{run_id}/stop")
+    again = service.http.post(f"/runs/{run_id}/stop", json={})
     assert again.status_code == 409, again.text
 
 

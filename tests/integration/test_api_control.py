@@ -71,7 +71,7 @@ def control(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> 
         stack.start_worker()
         _, base = stack.start_api()
         _, other_base = stack.start_api()
-        _, guarded_base = stack.start_api(LOOPS_API_TOKENS=f"other-token,{TOKEN}")
+        _, guarded_base = stack.start_api(LOOPS_API_TOKENS=f"other-token-0123456789,{TOKEN}")
         with (
             httpx.Client(base_url=base, timeout=30) as http,
             httpx.Client(base_url=other_base, timeout=30) as other,
@@ -94,7 +94,7 @@ def finished_run(control: Control) -> str:
 
 def test_pause_holds_the_run_between_steps_and_resume_continues(control: Control) -> None:
     run_id = control.start(task="Explain durable execution to a new colleague")
-    paused = control.http.post(f"/runs/{run_id}/pause")
+    paused = control.http.post(f"/runs/{run_id}/pause", json={})
     assert paused.status_code == 200, paused.text
     assert paused.json()["run_id"] == run_id
 
@@ -107,13 +107,13 @@ def test_pause_holds_the_run_between_steps_and_resume_continues(control: Control
     assert (still["current_step"], still["iteration"]) == (held["current_step"], held["iteration"])
     assert len(control.events(run_id)) == count, "a paused run emitted events"
 
-    again = control.http.post(f"/runs/{run_id}/pause")
+    again = control.http.post(f"/runs/{run_id}/pause", json={})
     assert again.status_code == 409, again.text
     assert "cannot be paused" in again.json()["detail"]
 
-    resumed = control.http.post(f"/runs/{run_id}/resume")
+    resumed = control.http.post(f"/runs/{run_id}/resume", json={})
     assert resumed.status_code == 200, resumed.text
-    twice = control.http.post(f"/runs/{run_id}/resume")
+    twice = control.http.post(f"/runs/{run_id}/resume", json={})
     assert twice.status_code == 409, twice.text
     assert "not paused" in twice.json()["detail"]
 
@@ -139,7 +139,7 @@ def test_interactive_run_waits_for_approval_and_honours_its_edits(control: Contr
     time.sleep(1.0)
     assert control.http.get(f"/runs/{run_id}").json()["status"] == "awaiting_approval"
 
-    resume = control.http.post(f"/runs/{run_id}/resume")
+    resume = control.http.post(f"/runs/{run_id}/resume", json={})
     assert resume.status_code == 409, resume.text
 
     approved = control.http.post(f"/runs/{run_id}/approve", json={"max_iterations": 1})
@@ -159,7 +159,7 @@ def test_interactive_run_waits_for_approval_and_honours_its_edits(control: Contr
 
 def test_approve_in_auto_mode_is_409(control: Control) -> None:
     run_id = control.start(task="List three uses of a message queue")
-    response = control.http.post(f"/runs/{run_id}/approve")
+    response = control.http.post(f"/runs/{run_id}/approve", json={})
     assert response.status_code == 409, response.text
     control.http.post(f"/runs/{run_id}/stop", json={"reason": "done testing"})
     control.wait_until_finished(run_id)
@@ -170,7 +170,7 @@ def test_approve_in_auto_mode_is_409(control: Control) -> None:
 
 @pytest.mark.parametrize("action", ["pause", "resume", "approve"])
 def test_unknown_run_is_404(control: Control, action: str) -> None:
-    response = control.http.post(f"/runs/{UNKNOWN}/{action}")
+    response = control.http.post(f"/runs/{UNKNOWN}/{action}", json={})
     assert response.status_code == 404, response.text
     assert response.json()["detail"] == f"run {UNKNOWN} not found"
 
@@ -181,7 +181,7 @@ def test_unknown_run_stream_is_404(control: Control) -> None:
 
 
 @pytest.mark.parametrize(
-    ("action", "body"), [("pause", None), ("resume", None), ("approve", {"max_iterations": 2})]
+    ("action", "body"), [("pause", {}), ("resume", {}), ("approve", {"max_iterations": 2})]
 )
 def test_finished_run_is_409(
     control: Control, finished_run: str, action: str, body: dict[str, Any] | None
@@ -381,14 +381,15 @@ def test_tokens_guard_the_run_routes(control: Control, finished_run: str) -> Non
         ("GET", f"/runs/{finished_run}/events"),
         ("POST", f"/runs/{finished_run}/pause"),
     ]:
-        bare = guarded.request(method, path)
+        body = {} if method == "POST" else None
+        bare = guarded.request(method, path, json=body)
         assert bare.status_code == 401, (path, bare.text)
         assert bare.headers["www-authenticate"] == "Bearer"
-        wrong = guarded.request(method, path, headers={"Authorization": "Bearer nope"})
+        wrong = guarded.request(method, path, json=body, headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401, (path, wrong.text)
     auth = {"Authorization": f"Bearer {TOKEN}"}
     assert guarded.get(f"/runs/{finished_run}", headers=auth).status_code == 200
-    assert guarded.post(f"/runs/{finished_run}/pause", headers=auth).status_code == 409
+    assert guarded.post(f"/runs/{finished_run}/pause", json={}, headers=auth).status_code == 409
     assert guarded.get("/healthz").status_code == 200
     assert guarded.get("/readyz").status_code == 200
     assert guarded.get("/openapi.json").status_code == 200

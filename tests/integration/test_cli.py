@@ -241,12 +241,12 @@ def test_cli_pauses_approves_and_resumes_an_interactive_run(stack: Stack) -> Non
 
 
 def test_cli_sends_the_token(stack: Stack) -> None:
-    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret,other")
+    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret-0123456789,other-0123456789")
     assert httpx.get(f"{base_url}/runs", timeout=30).status_code == 401
     loops = Cli(stack, base_url)
     refused = loops("list")
     assert refused.returncode == 1
     assert "HTTP 401" in refused.stderr and "LOOPS_API_TOKEN" in refused.stderr
-    assert loops("list", LOOPS_API_TOKEN="s3cret").returncode == 0
-    assert loops("--token", "other", "list").returncode == 0
+    assert loops("list", LOOPS_API_TOKEN="s3cret-0123456789").returncode == 0
+    assert loops("--token", "other-0123456789", "list").returncode == 0
     assert loops("list", "--token", "wrong").returncode == 1

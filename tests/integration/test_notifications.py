@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.client import Client
 
 from loopworks.deploy.local import free_port
 from loopworks.schemas.run import TERMINAL_STATUSES
@@ -30,6 +31,7 @@ from tests.integration.test_worker_loss import wait_until_polling
 pytestmark = pytest.mark.integration
 
 SECRET = "a-test-notify-secret-of-some-length"
+INTERNAL_REPLY = b"internal-only: db password hunter2"
 TERMINAL = {status.value for status in TERMINAL_STATUSES}
 # Short retries, so a failing receiver is given up in seconds.
 RETRY_S, GIVE_UP_S, ATTEMPT_S = 0.5, 6.0, 2.0
@@ -60,6 +62,8 @@ class Receiver:
     holding: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     path: str = "/hook"
+    # What each answer's body says (an internal service's reply, say).
+    reply: bytes = b""
 
     @property
     def url(self) -> str:
@@ -91,8 +95,9 @@ class Receiver:
                     self.close_connection = True
                     return
                 self.send_response(status)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(receiver.reply)))
                 self.end_headers()
+                self.wfile.write(receiver.reply)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -213,10 +218,13 @@ def test_a_failing_receiver_gets_it_once_late_and_the_run_does_not_wait(
     assert delivered.at - attempts[0].at >= RETRY_S * (1 + 2 + 4) * 0.9
 
 
-def test_a_receiver_that_always_fails_leaves_an_event_and_a_completed_run(
+async def test_a_receiver_that_always_fails_leaves_an_event_and_a_completed_run(
     stack: Stack, receivers: Callable[..., Receiver]
 ) -> None:
+    """...and its status, never its reply: an allow-listed internal host answering a
+    POST must not become readable through the run's events or its history."""
     receiver = receivers(lambda n: 500)
+    receiver.reply = INTERNAL_REPLY
     notifying(stack, receiver)
     stack.start_worker()
     _, base_url = stack.start_api()
@@ -239,7 +247,12 @@ def test_a_receiver_that_always_fails_leaves_an_event_and_a_completed_run(
     assert event["payload"]["event"] == "completed"
     assert event["payload"]["webhook"] == f"http://127.0.0.1:{receiver.port}/…"
     assert event["payload"]["key"] == key(receiver.deliveries[0])
+    assert "answered 500" in event["payload"]["error"]
     assert len(receiver.deliveries) >= 2 and not receiver.acknowledged()
+    assert INTERNAL_REPLY.decode() not in json.dumps(events)
+    client = await Client.connect(stack.server.address, namespace=stack.namespace)
+    history = await client.get_workflow_handle(run_id).fetch_history()
+    assert INTERNAL_REPLY.decode() not in history.to_json()
 
 
 def test_a_worker_killed_while_sending_leaves_one_delivery(
@@ -311,9 +324,9 @@ def test_a_graph_notifies_its_waits_and_its_end(
         assert created.status_code == 201, created.text
         graph_id = created.json()["graph_id"]
         receiver.wait_for(1, timeout=120)
-        assert http.post(f"/graphs/{graph_id}/pause").status_code == 200
+        assert http.post(f"/graphs/{graph_id}/pause", json={}).status_code == 200
         receiver.wait_for(2)
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
         deliveries = receiver.wait_for(3)
         time.sleep(2 * RETRY_S)
         state = http.get(f"/graphs/{graph_id}").json()
@@ -368,7 +381,7 @@ def test_a_graphs_blocked_task_loop_is_notified_with_the_graphs_command(
             json={"task": "T-001", "note": "scope confirmed"},
         )
         assert cleared.status_code == 200, cleared.text
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
         deliveries = receiver.wait_for(2)
         time.sleep(2 * RETRY_S)
         state = http.get(f"/graphs/{graph_id}").json()

@@ -68,7 +68,7 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"producer": {"1": {"delay_ms": 3000}}}))
     stack.start_worker(LOOPS_OFFLINE_SCRIPT=str(script))
-    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret")
+    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret-0123456789")
     rules = [
         {
             "id": "has-title",
@@ -87,7 +87,7 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
             },
         },
     ]
-    auth = {"Authorization": "Bearer s3cret"}
+    auth = {"Authorization": "Bearer s3cret-0123456789"}
     with httpx.Client(base_url=base_url, timeout=30, headers=auth) as http:
         created = http.post(
             "/runs",
@@ -172,10 +172,10 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
 
     # `loops trajectory` writes the same lines to stdout, filtered as asked.
     exported = loops(stack, base_url, "trajectory", run_id, "--loop-type", "skill",
-                     LOOPS_API_TOKEN="s3cret")  # fmt: skip
+                     LOOPS_API_TOKEN="s3cret-0123456789")  # fmt: skip
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout == skill_only.text
-    everything = loops(stack, base_url, "trajectory", run_id, LOOPS_API_TOKEN="s3cret")
+    everything = loops(stack, base_url, "trajectory", run_id, LOOPS_API_TOKEN="s3cret-0123456789")
     assert everything.stdout == response.text
     refused = loops(stack, base_url, "trajectory", run_id)
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr
@@ -185,8 +185,8 @@ def test_a_graphs_own_calls_are_served_and_exported(stack: Stack, tmp_path: Path
     # A remote origin: the API reads the planner's call through a cache of it.
     url = f"file://{bare_remote(tmp_path)}"
     stack.start_worker()
-    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret")
-    auth = {"Authorization": "Bearer s3cret"}
+    _, base_url = stack.start_api(LOOPS_API_TOKENS="s3cret-0123456789")
+    auth = {"Authorization": "Bearer s3cret-0123456789"}
     with httpx.Client(base_url=base_url, timeout=30, headers=auth) as http:
         created = http.post(
             "/graphs", json={"goal": "Write a guide", "repo": url, "mode": "interactive"}
@@ -202,8 +202,8 @@ def test_a_graphs_own_calls_are_served_and_exported(stack: Stack, tmp_path: Path
         unknown = http.get("/graphs/no-such-graph-20250101-000000-abcdef/trajectory")
         anonymous = httpx.get(f"{base_url}/graphs/{graph_id}/trajectory", timeout=30)
         exported = loops(stack, base_url, "graph", "trajectory", graph_id,
-                         LOOPS_API_TOKEN="s3cret")  # fmt: skip
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+                         LOOPS_API_TOKEN="s3cret-0123456789")  # fmt: skip
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
 
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")

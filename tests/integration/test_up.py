@@ -73,7 +73,7 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         "LOOPS_SANDBOX": "auto",
         # An API that asks for a token: the demo sends the first one (found by hand: it
         # sent none and was answered 401).
-        "LOOPS_API_TOKENS": "first-token, second-token",
+        "LOOPS_API_TOKENS": "first-token-0123456789, second-token-0123456789",
     }
     # As a user without a key gets it: no model chosen. `loops up` (unlike a worker
     # started alone) runs the offline model then, and says so.
@@ -129,7 +129,7 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         base = f"http://127.0.0.1:{api_port}"
         wait_for_http(f"{base}/readyz", timeout=120)
         asked = urllib.request.Request(
-            f"{base}/runs/{run_id}", headers={"Authorization": "Bearer second-token"}
+            f"{base}/runs/{run_id}", headers={"Authorization": "Bearer second-token-0123456789"}
         )
         with urllib.request.urlopen(asked, timeout=30) as response:
             state = json.loads(response.read())

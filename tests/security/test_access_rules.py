@@ -24,6 +24,9 @@ from loopworks.schemas.settings import Settings
 
 pytestmark = pytest.mark.unit
 
+# Makes a token as long as a token must be (api/tokens.py, MIN_TOKEN_CHARS).
+PAD = "-0123456789abcdef"
+
 
 def _table(settings: Settings) -> list[tuple[str, str, bool]]:
     return [(t.name, t.secret, t.read_only) for t in tokens.load(settings)]
@@ -31,35 +34,38 @@ def _table(settings: Settings) -> list[tuple[str, str, bool]]:
 
 def test_named_and_bare_tokens() -> None:
     settings = Settings(
-        LOOPS_API_TOKENS=" alice:s3cret-a , bare-one,bob:has:colons ",
-        LOOPS_API_READ_TOKENS="dash:s3cret-d, bare-two",
+        LOOPS_API_TOKENS=f" alice:s3cret-a{PAD} , bare-one{PAD},bob:has:colons{PAD} ",
+        LOOPS_API_READ_TOKENS=f"dash:s3cret-d{PAD}, bare-two{PAD}",
     )
     assert _table(settings) == [
-        ("alice", "s3cret-a", False),
-        ("token-2", "bare-one", False),
-        ("bob", "has:colons", False),
-        ("dash", "s3cret-d", True),
-        ("read-token-2", "bare-two", True),
+        ("alice", f"s3cret-a{PAD}", False),
+        ("token-2", f"bare-one{PAD}", False),
+        ("bob", f"has:colons{PAD}", False),
+        ("dash", f"s3cret-d{PAD}", True),
+        ("read-token-2", f"bare-two{PAD}", True),
     ]
 
 
 def test_a_token_file(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
-    path.write_text("# who may\n\nci:c1-secret\n  grafana:g-secret:read  \n")
-    settings = Settings(LOOPS_API_TOKENS="alice:a-secret", LOOPS_API_TOKENS_FILE=str(path))
+    path.write_text(f"# who may\n\nci:c1-secret{PAD}\n  grafana:g-secret{PAD}:read  \n")
+    settings = Settings(LOOPS_API_TOKENS=f"alice:a-secret{PAD}", LOOPS_API_TOKENS_FILE=str(path))
     assert _table(settings) == [
-        ("alice", "a-secret", False),
-        ("ci", "c1-secret", False),
-        ("grafana", "g-secret", True),
+        ("alice", f"a-secret{PAD}", False),
+        ("ci", f"c1-secret{PAD}", False),
+        ("grafana", f"g-secret{PAD}", True),
     ]
 
 
 @pytest.mark.parametrize(
     ("variables", "says"),
     [
-        ({"LOOPS_API_TOKENS": "a:x1,a:x2"}, "'a' is used twice"),
-        ({"LOOPS_API_TOKENS": "a:same", "LOOPS_API_READ_TOKENS": "b:same"}, "also given"),
-        ({"LOOPS_API_TOKENS": "local:x"}, "open access"),
+        ({"LOOPS_API_TOKENS": f"a:x1{PAD},a:x2{PAD}"}, "'a' is used twice"),
+        ({"LOOPS_API_TOKENS": f"a:same{PAD}", "LOOPS_API_READ_TOKENS": f"b:same{PAD}"}, "also"),
+        ({"LOOPS_API_TOKENS": f"local:x{PAD}"}, "open access"),
+        # A token that can be guessed, named or bare, in any of the three sources.
+        ({"LOOPS_API_TOKENS": "alice:x1"}, "'alice' has 2 characters, fewer than the 16"),
+        ({"LOOPS_API_READ_TOKENS": "same-x1-0123456"}, "'read-token-1' has 15 characters"),
         ({"LOOPS_API_TOKENS": "bad name:x"}, "LOOPS_API_TOKENS entry 1"),
         ({"LOOPS_API_TOKENS": ":x"}, "LOOPS_API_TOKENS entry 1"),
         ({"LOOPS_API_READ_TOKENS": "ok:y,d:"}, "LOOPS_API_READ_TOKENS entry 2: the token named"),
@@ -74,19 +80,28 @@ def test_an_ambiguous_table_is_refused_without_repeating_a_token(
     assert "x1" not in str(refused.value) and "same" not in str(refused.value)
 
 
+def test_a_short_token_in_a_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"ci:ok-secret{PAD}\nbot:guessable:read\n")
+    with pytest.raises(ValueError, match="'bot' has 9 characters") as refused:
+        tokens.load(Settings(LOOPS_API_TOKENS_FILE=str(path)))
+    assert "guessable" not in str(refused.value)
+
+
 def test_a_file_line_without_a_name(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
-    path.write_text("ci:ok-secret\njust-a-token\n")
+    path.write_text(f"ci:ok-secret{PAD}\njust-a-token{PAD}\n")
     with pytest.raises(ValueError, match="line 2: expected name:token"):
         tokens.load(Settings(LOOPS_API_TOKENS_FILE=str(path)))
 
 
 def test_match_compares_every_token_and_knows_the_kind() -> None:
-    table = tokens.load(Settings(LOOPS_API_TOKENS="a:one-secret", LOOPS_API_READ_TOKENS="r:two"))
-    assert tokens.match("one-secret", table) == tokens.ApiToken("a", "one-secret")
-    assert tokens.match("two", table) == tokens.ApiToken("r", "two", read_only=True)
-    assert tokens.match("three", table) is None
-    assert "one-secret" not in repr(table)
+    one, two = f"one-secret{PAD}", f"two{PAD}"
+    table = tokens.load(Settings(LOOPS_API_TOKENS=f"a:{one}", LOOPS_API_READ_TOKENS=f"r:{two}"))
+    assert tokens.match(one, table) == tokens.ApiToken("a", one)
+    assert tokens.match(two, table) == tokens.ApiToken("r", two, read_only=True)
+    assert tokens.match(f"three{PAD}", table) is None
+    assert one not in repr(table)
 
 
 @pytest.mark.parametrize(
@@ -95,8 +110,8 @@ def test_match_compares_every_token_and_knows_the_kind() -> None:
         ({"LOOPS_API_HOST": "0.0.0.0"}, True),
         ({"LOOPS_API_HOST": "::"}, True),
         ({"LOOPS_API_HOST": "10.0.0.5"}, True),
-        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_READ_TOKENS": "r:x"}, False),
-        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_TOKENS": "a:x"}, False),
+        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_READ_TOKENS": f"r:x{PAD}"}, False),
+        ({"LOOPS_API_HOST": "0.0.0.0", "LOOPS_API_TOKENS": f"a:x{PAD}"}, False),
         ({"LOOPS_API_HOST": "127.0.0.1"}, False),
         ({"LOOPS_API_HOST": "localhost"}, False),
     ],
@@ -106,6 +121,37 @@ def test_refusal_to_start(variables: dict[str, str], refused: bool) -> None:
     assert (said is not None) is refused
     if said:
         assert "LOOPS_API_TOKENS" in said and "127.0.0.1" in said
+
+
+CREDENTIALS = '{"github.com": {"username": "x-access-token", "token": "ghp_0123456789abcdef"}}'
+
+
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({"LOOPS_API_TOKENS": f"a:x{PAD}", "LOOPS_GIT_CREDENTIALS": CREDENTIALS}, True),
+        ({"LOOPS_API_READ_TOKENS": f"r:x{PAD}", "LOOPS_GIT_CREDENTIALS": CREDENTIALS}, True),
+        (
+            {
+                "LOOPS_API_TOKENS": f"a:x{PAD}",
+                "LOOPS_GIT_CREDENTIALS": CREDENTIALS,
+                "LOOPS_ALLOWED_ORIGINS": "https://github.com/acme/",
+            },
+            False,
+        ),
+        # One user on loopback, no tokens: the operator is the only client.
+        ({"LOOPS_GIT_CREDENTIALS": CREDENTIALS}, False),
+        ({"LOOPS_API_TOKENS": f"a:x{PAD}"}, False),
+    ],
+)
+def test_a_shared_api_with_credentials_needs_allowed_origins(
+    variables: dict[str, str], refused: bool
+) -> None:
+    said = refusal_to_start(Settings(**variables))  # type: ignore[arg-type]
+    assert (said is not None) is refused, said
+    if said:
+        assert "LOOPS_ALLOWED_ORIGINS" in said and "github.com" in said
+        assert "ghp_" not in said
 
 
 @pytest.mark.parametrize(

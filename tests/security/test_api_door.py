@@ -91,12 +91,12 @@ async def test_named_hosts_are_served(fake: FakeClient) -> None:
 WRITES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/runs", {"task": "t"}),
     ("POST", f"/runs/{RUN}/stop", {"reason": "r"}),
-    ("POST", f"/runs/{RUN}/pause", None),
+    ("POST", f"/runs/{RUN}/pause", {}),
     ("POST", f"/runs/{RUN}/approve", {}),
     ("POST", f"/runs/{RUN}/clear-block", {"note": "n"}),
     ("DELETE", f"/runs/{FINISHED}/workspace", None),
     ("POST", "/graphs", {"goal": "g"}),
-    ("POST", "/graphs/graph-x-20250101-000000-abcdef/stop", None),
+    ("POST", "/graphs/graph-x-20250101-000000-abcdef/stop", {}),
     ("POST", "/playbooks/p/rollback", {"version": 1}),
 ]
 

@@ -137,6 +137,39 @@ def test_the_configured_https_host_gets_its_credential_and_no_other_host_does(
 
 @pytest.mark.integration
 @pytest.mark.parametrize("user_helpers", [False, True])
+def test_a_credential_scoped_to_origins_is_used_for_no_other_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_helpers: bool
+) -> None:
+    """The operator's token for `https://<host>/acme/` asked for by another repository on
+    the same host (a token holder naming `https://<host>/other/r.git`): not answered."""
+    cert, key = self_signed(tmp_path)
+    monkeypatch.setenv("GIT_SSL_CAINFO", str(cert))
+    with credential_seeker(tls=(cert, key)) as seeker:
+        scoped = json.dumps(
+            {
+                seeker.host: {
+                    "username": "x-access-token",
+                    "token": TOKEN,
+                    "origins": [f"https://{seeker.host}/acme/"],
+                }
+            }
+        )
+        workspaces = GitWorkspaces(
+            tmp_path / "w", "loopworks", "l@x", credentials=scoped, user_helpers=user_helpers
+        )
+        for elsewhere in ("other/r.git", "acme-evil/r.git", "r.git"):
+            with pytest.raises(GitError):
+                workspaces.resolve_base(seeker.url(elsewhere), None)
+        assert len(seeker.seen.paths) >= 3 and seeker.seen.authorizations == []
+
+        with pytest.raises(GitError) as raised:
+            workspaces.resolve_base(seeker.url("acme/r.git"), None)
+        assert seeker.seen.credentials() == [f"x-access-token:{TOKEN}"]
+        assert TOKEN not in str(raised.value)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("user_helpers", [False, True])
 def test_the_users_own_helpers_answer_only_when_loops_up_keeps_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_helpers: bool
 ) -> None:
@@ -216,6 +249,87 @@ def test_the_helper_answers_only_a_configured_https_host(
     assert (found.token if found else None) == expected
 
 
+SCOPED = {
+    "github.com": GitCredential(
+        "x-access-token", TOKEN, ("https://github.com/acme/", "https://github.com/solo/tool")
+    )
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("path", "answered"),
+    [
+        ("acme/repo.git", True),
+        ("acme/team/repo", True),
+        ("/acme/repo.git", True),
+        ("solo/tool.git", True),
+        ("solo/tool", True),
+        ("solo/tool/sub.git", True),
+        # Another repository of the same host, or one whose name only begins the same.
+        ("other/repo.git", False),
+        ("acme-evil/repo.git", False),
+        ("acmerepo.git", False),
+        ("solo/tool.evil", False),
+        ("solo/toolbox.git", False),
+        # git named no repository: which one it is for cannot be told.
+        (None, False),
+    ],
+)
+def test_a_credential_naming_origins_answers_only_for_them(
+    path: str | None, answered: bool
+) -> None:
+    request = {"protocol": "https", "host": "github.com"}
+    if path is not None:
+        request["path"] = path
+    assert (credential_for(request, SCOPED) is not None) is answered
+
+
+@pytest.mark.unit
+def test_origins_are_parsed_normalised_and_must_be_https_on_their_host() -> None:
+    value = json.dumps(
+        {
+            "GitHub.com:443": {
+                "username": "u",
+                "token": TOKEN,
+                "origins": ["HTTPS://GitHub.com/acme/"],
+            }
+        }
+    )
+    assert parse_credentials(value)["github.com"].origins == ("https://github.com/acme/",)
+    assert TOKEN not in repr(parse_credentials(value))
+    for origins in (
+        ["http://github.com/acme/"],
+        ["https://gitlab.com/acme/"],
+        ["https://github.com:8443/acme/"],
+        ["https://github.com"],
+        "https://github.com/acme/",
+        [7],
+    ):
+        bad = json.dumps({"github.com": {"username": "u", "token": TOKEN, "origins": origins}})
+        with pytest.raises(ValueError, match="origins") as raised:
+            parse_credentials(bad)
+        assert TOKEN not in str(raised.value)
+
+
+@pytest.mark.unit
+def test_git_tells_the_path_only_to_hosts_whose_credential_names_origins() -> None:
+    from loopworks.schemas.git_credentials import path_scoped_hosts
+    from loopworks.workspace.lockdown import path_scoped
+
+    value = json.dumps(
+        {
+            "github.com": {"username": "u", "token": TOKEN, "origins": ["https://github.com/a/"]},
+            "git.example.com:8443": {"username": "u", "token": OTHER_TOKEN},
+        }
+    )
+    assert path_scoped(path_scoped_hosts(value)) == (
+        "-c",
+        "credential.https://github.com.useHttpPath=true",
+    )
+    assert path_scoped_hosts("not json") == []
+
+
 @pytest.mark.unit
 def test_the_helper_reads_its_credentials_from_the_environment_and_answers_get_only() -> None:
     environ = {"LOOPS_GIT_CREDENTIALS": _configured("github.com")}
@@ -240,6 +354,7 @@ def test_the_helper_reads_its_credentials_from_the_environment_and_answers_get_o
         '{"https://github.com": {"username": "u", "token": "t"}}',
         '{"user@github.com": {"username": "u", "token": "t"}}',
         '{"github.com/path": {"username": "u", "token": "t"}}',
+        '{"github.com": {"username": "u", "token": "t", "scope": "all"}}',
     ],
 )
 def test_a_malformed_credential_setting_is_refused_without_quoting_it(value: str) -> None:

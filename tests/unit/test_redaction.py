@@ -35,6 +35,7 @@ NOT_SECRET = {
     "api_tokens_file": "the path of the API's tokens file, not a token",
     "run_budget_tokens": "a run's budget, in model tokens",
     "graph_budget_tokens": "a graph's total budget, in model tokens",
+    "client_day_tokens": "what a client may spend in a day, in model tokens",
 }
 
 

@@ -22,6 +22,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.integration import IntegrationActivities
     from loopworks.activities.planning import PlanningActivities
+    from loopworks.schemas.admission import Spent
     from loopworks.schemas.graph import (
         GraphApproval,
         GraphInput,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph.record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
+    from loopworks.workflows.slot import give_back
 
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
@@ -163,6 +165,11 @@ class TaskGraphWorkflow:
             self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         await self._record.notifier.drain()  # the graph has finished: only notifications wait
+        # The caps' slots that admitted it, and what it spent, for the next client.
+        if self._params.slots and workflow.patched("admission-slots"):
+            usage = self._state.usage
+            spent = Spent(tokens=usage.total_tokens, cost_usd=usage.cost_usd)
+            await give_back(self._params.slots, self._state.graph_id, spent)
         return GraphResult(state=self._state, ledger=self._memory.ledger)
 
     async def _prepare(self) -> None:
