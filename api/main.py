@@ -11,7 +11,7 @@ from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
 
 from loopworks.api import dashboard, errors, redaction, tokens
-from loopworks.api.codec import CodecCors, ui_origins
+from loopworks.api.codec_server import CodecCors, ui_origins
 from loopworks.api.connection import TemporalConnection
 from loopworks.api.errors import TemporalUnavailable
 from loopworks.api.hosts import TrustedHosts, allowed_hosts
@@ -76,7 +76,7 @@ def create_app(
     app.add_middleware(CodecCors, origins=ui_origins(settings))
     # Added before TrustedHosts, so it runs after it (the last added runs first): a foreign
     # Host is refused before an Origin is compared with it. The Temporal UI's page may call
-    # the codec routes (api/codec.py), and no other.
+    # the codec routes (api/codec_server.py), and no other.
     app.add_middleware(
         NoCrossSiteWrites,
         trusted=settings.api_trusted_origins,

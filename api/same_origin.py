@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loopworks.api.codec import PREFIX as CODEC_PREFIX
+from loopworks.api.codec_server import PREFIX as CODEC_PREFIX
 from loopworks.schemas.settings import TRUSTED_ORIGINS, web_origins
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -100,7 +100,7 @@ def refusal(method: str, headers: dict[str, str], trusted: Iterable[str] = ()) -
 class NoCrossSiteWrites:
     """ASGI middleware: `refusal`'s 403 or 415 before any route runs. The Temporal UI's
     page (`codec_origins`) calls the codec routes from another origin, perhaps another
-    site, to read histories (api/codec.py, which answers its preflight): there, and only
+    site, to read histories (api/codec_server.py, which answers its preflight): there, and only
     there, its origin passes; the body must still be JSON."""
 
     def __init__(

@@ -28,7 +28,7 @@ from fastapi.sse import format_sse_event
 from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
 from temporalio.service import RPCError
 
-from loopworks.api import runs
+from loopworks.api import run_handles
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import RunNotFound, StateUnavailable, TemporalUnavailable
 from loopworks.schemas.events import Event
@@ -75,13 +75,13 @@ class RunEvents:
 
     async def events(self, after: int) -> list[Event]:
         description, self._description = self._description, None
-        return await runs.read_events(self._handle, after, self._workspaces, description)
+        return await run_handles.read_events(self._handle, after, self._workspaces, description)
 
     async def closed(self) -> bool:
         # Temporal's execution status, not the run's own: a run terminated from outside
         # never writes a terminal status, but it does close.
-        self._description = await runs.describe(self._handle)
-        return runs.is_closed(self._description)
+        self._description = await run_handles.describe(self._handle)
+        return run_handles.is_closed(self._description)
 
 
 def encode(event: Event) -> bytes:

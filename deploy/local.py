@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from loopworks.api import tokens
-from loopworks.api.codec import PREFIX as CODEC_PREFIX
+from loopworks.api.codec_server import PREFIX as CODEC_PREFIX
 from loopworks.api.security import refusal_to_start
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.demo import DEMO_TASK, StackDown, http_json, run_demo
@@ -218,7 +218,7 @@ class LocalStack:
         env.update(model_env)
         env.update(keys_env)
         if ui_url:
-            # The UI's page, which the API's codec endpoint lets call it (api/codec.py),
+            # The UI's page, which the API's codec endpoint lets call it (api/codec_server.py),
             # and which notifications and the dashboard link to.
             env.setdefault("LOOPS_TEMPORAL_UI_URL", ui_url)
         env.update(

@@ -42,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
 REMEMBERED_BATCHES = 500
 
 
-# The workflow's type: visibility queries name it (api/playbooks.py).
+# The workflow's type: visibility queries name it (api/playbook_curation.py).
 PLAYBOOK_WORKFLOW = "PlaybookWorkflow"
 # A signal is started with by its name (`writer.deliver_batch`).
 DELIVER_SIGNAL = "deliver"

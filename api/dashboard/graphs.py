@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from temporalio.client import Client
 
-from loopworks.api import graphs, listing
+from loopworks.api import graph_handles, listing
 from loopworks.api.dashboard import dag, render
 from loopworks.api.dashboard.access import UiCaller
 from loopworks.api.dashboard.runs import digest, spend, temporal_link
@@ -103,7 +103,7 @@ async def graph_page(
 ) -> HTMLResponse:
     """The DAG of the graph's tasks, coloured by status, each linking to its loop; the
     ledger; the merge queue; the spend against the graph's total budget."""
-    state, ledger = await graphs.read(handle)
+    state, ledger = await graph_handles.read(handle)
     loops = await task_loops(client, handle.id)
     rows = []
     for task in state.tasks:

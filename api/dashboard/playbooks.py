@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from loopworks.api import playbooks
+from loopworks.api import playbook_curation
 from loopworks.api.dashboard import render
 from loopworks.api.dashboard.access import UiCaller
 from loopworks.api.deps import ClientDep, WorkspacesDep
@@ -19,7 +19,7 @@ router = APIRouter(prefix="/ui", tags=["dashboard"], include_in_schema=False)
 
 @router.get("/playbooks")
 async def playbooks_page(request: Request, caller: UiCaller, client: ClientDep) -> HTMLResponse:
-    states = await playbooks.list_states(client, 500)
+    states = await playbook_curation.list_states(client, 500)
     return render.page(request, "playbooks.html", caller, {"states": states})
 
 
@@ -33,13 +33,13 @@ async def playbook_page(
     version: Annotated[int | None, Query(ge=1)] = None,
 ) -> HTMLResponse:
     """The current version (or `version`), and every version with a rollback to it."""
-    state = await playbooks.state_of(client, name)
+    state = await playbook_curation.state_of(client, name)
     shown = (
-        await playbooks.at_version(client, workspaces, name, version)
+        await playbook_curation.at_version(client, workspaces, name, version)
         if version is not None
-        else await playbooks.current(client, workspaces, name)
+        else await playbook_curation.current(client, workspaces, name)
     )
-    versions = await playbooks.versions(client, workspaces, name)
+    versions = await playbook_curation.versions(client, workspaces, name)
     sections: dict[str, list[object]] = {}
     for item in shown.items:
         sections.setdefault(item.section, []).append(item)

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
-from loopworks.api import listing, runs
+from loopworks.api import listing, run_handles
 from loopworks.api.dashboard import markdown, render, run_view
 from loopworks.api.dashboard.access import UiCaller
 from loopworks.api.dashboard.states import RunStates
@@ -205,9 +205,9 @@ def digest(*parts: Any) -> str:
 async def _run_context(
     handle: Any, workspaces: GitWorkspaces, settings: Settings
 ) -> dict[str, Any]:
-    description = await runs.describe(handle)
-    state = await runs.read_state(handle, description)
-    events = await runs.read_events(handle, 0, workspaces, description)
+    description = await run_handles.describe(handle)
+    state = await run_handles.read_state(handle, description)
+    events = await run_handles.read_events(handle, 0, workspaces, description)
     points = run_view.score_points(events)
     artifact, artifact_error = None, ""
     diff: list[dict[str, Any]] = []
@@ -229,7 +229,7 @@ async def _run_context(
     gate = state.gate.kind.value if state.gate else ""
     return {
         "state": state,
-        "closed": runs.is_closed(description),
+        "closed": run_handles.is_closed(description),
         "events": events,
         "last_seq": events[-1].seq if events else 0,
         "chart": run_view.score_chart(points, state.thresholds),
@@ -298,7 +298,7 @@ async def trajectory_page(
 ) -> HTMLResponse:
     """Every model call of the run, by step and role, with its tokens and cost; one call's
     messages with `call`."""
-    state = await runs.read_state(handle)
+    state = await run_handles.read_state(handle)
     records, error = await _git(_records, workspaces, state)
     calls = run_view.model_calls(records or [], settings.prices)
     steps = sorted({c.step for c in calls})

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from loopworks.api import runs
+from loopworks.api import run_handles
 from loopworks.api.errors import ApiError
 from loopworks.api.models import RunSummary
 from loopworks.schemas.run import RunState
@@ -55,7 +55,7 @@ class RunStates:
             return state
         handle = client.get_workflow_handle_for(LoopWorkflow.run, run_id)
         try:
-            state = await asyncio.wait_for(runs.read_state(handle), ROW_DEADLINE_SECONDS)
+            state = await asyncio.wait_for(run_handles.read_state(handle), ROW_DEADLINE_SECONDS)
         except (ApiError, RPCError, TimeoutError) as err:
             log.info("the run list shows %s without its state: %s", run_id, err)
             return None

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
-from loopworks.api import codec
+from loopworks.api import codec_server
 from loopworks.api.models import ErrorBody
 from loopworks.api.security import authenticated, require_token
 from loopworks.service.codec import EncryptionCodec
@@ -19,13 +19,13 @@ RESPONSES: Responses = {
     404: {"model": ErrorBody, "description": "LOOPS_PAYLOAD_KEYS is unset: nothing is encrypted"},
 }
 
-router = APIRouter(prefix=codec.PREFIX, tags=["codec"], responses=RESPONSES)
+router = APIRouter(prefix=codec_server.PREFIX, tags=["codec"], responses=RESPONSES)
 
 
 def payload_codec(request: Request) -> EncryptionCodec:
     found: EncryptionCodec | None = request.app.state.codec
     if found is None:
-        raise codec.CodecNotConfigured()
+        raise codec_server.CodecNotConfigured()
     return found
 
 
@@ -33,10 +33,12 @@ CodecDep = Annotated[EncryptionCodec, Depends(payload_codec)]
 
 
 @router.post("/decode", dependencies=[Depends(authenticated)])
-async def decode(body: codec.CodecPayloads, payload_codec: CodecDep) -> codec.CodecPayloads:
+async def decode(
+    body: codec_server.CodecPayloads, payload_codec: CodecDep
+) -> codec_server.CodecPayloads:
     """Open encrypted payloads (any token, read-only ones too); what they hold comes back
     redacted of the API's secrets. Payloads never encrypted come back as they are."""
-    return await codec.decode(payload_codec, body)
+    return await codec_server.decode(payload_codec, body)
 
 
 @router.post(
@@ -44,7 +46,9 @@ async def decode(body: codec.CodecPayloads, payload_codec: CodecDep) -> codec.Co
     dependencies=[Depends(require_token)],
     responses={403: {"model": ErrorBody, "description": "A read-only token"}},
 )
-async def encode(body: codec.CodecPayloads, payload_codec: CodecDep) -> codec.CodecPayloads:
+async def encode(
+    body: codec_server.CodecPayloads, payload_codec: CodecDep
+) -> codec_server.CodecPayloads:
     """Encrypt payloads with the current key, as a worker would (a token that may change
     things: the UI encodes what it sends a workflow)."""
-    return await codec.encode(payload_codec, body)
+    return await codec_server.encode(payload_codec, body)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.sse import EventSourceResponse
 from pydantic import Field
 
-from loopworks.api import graphs, redaction, stream
+from loopworks.api import graph_handles, redaction, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, SettingsDep, WorkspacesDep
 from loopworks.api.errors import GraphNotFound
 from loopworks.api.models import (
@@ -40,16 +40,16 @@ router = APIRouter(
 )
 
 
-async def graph_handle(graph_id: str, connection: ConnectionDep) -> graphs.GraphHandle:
+async def graph_handle(graph_id: str, connection: ConnectionDep) -> graph_handles.GraphHandle:
     try:
         checked_run_id(graph_id)
     except ValueError as err:
         raise GraphNotFound(graph_id[:200]) from err
     client = await connection.client()
-    return client.get_workflow_handle_for(graphs.TaskGraphWorkflow.run, graph_id)
+    return client.get_workflow_handle_for(graph_handles.TaskGraphWorkflow.run, graph_id)
 
 
-GraphHandle = Annotated[graphs.GraphHandle, Depends(graph_handle)]
+GraphHandle = Annotated[graph_handles.GraphHandle, Depends(graph_handle)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, responses=OVER_QUOTA)
@@ -60,10 +60,10 @@ async def create_graph(
     response: Response,
     caller: CallerDep,
 ) -> GraphCreated:
-    request = await asyncio.to_thread(graphs.checked, body, settings.origin_rules())
-    request = redaction.graph_request(graphs.within_limits(request, settings))
+    request = await asyncio.to_thread(graph_handles.checked, body, settings.origin_rules())
+    request = redaction.graph_request(graph_handles.within_limits(request, settings))
     client = await connection.client()
-    graph_id = await graphs.start_graph(client, settings, request, caller=caller.name)
+    graph_id = await graph_handles.start_graph(client, settings, request, caller=caller.name)
     url = str(router.url_path_for("get_graph", graph_id=graph_id))
     response.headers["Location"] = url
     return GraphCreated(graph_id=graph_id, status_url=url)
@@ -90,7 +90,7 @@ async def list_graphs(
 @router.get("/{graph_id}", responses=NOT_FOUND)
 async def get_graph(handle: GraphHandle) -> GraphState:
     """The graph's status, integration branch, and every task with its attempts and runs."""
-    return await graphs.read_state(handle)
+    return await graph_handles.read_state(handle)
 
 
 @router.get(
@@ -114,16 +114,16 @@ async def get_ledger(
         int | None, Header(alias="Last-Event-ID", ge=0, description="Resume after this line")
     ] = None,
 ) -> Response:
-    """The graph's status ledger (docs/graphs.md#the-ledger) as JSON lines, as the graph
+    """The graph's status ledger (docs/graph_handles.md#the-ledger) as JSON lines, as the graph
     appends it to docs/current/task-status.jsonl on its integration branch; with `follow`,
     its lines as they come (event `ledger`, id the line's number), as `/runs/{id}/events`
     streams."""
     if not follow:
-        lines = await graphs.read_ledger(handle)
+        lines = await graph_handles.read_ledger(handle)
         text = "".join(line.to_jsonl() + "\n" for line in lines)
         return Response(text, media_type="application/x-ndjson")
     cursor = last_event_id if last_event_id is not None else after
-    source = graphs.GraphLedger(handle)
+    source = graph_handles.GraphLedger(handle)
     closed = await source.closed()
     first = await source.events(cursor)
     if closed and not first:
@@ -132,7 +132,9 @@ async def get_ledger(
     slot = slots.take(caller.name)
     return EventSourceResponse(
         slot.hold(
-            stream.follow(source, handle.id, cursor, first, closed, encoder=graphs.encode_entry)
+            stream.follow(
+                source, handle.id, cursor, first, closed, encoder=graph_handles.encode_entry
+            )
         ),
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -154,7 +156,7 @@ async def get_graph_trajectory(
     """The graph's own model calls (its task planner's) as JSON lines, in the format of
     `/runs/{id}/trajectory`; each task loop's calls are that run's
     (docs/observability.md#the-trajectory)."""
-    state = await graphs.read_state(handle)
+    state = await graph_handles.read_state(handle)
     return await served(
         lambda: graph_trajectory(workspaces, state),
         f"graph {handle.id}",
@@ -168,24 +170,24 @@ async def get_graph_trajectory(
 )
 async def stop_graph(handle: GraphHandle, body: StopRequest | None = None) -> GraphState:
     """Stops every running task loop (each still pushes its work) and starts no more."""
-    return await graphs.request_stop(handle, body.reason if body else None)
+    return await graph_handles.request_stop(handle, body.reason if body else None)
 
 
 @router.post("/{graph_id}/pause", responses={**NOT_FOUND, **CONFLICT})
 async def pause_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
     """No new task starts; running ones go on."""
-    return await graphs.pause(handle)
+    return await graph_handles.pause(handle)
 
 
 @router.post("/{graph_id}/resume", responses={**NOT_FOUND, **CONFLICT})
 async def resume_graph(handle: GraphHandle, body: NoArguments | None = None) -> GraphState:
-    return await graphs.resume(handle)
+    return await graph_handles.resume(handle)
 
 
 @router.post("/{graph_id}/approve", responses={**NOT_FOUND, **CONFLICT})
 async def approve_graph(handle: GraphHandle, body: GraphApproval | None = None) -> GraphState:
     """Interactive mode: start the tasks, optionally an edited list (validated again)."""
-    return await graphs.approve(handle, body or GraphApproval())
+    return await graph_handles.approve(handle, body or GraphApproval())
 
 
 class TaskClearBlock(ClearBlockRequest):
@@ -198,4 +200,4 @@ async def clear_task_block(
 ) -> RunState:
     """Release the block of one task's running loop; only that task and its dependants
     were held."""
-    return await graphs.clear_block(client, handle, body.task, body.note)
+    return await graph_handles.clear_block(client, handle, body.task, body.note)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from loopworks.api import playbooks
+from loopworks.api import playbook_curation
 from loopworks.api.deps import ClientDep, SettingsDep, WorkspacesDep
 from loopworks.api.models import ErrorBody
 from loopworks.api.routes.runs import UNAUTHORIZED
@@ -40,13 +40,13 @@ async def list_playbooks(
     client: ClientDep, limit: Annotated[int, Query(ge=1, le=500)] = 100
 ) -> list[PlaybookState]:
     """Every running playbook's name, origin, version and size, by name."""
-    return await playbooks.list_states(client, limit)
+    return await playbook_curation.list_states(client, limit)
 
 
 @router.get("/{name}", responses=NOT_FOUND)
 async def get_playbook(name: str, client: ClientDep, workspaces: WorkspacesDep) -> Playbook:
     """The current version, as committed on its origin's playbook branch."""
-    return await playbooks.current(client, workspaces, name)
+    return await playbook_curation.current(client, workspaces, name)
 
 
 @router.get("/{name}/versions", responses=NOT_FOUND)
@@ -54,22 +54,22 @@ async def list_versions(
     name: str, client: ClientDep, workspaces: WorkspacesDep
 ) -> list[PlaybookVersion]:
     """Every version, newest first: its commit, batch, source, date and item count."""
-    return await playbooks.versions(client, workspaces, name)
+    return await playbook_curation.versions(client, workspaces, name)
 
 
 @router.get("/{name}/versions/{version}", responses=NOT_FOUND)
 async def get_version(
     name: str, version: int, client: ClientDep, workspaces: WorkspacesDep
 ) -> Playbook:
-    return await playbooks.at_version(client, workspaces, name, version)
+    return await playbook_curation.at_version(client, workspaces, name, version)
 
 
 @router.post("/{name}/rollback", responses={**NOT_FOUND, **REFUSED})
 async def rollback(
-    name: str, body: playbooks.PlaybookRollback, client: ClientDep, settings: SettingsDep
+    name: str, body: playbook_curation.PlaybookRollback, client: ClientDep, settings: SettingsDep
 ) -> AppliedBatch:
     """Make a version's items current again, as a new version."""
-    return await playbooks.rollback(client, settings, name, body)
+    return await playbook_curation.rollback(client, settings, name, body)
 
 
 @router.post("/{name}/deltas", responses={**NOT_FOUND, **REFUSED})
@@ -84,4 +84,4 @@ async def send_deltas(
     ] = None,
 ) -> AppliedBatch:
     """Apply hand-curated deltas, once per batch id."""
-    return await playbooks.send_deltas(client, settings, workspaces, name, body, repo)
+    return await playbook_curation.send_deltas(client, settings, workspaces, name, body, repo)

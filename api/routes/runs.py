@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse
 from fastapi.sse import EventSourceResponse
 
-from loopworks.api import idempotency, launch, listing, redaction, runs, stream
+from loopworks.api import idempotency, launch, listing, redaction, run_handles, stream
 from loopworks.api.deps import ClientDep, ConnectionDep, RunHandle, SettingsDep, WorkspacesDep
 from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.api.models import (
@@ -121,7 +121,7 @@ async def list_runs(
 
 @router.get("/{run_id:run_id}", responses=NOT_FOUND)
 async def get_run(handle: RunHandle) -> RunState:
-    return await runs.read_state(handle)
+    return await run_handles.read_state(handle)
 
 
 @router.get(
@@ -157,7 +157,7 @@ async def get_events(
     ] = None,
 ) -> list[Event] | Response:
     if not follow:
-        return await runs.read_events(handle, after, workspaces)
+        return await run_handles.read_events(handle, after, workspaces)
     # A reconnecting EventSource repeats the original URL and adds the header, so the
     # header is the newer cursor.
     cursor = last_event_id if last_event_id is not None else after
@@ -185,7 +185,7 @@ async def get_events(
 async def get_artifact(handle: RunHandle, workspaces: WorkspacesDep) -> PlainTextResponse:
     """The run's artifact at its latest commit: the final one once it has finished, its
     latest draft while it runs (headers X-Loops-Run-Status, X-Loops-Artifact-Commit)."""
-    state = await runs.read_state(handle)
+    state = await run_handles.read_state(handle)
     if not state.artifact_commit:
         if state.status.is_terminal:  # it never will: no "yet"
             ended = f"run {handle.id} ended ({state.status.value}) without producing an artifact"
@@ -223,7 +223,7 @@ async def get_trajectory(
     """Every model call of the run, as JSON lines tagged with step, role, iteration,
     `loop_type` and `trajectory_id`: the agents' from the run's latest commit, the
     single-shot calls' from their own refs (docs/observability.md#the-trajectory)."""
-    state = await runs.read_state(handle)
+    state = await run_handles.read_state(handle)
     if not state.usage.calls and not state.artifact_commit:
         raise ArtifactMissing(f"run {handle.id} has no trajectory yet")  # no model call yet
     return await served(
@@ -240,23 +240,23 @@ async def get_trajectory(
     responses={**NOT_FOUND, **CONFLICT},
 )
 async def stop_run(handle: RunHandle, body: StopRequest | None = None) -> RunState:
-    return await runs.request_stop(handle, body.reason if body else None)
+    return await run_handles.request_stop(handle, body.reason if body else None)
 
 
 @router.post("/{run_id:run_id}/clear-block", responses={**NOT_FOUND, **CONFLICT})
 async def clear_block(handle: RunHandle, body: ClearBlockRequest) -> RunState:
-    return await runs.clear_block(handle, body.note)
+    return await run_handles.clear_block(handle, body.note)
 
 
 @router.post("/{run_id:run_id}/pause", responses={**NOT_FOUND, **CONFLICT})
 async def pause_run(handle: RunHandle, body: NoArguments | None = None) -> RunState:
     """The current step finishes, then the run waits in status `paused` until resumed."""
-    return await runs.pause(handle)
+    return await run_handles.pause(handle)
 
 
 @router.post("/{run_id:run_id}/resume", responses={**NOT_FOUND, **CONFLICT})
 async def resume_run(handle: RunHandle, body: NoArguments | None = None) -> RunState:
-    return await runs.resume(handle)
+    return await run_handles.resume(handle)
 
 
 @router.post("/{run_id:run_id}/approve", responses={**NOT_FOUND, **CONFLICT})
@@ -267,4 +267,4 @@ async def approve_run(
     max iterations (validated as in a new run request)."""
     if body is not None and body.rules is not None:
         check_rules(len(body.rules), settings)
-    return await runs.approve(handle, body or Approval())
+    return await run_handles.approve(handle, body or Approval())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from loopworks.api import workspaces
+from loopworks.api import run_clones
 from loopworks.api.deps import RunHandle, WorkspacesDep
 from loopworks.api.errors import invalid
 from loopworks.api.models import ErrorBody, RunWorkspace, WorkspaceRemoved
@@ -45,11 +45,11 @@ router = APIRouter(
 @router.get("/{run_id:run_id}/workspace", responses={**NOT_FOUND, **BAD_ID})
 async def get_workspace(handle: RunHandle, clones: WorkspacesDep) -> RunWorkspace:
     """The run's clones and their sizes, and whether the run has finished."""
-    return await workspaces.inspect(handle, clones)
+    return await run_clones.inspect(handle, clones)
 
 
 @router.delete("/{run_id:run_id}/workspace", responses={**NOT_FOUND, **CONFLICT, **BAD_ID})
 async def delete_workspace(handle: RunHandle, clones: WorkspacesDep) -> WorkspaceRemoved:
     """Remove a finished run's clones (409 while it runs); answers what went and its size.
     Removing an absent workspace removes nothing and is not an error."""
-    return await workspaces.clean(handle, clones)
+    return await run_clones.clean(handle, clones)

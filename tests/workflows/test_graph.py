@@ -20,7 +20,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from loopworks.activities.integration import IntegrationActivities
-from loopworks.api import graphs
+from loopworks.api import graph_handles
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline.answers import default_answer
 from loopworks.llm.offline.model import OfflineModels, OfflineScript, _agent_turn, _written
@@ -308,7 +308,7 @@ async def test_a_blocked_task_holds_only_what_needs_it_until_cleared_through_the
         else:
             pytest.fail("T-002 never blocked while T-001 completed")
         assert held.task("T-003").status == TaskStatus.PENDING  # waits on the blocked task
-        cleared = await graphs.clear_block(client, handle, "T-002", "scope confirmed")
+        cleared = await graph_handles.clear_block(client, handle, "T-002", "scope confirmed")
         assert cleared.blocked is False
         result = await handle.result()
 

@@ -13,7 +13,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from loopworks.api import runs
+from loopworks.api import run_handles
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import ApiError, NotApplicable
 from loopworks.api.models import RunWorkspace, WorkspaceEntry, WorkspaceRemoved
@@ -78,12 +78,12 @@ def remove(workspaces: GitWorkspaces, run_id: str) -> list[WorkspaceEntry]:
 
 
 async def inspect(handle: LoopHandle, workspaces: GitWorkspaces) -> RunWorkspace:
-    description = await runs.describe(handle)  # a 404 when it is no run of ours
+    description = await run_handles.describe(handle)  # a 404 when it is no run of ours
     # Walking a clone is blocking I/O; keep it off the event loop.
     found = await asyncio.to_thread(entries, workspaces, handle.id)
     return RunWorkspace(
         run_id=handle.id,
-        finished=runs.is_closed(description),
+        finished=run_handles.is_closed(description),
         entries=found,
         bytes=sum(entry.bytes for entry in found),
     )
@@ -93,7 +93,7 @@ async def clean(handle: LoopHandle, workspaces: GitWorkspaces) -> WorkspaceRemov
     # Temporal's execution status, not the run's: a run whose status already reads
     # `stopped` still reflects and pushes from its clone, and only a closed workflow
     # never touches it again (a run terminated from outside closes too).
-    if not runs.is_closed(await runs.describe(handle)):
+    if not run_handles.is_closed(await run_handles.describe(handle)):
         raise NotApplicable(
             f"run {handle.id} has not finished; only a finished run's workspace is removed"
             f" (stop it first: POST /runs/{handle.id}/stop)"

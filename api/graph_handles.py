@@ -20,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from loopworks.api import admission, launch, quotas, redaction, runs
+from loopworks.api import admission, launch, quotas, redaction, run_handles
 from loopworks.api.errors import GraphNotFound, NotApplicable, TaskNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -106,24 +106,26 @@ async def read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
 
 
 async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
-    description = await runs.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
+    description = await run_handles.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # The result is the final state and ledger, read from history: no worker needed.
-        result = await handle.result(follow_runs=False, rpc_timeout=runs.QUERY_TIMEOUT)
+        result = await handle.result(follow_runs=False, rpc_timeout=run_handles.QUERY_TIMEOUT)
         return result.state, result.ledger
     try:
-        state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=runs.QUERY_TIMEOUT)
-        ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=runs.QUERY_TIMEOUT)
-    except runs.QUERY_FAILURES as err:
-        params = await runs.never_ran(handle, description, "status", err, GraphInput, GraphNotFound)
+        state = await handle.query(TaskGraphWorkflow.status, rpc_timeout=run_handles.QUERY_TIMEOUT)
+        ledger = await handle.query(TaskGraphWorkflow.ledger, rpc_timeout=run_handles.QUERY_TIMEOUT)
+    except run_handles.QUERY_FAILURES as err:
+        params = await run_handles.never_ran(
+            handle, description, "status", err, GraphInput, GraphNotFound
+        )
         memory = params.memory or params.first_memory()
         state, ledger = memory.state, memory.ledger
-    if runs.is_closed(description) and not state.status.is_terminal:
+    if run_handles.is_closed(description) and not state.status.is_terminal:
         # Closed before the graph concluded (terminated, timed out): say how it ended.
         cancelled = description.status == WorkflowExecutionStatus.CANCELED
         ended = {
             "status": GraphStatus.STOPPED if cancelled else GraphStatus.FAILED,
-            "message": await runs.ended_from_outside(handle, description),
+            "message": await run_handles.ended_from_outside(handle, description),
         }
         state = state.model_copy(update=ended)
     return state, ledger
@@ -138,10 +140,10 @@ async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:
 
 
 async def request_stop(handle: GraphHandle, reason: str | None) -> GraphState:
-    description = await runs.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
-    if runs.is_closed(description):
+    description = await run_handles.describe(handle, GRAPH_WORKFLOW, GraphNotFound)
+    if run_handles.is_closed(description):
         raise NotApplicable(f"graph {handle.id} has already finished")
-    with runs.finished_meanwhile(f"graph {handle.id} has already finished"):
+    with run_handles.finished_meanwhile(f"graph {handle.id} has already finished"):
         await handle.signal(TaskGraphWorkflow.stop, redaction.prose(reason))
     return await read_state(handle)
 
@@ -159,10 +161,10 @@ async def approve(handle: GraphHandle, approval: GraphApproval) -> GraphState:
 
 
 async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> GraphState:
-    state: GraphState = await runs.update(
+    state: GraphState = await run_handles.update(
         handle,
         action,
-        lambda: handle.execute_update(update, *args, rpc_timeout=runs.UPDATE_TIMEOUT),
+        lambda: handle.execute_update(update, *args, rpc_timeout=run_handles.UPDATE_TIMEOUT),
         GRAPH_WORKFLOW,
         GraphNotFound,
     )
@@ -179,7 +181,7 @@ async def clear_block(client: Client, handle: GraphHandle, task_id: str, note: s
     if task.status != TaskStatus.IN_PROGRESS or not task.run_ids:
         raise NotApplicable(f"task {task_id} of graph {handle.id} is not running")
     loop = client.get_workflow_handle_for(LoopWorkflow.run, task.run_ids[-1])
-    return await runs.clear_block(loop, note)
+    return await run_handles.clear_block(loop, note)
 
 
 class LedgerEntry(BaseModel):
@@ -205,4 +207,6 @@ class GraphLedger:
         return [LedgerEntry(seq=n, line=line) for n, line in enumerate(lines, 1) if n > after]
 
     async def closed(self) -> bool:
-        return runs.is_closed(await runs.describe(self._handle, GRAPH_WORKFLOW, GraphNotFound))
+        return run_handles.is_closed(
+            await run_handles.describe(self._handle, GRAPH_WORKFLOW, GraphNotFound)
+        )
