@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.loop import LoopResult
     from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
-    from loopworks.schemas.run import Mode, RunStatus
+    from loopworks.schemas.run import Mode, RunStatus, StopReason
     from loopworks.schemas.steps import PlanGraphInput
     from loopworks.schemas.tasks import (
         GraphError,
@@ -318,7 +318,8 @@ class TaskGraphWorkflow:
             self._budget.ended(task_id, None)
             await self._failed(task_state, f"its loop failed: {err.cause or err}")
             return
-        self._budget.ended(task_id, result.state.usage)
+        ran_out = result.state.stop_reason == StopReason.BUDGET_EXHAUSTED
+        self._budget.ended(task_id, result.state.usage, ran_out, self._request.budget)
         if self._stop_requested:
             # Said under the task by `loops graph status`, as a failure's reason is.
             task_state.last_failure = decide.STOPPED_WITH_THE_GRAPH
