@@ -9,12 +9,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import Budget, RunState, RunStatus, StopReason, TokenUsage
 from loopworks.schemas.tasks import LEDGER_PATH, TaskStatus, ledger_lines
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from tests.fakes.spending import SpendingModels
 from tests.workflows.conftest import LoopHarness
@@ -27,6 +31,7 @@ pytestmark = pytest.mark.workflow
 # too little for its first request, the third never starts.
 TOTAL_TOKENS = 40_000
 PER_LOOP_TOKENS = 100_000
+PLANNER_PATCH = "graph-planner-usage"
 
 
 async def loops_of(harness: LoopHarness, run_ids: list[str]) -> dict[str, tuple[Budget, RunState]]:
@@ -125,3 +130,41 @@ async def test_loops_running_at_once_never_together_spend_past_the_total(
     spent = sum(s.input_tokens + s.output_tokens for s in models.requests)
     assert state.usage.total_tokens == spent <= total
     assert state.status == GraphStatus.FAILED
+
+
+@pytest.mark.parametrize("counted", [True, False], ids=["planned-now", "planned-before"])
+async def test_the_task_planner_spends_from_the_total_and_a_graph_planned_before_replays(
+    harness: LoopHarness, monkeypatch: pytest.MonkeyPatch, counted: bool
+) -> None:
+    if not counted:
+        # A graph planned by the code before its planner was counted: it asks no patch.
+        asked = workflow.patched
+        monkeypatch.setattr(
+            workflow, "patched", lambda patch_id: patch_id != PLANNER_PATCH and asked(patch_id)
+        )
+    models = SpendingModels()
+    async with harness.worker(models=models):
+        handle = await start_graph(
+            harness, None, total_budget={"max_tokens": 5_000_000}, max_parallel=1
+        )
+        result = await handle.result()
+        history = await handle.fetch_history()
+    monkeypatch.undo()
+
+    state = result.state
+    assert state.source == "planner" and state.status == GraphStatus.COMPLETED
+    planner = sum(
+        spent.input_tokens + spent.output_tokens for spent in models.for_role(Role.TASK_PLANNER)
+    )
+    everything = sum(spent.input_tokens + spent.output_tokens for spent in models.requests)
+    assert planner > 0
+    assert state.usage.total_tokens == (everything if counted else everything - planner)
+    patches = [
+        event
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and event.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert len(patches) == (1 if counted else 0)
+    replayer = Replayer(workflows=[TaskGraphWorkflow], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history)).replay_failure is None

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.loop import LoopResult
     from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
-    from loopworks.schemas.run import Mode, RunStatus, StopReason
+    from loopworks.schemas.run import Mode, RunStatus, StopReason, budget_left
     from loopworks.schemas.steps import PlanGraphInput
     from loopworks.schemas.tasks import (
         GraphError,
@@ -190,9 +190,15 @@ class TaskGraphWorkflow:
                     goal=request.goal,
                     files=info.files,
                     origin=state.origin,
+                    # The planner spends from the total too (docs/graphs.md#budget).
+                    allowance=budget_left(request.total_budget, state.usage),
                 ),
                 MODEL_CALL,
             )
+            # Counted in what the graph spent, which then leaves its loops less; a graph
+            # planned before it was counted goes on as it decided.
+            if workflow.patched("graph-planner-usage"):
+                state.usage = state.usage + planned.usage
             tasks, state.source = validated_graph(planned.tasks, info.files), "planner"
         state.tasks = [TaskState(task=task) for task in tasks]
         if request.mode == Mode.INTERACTIVE:
