@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.exceptions import ApplicationError
 
+from loopworks.activities.deps import StepDeps
+from loopworks.activities.model_calls import consult
 from loopworks.agent.loop import run_agent, run_answering_agent
 from loopworks.agent.trajectory import TrajectoryRecord
+from loopworks.llm.anthropic import AnthropicModels, build_anthropic_client
 from loopworks.llm.budget import (
     FRAMING_TOKENS,
     MIN_RESPONSE_TOKENS,
@@ -23,11 +27,15 @@ from loopworks.llm.budget import (
 )
 from loopworks.llm.offline import OfflineScript
 from loopworks.llm.structured import ask
+from loopworks.prompts.catalog import load_agents, load_templates
+from loopworks.schemas.contexts import PlannerContext
 from loopworks.schemas.roles import IterationPlan, QAReport, Role
 from loopworks.schemas.run import Allowance, Budget, TokenUsage, budget_left
-from loopworks.schemas.settings import ModelPrice
-from loopworks.schemas.steps import ARTIFACT_PATH
+from loopworks.schemas.settings import ModelPrice, Settings
+from loopworks.schemas.steps import ARTIFACT_PATH, BUDGET_EXHAUSTED, ModelStep
 from loopworks.workflows.allowances import allowance
+from loopworks.workspace.git import GitWorkspaces
+from tests.fakes.messages_api import FakeMessagesAPI, RecordedRequest, Reply
 from tests.fakes.spending import SpendingModels
 from tests.unit.test_agent_loop import INSTRUCTIONS, model_call
 
@@ -261,3 +269,57 @@ async def test_dollars_left_cap_a_priced_model() -> None:
     with pytest.raises(BudgetSpent):
         await ask(source, model_call(role=Role.PLANNER), INSTRUCTIONS, IterationPlan, meter=meter)
     assert 0 < meter.used.cost_usd <= 0.5
+
+
+# --- over the wire: the real SDK against the local Messages API -------------------------
+
+
+def answering_at_length(api: FakeMessagesAPI, request: RecordedRequest) -> Reply:
+    """The offline answer, said at the greatest length the request allows: its usage is
+    every output token `max_tokens` gives, and the reply is cut there."""
+    block = {
+        "type": "tool_use",
+        "id": "toolu_long",
+        "name": request.tool["name"],
+        "input": api.offline_answer(request),
+    }
+    tokens = {"input_tokens": len(request.user_text) // 4}
+    usage = {**tokens, "output_tokens": request.body["max_tokens"]}
+    return api.message(request, [block], "max_tokens", usage, 0.0)
+
+
+async def test_the_cap_goes_on_the_wire_and_a_spent_step_fails_with_its_usage(
+    tmp_path: Path,
+) -> None:
+    with FakeMessagesAPI(api_key="test-key") as api:
+        settings = Settings(
+            LOOPS_LLM="anthropic", ANTHROPIC_API_KEY="test-key", ANTHROPIC_BASE_URL=api.base_url
+        )
+        models = AnthropicModels(build_anthropic_client(settings), max_tokens=8_192)
+        deps = StepDeps(
+            settings=settings,
+            models=models,
+            agents=load_agents(),
+            templates=load_templates(),
+            workspaces=GitWorkspaces(tmp_path, author_name="t", author_email="t@localhost"),
+        )
+        api.script(Role.PLANNER, answering_at_length)
+        step = ModelStep(run_id="r", allowance=Allowance(max_tokens=10_000))
+        context = PlannerContext(
+            task="Write a guide", intent="A guide", acceptance_criteria=["titled"], iteration=1
+        )
+        try:
+            with pytest.raises(ApplicationError) as raised:
+                await consult(deps, Role.PLANNER, step, context, IterationPlan)
+        finally:
+            await models.provider.client.close()
+
+    [request] = api.requests
+    sent = request.body["max_tokens"]
+    assert MIN_RESPONSE_TOKENS <= sent < 8_192  # the budget's cap, not the model's
+    assert raised.value.type == BUDGET_EXHAUSTED and raised.value.non_retryable
+    assert "cut at the" in raised.value.message
+    [details] = raised.value.details
+    usage = TokenUsage.model_validate(details)
+    assert usage.output_tokens == sent and usage.total_tokens <= 10_000
+    assert usage.cost_usd > 0  # priced, for the run to count
