@@ -39,6 +39,7 @@ from typing import Any
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 from pydantic_ai.models import ModelRequestContext, ModelRequestParameters
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
 from loopworks.llm.base import usage_of
@@ -177,15 +178,14 @@ class BudgetGuard(AbstractCapability[Any]):
         else:
             whole = _json_bytes(messages) + _request_bytes(request_context.model_request_parameters)
             bound = input_bound(None, whole)
-        settings = dict(request_context.model_settings or {})
+        settings = request_context.model_settings or ModelSettings()
         asked = settings.get("max_tokens")
         cap = cap_request(self.meter.left(), bound, self.meter.price_of(self.model), asked)
         if cap.refused is not None:
             raise BudgetSpent(cap.refused, self.used)
         self._capped = cap.max_tokens
         if cap.max_tokens is not None:
-            settings["max_tokens"] = cap.max_tokens
-            request_context.model_settings = settings  # type: ignore[assignment]
+            request_context.model_settings = {**settings, "max_tokens": cap.max_tokens}
         self._sent = len(messages)
         return request_context
 
