@@ -11,6 +11,7 @@ import json
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -32,6 +33,17 @@ pytestmark = pytest.mark.workflow
 TOTAL_TOKENS = 40_000
 PER_LOOP_TOKENS = 100_000
 PLANNER_PATCH = "graph-planner-usage"
+RUN_OUT_PATCH = "graph-spent-when-a-loop-runs-out"
+
+
+def asked_patches(history: WorkflowHistory) -> list[str]:
+    """The ids of the patches a workflow's history recorded, in order."""
+    return [
+        json.loads(attrs.details["patch-data"].payloads[0].data)["id"]
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and (attrs := event.marker_recorded_event_attributes).marker_name == "core_patch"
+    ]
 
 
 async def loops_of(harness: LoopHarness, run_ids: list[str]) -> dict[str, tuple[Budget, RunState]]:
@@ -159,12 +171,35 @@ async def test_the_task_planner_spends_from_the_total_and_a_graph_planned_before
     everything = sum(spent.input_tokens + spent.output_tokens for spent in models.requests)
     assert planner > 0
     assert state.usage.total_tokens == (everything if counted else everything - planner)
-    patches = [
-        event
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
-        and event.marker_recorded_event_attributes.marker_name == "core_patch"
-    ]
-    assert len(patches) == (1 if counted else 0)
+    assert asked_patches(history).count(PLANNER_PATCH) == (1 if counted else 0)
+    replayer = Replayer(workflows=[TaskGraphWorkflow], data_converter=pydantic_data_converter)
+    assert (await replayer.replay_workflow(history)).replay_failure is None
+
+
+async def test_a_graph_whose_loops_ended_before_a_run_out_loop_spent_it_replays(
+    harness: LoopHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The code before the rule: a loop that ran out of what the total left it spends
+    # nothing of the graph's budget but what it reports, so what is left starts more loops.
+    asked = workflow.patched
+    monkeypatch.setattr(
+        workflow, "patched", lambda patch_id: patch_id != RUN_OUT_PATCH and asked(patch_id)
+    )
+    tasks = [task("T-001"), task("T-002", "T-001")]
+    async with harness.worker(models=SpendingModels()):
+        handle = await start_graph(
+            harness,
+            tasks,
+            budget={"max_tokens": PER_LOOP_TOKENS},
+            total_budget={"max_tokens": TOTAL_TOKENS},
+        )
+        result = await handle.result()
+        history = await handle.fetch_history()
+    monkeypatch.undo()
+
+    by_id = {t.task.id: t for t in result.state.tasks}
+    assert by_id["T-002"].attempts > 1  # retried on the crumb the first attempt left
+    assert RUN_OUT_PATCH not in asked_patches(history)
+    assert result.state.usage.total_tokens <= TOTAL_TOKENS
     replayer = Replayer(workflows=[TaskGraphWorkflow], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history)).replay_failure is None

@@ -324,8 +324,13 @@ class TaskGraphWorkflow:
             self._budget.ended(task_id, None)
             await self._failed(task_state, f"its loop failed: {err.cause or err}")
             return
-        ran_out = result.state.stop_reason == StopReason.BUDGET_EXHAUSTED
-        self._budget.ended(task_id, result.state.usage, ran_out, self._request.budget)
+        # A loop that ran out of what the total left it spends the graph's budget; a graph
+        # whose loops ended before that rule goes on as it decided (docs/graphs.md#budget).
+        if workflow.patched("graph-spent-when-a-loop-runs-out"):
+            ran_out = result.state.stop_reason == StopReason.BUDGET_EXHAUSTED
+            self._budget.ended(task_id, result.state.usage, ran_out, self._request.budget)
+        else:
+            self._budget.ended(task_id, result.state.usage)
         if self._stop_requested:
             # Said under the task by `loops graph status`, as a failure's reason is.
             task_state.last_failure = decide.STOPPED_WITH_THE_GRAPH
