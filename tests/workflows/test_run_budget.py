@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from loopworks.schemas.events import EventName
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import Allowance, RunStatus, Step, StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -138,3 +140,35 @@ async def test_a_run_without_a_budget_is_not_capped(harness: LoopHarness) -> Non
     assert {spent.max_tokens for spent in models.requests} == {4096}  # the model's own cap
     assert produced[0]["allowance"] is None
     assert state.usage.total_tokens == recorded(models)
+
+
+async def test_a_skill_sub_loop_out_of_budget_keeps_nothing_unreviewed_and_counts_its_cost(
+    harness: LoopHarness, repo: Path
+) -> None:
+    # The run and its sub-loop's generator fit; the skill reflector would not stop talking.
+    models = SpendingModels(wants={Role.SKILL_REFLECTOR: 1_000_000})
+    async with harness.worker(models=models):
+        handle = await harness.start(
+            task="Document how to run the test suite [skill:count_words]",
+            repo=str(repo),
+            playbook=True,
+            budget={"max_tokens": 200_000},
+        )
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED  # its loop ended before the budget did
+    [done] = [event for event in events if event.event == EventName.SKILL_LOOP_DONE]
+    helper = ".loops/skills/count_words.py"
+    assert done.payload.error is None and done.payload.accepted == []  # type: ignore[union-attr]
+    assert done.payload.rejected == {  # type: ignore[union-attr]
+        helper: "not reviewed: the run's budget is spent"
+    }
+    [review] = models.for_role(Role.SKILL_REFLECTOR)
+    assert review.max_tokens is not None and review.output_tokens == review.max_tokens
+    # The generator's and the cut review's tokens are the run's, within its budget.
+    assert models.for_role(Role.SKILL_GENERATOR)
+    assert state.usage.total_tokens == recorded(models) <= 200_000
+    listed = ["git", "ls-tree", "-r", "--name-only", state.branch]
+    files = subprocess.run(listed, cwd=repo, capture_output=True, text=True, check=True)
+    assert helper not in files.stdout.split()
