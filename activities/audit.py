@@ -28,6 +28,7 @@ from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult
 from loopworks.agent.actions import commands_run, files_written, outside_declared
 from loopworks.agent.trajectory import AgentStep, TrajectoryRecord, capped, from_jsonl
+from loopworks.llm.budget import Meter
 from loopworks.schemas.actions import (
     BLOCKED_PATH,
     AuditEvidence,
@@ -211,10 +212,17 @@ class WorkAuditor:
     """
 
     def __init__(
-        self, deps: StepDeps, step: ProduceInput | RefineInput, verb: AgentStep, workdir: Path
+        self,
+        deps: StepDeps,
+        step: ProduceInput | RefineInput,
+        verb: AgentStep,
+        workdir: Path,
+        meter: Meter | None = None,
     ) -> None:
         assert step.work_audit is not None
         self.deps, self.step, self.verb, self.workdir = deps, step, verb, workdir
+        # The step's: the audits spend from what the agent may (docs/loop.md#budgets).
+        self.meter = meter
         self.plan = step.work_audit
         chance = self.plan.probability
         self.probability = deps.settings.tool_audit_probability if chance is None else chance
@@ -284,7 +292,7 @@ class WorkAuditor:
             intent=plan.intent,
             plan_focus=plan.plan_focus,
         )
-        answered = await consult(self.deps, Role.CUSTODIET, call, context, Audit)
+        answered = await consult(self.deps, Role.CUSTODIET, call, context, Audit, meter=self.meter)
         self.usage = self.usage + answered.usage
         self.repairs += answered.repairs
         return answered.answer, evidence

@@ -10,7 +10,14 @@ from pathlib import Path
 from temporalio.exceptions import ApplicationError
 
 from loopworks.llm.base import InvalidOutput
-from loopworks.schemas.steps import INVALID_OUTPUT, ORIGIN_LACKS, ORIGIN_REFUSED, UNSAFE_PATH
+from loopworks.llm.budget import BudgetSpent
+from loopworks.schemas.steps import (
+    BUDGET_EXHAUSTED,
+    INVALID_OUTPUT,
+    ORIGIN_LACKS,
+    ORIGIN_REFUSED,
+    UNSAFE_PATH,
+)
 from loopworks.workspace.files import UnsafePath
 from loopworks.workspace.origin_access import OriginRefusedError
 from loopworks.workspace.runner import OriginLacksError
@@ -26,6 +33,13 @@ def final_when_invalid_output() -> Iterator[None]:
         yield
     except InvalidOutput as exc:
         raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+
+
+def budget_exhausted(spent: BudgetSpent) -> ApplicationError:
+    """A step's call refused, or cut, for its budget (docs/loop.md#budgets): final, and
+    carrying what the call had spent (priced) so the run counts it."""
+    usage = spent.usage.model_dump(mode="json")
+    return ApplicationError(spent.reason, usage, type=BUDGET_EXHAUSTED, non_retryable=True)
 
 
 def still_a_clone(workdir: Path) -> None:

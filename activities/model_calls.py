@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage
 from temporalio import activity
 
 from loopworks.activities.deps import StepDeps
-from loopworks.activities.errors import final_when_invalid_output, still_a_clone
+from loopworks.activities.errors import budget_exhausted, final_when_invalid_output, still_a_clone
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.agent.loop import AgentOutcome, AnsweredOutcome, ToolGate
 from loopworks.agent.loop import run_agent as run_agent_loop
@@ -23,6 +23,7 @@ from loopworks.agent.loop import run_answering_agent as answering_loop
 from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall
+from loopworks.llm.budget import BudgetSpent, Meter
 from loopworks.llm.pricing import price
 from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition
@@ -41,6 +42,7 @@ async def consult(
     context: RoleContext,
     answer_type: type[Answer],
     check: Callable[[Answer], None] | None = None,
+    meter: Meter | None = None,
 ) -> Answered[Answer]:
     """Ask the role's model, heartbeating meanwhile so a stop cancels it promptly.
 
@@ -48,16 +50,27 @@ async def consult(
     goes back to the model once with the errors; if the repair fails too, the step
     answers InvalidOutput, which Temporal does not retry: the workflow owns the one retry
     an invalid answer gets (docs/loop.md#invalid-answers), and the repair was that retry.
+
+    The call spends from `meter`, the step's that makes other calls too (the custodiet's
+    during an agent's work), which then hears of a spent budget as `BudgetSpent`; else
+    from the step's own allowance, and a spent budget ends the step (`budget_exhausted`).
     """
     agent, call = for_role(deps, role, step, context)
+    own = meter is None
+    meter = meter or step_meter(deps, step)
     # Invalid output leaves the span as a non-retryable error for the workflow's retry-once.
     span_of_call = model_span(deps.tracer, "llm", role, step, call.model)
     with span_of_call as span, final_when_invalid_output():
         async with heartbeating():
             try:
-                answered = await ask(deps.models, call, agent.prompt, answer_type, check)
+                answered = await ask(deps.models, call, agent.prompt, answer_type, check, meter)
             except InvalidOutput as invalid:
                 await _record_failed(deps, step, call, agent.prompt, invalid)
+                raise
+            except BudgetSpent as spent:
+                price(spent.usage, call.model, deps.settings)
+                if own:
+                    raise budget_exhausted(spent) from spent
                 raise
         price(answered.usage, call.model, deps.settings)
         record_usage(span, answered.usage)
@@ -100,6 +113,14 @@ async def _record_failed(
         activity.logger.warning("could not record the failed %s call: %s", call.role.value, exc)
 
 
+def step_meter(deps: StepDeps, step: ModelStep) -> Meter | None:
+    """What the step's model calls spend from: its allowance (docs/loop.md#budgets), at the
+    settings' prices; None when it has none."""
+    if step.allowance is None:
+        return None
+    return Meter(step.allowance, deps.settings.prices)
+
+
 def for_role(
     deps: StepDeps, role: Role, step: ModelStep, context: RoleContext
 ) -> tuple[AgentDefinition, ModelCall]:
@@ -138,11 +159,14 @@ async def run_agent(
     graph_task: bool = False,
     graph_base: str | None = None,
     gate: ToolGate | None = None,
+    meter: Meter | None = None,
 ) -> AgentOutcome:
     """The role's agent over the workspace: its prompt as the system, the step's inputs
     as the first message, the workspace tools (refusing a task graph's records in its
     loop, `graph_task`, and keeping them as `graph_base` has them; asking `gate` before
-    each call); usage priced as `consult` prices it."""
+    each call); usage priced as `consult` prices it. Its requests spend from `meter`
+    (else the step's allowance); a spent budget ends the agent with its work so far
+    (`AgentOutcome.budget_exhausted`)."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
@@ -160,6 +184,7 @@ async def run_agent(
                     graph_task=graph_task,
                     graph_base=graph_base,
                     gate=gate,
+                    meter=meter or step_meter(deps, step),
                 )
             except Exception:
                 still_a_clone(workdir)
@@ -196,15 +221,20 @@ async def run_answering_agent(
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
     with span_of_agent as span, final_when_invalid_output():
         async with heartbeating():
-            outcome = await answering_loop(
-                deps.models,
-                call,
-                agent.prompt,
-                workdir,
-                deps.settings.qa_max_turns,
-                verb,
-                answer_type,
-            )
+            try:
+                outcome = await answering_loop(
+                    deps.models,
+                    call,
+                    agent.prompt,
+                    workdir,
+                    deps.settings.qa_max_turns,
+                    verb,
+                    answer_type,
+                    step_meter(deps, step),
+                )
+            except BudgetSpent as spent:
+                price(spent.usage, call.model, deps.settings)
+                raise budget_exhausted(spent) from spent
         price(outcome.usage, call.model, deps.settings)
         record_usage(span, outcome.usage)
         if span.is_recording():

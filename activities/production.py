@@ -23,12 +23,14 @@ from temporalio.exceptions import ApplicationError
 from loopworks.activities.audit import WorkAuditor
 from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
-from loopworks.activities.model_calls import consult, run_agent
+from loopworks.activities.model_calls import consult, run_agent, step_meter
 from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.checks.redaction import redacted
+from loopworks.llm.budget import Meter
 from loopworks.schemas.actions import BLOCKED_PATH
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
 from loopworks.schemas.roles import IterationPlan, Role
+from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import (
     ARTIFACT_PATH,
     INVALID_OUTPUT,
@@ -107,7 +109,11 @@ class ProductionActivities:
             # A task graph's record is kept as the task's base has it (a step scheduled
             # before steps carried the base: as its own commit has it).
             base = (step.base_commit or workspace.commit) if step.graph_task else None
-            auditor = WorkAuditor(self.deps, step, verb, workdir) if step.work_audit else None
+            # The agent's turns and the custodiet's audits between them spend from one meter.
+            meter = step_meter(self.deps, step)
+            auditor = (
+                WorkAuditor(self.deps, step, verb, workdir, meter) if step.work_audit else None
+            )
             outcome = await run_agent(
                 self.deps,
                 role,
@@ -118,12 +124,15 @@ class ProductionActivities:
                 graph_task=step.graph_task,
                 graph_base=base,
                 gate=auditor,
+                meter=meter,
             )
             block = auditor.block if auditor else None
             # What the agent left, as the worker will read it: a link out of the workspace
             # (`ln -sf /proc/self/environ artifact.md`) is refused here, not committed. A
-            # blocked agent was stopped: what it had done so far is committed as it is.
-            if block is None and not files.is_file(workdir, ARTIFACT_PATH):
+            # blocked agent was stopped, as was one out of budget: what it had done so far
+            # is committed as it is.
+            stopped = block is not None or outcome.budget_exhausted is not None
+            if not stopped and not files.is_file(workdir, ARTIFACT_PATH):
                 raise ApplicationError(
                     f"{role.value} answered with invalid output: it ended without writing "
                     f"{ARTIFACT_PATH} ({outcome.turns} turns"
@@ -151,6 +160,8 @@ class ProductionActivities:
         summary = _first_line(outcome.final_text)
         if block is not None:
             summary = _first_line(f"custodiet BLOCK: {block.audit.reason or 'blocked'}")
+        elif outcome.budget_exhausted is not None:
+            summary = "stopped: the run's budget is spent"
         message = f"iteration {step.iteration} · {verb}: {summary or 'artifact'}"
         commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
         await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
@@ -161,7 +172,7 @@ class ProductionActivities:
             previous_artifact_hash=previous_hash,
             changed=changed,
             summary=outcome.final_text[:SUMMARY_CHARS],
-            usage=outcome.usage + auditor.usage if auditor else outcome.usage,
+            usage=_usage(outcome.usage, auditor, meter),
             timing=Timing(started_at=started, finished_at=now()),
             turns=outcome.turns,
             turn_limit_reached=outcome.limit_reached,
@@ -169,6 +180,7 @@ class ProductionActivities:
             repairs=outcome.repairs + (auditor.repairs if auditor else []),
             work_audits=auditor.verdicts if auditor else [],
             block=block,
+            budget_exhausted=outcome.budget_exhausted,
         )
 
     async def _committed_artifact(self, step: ProduceInput | RefineInput) -> str | None:
@@ -192,6 +204,14 @@ class ProductionActivities:
             why = f"it is {len(text)} characters; at most {ARTIFACT_CAP_CHARS} are read"
             raise files.TooLarge(ARTIFACT_PATH, why)
         return text
+
+
+def _usage(agent: TokenUsage, auditor: WorkAuditor | None, meter: Meter | None) -> TokenUsage:
+    """What the step spent: every request its meter charged (an audit the budget cut short
+    included), else the agent's and the audits' together."""
+    if meter is not None:
+        return meter.used
+    return agent + auditor.usage if auditor else agent
 
 
 def _keep_graph_record(workdir: Path, base: str) -> None:

@@ -55,6 +55,7 @@ from loopworks.agent.trajectory import (
 )
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from loopworks.llm.budget import BudgetGuard, BudgetSpent, Meter
 from loopworks.llm.errors import model_errors
 from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.llm.structured import (
@@ -113,6 +114,9 @@ class AgentOutcome:
     repairs: list[str] = field(default_factory=list)
     # The gate closed: the agent was stopped, its last turn's calls refused.
     stopped_by_gate: bool = False
+    # Nothing was left of the step's budget for its next request (or an answer was cut at
+    # what was left): why. The conversation so far is the outcome.
+    budget_exhausted: str | None = None
 
 
 async def run_agent(
@@ -127,11 +131,13 @@ async def run_agent(
     graph_task: bool = False,
     graph_base: str | None = None,
     gate: ToolGate | None = None,
+    meter: Meter | None = None,
 ) -> AgentOutcome:
     """Run the role's agent over `workspace` until it answers, or for `max_turns` turns
     (a task graph's loop's, with `graph_task`: its tools refuse the graph's records, and
     put back as `graph_base` has them what a command changed of them), or until `gate`
-    closes.
+    closes, or until `meter` has too little left for the next request
+    (`loopworks.llm.budget`; the gate's own model calls may find that too).
 
     Model errors (a provider's ApplicationError, InvalidOutput) propagate: the activity's
     retry starts the whole loop again from the same commit. Without a `deliverable` (the
@@ -148,10 +154,12 @@ async def run_agent(
         step=step_label,
     )
     refused: list[ModelMessage] = []
+    guard = BudgetGuard(meter, call.model) if meter is not None else None
+    spent: BudgetSpent | None = None
     with model_errors(call.role):
         try:
             async with _started(
-                _agent(), source, call, instructions, deps, max_turns, NUDGES
+                _agent(), source, call, instructions, deps, max_turns, NUDGES, guard
             ) as agent_run:
                 async for node in agent_run:
                     if gate is not None and gate.closed and isinstance(node, ModelRequestNode):
@@ -160,13 +168,16 @@ async def run_agent(
                         break
         except UsageLimitExceeded:
             pass  # the turn limit: the conversation so far is the outcome
+        except BudgetSpent as exc:
+            spent = exc  # the budget: so is it
         except UnexpectedModelBehavior as exc:
             if deps.nudged and not _delivered(workspace, deliverable):
                 raise InvalidOutput(
                     call.role, f"it ended without writing {deliverable}, even when reminded"
                 ) from exc
             raise
-    messages = [*agent_run.all_messages(), *refused]
+    cut = [spent.cut] if spent is not None and spent.cut is not None else []
+    messages = [*agent_run.all_messages(), *cut, *refused]
     answer = agent_run.result.output if agent_run.result is not None else None
     records = trajectory(messages, call, instructions, step_label)
     turns = sum(isinstance(m, ModelResponse) for m in messages)
@@ -174,6 +185,8 @@ async def run_agent(
         records.append(
             record(call, step_label, turns, "blocked", output=deps.refusal or "tools refused")
         )
+    elif spent is not None:
+        records.append(record(call, step_label, turns, "limit", output=spent.reason))
     elif answer is None:
         records.append(
             record(
@@ -188,13 +201,14 @@ async def run_agent(
         # The model's last words become a commit message and the step's summary.
         final_text=redacted(answer if answer is not None else _last_text(messages)),
         turns=turns,
-        # Every request's tokens, whether the run ended well or not.
-        usage=usage_of(agent_run.usage),
+        # Every request's tokens, whether the run ended well or not (one cut short too).
+        usage=guard.used if guard is not None else usage_of(agent_run.usage),
         records=records,
         files_written=list(deps.written),
-        limit_reached=answer is None and not refused,
+        limit_reached=answer is None and not refused and spent is None,
         repairs=[r.output or "" for r in records if r.kind == "retry"],
         stopped_by_gate=bool(refused),
+        budget_exhausted=spent.reason if spent is not None else None,
     )
 
 
@@ -206,10 +220,11 @@ def _started(
     deps: _Workspace,
     max_turns: int,
     output_retries: int,
+    guard: BudgetGuard | None,
 ) -> AbstractAsyncContextManager[AgentRun[_Workspace, Output]]:
-    """One run of `agent` for `call`, at most `max_turns` model requests; bad tool calls
-    go back to the model (the turn limit bounds how often), a bad final answer at most
-    `output_retries` times."""
+    """One run of `agent` for `call`, at most `max_turns` model requests, each held to the
+    step's budget by `guard`; bad tool calls go back to the model (the turn limit bounds
+    how often), a bad final answer at most `output_retries` times."""
     return agent.iter(
         user_prompt(call.context),
         model=source.model(call),
@@ -217,6 +232,7 @@ def _started(
         deps=deps,
         usage_limits=UsageLimits(request_limit=max_turns),
         retries={"tools": max_turns, "output": output_retries},
+        capabilities=[guard] if guard is not None else [],
     )
 
 
@@ -389,6 +405,7 @@ async def run_answering_agent(
     max_turns: int,
     step_label: AgentStep,
     answer_type: type[Answer],
+    meter: Meter | None = None,
 ) -> AnsweredOutcome[Answer]:
     """Run the role's read-only agent over `workspace` until it answers through the
     forced answer tool (`ANSWER_TOOL`), for at most `max_turns` turns.
@@ -396,14 +413,16 @@ async def run_answering_agent(
     The answer is a single-shot call's (`llm.structured`): the same forced tool, one
     repair with its errors (docs/loop.md#invalid-answers), a refusal not asked again; a
     second invalid answer, or no answer within the turns, is InvalidOutput, then
-    phase_error.
+    phase_error. Each request is held to what `meter` has left: one it refuses, or cuts,
+    raises `BudgetSpent`.
     """
     deps = _Workspace(call.role, workspace, None)
+    guard = BudgetGuard(meter, call.model) if meter is not None else None
     with model_errors(call.role):
         try:
             async with _started(
                 _answering_agent(answer_type, call.role),
-                source, call, instructions, deps, max_turns, REPAIR_ATTEMPTS,
+                source, call, instructions, deps, max_turns, REPAIR_ATTEMPTS, guard,
             ) as agent_run:  # fmt: skip
                 async for _ in agent_run:
                     pass

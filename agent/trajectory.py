@@ -62,7 +62,8 @@ LoopType = Literal["task", "skill"]
 # The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
 # own trajectory.
 SKILL_ROLES = frozenset({Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR})
-# `limit`: the turn limit stopped the agent; `blocked`: a custodiet block during the work did.
+# `limit`: the turn limit, or the run's budget, stopped the agent; `blocked`: a custodiet
+# block during the work did.
 RecordKind = Literal[
     "system", "user", "assistant", "tool_call", "tool_result", "retry", "limit", "blocked"
 ]

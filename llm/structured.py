@@ -42,6 +42,7 @@ from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
+from loopworks.llm.budget import BudgetGuard, Meter
 from loopworks.llm.errors import CUT_OFF, model_errors
 from loopworks.llm.facts import ANSWER_TOOL
 from loopworks.schemas.roles import Role
@@ -80,18 +81,20 @@ async def ask(
     instructions: str,
     answer_type: type[Answer],
     check: Callable[[Answer], None] | None = None,
+    meter: Meter | None = None,
 ) -> Answered[Answer]:
     """Ask the role's model for an `answer_type`, repairing one invalid answer.
 
     `check` refuses an answer that fits the schema but not the step (a ValueError, whose
     message the model gets as the repair's feedback). Strict tool input is asked for while
     the source says its server takes it; a server that rejects the option gets the same
-    request again without it, once per source.
+    request again without it, once per source. Each request is held to what `meter` has
+    left (`loopworks.llm.budget`): one it refuses, or cuts, raises `BudgetSpent`.
     """
     strict = source.strict_output
     with model_errors(call.role):
         try:
-            return await _run(source, call, instructions, answer_type, check, strict)
+            return await _run(source, call, instructions, answer_type, check, strict, meter)
         except ModelHTTPError as exc:
             if not (strict and is_strict_rejection(exc)):
                 raise
@@ -100,7 +103,7 @@ async def ask(
                 exc.message,
             )
             source.strict_rejected()
-        return await _run(source, call, instructions, answer_type, check, strict=False)
+        return await _run(source, call, instructions, answer_type, check, False, meter)
 
 
 async def _run(
@@ -110,6 +113,7 @@ async def _run(
     answer_type: type[Answer],
     check: Callable[[Answer], None] | None,
     strict: bool,
+    meter: Meter | None,
 ) -> Answered[Answer]:
     agent = _answer_agent(answer_type, call.role, strict)
     agent_run: AgentRun[Check, BaseModel] | None = None
@@ -120,6 +124,7 @@ async def _run(
             instructions=instructions,
             deps=check,
             usage_limits=QUESTION_AND_REPAIR,
+            capabilities=guarded(meter, call),
         ) as agent_run:
             async for _ in agent_run:
                 pass
@@ -220,6 +225,11 @@ def _said(part: ToolReturnPart | RetryFeedbackPart) -> str:
     if isinstance(part, RetryFeedbackPart):
         return part.model_response()
     return part.model_response_str(wrap_if_error=False)
+
+
+def guarded(meter: Meter | None, call: ModelCall) -> list[AbstractCapability[Any]]:
+    """The capabilities that hold a call's requests to its step's `meter`: none without one."""
+    return [BudgetGuard(meter, call.model)] if meter is not None else []
 
 
 def answer_output(answer_type: type[Answer], role: Role, strict: bool) -> ToolOutput[Answer]:

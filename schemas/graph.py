@@ -165,6 +165,8 @@ class GraphMemory(BaseModel):
     # The budget each running task loop was started with, by task id: held back from the
     # graph's total until the loop ends (docs/graphs.md#budget).
     allotted: dict[str, Budget] = Field(default_factory=dict)
+    # A loop ran out of what the total had left it: too little is left to start another.
+    budget_spent: bool = False
 
 
 class GraphInput(BaseModel):

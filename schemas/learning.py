@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from loopworks.schemas.contexts import AcceptedFile
 from loopworks.schemas.curation import CuratorPayload, SkillCuration
 from loopworks.schemas.playbook import FILE_MAX_CHARS, Delta, PlaybookRead
-from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.run import Allowance, TokenUsage
 from loopworks.schemas.steps import GitLocation, ModelOutput, ModelStep
 
 
@@ -37,6 +37,9 @@ class SkillLoopInput(BaseModel):
     payload: CuratorPayload
     workspace: GitLocation
     playbook: PlaybookRead | None = None
+    # What is left of the run's budget for the whole sub-loop (docs/loop.md#budgets); None:
+    # no limit, or a sub-loop started before runs passed it.
+    allowance: Allowance | None = None
 
 
 class SkillLoopResult(BaseModel):

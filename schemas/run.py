@@ -3,6 +3,7 @@ and the run state, which is also `.loops/run.json` on the run's branch."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated
 
@@ -110,6 +111,17 @@ class Budget(BaseModel):
 
     max_tokens: int | None = Field(default=None, ge=1, description="input + output tokens")
     max_cost_usd: float | None = Field(default=None, gt=0, description="US dollars")
+
+
+class Allowance(BaseModel):
+    """What one model step may spend at most: what was left of its run's budget when it
+    started, less what steps running beside it hold (docs/loop.md#budgets). A limit left
+    None bounds nothing; 0 means nothing is left of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=0, description="input + output tokens")
+    max_cost_usd: float | None = Field(default=None, ge=0, description="US dollars")
 
 
 def _branch_name(name: str) -> str:
@@ -258,6 +270,25 @@ def budget_exceeded(budget: Budget | None, usage: TokenUsage) -> str | None:
     if budget.max_cost_usd is not None and usage.cost_usd >= budget.max_cost_usd:
         return f"spent ${usage.cost_usd:.4f} of a budget of ${budget.max_cost_usd:.4f}"
     return None
+
+
+def budget_left(
+    limit: Budget | Allowance | None, usage: TokenUsage, held: Iterable[Allowance] = ()
+) -> Allowance | None:
+    """What is left of `limit` once `usage` is spent and `held` is held back (for steps
+    still running), each limit at least 0; None when there is no limit."""
+    if limit is None or (limit.max_tokens is None and limit.max_cost_usd is None):
+        return None
+    held = list(held)
+    tokens = usd = None
+    if limit.max_tokens is not None:
+        held_tokens = sum(h.max_tokens or 0 for h in held)
+        tokens = max(0, limit.max_tokens - usage.total_tokens - held_tokens)
+    if limit.max_cost_usd is not None:
+        held_usd = sum(h.max_cost_usd or 0.0 for h in held)
+        # Dollars to the millionth, as costs are kept: sums of floats are not exact.
+        usd = max(0.0, round(limit.max_cost_usd - usage.cost_usd - held_usd, 6))
+    return Allowance(max_tokens=tokens, max_cost_usd=usd)
 
 
 class StopInfo(BaseModel):

@@ -23,7 +23,7 @@ from loopworks.schemas.roles import (
     QAReport,
 )
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
-from loopworks.schemas.run import RunState, TokenUsage
+from loopworks.schemas.run import Allowance, RunState, TokenUsage
 from loopworks.schemas.tasks import Task
 
 # Where a run's artifact lives in its workspace (docs/loop.md#terms).
@@ -33,6 +33,10 @@ ARTIFACT_PATH = "artifact.md"
 # retried by Temporal, because the workflow owns the one repair an invalid answer gets
 # (docs/loop.md#invalid-answers).
 INVALID_OUTPUT = "InvalidOutput"
+# The ApplicationError type of a model call refused, or cut short, because nothing was
+# left of the run's budget (docs/loop.md#budgets): its details carry what the step spent
+# first. Never retried: the same budget is spent again.
+BUDGET_EXHAUSTED = "BudgetExhausted"
 # The ApplicationError type of an origin lacking what a run or graph starts from (the
 # base branch named, any commit): a definite answer, so never retried.
 ORIGIN_LACKS = "OriginLacks"
@@ -97,6 +101,9 @@ class ModelStep(BaseModel):
     # The run's origin, where a single-shot call's trajectory goes (workspace/call_records.py);
     # None in steps sent before every call was recorded: they record nothing.
     origin: str | None = None
+    # What the step may spend, every model request it makes together (docs/loop.md#budgets);
+    # None: no limit (a run without a budget, or a step sent before steps carried one).
+    allowance: Allowance | None = None
 
 
 class ModelOutput(BaseModel):
@@ -333,6 +340,9 @@ class ArtifactOutput(ModelOutput):
     # ended the step at `block`, and `commit` holds the work so far with the write-up.
     work_audits: list[WorkAuditVerdict] = Field(default_factory=list)
     block: WorkBlock | None = None
+    # Nothing was left of the run's budget for the agent's next request, or a response was
+    # cut at what was left: why. `commit` holds the work so far; the run then stops.
+    budget_exhausted: str | None = None
 
 
 class PrepareInput(ModelStep):

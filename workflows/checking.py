@@ -47,6 +47,14 @@ class Checking(OnRecord):
         self.runner = runner
         self.request = request
 
+    def asks_model(self) -> bool:
+        """Whether `prepare` will ask the preparer now: the active rules changed, and one
+        of them still needs its check made."""
+        rules = decisions.active_rules(self.state.rules, self.state.phase)
+        return self.memory.prepared_for != decisions.rules_key(rules) and bool(
+            described_rules(rules)
+        )
+
     async def prepare(self, set_step: bool = True) -> list[PreparedCheck]:
         """Step 5's PREPARE: checks from the task and the active rules, made anew only when
         those rules change (the first iteration, the phase switch, an approval), so later
@@ -136,6 +144,8 @@ class Checking(OnRecord):
             CHECK_GROUP,
             f"iteration {self.state.iteration} · evaluate {group.value} · {len(members)} checks",
             set_step=False,
+            # Commands ask no model: the content group, beside them, may spend what is left.
+            share=0.0 if group is CheckGroup.EXEC else 1.0,
         )
 
 

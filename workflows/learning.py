@@ -151,6 +151,7 @@ class Learning(OnRecord):
             payload=payload,
             workspace=self.workspace(),
             playbook=playbook,
+            allowance=self.runner.left(),
         )
         try:
             result = await workflow.execute_child_workflow(

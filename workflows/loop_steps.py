@@ -159,8 +159,11 @@ class LoopSteps(OnRecord):
         assert self.memory.last_plan is not None, "PRODUCE runs after PLAN"
         plan = self.memory.last_plan
         checking = self.checking
+        # PREPARE, when it asks a model, runs beside PRODUCE: they halve what is left of
+        # the budget (workflows/allowances.py).
+        share = 0.5 if checking.asks_model() else 1.0
         produced, prepared = await gather_all(
-            self._produce(plan, 1, ""), checking.prepare(set_step=False)
+            self._produce(plan, 1, "", share), checking.prepare(set_step=False)
         )
         produced = await self._through_blocks(
             produced, "produce", lambda attempt, told: self._produce(plan, attempt, told)
@@ -168,7 +171,9 @@ class LoopSteps(OnRecord):
         self.accept_artifact(produced, EventName.ARTIFACT_CREATED)
         return await checking.evaluate(prepared)
 
-    async def _produce(self, plan: IterationPlan, attempt: int, told: str) -> ArtifactOutput:
+    async def _produce(
+        self, plan: IterationPlan, attempt: int, told: str, share: float = 1.0
+    ) -> ArtifactOutput:
         state, memory = self.state, self.memory
         return await self.runner.model_step(
             Step.PRODUCE_PREPARE,
@@ -194,6 +199,7 @@ class LoopSteps(OnRecord):
             f"iteration {state.iteration} · produce"
             + (f" · attempt {attempt}" if attempt > 1 else ""),
             set_step=False,
+            share=share,
         )
 
     def _work_audit(self, plan_focus: str, evaluation: Evaluation | None) -> WorkAudit:
@@ -516,10 +522,14 @@ class LoopSteps(OnRecord):
         self.record.emit(EventName.PUSHED, ev.PushedPayload(**closed.model_dump()))
 
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
+        """Take a PRODUCE's or REFINE's commit; one whose agent ran out of budget holds
+        the work so far, and the run stops with it (docs/loop.md#budgets)."""
         self.memory.commit = output.commit
         self.memory.last_artifact = output
         self.record.accept_artifact(output, event)
         self.record.saved(output.saved_seq)
+        if output.budget_exhausted is not None:
+            raise Finished(StopReason.BUDGET_EXHAUSTED, output.budget_exhausted)
 
     def log(self, state: RunState | None = None) -> RunLog:
         """The events git lacks, and the state for run.json, for a step that commits."""

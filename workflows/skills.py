@@ -5,12 +5,18 @@ asked for helpers or reference notes.
 Generator, reflector (with each helper's check run by code), curator: each an activity
 on the run's workspace. It answers the run's new commit (the kept files and the skill
 trajectory) and the playbook deltas; the run adopts both, or, if this workflow fails,
-goes on without them.
+goes on without them. Its steps spend from what was left of the run's budget when it
+started (docs/loop.md#budgets); a step the budget ends ends the sub-loop, with what it
+spent counted and nothing unreviewed kept.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+from typing import TypeVar
+
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from loopworks.activities.skills import SkillActivities
@@ -23,7 +29,12 @@ with workflow.unsafe.imports_passed_through():
         SkillLoopResult,
         kept_files,
     )
+    from loopworks.schemas.run import TokenUsage
+    from loopworks.schemas.steps import BUDGET_EXHAUSTED
+    from loopworks.workflows.allowances import allowance
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, execute
+
+T = TypeVar("T")
 
 
 @workflow.defn(name="SkillLoopWorkflow")
@@ -38,6 +49,7 @@ class SkillLoopWorkflow:
             SkillActivities.generate_skills,
             GenerateSkillsInput(
                 **step,
+                allowance=allowance(params.allowance, TokenUsage()),
                 task=params.task,
                 curator_summary=payload.summary,
                 helper_paths=helpers,
@@ -55,35 +67,68 @@ class SkillLoopWorkflow:
             asked = [*helpers, *references]
             result.rejected = {path: "the generator did not write it" for path in asked}
             return result
-        reviewed = await execute(
-            SkillActivities.review_skills,
-            ReviewSkillsInput(
-                **step,
-                task=params.task,
-                helper_paths=helpers,
-                reference_paths=references,
-                files=generated.files,
-                generator_summary=generated.summary,
-                workspace=workspace.model_copy(update={"commit": generated.commit}),
-                committed_at=workflow.now(),
+        reviewed = await _unless_spent(
+            execute(
+                SkillActivities.review_skills,
+                ReviewSkillsInput(
+                    **step,
+                    allowance=allowance(params.allowance, result.usage),
+                    task=params.task,
+                    helper_paths=helpers,
+                    reference_paths=references,
+                    files=generated.files,
+                    generator_summary=generated.summary,
+                    workspace=workspace.model_copy(update={"commit": generated.commit}),
+                    committed_at=workflow.now(),
+                ),
+                CHECK_GROUP,
+                f"skill reflector · {len(generated.files)} files",
             ),
-            CHECK_GROUP,
-            f"skill reflector · {len(generated.files)} files",
+            result,
         )
+        if reviewed is None:
+            # Nothing unreviewed joins the run's branch: the run keeps its own commit.
+            result.commit = None
+            unreviewed = "not reviewed: the run's budget is spent"
+            result.rejected = {path: unreviewed for path in [*helpers, *references]}
+            return result
         result.commit = reviewed.commit
         result.usage += reviewed.usage
         result.accepted = [accepted.review.path for accepted in reviewed.accepted]
         result.files = kept_files(reviewed.accepted)
         result.rejected = reviewed.rejected
         if reviewed.accepted:
-            curated = await execute(
-                SkillActivities.curate_skills,
-                CurateSkillsInput(
-                    **step, task=params.task, accepted=reviewed.accepted, playbook=params.playbook
+            curated = await _unless_spent(
+                execute(
+                    SkillActivities.curate_skills,
+                    CurateSkillsInput(
+                        **step,
+                        allowance=allowance(params.allowance, result.usage),
+                        task=params.task,
+                        accepted=reviewed.accepted,
+                        playbook=params.playbook,
+                    ),
+                    MODEL_CALL,
+                    f"skill curator · {len(reviewed.accepted)} accepted",
                 ),
-                MODEL_CALL,
-                f"skill curator · {len(reviewed.accepted)} accepted",
+                result,
             )
-            result.usage += curated.usage
-            result.deltas = curated.curation.deltas
+            if curated is not None:  # else the files are kept, with no deltas for them
+                result.usage += curated.usage
+                result.deltas = curated.curation.deltas
         return result
+
+
+async def _unless_spent(activity: Awaitable[T], result: SkillLoopResult) -> T | None:
+    """The activity's output; None when the run's budget ended it, what it spent first
+    then counted in `result`."""
+    try:
+        return await activity
+    except ActivityError as err:
+        cause = err.cause
+        if not (isinstance(cause, ApplicationError) and cause.type == BUDGET_EXHAUSTED):
+            raise
+        details = cause.details
+        if details and isinstance(details[0], dict):
+            result.usage += TokenUsage.model_validate(details[0])
+        return None

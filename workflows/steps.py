@@ -20,8 +20,9 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.events import EventName, Payload, PhaseErrorPayload
     from loopworks.schemas.roles import Role
-    from loopworks.schemas.run import Budget, Step, StopReason
-    from loopworks.schemas.steps import INVALID_OUTPUT, ModelOutput, ModelStep
+    from loopworks.schemas.run import Allowance, Budget, Step, StopReason, TokenUsage
+    from loopworks.schemas.steps import BUDGET_EXHAUSTED, INVALID_OUTPUT, ModelOutput, ModelStep
+    from loopworks.workflows import allowances
     from loopworks.workflows.policies import StepPolicy, start
     from loopworks.workflows.record import RunRecord
     from loopworks.workflows.steering import Finished, Steering, Stopped
@@ -42,6 +43,15 @@ class StepRunner:
         self.record = record
         self.steering = steering
         self.budget = budget
+        # The allowances of the model steps in flight, held back from the steps that start
+        # beside them (workflows/allowances.py); none is held across continue-as-new.
+        self.held: dict[int, Allowance] = {}
+        self._holds = 0
+
+    def left(self, share: float = 1.0) -> Allowance | None:
+        """What a model step starting now may spend (docs/loop.md#budgets)."""
+        usage = self.record.state.usage
+        return allowances.allowance(self.budget, usage, self.held.values(), share)
 
     def fields(self, role: Role) -> dict[str, Any]:
         """The `ModelStep` fields of the role's next call; counting it here, in the
@@ -69,14 +79,21 @@ class StepRunner:
         *,
         set_step: bool = True,
         gated: bool = True,
+        share: float = 1.0,
     ) -> Output:
-        """Run one model step: `build` turns the call's fields into the activity's input."""
+        """Run one model step: `build` turns the call's fields into the activity's input.
+        `share`: how much of what is left of the budget it may spend, when steps that start
+        after it run beside it."""
         if set_step:
             self.record.set_step(step)
+        allowance = self.left(share)
+        self._holds += 1
+        hold = self._holds
+        if allowance is not None:
+            self.held[hold] = allowance
         try:
-            output = await self.activity(
-                method, build(self.fields(role)), policy, summary, gated=gated
-            )
+            fields = {**self.fields(role), "allowance": allowance}
+            output = await self.activity(method, build(fields), policy, summary, gated=gated)
         except InvalidOutput as err:
             # The repair inside the step was the one retry: this is the second miss.
             payload = PhaseErrorPayload(step=step.value, error=str(err))
@@ -84,6 +101,9 @@ class StepRunner:
             raise Finished(
                 StopReason.PHASE_ERROR, f"{step.value} produced invalid output twice"
             ) from err
+        finally:
+            # Its usage is counted below, or was with its failure: its hold goes.
+            self.held.pop(hold, None)
         self.record.add_output(output)
         event = announce(output) if announce else None
         if event is not None:
@@ -116,9 +136,21 @@ class StepRunner:
             cause = getattr(err, "cause", None)
             if isinstance(cause, ApplicationError) and cause.type == INVALID_OUTPUT:
                 raise InvalidOutput(cause.message) from err
+            if isinstance(cause, ApplicationError) and cause.type == BUDGET_EXHAUSTED:
+                # A call the budget refused or cut: what the step spent first still counts.
+                self.record.add_usage(_spent(cause))
+                raise Finished(StopReason.BUDGET_EXHAUSTED, cause.message) from err
             raise
         finally:
             inflight.discard(handle)
+
+
+def _spent(cause: ApplicationError) -> TokenUsage:
+    """What a step the budget ended had spent, from its failure's details."""
+    details = cause.details
+    if details and isinstance(details[0], dict):
+        return TokenUsage.model_validate(details[0])
+    return TokenUsage()
 
 
 async def _settled(handle: Awaitable[T], method: Callable[..., Any], local: bool) -> T:

@@ -12,6 +12,7 @@ from loopworks.workflows.graph.budget import (
     Left,
     allotment,
     charged,
+    cut_by_the_total,
     left,
     spent_message,
 )
@@ -105,12 +106,42 @@ def test_without_a_total_loops_keep_their_own_budget_and_usage_is_still_summed()
     assert mem.state.usage == used(10, 0.5) and not budget.spent
 
 
-def test_the_message_names_each_limit_reached() -> None:
+def test_the_message_names_what_was_spent_of_each_limit_the_total_sets() -> None:
     total = Budget(max_tokens=100, max_cost_usd=1.0)
     assert spent_message(total, used(50, 1.0), []) == (
-        "the graph's budget is spent: spent $1.0000 of $1.0000"
+        "the graph's budget is spent: used 50 tokens of 100 and spent $1.0000 of $1.0000"
+    )
+    assert spent_message(Budget(max_tokens=100), used(97, 1.0), []) == (
+        "the graph's budget is spent: used 97 tokens of 100"
     )
     assert spent_message(total, used(120, 1.5), ["T-002"]) == (
         "the graph's budget is spent: used 120 tokens of 100 and spent $1.5000 of $1.0000;"
         " not started: T-002"
+    )
+
+
+def test_a_loop_cut_by_the_total_is_told_apart_from_one_within_its_own_budget() -> None:
+    own = Budget(max_tokens=500, max_cost_usd=2.0)
+    assert cut_by_the_total(own, Budget(max_tokens=300, max_cost_usd=2.0))
+    assert cut_by_the_total(own, Budget(max_tokens=500, max_cost_usd=1.5))
+    assert not cut_by_the_total(own, own)
+    assert cut_by_the_total(None, Budget(max_tokens=300))  # all it had was the total's
+    assert not cut_by_the_total(own, None)
+
+
+def test_a_loop_that_ran_out_of_what_the_total_left_it_spends_the_graphs_budget() -> None:
+    # Loops never spend past what they are given: what is left of the total after one ran
+    # out of it is a crumb no request fits in, and no loop is started with it.
+    mem = memory(Budget(max_tokens=1000))
+    budget = GraphBudget(mem)
+    per_loop = Budget(max_tokens=600)
+    assert budget.allot("T-001", per_loop) == per_loop
+    budget.ended("T-001", used(600), ran_out=True, per_loop=per_loop)  # its own budget
+    assert not budget.spent and budget.left() == Left(tokens=400)
+    assert budget.allot("T-002", per_loop) == Budget(max_tokens=400)
+    budget.ended("T-002", used(391), ran_out=True, per_loop=per_loop)
+    assert budget.left() == Left(tokens=9)
+    assert budget.spent and mem.budget_spent
+    assert budget.message(["T-003"]) == (
+        "the graph's budget is spent: used 991 tokens of 1000; not started: T-003"
     )

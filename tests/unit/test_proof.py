@@ -24,7 +24,7 @@ from loopworks.schemas.rules import CommandCheck, Phase, PreparedCheck, Rule, Ru
 from loopworks.schemas.run import Approval, RunRequest, StopReason
 from loopworks.schemas.tasks import Task
 from loopworks.workflows import decisions, proof
-from loopworks.workflows.graph_inputs import loop_request
+from loopworks.workflows.graph.inputs import loop_request
 
 pytestmark = pytest.mark.unit
 

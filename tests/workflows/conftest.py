@@ -15,6 +15,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.histories import activities_run
+from loopworks.llm.base import ModelSource
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
 from loopworks.schemas.loop import LoopInput, LoopResult
@@ -42,15 +43,17 @@ class LoopHarness:
         script: dict[str, Any] | None = None,
         latency_ms: int = 0,
         workflow_sandbox: bool = True,
+        models: ModelSource | None = None,
         **settings_env: Any,
     ) -> AsyncIterator[None]:
+        """A worker answering with the scripted offline model, or with `models`."""
         settings = Settings(
             LOOPS_DATA_DIR=self.data_dir,
             LOOPS_TASK_QUEUE=self.task_queue,
             LOOPS_WORKFLOW_SANDBOX=workflow_sandbox,
             **{"LOOPS_LLM": "offline", **settings_env},
         )
-        model = OfflineModels(
+        model = models or OfflineModels(
             latency_ms=latency_ms, script=OfflineScript.model_validate(script or {})
         )
         async with build_worker(self.env.client, settings, models=model):

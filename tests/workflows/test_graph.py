@@ -68,7 +68,7 @@ def task(task_id: str, *requires: str, verify: str | None = None) -> dict[str, A
 
 async def start_graph(
     harness: LoopHarness,
-    tasks: list[dict[str, Any]],
+    tasks: list[dict[str, Any]] | None,
     continue_as_new_after_events: int | None = None,
     **request: Any,
 ) -> WorkflowHandle[TaskGraphWorkflow, GraphResult]:

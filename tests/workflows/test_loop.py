@@ -417,9 +417,10 @@ async def test_close_commits_the_reflection_with_the_runs_last_events(
 @pytest.mark.parametrize(
     "budget", [{"max_tokens": 1500}, {"max_cost_usd": 0.002}], ids=["tokens", "cost"]
 )
-async def test_budget_exhaustion_stops_the_run_and_pushes_its_work(
+async def test_a_budget_too_small_for_a_request_stops_the_run_before_it_and_still_pushes(
     harness: LoopHarness, budget: dict[str, Any]
 ) -> None:
+    # Whole runs whose budget runs out mid-step: tests/workflows/test_run_budget.py.
     async with harness.worker():
         handle = await harness.start(task="Write a guide", budget=budget)
         state = (await handle.result()).state
@@ -427,16 +428,13 @@ async def test_budget_exhaustion_stops_the_run_and_pushes_its_work(
 
     assert state.status == RunStatus.STOPPED
     assert state.stop_reason == StopReason.BUDGET_EXHAUSTED
-    assert "budget of" in state.stop.message
-    if "max_tokens" in budget:
-        assert state.usage.total_tokens >= budget["max_tokens"]
-    else:
-        assert state.usage.cost_usd >= budget["max_cost_usd"]
+    # No request was sent that the budget could not pay for (docs/loop.md#budgets).
+    assert "too little for the next model request" in state.stop.message
+    assert (state.usage.total_tokens, state.usage.cost_usd) == (0, 0.0)
     flow = names(events)
-    assert flow[-3:] == ["stopped", "reflection_done", "pushed"]
-    insights = remote_file(harness.origin, state.branch, ".loops/insights.json")
-    assert '"stop_reason": "budget_exhausted"' in insights
-    assert '"cost_usd"' in insights
+    assert flow[-3:] == ["stopped", "failed", "pushed"]  # the reflection was refused too
+    record = remote_file(harness.origin, state.branch, ".loops/run.json")
+    assert '"stop_reason": "budget_exhausted"' in record
 
 
 async def test_stop_while_reflecting_does_not_cancel_the_close(harness: LoopHarness) -> None:

@@ -13,7 +13,7 @@ from loopworks.schemas.admission import SPENT_MEMO, SlotInput
 from loopworks.schemas.graph import GraphInput, GraphRequest, GraphStatus
 from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest
-from loopworks.workflows.graph import TaskGraphWorkflow
+from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.slot import SlotWorkflow
 from tests.workflows.conftest import LoopHarness

@@ -4,9 +4,12 @@ The graph may spend `total_budget` (tokens, dollars) over all its task loops tog
 Each loop is started with the smaller of the per-loop budget and what is left of the
 total, where what is left is the total less what finished loops spent less what running
 loops were allotted: a running loop's allotment is held back until it ends, and what it
-did not spend then returns. When nothing is left no loop starts, and once the running
-ones end the graph fails saying its budget is spent. A limit the total does not set
-(tokens, or dollars) bounds nothing here.
+did not spend then returns. A loop never spends more than its allotment
+(docs/loop.md#budgets), so loops running side by side never together spend more than the
+total. When nothing is left no loop starts, nor once a loop ran out of what the total
+had left it (what remains is too little for a model request); once the running ones end
+the graph fails saying its budget is spent. A limit the total does not set (tokens, or
+dollars) bounds nothing here.
 """
 
 from __future__ import annotations
@@ -77,6 +80,21 @@ def allotment(per_loop: Budget | None, remaining: Left) -> Budget | None:
     return Budget(max_tokens=tokens, max_cost_usd=usd)
 
 
+def cut_by_the_total(per_loop: Budget | None, allotted: Budget | None) -> bool:
+    """Whether a loop's allotment is what was left of the total rather than its own budget:
+    in some limit, smaller than its own (or than none)."""
+    if allotted is None:
+        return False
+    asked = per_loop or Budget()
+    return any(
+        given is not None and (own is None or given < own)
+        for given, own in (
+            (allotted.max_tokens, asked.max_tokens),
+            (allotted.max_cost_usd, asked.max_cost_usd),
+        )
+    )
+
+
 def charged(allotted: Budget | None, usage: TokenUsage | None) -> TokenUsage:
     """What an ended loop counts against the total: what it reports it spent; a loop that
     ended without reporting (it failed, or was terminated) its whole allotment, as input
@@ -89,14 +107,13 @@ def charged(allotted: Budget | None, usage: TokenUsage | None) -> TokenUsage:
 
 
 def spent_message(total: Budget | None, usage: TokenUsage, not_started: Iterable[str]) -> str:
-    """A graph that stopped for its budget: what it spent of which limit, and the tasks it
-    never started."""
+    """A graph that stopped for its budget: what it spent of each limit the total sets, and
+    the tasks it never started."""
     spent = []
     total = total or Budget()
-    if total.max_tokens is not None and usage.total_tokens >= total.max_tokens:
+    if total.max_tokens is not None:
         spent.append(f"used {usage.total_tokens} tokens of {total.max_tokens}")
-    usd = round(usage.cost_usd, _USD_PLACES)
-    if total.max_cost_usd is not None and usd >= total.max_cost_usd:
+    if total.max_cost_usd is not None:
         spent.append(f"spent ${usage.cost_usd:.4f} of ${total.max_cost_usd:.4f}")
     message = "the graph's budget is spent"
     if spent:
@@ -119,7 +136,7 @@ class GraphBudget:
 
     @property
     def spent(self) -> bool:
-        return self.left().spent
+        return self._memory.budget_spent or self.left().spent
 
     def allot(self, task_id: str, per_loop: Budget | None) -> Budget | None:
         """The budget `task_id`'s loop starts with, held back until it ends."""
@@ -128,12 +145,22 @@ class GraphBudget:
             self._memory.allotted[task_id] = budget
         return budget
 
-    def ended(self, task_id: str, usage: TokenUsage | None) -> None:
+    def ended(
+        self,
+        task_id: str,
+        usage: TokenUsage | None,
+        ran_out: bool = False,
+        per_loop: Budget | None = None,
+    ) -> None:
         """A loop ended (`usage` None: without saying what it spent): its allotment is
-        released and what it spent counted."""
+        released and what it spent counted. One that `ran_out` of an allotment the total
+        had cut below its own budget (`per_loop`) leaves too little for another: the
+        graph's budget is spent."""
         held = self._memory.allotted.pop(task_id, None)
         state = self._memory.state
         state.usage = state.usage + charged(held, usage)
+        if ran_out and cut_by_the_total(per_loop, held):
+            self._memory.budget_spent = True
 
     def message(self, not_started: Iterable[str]) -> str:
         state = self._memory.state

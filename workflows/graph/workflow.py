@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.loop import LoopResult
     from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
-    from loopworks.schemas.run import Mode, RunStatus
+    from loopworks.schemas.run import Mode, RunStatus, StopReason, budget_left
     from loopworks.schemas.steps import PlanGraphInput
     from loopworks.schemas.tasks import (
         GraphError,
@@ -197,9 +197,15 @@ class TaskGraphWorkflow:
                     goal=request.goal,
                     files=info.files,
                     origin=state.origin,
+                    # The planner spends from the total too (docs/graphs.md#budget).
+                    allowance=budget_left(request.total_budget, state.usage),
                 ),
                 MODEL_CALL,
             )
+            # Counted in what the graph spent, which then leaves its loops less; a graph
+            # planned before it was counted goes on as it decided.
+            if workflow.patched("graph-planner-usage"):
+                state.usage = state.usage + planned.usage
             tasks, state.source = validated_graph(planned.tasks, info.files), "planner"
         state.tasks = [TaskState(task=task) for task in tasks]
         if request.mode == Mode.INTERACTIVE:
@@ -325,7 +331,13 @@ class TaskGraphWorkflow:
             self._budget.ended(task_id, None)
             await self._failed(task_state, f"its loop failed: {err.cause or err}")
             return
-        self._budget.ended(task_id, result.state.usage)
+        # A loop that ran out of what the total left it spends the graph's budget; a graph
+        # whose loops ended before that rule goes on as it decided (docs/graphs.md#budget).
+        if workflow.patched("graph-spent-when-a-loop-runs-out"):
+            ran_out = result.state.stop_reason == StopReason.BUDGET_EXHAUSTED
+            self._budget.ended(task_id, result.state.usage, ran_out, self._request.budget)
+        else:
+            self._budget.ended(task_id, result.state.usage)
         if self._stop_requested:
             # Said under the task by `loops graph status`, as a failure's reason is.
             task_state.last_failure = decide.STOPPED_WITH_THE_GRAPH
