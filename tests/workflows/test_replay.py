@@ -29,6 +29,7 @@ from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
+from loopworks.workflows.slot import SlotWorkflow
 from tests.histories.record import RECORDERS, RECORDING_KEYS
 from tests.workflows import changed_loop
 from tests.workflows.changed_loop import ChangedLoop
@@ -46,6 +47,7 @@ WORKFLOWS = [
     PlaybookWorkflow,
     SkillLoopWorkflow,
     RetentionWorkflow,
+    SlotWorkflow,
 ]
 # A worker's converter with the keys the encrypted history was recorded with.
 KEYED = data_converter(Settings(LOOPS_PAYLOAD_KEYS=RECORDING_KEYS))
