@@ -131,6 +131,7 @@ class CodecCors:
 
     def __init__(self, app: ASGIApp, origins: Sequence[str]) -> None:
         self.app = app
+        self.origins = frozenset(origin.lower() for origin in origins)
         self.cors = CORSMiddleware(
             app,
             allow_origins=list(origins),
@@ -145,7 +146,17 @@ class CodecCors:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(f"{PREFIX}/"):
+        if (
+            scope["type"] == "http"
+            and scope["path"].startswith(f"{PREFIX}/")
+            and self._from_the_ui(scope)
+        ):
             await self.cors(scope, receive, send)
         else:
+            # Any other page is answered as if there were no CORS at all: not even a
+            # refused preflight's Access-Control-* headers.
             await self.app(scope, receive, send)
+
+    def _from_the_ui(self, scope: Scope) -> bool:
+        origin = next((v for k, v in scope["headers"] if k.lower() == b"origin"), b"")
+        return origin.decode("latin-1").strip().rstrip("/").lower() in self.origins

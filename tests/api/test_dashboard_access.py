@@ -23,8 +23,8 @@ from tests.api.fake_temporal import FakeClient
 
 pytestmark = pytest.mark.unit
 
-WRITER = "writer-s3cret"
-READER = "reader-s3cret"
+WRITER = "writer-s3cret-0123456789"
+READER = "reader-s3cret-0123456789"
 RUN = "fake-20250101-000000-abcdef"
 BASE = "http://localhost"
 
@@ -161,7 +161,7 @@ def test_a_session_ends_when_it_expires() -> None:
 async def test_a_session_ends_when_its_token_is_removed(fake: FakeClient) -> None:
     async for before in _http(_app(fake)):
         cookie = await sign_in(before, WRITER)
-    async for after in _http(_app(fake, writer="a-new-s3cret")):
+    async for after in _http(_app(fake, writer="a-new-s3cret-0123456789")):
         after.cookies.set(sessions.COOKIE, cookie)
         assert (await after.get("/runs")).status_code == 401
         assert (await after.get("/ui/runs")).status_code == 303

@@ -152,7 +152,7 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         decode = urllib.request.Request(
             f"{base}/codec/decode",
             data=json.dumps({"payloads": started["input"]["payloads"]}).encode(),
-            headers={"Authorization": "Bearer first-token", "Origin": origin,
+            headers={"Authorization": "Bearer first-token-0123456789", "Origin": origin,
                      "Content-Type": "application/json"},
         )  # fmt: skip
         with urllib.request.urlopen(decode, timeout=30) as response:

@@ -114,6 +114,8 @@ async def test_pasted_secrets_come_back_from_nowhere(stack: Stack) -> None:
     stack.extra_env.update(
         LOOPS_PAYLOAD_KEYS=KEYS,
         LOOPS_GIT_CREDENTIALS=json.dumps(credentials),
+        # A shared API lending git credentials names the repositories runs may use.
+        LOOPS_ALLOWED_ORIGINS="https://github.com/acme/",
         LOOPS_NOTIFY_SECRET=NOTIFY_SECRET,
     )
     stack.start_worker(ANTHROPIC_API_KEY=MODEL_KEY, GITHUB_TOKEN=GITHUB_TOKEN)

@@ -138,6 +138,8 @@ async def test_a_block_before_a_tool_call_refuses_it_and_every_later_one_until_c
             max_iterations=1,
             tool_audit_probability=1.0,
             audit_probability=1.0,
+            # Its files are no code to prove: what this run shows is the block.
+            allow_unverified=True,
         )
 
         async def blocked() -> bool:
