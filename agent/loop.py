@@ -422,8 +422,14 @@ async def run_answering_agent(
         try:
             async with _started(
                 _answering_agent(answer_type, call.role),
-                source, call, instructions, deps, max_turns, REPAIR_ATTEMPTS, guard,
-            ) as agent_run:  # fmt: skip
+                source,
+                call,
+                instructions,
+                deps,
+                max_turns,
+                REPAIR_ATTEMPTS,
+                guard,
+            ) as agent_run:
                 async for _ in agent_run:
                     pass
         except UsageLimitExceeded as exc:

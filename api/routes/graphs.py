@@ -114,7 +114,7 @@ async def get_ledger(
         int | None, Header(alias="Last-Event-ID", ge=0, description="Resume after this line")
     ] = None,
 ) -> Response:
-    """The graph's status ledger (docs/graph_handles.md#the-ledger) as JSON lines, as the graph
+    """The graph's status ledger (docs/graphs.md#the-ledger) as JSON lines, as the graph
     appends it to docs/current/task-status.jsonl on its integration branch; with `follow`,
     its lines as they come (event `ledger`, id the line's number), as `/runs/{id}/events`
     streams."""

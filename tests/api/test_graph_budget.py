@@ -53,9 +53,11 @@ async def test_a_graph_gets_the_operators_total_budget_and_may_ask_for_less() ->
 
 @pytest.mark.parametrize(
     ("asked", "field", "setting"),
-    [({"max_tokens": 100001}, "total_budget.max_tokens", "LOOPS_GRAPH_BUDGET_TOKENS"),
-     ({"max_cost_usd": 20.5}, "total_budget.max_cost_usd", "LOOPS_GRAPH_BUDGET_USD")],
-)  # fmt: skip
+    [
+        ({"max_tokens": 100001}, "total_budget.max_tokens", "LOOPS_GRAPH_BUDGET_TOKENS"),
+        ({"max_cost_usd": 20.5}, "total_budget.max_cost_usd", "LOOPS_GRAPH_BUDGET_USD"),
+    ],
+)
 async def test_a_total_budget_above_the_operators_is_refused_naming_the_setting(
     asked: dict[str, Any], field: str, setting: str
 ) -> None:

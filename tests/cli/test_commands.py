@@ -232,9 +232,12 @@ def test_status_defaults_to_the_most_recent_run() -> None:
 
 @pytest.mark.parametrize(
     ("source", "said"),
-    [("offline", ["model: offline"]), ("anthropic (litellm)", ["model: anthropic (litellm)"]),
-     ("", [])],
-)  # fmt: skip
+    [
+        ("offline", ["model: offline"]),
+        ("anthropic (litellm)", ["model: anthropic (litellm)"]),
+        ("", []),
+    ],
+)
 def test_status_names_the_model_answering_the_run(source: str, said: list[str]) -> None:
     """A run on canned answers says so; a run recorded before runs named it, nothing."""
     state = STATE.model_copy(update={"model_source": source})
@@ -267,12 +270,15 @@ def test_list_and_history_and_artifact() -> None:
 @pytest.mark.parametrize(
     ("status", "note"),
     [
-        ("running", f"loops: run {RUN_ID} is running: this is its latest draft"
-                    " (commit 0123abcd), not its final artifact\n"),
+        (
+            "running",
+            f"loops: run {RUN_ID} is running: this is its latest draft"
+            " (commit 0123abcd), not its final artifact\n",
+        ),
         ("completed", ""),
         ("failed", ""),
     ],
-)  # fmt: skip
+)
 def test_artifact_of_a_live_run_says_it_is_a_draft_on_stderr(status: str, note: str) -> None:
     headers = {"X-Loops-Run-Status": status, "X-Loops-Artifact-Commit": "0123abcd" * 5}
     api = Recorder(

@@ -276,11 +276,12 @@ def test_status_lists_the_prep_package_lines_skipped_and_the_loops_limit() -> No
         "line 4: description missing (a task needs both)",
     ]
     state = graph_state(
-        GraphStatus.RUNNING, {"T-001": (COMPLETED, 1), "T-002": (PENDING, 0),
-                              "T-003": (PENDING, 0)},
+        GraphStatus.RUNNING,
+        {"T-001": (COMPLETED, 1), "T-002": (PENDING, 0), "T-003": (PENDING, 0)},
         source="prep package (collaborative-plan-with-file, sha256 ab12)",
-        prep_skipped=skipped, max_iterations=6,
-    )  # fmt: skip
+        prep_skipped=skipped,
+        max_iterations=6,
+    )
     api = FakeApi({("GET", GRAPH): json_of(state)})
     _, out = run(["status", GRAPH_ID], api)
     assert (
@@ -291,9 +292,11 @@ def test_status_lists_the_prep_package_lines_skipped_and_the_loops_limit() -> No
         "prep package line skipped: line 4: description missing (a task needs both)\n"
     ) in out
     rejected = graph_state(
-        GraphStatus.RUNNING, {t.id: (PENDING, 0) for t in TASKS}, source="planner",
+        GraphStatus.RUNNING,
+        {t.id: (PENDING, 0) for t in TASKS},
+        source="planner",
         prep_rejected=["prep-package is 25h old (max 24h), may be stale"],
-    )  # fmt: skip
+    )
     api = FakeApi({("GET", GRAPH): json_of(rejected)})
     _, out = run(["status", GRAPH_ID], api)
     assert "prep package not used: prep-package is 25h old (max 24h), may be stale\n" in out
@@ -326,14 +329,13 @@ def test_status_shows_failures_and_what_a_graph_waits_for() -> None:
 
 def test_status_shows_what_the_graph_spent_of_its_total_budget() -> None:
     spent = graph_state(
-        GraphStatus.FAILED, {"T-001": (COMPLETED, 1), "T-002": (BLOCKED, 1),
-                             "T-003": (BLOCKED, 0)},
+        GraphStatus.FAILED,
+        {"T-001": (COMPLETED, 1), "T-002": (BLOCKED, 1), "T-003": (BLOCKED, 0)},
         total_budget={"max_tokens": 50_000, "max_cost_usd": 2},
-        usage={"input_tokens": 40_000, "output_tokens": 12_345, "calls": 30,
-               "cost_usd": 0.98765},
+        usage={"input_tokens": 40_000, "output_tokens": 12_345, "calls": 30, "cost_usd": 0.98765},
         message="the graph's budget is spent: used 52345 tokens of 50000; "
         "not started: T-002, T-003",
-    )  # fmt: skip
+    )
     api = FakeApi({("GET", GRAPH): json_of(spent)})
     _, out = run(["status", GRAPH_ID], api)
     assert "tasks from: planner\nspent: 52,345 tokens of 50,000, $0.9877 of $2.00\n" in out

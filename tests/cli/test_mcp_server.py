@@ -92,19 +92,29 @@ async def test_start_run_sends_the_request_and_answers_the_runs_view(
 ) -> None:
     async with tools(bridge) as mcp:
         view = await call(
-            mcp, "start_run", task="Write a guide", mode="interactive", max_iterations=2,
-            template="minor-edit", audit_probability=0,
-        )  # fmt: skip
+            mcp,
+            "start_run",
+            task="Write a guide",
+            mode="interactive",
+            max_iterations=2,
+            template="minor-edit",
+            audit_probability=0,
+        )
         method, path, body = bridge.requests[0]
         assert (method, path) == ("POST", "/runs")
         assert body == {
-            "task": "Write a guide", "mode": "interactive", "max_iterations": 2,
-            "audit_probability": 0, "template": "minor-edit",
-        }  # fmt: skip
+            "task": "Write a guide",
+            "mode": "interactive",
+            "max_iterations": 2,
+            "audit_probability": 0,
+            "template": "minor-edit",
+        }
         request = fake.starts[0]["params"].request
         assert (request.mode, request.max_iterations, request.template) == (
-            Mode.INTERACTIVE, 2, "minor-edit",
-        )  # fmt: skip
+            Mode.INTERACTIVE,
+            2,
+            "minor-edit",
+        )
         assert view["run_id"] == fake.starts[0]["id"] and view["status"] == "running"
         assert view["gate"] is None and "later" in view["next_action"]
 
@@ -126,9 +136,14 @@ async def test_approve_run_sends_the_edits(fake: FakeClient, bridge: Bridge) -> 
     async with tools(bridge) as mcp:
         rule = {"id": "usage", "description": "Has a usage section", "check": "a ## Usage heading"}
         await call(
-            mcp, "approve_run", run_id=RUN_ID, max_iterations=3, rules=[rule],
-            thresholds={"A": 0.7, "B": 0.8}, note="go",
-        )  # fmt: skip
+            mcp,
+            "approve_run",
+            run_id=RUN_ID,
+            max_iterations=3,
+            rules=[rule],
+            thresholds={"A": 0.7, "B": 0.8},
+            note="go",
+        )
         method, path, body = bridge.requests[-1]
         assert (method, path) == ("POST", f"/runs/{RUN_ID}/approve")
         assert body["max_iterations"] == 3 and body["note"] == "go"

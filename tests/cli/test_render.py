@@ -395,22 +395,43 @@ def _event(name: str, payload: dict[str, object]) -> str:
 @pytest.mark.parametrize(
     ("name", "payload", "line"),
     [
-        ("playbook_loaded", {"name": "app-1", "version": 3, "item_ids": ["pb-1-1", "pb-2-1"],
-                             "pinned": True}, "app-1 v3, pinned, items: pb-1-1, pb-2-1"),
-        ("curated", {"summary": "one lesson", "proposed_updates": 1,
-                     "python_helpers": ["count_words"]},
-         "1 updates, asked for: count_words; one lesson"),
-        ("skill_loop_done", {"accepted": [".loops/skills/a.py"],
-                             "rejected": {".loops/skills/b.py": "its check failed"}},
-         "kept: .loops/skills/a.py, rejected: .loops/skills/b.py"),
+        (
+            "playbook_loaded",
+            {"name": "app-1", "version": 3, "item_ids": ["pb-1-1", "pb-2-1"], "pinned": True},
+            "app-1 v3, pinned, items: pb-1-1, pb-2-1",
+        ),
+        (
+            "curated",
+            {"summary": "one lesson", "proposed_updates": 1, "python_helpers": ["count_words"]},
+            "1 updates, asked for: count_words; one lesson",
+        ),
+        (
+            "skill_loop_done",
+            {
+                "accepted": [".loops/skills/a.py"],
+                "rejected": {".loops/skills/b.py": "its check failed"},
+            },
+            "kept: .loops/skills/a.py, rejected: .loops/skills/b.py",
+        ),
         ("skill_loop_done", {"error": "generator timed out"}, "failed: generator timed out"),
-        ("playbook_updated", {"name": "app-1", "batch_id": "r:run", "version": 4,
-                              "changed": True, "results": {"added": 1, "tagged": 2}},
-         "app-1 v4: 1 added, 2 tagged"),
-        ("playbook_updated", {"name": "app-1", "batch_id": "r:run", "version": 4,
-                              "changed": False}, "app-1: nothing changed"),
+        (
+            "playbook_updated",
+            {
+                "name": "app-1",
+                "batch_id": "r:run",
+                "version": 4,
+                "changed": True,
+                "results": {"added": 1, "tagged": 2},
+            },
+            "app-1 v4: 1 added, 2 tagged",
+        ),
+        (
+            "playbook_updated",
+            {"name": "app-1", "batch_id": "r:run", "version": 4, "changed": False},
+            "app-1: nothing changed",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_playbook_events_read_as_phrases(
     name: str, payload: dict[str, object], line: str
 ) -> None:

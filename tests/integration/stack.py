@@ -251,14 +251,36 @@ class Stack:
         temporal = find_binary("temporal")
         address = ["--address", self.server.address, "--namespace", self.namespace]
         listed = subprocess.run(
-            [temporal, "workflow", "list", *address, "--output", "jsonl", "--query",
-             f'TaskQueue = "{self.task_queue}" AND ExecutionStatus = "Running"'],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            [
+                temporal,
+                "workflow",
+                "list",
+                *address,
+                "--output",
+                "jsonl",
+                "--query",
+                f'TaskQueue = "{self.task_queue}" AND ExecutionStatus = "Running"',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         for line in filter(None, (line.strip() for line in listed.stdout.splitlines())):
             workflow_id = json.loads(line)["execution"]["workflowId"]
             subprocess.run(
-                [temporal, "workflow", "terminate", *address, "--workflow-id", workflow_id,
-                 "--reason", "test finished"],
-                capture_output=True, text=True, timeout=60, check=False,
-            )  # fmt: skip
+                [
+                    temporal,
+                    "workflow",
+                    "terminate",
+                    *address,
+                    "--workflow-id",
+                    workflow_id,
+                    "--reason",
+                    "test finished",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )

@@ -92,11 +92,15 @@ async def test_status_events_and_stream_survive_continue_as_new(stack: Stack) ->
     assert [e["seq"] for e in later.json()] == ids[5:]
     # A reconnecting stream resumes after its Last-Event-ID, from git too.
     with httpx.stream(
-        "GET", f"{base_url}/runs/{run_id}/events", params={"follow": 1},
-        headers={"Last-Event-ID": "3"}, timeout=60,
-    ) as response:  # fmt: skip
+        "GET",
+        f"{base_url}/runs/{run_id}/events",
+        params={"follow": 1},
+        headers={"Last-Event-ID": "3"},
+        timeout=60,
+    ) as response:
         resumed = [
-            int(line.removeprefix("id: ")) for line in response.iter_lines()
+            int(line.removeprefix("id: "))
+            for line in response.iter_lines()
             if line.startswith("id: ")
-        ]  # fmt: skip
+        ]
     assert resumed == ids[3:]

@@ -28,14 +28,25 @@ CHECK = "python3 test_calc.py"
 
 def prep_lines() -> list[dict[str, Any]]:
     return [
-        {"id": "task-001", "description": "Fix add: calc.add subtracts; make it add",
-         "files_changed": ["calc.py"], "_convergence": {"verification": CHECK}},
-        {"id": "task-002", "description": "Document add: say what calc.add returns",
-         "_depends_on": ["task-001"],
-         "_convergence": {"verification": f"{CHECK} && grep -rqF 'Document add' ."}},
-        {"id": "task-003", "description": "Check add: the test passes on the result",
-         "_depends_on": ["task-001"], "_convergence": {"verification": CHECK}},
-    ]  # fmt: skip
+        {
+            "id": "task-001",
+            "description": "Fix add: calc.add subtracts; make it add",
+            "files_changed": ["calc.py"],
+            "_convergence": {"verification": CHECK},
+        },
+        {
+            "id": "task-002",
+            "description": "Document add: say what calc.add returns",
+            "_depends_on": ["task-001"],
+            "_convergence": {"verification": f"{CHECK} && grep -rqF 'Document add' ."},
+        },
+        {
+            "id": "task-003",
+            "description": "Check add: the test passes on the result",
+            "_depends_on": ["task-001"],
+            "_convergence": {"verification": CHECK},
+        },
+    ]
 
 
 def make_remote(root: Path, prep: bool) -> Path:
@@ -70,9 +81,13 @@ def make_remote(root: Path, prep: bool) -> Path:
 def fixing_producer(path: Path) -> str:
     """The offline producer, scripted to write the fix (and an artifact that names it)."""
     artifact = "# Fix add\n\nDocument add: add returns a + b.\n"
-    draft = {"files": [{"path": "calc.py", "content": FIXED},
-                       {"path": "artifact.md", "content": artifact}],
-             "summary": "fixed add"}  # fmt: skip
+    draft = {
+        "files": [
+            {"path": "calc.py", "content": FIXED},
+            {"path": "artifact.md", "content": artifact},
+        ],
+        "summary": "fixed add",
+    }
     path.write_text(json.dumps({"producer": {"*": draft}}))
     return str(path)
 
@@ -146,8 +161,11 @@ def test_a_prep_package_graph_fixes_the_repository_and_pushes_its_ledger(
     assert [t["task"]["id"] for t in state["tasks"]] == ["T-001", "T-002", "T-003"]
     branch = state["integration_branch"]
     assert show(remote, branch, LEDGER_PATH) == ledger.strip()  # git() strips its output
-    completed = [json.loads(line)["id"] for line in ledger.splitlines()
-                 if json.loads(line)["status"] == "completed"]  # fmt: skip
+    completed = [
+        json.loads(line)["id"]
+        for line in ledger.splitlines()
+        if json.loads(line)["status"] == "completed"
+    ]
     assert sorted(completed) == ["T-001", "T-002", "T-003"]
     # The verification commands pass on the pushed integration branch.
     checkout = tmp_path / "verify"

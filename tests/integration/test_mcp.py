@@ -31,11 +31,28 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 TERMINAL = {status.value for status in TERMINAL_STATUSES}
 TOOLS = {
-    "list_runs", "start_run", "run_status", "run_events", "run_artifact", "approve_run",
-    "clear_block", "pause_run", "resume_run", "stop_run", "start_graph", "graph_status",
-    "approve_graph", "clear_graph_block", "pause_graph", "resume_graph", "stop_graph",
-    "list_graphs", "wait_for_run", "run_trajectory", "playbook",
-}  # fmt: skip
+    "list_runs",
+    "start_run",
+    "run_status",
+    "run_events",
+    "run_artifact",
+    "approve_run",
+    "clear_block",
+    "pause_run",
+    "resume_run",
+    "stop_run",
+    "start_graph",
+    "graph_status",
+    "approve_graph",
+    "clear_graph_block",
+    "pause_graph",
+    "resume_graph",
+    "stop_graph",
+    "list_graphs",
+    "wait_for_run",
+    "run_trajectory",
+    "playbook",
+}
 
 
 def text(result: CallToolResult) -> str:
@@ -161,8 +178,13 @@ async def test_an_mcp_client_waits_with_progress_takes_aliases_and_reads_what_ru
     run_trajectory and playbook read what the run left."""
     stack.start_worker(LOOPS_OFFLINE_LATENCY_MS="150")
     _, base_url = stack.start_api()
-    task = {"id": "T-001", "title": "Write it", "description": "Write a guide",
-            "acceptance_criteria": ["it exists"], "verification_command": "true"}  # fmt: skip
+    task = {
+        "id": "T-001",
+        "title": "Write it",
+        "description": "Write a guide",
+        "acceptance_criteria": ["it exists"],
+        "verification_command": "true",
+    }
     graph = httpx.post(
         f"{base_url}/graphs",
         json={"goal": "Write a guide", "tasks": [task], "mode": "interactive"},
@@ -175,9 +197,12 @@ async def test_an_mcp_client_waits_with_progress_takes_aliases_and_reads_what_ru
         assert graph.json()["graph_id"] in {row["graph_id"] for row in graphs["result"]}
 
         started = await call(
-            client, "start_run", task="Write a guide to backoff", mode="interactive",
+            client,
+            "start_run",
+            task="Write a guide to backoff",
+            mode="interactive",
             audit_probability=0,
-        )  # fmt: skip
+        )
         alias = started["alias"]
         heard: list[tuple[float, float | None, str | None]] = []
 
@@ -234,8 +259,12 @@ async def test_loops_mcp_serves_streamable_http_on_loopback(tmp_path: Path) -> N
     log = (tmp_path / "mcp.log").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "loopworks.cli", "mcp", "--http", "--port", str(port)],
-        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_for_port(port, timeout=30)
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:

@@ -24,10 +24,14 @@ TEST_FILE = (
 # A pytest run inside the sandbox (the system's python3 and its pytest: see
 # scripts/install-deploy-tools.sh).
 PYTEST_RULE = {
-    "id": "tests-pass", "description": "the tests pass", "severity": "fail",
-    "check": {"kind": "command",
-              "command": "python3 -m pytest -q -p no:cacheprovider test_result.py"},
-}  # fmt: skip
+    "id": "tests-pass",
+    "description": "the tests pass",
+    "severity": "fail",
+    "check": {
+        "kind": "command",
+        "command": "python3 -m pytest -q -p no:cacheprovider test_result.py",
+    },
+}
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the checks prove isolation only as root")
@@ -46,7 +50,7 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
         ],
         "summary": "wrote it",
     }
-    script.write_text(json.dumps({"producer": {"1": {"answer": draft}}}))  # fmt: skip
+    script.write_text(json.dumps({"producer": {"1": {"answer": draft}}}))
     stack = Stack(
         server=dev_server,
         data_dir=root / "data",
@@ -71,8 +75,10 @@ def test_a_run_on_the_dev_server_passes_with_its_commands_sandboxed(
             run_id = created.json()["run_id"]
             deadline = time.monotonic() + 120
             while (state := http.get(f"/runs/{run_id}").json())["status"] in (
-                "running", "blocked", "paused",
-            ):  # fmt: skip
+                "running",
+                "blocked",
+                "paused",
+            ):
                 assert time.monotonic() < deadline, worker.output()
                 time.sleep(0.5)
             events = http.get(f"/runs/{run_id}/events").json()

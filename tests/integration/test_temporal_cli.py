@@ -75,9 +75,15 @@ def test_temporal_cli_stops_a_run(stack: Stack, tmp_path: Path) -> None:
         wait_for(http, run_id, lambda s: s["current_step"] == "PRODUCE_PREPARE")
 
         proc = temporal(
-            stack, "signal", "--workflow-id", run_id, "--name", "stop",
-            "--input", '"from temporal cli"',
-        )  # fmt: skip
+            stack,
+            "signal",
+            "--workflow-id",
+            run_id,
+            "--name",
+            "stop",
+            "--input",
+            '"from temporal cli"',
+        )
         assert proc.returncode == 0, proc.stderr
 
         state = wait_for(http, run_id, finished, timeout=60)
@@ -97,9 +103,18 @@ def test_temporal_cli_clears_a_block(stack: Stack, tmp_path: Path) -> None:
         assert blocked["block"] == {**blocked["block"], "blocked": True, "reason": "x"}
 
         proc = temporal(
-            stack, "update", "execute", "--workflow-id", run_id, "--name", "clear_block",
-            "--input", '"cleared from cli"', "--output", "json",
-        )  # fmt: skip
+            stack,
+            "update",
+            "execute",
+            "--workflow-id",
+            run_id,
+            "--name",
+            "clear_block",
+            "--input",
+            '"cleared from cli"',
+            "--output",
+            "json",
+        )
         assert proc.returncode == 0, proc.stderr
         # The update answers with the run's state, already released.
         answer = json.loads(proc.stdout)
@@ -107,9 +122,16 @@ def test_temporal_cli_clears_a_block(stack: Stack, tmp_path: Path) -> None:
         assert answer["result"]["blocked"] is False
 
         again = temporal(
-            stack, "update", "execute", "--workflow-id", run_id, "--name", "clear_block",
-            "--input", '"twice"',
-        )  # fmt: skip
+            stack,
+            "update",
+            "execute",
+            "--workflow-id",
+            run_id,
+            "--name",
+            "clear_block",
+            "--input",
+            '"twice"',
+        )
         # The validator rejects it (or the run has already finished): never a second clear.
         assert again.returncode != 0, again.stdout
 

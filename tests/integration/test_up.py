@@ -137,10 +137,22 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         # Encrypted from the first run (a key made once in the data directory, read again
         # by the restarted stack): the history shows no task to a reader without it.
         shown = subprocess.run(
-            [find_binary("temporal"), "workflow", "show", "--workflow-id", run_id,
-             "--address", f"127.0.0.1:{temporal_port}", "--output", "json"],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            [
+                find_binary("temporal"),
+                "workflow",
+                "show",
+                "--workflow-id",
+                run_id,
+                "--address",
+                f"127.0.0.1:{temporal_port}",
+                "--output",
+                "json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert "binary/encrypted" in base64_decoded(shown.stdout), shown.stdout[:2000]
         assert DEMO_TASK[:30] not in base64_decoded(shown.stdout)
         # The dev server's UI decodes through the API, which answers the UI's page (its
@@ -152,9 +164,12 @@ def test_up_script_starts_the_stack_and_runs_the_demo(tmp_path: Path) -> None:
         decode = urllib.request.Request(
             f"{base}/codec/decode",
             data=json.dumps({"payloads": started["input"]["payloads"]}).encode(),
-            headers={"Authorization": "Bearer first-token-0123456789", "Origin": origin,
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
+            headers={
+                "Authorization": "Bearer first-token-0123456789",
+                "Origin": origin,
+                "Content-Type": "application/json",
+            },
+        )
         with urllib.request.urlopen(decode, timeout=30) as response:
             assert response.headers["Access-Control-Allow-Origin"] == origin
             decoded = json.loads(response.read())["payloads"]

@@ -60,10 +60,21 @@ def test_a_worker_stopped_while_waiting_for_temporal_ends_cleanly(stack: Stack) 
 
 def _known_attributes(server: DevServer) -> str:
     listed = subprocess.run(
-        [find_binary("temporal"), "operator", "search-attribute", "list",
-         "--address", server.address, "--namespace", "default"],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        [
+            find_binary("temporal"),
+            "operator",
+            "search-attribute",
+            "list",
+            "--address",
+            server.address,
+            "--namespace",
+            "default",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return listed.stdout
 
 

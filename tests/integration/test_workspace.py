@@ -205,8 +205,19 @@ def test_checkout_unknown_commit(tmp_path: Path, origin: str) -> None:
 
 def test_invalid_run_id(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
-    for bad in ["../escape", "a/../b", "a//b", "/a", "a/", "a/b/c/d", ".cache", "a/.x", "x.lock",
-                "a/x.lock", ""]:  # fmt: skip
+    for bad in [
+        "../escape",
+        "a/../b",
+        "a//b",
+        "/a",
+        "a/",
+        "a/b/c/d",
+        ".cache",
+        "a/.x",
+        "x.lock",
+        "a/x.lock",
+        "",
+    ]:
         with pytest.raises(ValueError):
             ws.workdir(bad)
     # A task graph's child loop: `<graph id>/<task id>/<attempt>`.

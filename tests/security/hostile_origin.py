@@ -17,14 +17,35 @@ from tests.integration.stack import git
 
 # Every hook git knows; each one in the origin's hooks/ and in its core.hooksPath.
 HOOKS = (
-    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit",
-    "pre-merge-commit", "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase",
-    "post-checkout", "post-merge", "pre-push", "pre-receive", "update", "proc-receive",
-    "post-receive", "post-update", "reference-transaction", "push-to-checkout",
-    "pre-auto-gc", "post-rewrite", "sendemail-validate", "fsmonitor-watchman",
-    "p4-changelist", "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit",
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
     "post-index-change",
-)  # fmt: skip
+)
 # What each named program prints, so git's work goes on: a filter or textconv passes its
 # input through, everything else prints nothing and succeeds.
 _PASS_THROUGH = {"filter-clean": "cat", "filter-smudge": "cat", "textconv": 'cat "$1"'}
@@ -79,8 +100,11 @@ def signed_commit(git_dir: Path, tree: str, parents: list[str], message: str) ->
     signed = f"{raw}{_SIGNATURE}\n{message}\n"
     proc = subprocess.run(
         ["git", f"--git-dir={git_dir}", "hash-object", "-t", "commit", "-w", "--stdin"],
-        input=signed, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        input=signed,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return proc.stdout.strip()
 
 

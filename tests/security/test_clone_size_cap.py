@@ -98,8 +98,12 @@ def test_a_clone_is_stopped_while_it_arrives_not_after(tmp_path: Path) -> None:
             real(*args, **kwargs)  # type: ignore[arg-type]
         finally:
             staged = [p for p in ws.root.glob(".r-1.clone-*")]
-            peak = max([peak, *(sum(f.stat().st_size for f in s.rglob("*") if f.is_file())
-                                for s in staged)])  # fmt: skip
+            peak = max(
+                [
+                    peak,
+                    *(sum(f.stat().st_size for f in s.rglob("*") if f.is_file()) for s in staged),
+                ]
+            )
 
     ws._git_capped = measured  # type: ignore[method-assign]
     with pytest.raises(CloneTooLargeError):
@@ -124,18 +128,27 @@ def test_a_repeated_subtree_is_sized_by_its_paths(tmp_path: Path) -> None:
     """A "git bomb": one 64 KiB blob under 16 x 16 x 16 names is a tree of 4096 files,
     256 MiB checked out, from a few objects."""
     bare = bare_remote(tmp_path / "gitbomb")
-    blob = subprocess.run(
-        ["git", "--git-dir", str(bare), "hash-object", "-w", "--stdin"],
-        input=os.urandom(64 * 1024), capture_output=True, check=True,
-    ).stdout.decode().strip()  # fmt: skip
+    blob = (
+        subprocess.run(
+            ["git", "--git-dir", str(bare), "hash-object", "-w", "--stdin"],
+            input=os.urandom(64 * 1024),
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .strip()
+    )
     tree = blob
     for kind in ("blob", "tree", "tree"):
         mode = "100644" if kind == "blob" else "040000"
         listing = "".join(f"{mode} {kind} {tree}\tf{i:02d}\n" for i in range(16))
         tree = subprocess.run(
             ["git", "--git-dir", str(bare), "mktree"],
-            input=listing, capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            input=listing,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     parent = git("--git-dir", str(bare), "rev-parse", "main").strip()
     commit = git("--git-dir", str(bare), "commit-tree", tree, "-p", parent, "-m", "bomb").strip()
     git("--git-dir", str(bare), "update-ref", "refs/heads/main", commit)

@@ -101,11 +101,25 @@ def _history_text(raw: str) -> str:
 def _show(stack: Stack, workflow_id: str, *codec: str) -> subprocess.CompletedProcess[str]:
     """`temporal workflow show` from the venv, as an operator runs it."""
     return subprocess.run(
-        [find_binary("temporal"), "workflow", "show", "--workflow-id", workflow_id,
-         "--address", stack.server.address, "--namespace", stack.namespace,
-         "--output", "json", *codec],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            find_binary("temporal"),
+            "workflow",
+            "show",
+            "--workflow-id",
+            workflow_id,
+            "--address",
+            stack.server.address,
+            "--namespace",
+            stack.namespace,
+            "--output",
+            "json",
+            *codec,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.integration
@@ -126,9 +140,14 @@ async def test_pasted_secrets_come_back_from_nowhere(stack: Stack) -> None:
         # update's answer), then finished (its result, from history).
         created = http.post(
             "/runs",
-            json={"task": TASK, "mode": "interactive", "max_iterations": 1,
-                  "audit_probability": 0, "playbook": False},
-        )  # fmt: skip
+            json={
+                "task": TASK,
+                "mode": "interactive",
+                "max_iterations": 1,
+                "audit_probability": 0,
+                "playbook": False,
+            },
+        )
         assert created.status_code == 201, created.text
         run_id = created.json()["run_id"]
         waiting = _wait(http, f"/runs/{run_id}", lambda s: s["status"] == "awaiting_approval")
@@ -146,10 +165,13 @@ async def test_pasted_secrets_come_back_from_nowhere(stack: Stack) -> None:
         answers["the run list"] = http.get("/runs").text
 
         # A graph with its tasks given, waiting for approval, then stopped with a reason.
-        task = {"id": "T-001", "title": f"Guide: {PASTED}",
-                "description": f"Write the guide with {PASTED}",
-                "acceptance_criteria": [f"names {PASTED}"],
-                "verification_command": "true"}  # fmt: skip
+        task = {
+            "id": "T-001",
+            "title": f"Guide: {PASTED}",
+            "description": f"Write the guide with {PASTED}",
+            "acceptance_criteria": [f"names {PASTED}"],
+            "verification_command": "true",
+        }
         made = http.post("/graphs", json={"goal": GOAL, "tasks": [task], "mode": "interactive"})
         assert made.status_code == 201, made.text
         graph_id = made.json()["graph_id"]

@@ -73,9 +73,13 @@ def test_the_reflection_is_never_written_into_a_linked_directory(ws: Path, outsi
         request="r", guidance_received="g", followed="f", outcome="Success"
     )
     insights = SessionInsights(
-        session_id="r-1", date="2026-01-01", project="p", summary="s", outcome="success",
+        session_id="r-1",
+        date="2026-01-01",
+        project="p",
+        summary="s",
+        outcome="success",
         stop_reason="done",
-    )  # fmt: skip
+    )
     with pytest.raises(Exception):  # noqa: B017 - any refusal; what is outside is checked
         write_reflection(ws, reflection, insights)
     unchanged(outside)

@@ -114,8 +114,9 @@ def test_the_days_limit_joins_the_runs_budget() -> None:
     counted = [_counted(1, tokens=60_000, usd=6), _counted(2, tokens=10_000, usd=1)]
     settings = _day(tokens=100_000, usd=10)
     # Asked for more than is left: what is left.
-    given = spend.day_budget_for(Budget(max_tokens=50_000, max_cost_usd=5), settings, counted,
-                                 "a", NOW)  # fmt: skip
+    given = spend.day_budget_for(
+        Budget(max_tokens=50_000, max_cost_usd=5), settings, counted, "a", NOW
+    )
     assert (given.max_tokens, given.max_cost_usd) == (30_000, 3)
     # Asked for less: what it asked. Asked for nothing: what is left.
     assert spend.day_budget_for(Budget(max_cost_usd=1), settings, counted, "a", NOW) == Budget(

@@ -37,13 +37,17 @@ def test_the_curators_payload_validates_with_its_optional_lists_defaulting_to_em
         {
             "summary": "Record the test command; generate a link checker.",
             "proposed_updates": [
-                {"id": "u1", "description": "Run make check", "target": "testing",
-                 "priority": "high"},
+                {
+                    "id": "u1",
+                    "description": "Run make check",
+                    "target": "testing",
+                    "priority": "high",
+                },
             ],
             "python_helpers": ["check_links"],
             "reference_requests": ["how releases are cut"],
         }
-    )  # fmt: skip
+    )
     assert full.proposed_updates[0].kind == ItemKind.CONSTRAINT  # the default kind
     assert full.proposed_updates[0].action == "add"
 
@@ -54,15 +58,28 @@ def test_the_curators_payload_validates_with_its_optional_lists_defaulting_to_em
         {},  # summary is required
         {"summary": ""},
         {"summary": "x", "proposed_updates": [{"id": "u", "description": "d", "target": "t"}]},
-        {"summary": "x", "proposed_updates": [
-            {"id": "u", "description": "d", "target": "t", "priority": "urgent"}]},
-        {"summary": "x", "proposed_updates": [
-            {"id": "u", "description": "d", "target": "t", "priority": "low",
-             "action": "rewrite"}]},
+        {
+            "summary": "x",
+            "proposed_updates": [
+                {"id": "u", "description": "d", "target": "t", "priority": "urgent"}
+            ],
+        },
+        {
+            "summary": "x",
+            "proposed_updates": [
+                {
+                    "id": "u",
+                    "description": "d",
+                    "target": "t",
+                    "priority": "low",
+                    "action": "rewrite",
+                }
+            ],
+        },
         {"summary": "x", "python_helpers": ["a", "b", "c", "d", "e", "f"]},
         {"summary": "x", "surprise": True},
     ],
-)  # fmt: skip
+)
 def test_a_payload_outside_the_schema_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         CuratorPayload.model_validate(bad)
@@ -73,15 +90,30 @@ def test_proposed_updates_become_deltas_by_their_action() -> None:
         {
             "summary": "s",
             "proposed_updates": [
-                {"id": "new", "description": "Use tabs", "target": "style", "priority": "low",
-                 "kind": "skill"},
-                {"id": "pb-1-1", "description": "Use four spaces", "target": "style",
-                 "priority": "medium", "action": "update"},
-                {"id": "pb-2-1", "description": "It was wrong", "target": "style",
-                 "priority": "high", "action": "remove"},
+                {
+                    "id": "new",
+                    "description": "Use tabs",
+                    "target": "style",
+                    "priority": "low",
+                    "kind": "skill",
+                },
+                {
+                    "id": "pb-1-1",
+                    "description": "Use four spaces",
+                    "target": "style",
+                    "priority": "medium",
+                    "action": "update",
+                },
+                {
+                    "id": "pb-2-1",
+                    "description": "It was wrong",
+                    "target": "style",
+                    "priority": "high",
+                    "action": "remove",
+                },
             ],
         }
-    )  # fmt: skip
+    )
     assert curated_deltas(payload) == [
         AddDelta(kind=ItemKind.SKILL, section="style", content="Use tabs"),
         UpdateDelta(item_id="pb-1-1", content="Use four spaces"),

@@ -38,9 +38,17 @@ def evaluation(seq: int, iteration: int, phase: str, score: float, **payload: An
 
 def plan(seq: int) -> Any:
     return EVENT.validate_python(
-        {"seq": seq, "ts": "2025-01-01T00:00:00+00:00", "run_id": "r", "iteration": 1,
-         "phase": "A", "step": "PLAN", "event": "plan_created", "payload": {"focus": "f"}}
-    )  # fmt: skip
+        {
+            "seq": seq,
+            "ts": "2025-01-01T00:00:00+00:00",
+            "run_id": "r",
+            "iteration": 1,
+            "phase": "A",
+            "step": "PLAN",
+            "event": "plan_created",
+            "payload": {"focus": "f"},
+        }
+    )
 
 
 def rule(rule_id: str, severity: Severity) -> Rule:
@@ -63,8 +71,11 @@ RULES = [rule("tests", Severity.FAIL), rule("style", Severity.WARN), rule("docs"
 def test_one_point_per_evaluation_in_order() -> None:
     points = run_view.score_points(EVENTS)
     assert [(p.n, p.iteration, p.phase, p.score) for p in points] == [
-        (1, 1, Phase.A, 0.5), (2, 2, Phase.A, 0.9), (3, 2, Phase.B, 0.7), (4, 3, Phase.B, 0.95),
-    ]  # fmt: skip
+        (1, 1, Phase.A, 0.5),
+        (2, 2, Phase.A, 0.9),
+        (3, 2, Phase.B, 0.7),
+        (4, 3, Phase.B, 0.95),
+    ]
     chart = run_view.score_chart(points, Thresholds(A=0.6, B=0.9))
     assert len(chart.dots) == 4
     xs = [dot.x for dot in chart.dots]
@@ -99,19 +110,49 @@ def test_the_rules_grid_shows_each_rule_at_each_evaluation() -> None:
 
 def test_qa_commands_pair_each_call_with_its_exit_code() -> None:
     records = [
-        {"step": "qa", "kind": "tool_call", "tool": "run_command", "tool_use_id": "1",
-         "input": {"command": "pytest -q"}},
-        {"step": "qa", "kind": "tool_result", "tool": "run_command", "tool_use_id": "1",
-         "output": "exit code 1\nFAILED test_x"},
-        {"step": "qa", "kind": "tool_call", "tool": "read_file", "tool_use_id": "2",
-         "input": {"path": "a"}},
-        {"step": "produce", "kind": "tool_call", "tool": "run_command", "tool_use_id": "3",
-         "input": {"command": "make"}},
-        {"step": "qa", "kind": "tool_call", "tool": "run_command", "tool_use_id": "4",
-         "input": {"command": "true"}},
-        {"step": "qa", "kind": "tool_result", "tool": "run_command", "tool_use_id": "4",
-         "output": "exit code 0\n"},
-    ]  # fmt: skip
+        {
+            "step": "qa",
+            "kind": "tool_call",
+            "tool": "run_command",
+            "tool_use_id": "1",
+            "input": {"command": "pytest -q"},
+        },
+        {
+            "step": "qa",
+            "kind": "tool_result",
+            "tool": "run_command",
+            "tool_use_id": "1",
+            "output": "exit code 1\nFAILED test_x",
+        },
+        {
+            "step": "qa",
+            "kind": "tool_call",
+            "tool": "read_file",
+            "tool_use_id": "2",
+            "input": {"path": "a"},
+        },
+        {
+            "step": "produce",
+            "kind": "tool_call",
+            "tool": "run_command",
+            "tool_use_id": "3",
+            "input": {"command": "make"},
+        },
+        {
+            "step": "qa",
+            "kind": "tool_call",
+            "tool": "run_command",
+            "tool_use_id": "4",
+            "input": {"command": "true"},
+        },
+        {
+            "step": "qa",
+            "kind": "tool_result",
+            "tool": "run_command",
+            "tool_use_id": "4",
+            "output": "exit code 0\n",
+        },
+    ]
     runs = run_view.qa_commands(records)
     assert [(r.command, r.exit_code) for r in runs] == [("pytest -q", 1), ("true", 0)]
 
@@ -120,22 +161,50 @@ def test_model_calls_are_split_at_each_call_and_priced() -> None:
     usage = {"input_tokens": 1000, "output_tokens": 200}
     records = [
         {"step": "plan", "role": "planner", "iteration": 1, "turn": 0, "kind": "system"},
-        {"step": "plan", "role": "planner", "iteration": 1, "turn": 1, "kind": "assistant",
-         "model": "claude-sonnet-4-6", "usage": usage},
+        {
+            "step": "plan",
+            "role": "planner",
+            "iteration": 1,
+            "turn": 1,
+            "kind": "assistant",
+            "model": "claude-sonnet-4-6",
+            "usage": usage,
+        },
         {"step": "produce", "role": "producer", "iteration": 1, "turn": 0, "kind": "system"},
-        {"step": "produce", "role": "producer", "iteration": 1, "turn": 1, "kind": "assistant",
-         "model": "claude-sonnet-4-6", "usage": usage},
+        {
+            "step": "produce",
+            "role": "producer",
+            "iteration": 1,
+            "turn": 1,
+            "kind": "assistant",
+            "model": "claude-sonnet-4-6",
+            "usage": usage,
+        },
         {"step": "produce", "role": "producer", "iteration": 1, "turn": 1, "kind": "tool_call"},
-        {"step": "produce", "role": "producer", "iteration": 1, "turn": 2, "kind": "assistant",
-         "model": "claude-sonnet-4-6", "usage": usage},
+        {
+            "step": "produce",
+            "role": "producer",
+            "iteration": 1,
+            "turn": 2,
+            "kind": "assistant",
+            "model": "claude-sonnet-4-6",
+            "usage": usage,
+        },
         # A line recorded before lines carried usage: counted as a call, no tokens.
-        {"step": "critique", "role": "artifact-critic", "iteration": 1, "turn": 1,
-         "kind": "assistant"},
-    ]  # fmt: skip
+        {
+            "step": "critique",
+            "role": "artifact-critic",
+            "iteration": 1,
+            "turn": 1,
+            "kind": "assistant",
+        },
+    ]
     calls = run_view.model_calls(records, {})
     assert [(c.step, c.turns, c.usage.calls) for c in calls] == [
-        ("plan", 1, 1), ("produce", 2, 2), ("critique", 1, 0)
-    ]  # fmt: skip
+        ("plan", 1, 1),
+        ("produce", 2, 2),
+        ("critique", 1, 0),
+    ]
     price = DEFAULT_PRICES["claude-sonnet-4-6"]
     one = (1000 * price.input + 200 * price.output) / 1_000_000
     assert calls[0].usage.cost_usd == pytest.approx(one)
@@ -156,8 +225,11 @@ def test_a_diamond_is_laid_out_in_three_layers_with_four_edges() -> None:
     nodes = {node.id: node for node in layout.nodes}
     assert list(nodes) == ["T-001", "T-002", "T-003", "T-004"]
     assert {(e.source, e.target) for e in layout.edges} == {
-        ("T-001", "T-002"), ("T-001", "T-003"), ("T-002", "T-004"), ("T-003", "T-004")
-    }  # fmt: skip
+        ("T-001", "T-002"),
+        ("T-001", "T-003"),
+        ("T-002", "T-004"),
+        ("T-003", "T-004"),
+    }
     top, left, right, bottom = (nodes[t] for t in ("T-001", "T-002", "T-003", "T-004"))
     assert top.y < left.y == right.y < bottom.y
     assert left.x + left.width <= right.x or right.x + right.width <= left.x

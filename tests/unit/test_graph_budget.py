@@ -37,10 +37,15 @@ def test_what_is_left_is_the_total_less_spent_less_held() -> None:
 
 @pytest.mark.parametrize(
     ("remaining", "spent"),
-    [(Left(tokens=0), True), (Left(tokens=-5), True), (Left(usd=0.0), True),
-     (Left(tokens=1, usd=-0.01), True), (Left(tokens=1, usd=0.000001), False),
-     (Left(tokens=1), False)],
-)  # fmt: skip
+    [
+        (Left(tokens=0), True),
+        (Left(tokens=-5), True),
+        (Left(usd=0.0), True),
+        (Left(tokens=1, usd=-0.01), True),
+        (Left(tokens=1, usd=0.000001), False),
+        (Left(tokens=1), False),
+    ],
+)
 def test_nothing_left_in_any_limit_is_spent(remaining: Left, spent: bool) -> None:
     assert remaining.spent is spent
 

@@ -93,9 +93,13 @@ def _graph_state() -> GraphState:
 
 def _info(package_text: str, tasks_text: str) -> IntegrationInfo:
     return IntegrationInfo(
-        origin=ROOT, branch="b", commit="c" * 40, files=["README.md"],
-        prep_package=package_text, prep_tasks=tasks_text,
-    )  # fmt: skip
+        origin=ROOT,
+        branch="b",
+        commit="c" * 40,
+        files=["README.md"],
+        prep_package=package_text,
+        prep_tasks=tasks_text,
+    )
 
 
 def test_a_graph_started_before_decides_as_it_did() -> None:
@@ -128,9 +132,13 @@ def test_each_task_loop_gets_the_packages_limit_unless_the_request_sets_one(
     request = GraphRequest(goal="Export notes", max_iterations=asked)
     state = GraphState(graph_id="g", goal="Export notes", origin=ROOT, integration_branch="b")
     info = IntegrationInfo(
-        origin=ROOT, branch="b", commit="c" * 40, files=[],
-        prep_package=PACKAGE_TEXT, prep_tasks=TASKS_TEXT,
-    )  # fmt: skip
+        origin=ROOT,
+        branch="b",
+        commit="c" * 40,
+        files=[],
+        prep_package=PACKAGE_TEXT,
+        prep_tasks=TASKS_TEXT,
+    )
     tasks = prep_for_graph(request, state, info, NOW)
     assert state.prep_skipped == SKIPPED and state.prep_rejected == []
     assert state.max_iterations == limit

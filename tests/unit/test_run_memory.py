@@ -20,10 +20,15 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 def _event(seq: int) -> dict[str, object]:
     return {
-        "seq": seq, "ts": "2026-01-01T00:00:00+00:00", "run_id": "r", "iteration": 1,
-        "phase": "A", "step": "PLAN", "event": "iteration_advanced",
+        "seq": seq,
+        "ts": "2026-01-01T00:00:00+00:00",
+        "run_id": "r",
+        "iteration": 1,
+        "phase": "A",
+        "step": "PLAN",
+        "event": "iteration_advanced",
         "payload": {"iteration": seq},
-    }  # fmt: skip
+    }
 
 
 def test_a_new_runs_memory_starts_from_its_request() -> None:

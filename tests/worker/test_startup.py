@@ -126,8 +126,9 @@ def test_a_worker_that_cannot_sandbox_refuses_to_start_saying_what_to_do(
     assert "no usable sandbox" in done.stderr
     assert "bubblewrap" in done.stderr and "LOOPS_SANDBOX=off" in done.stderr
     # Opting out starts it: it goes on to wait for Temporal (nothing listens on port 9).
-    said = started_until(["-m", "loopworks.worker"], tmp_path, "cannot reach Temporal",
-                         LOOPS_SANDBOX="off")  # fmt: skip
+    said = started_until(
+        ["-m", "loopworks.worker"], tmp_path, "cannot reach Temporal", LOOPS_SANDBOX="off"
+    )
     assert "no usable sandbox" not in said
     assert "run unsandboxed" in said
 

@@ -134,9 +134,22 @@ def repo(tmp_path: Path) -> Path:
 def commit_all(repo: Path) -> str:
     """Make the directory `repo` a git repository whose `main` holds its files in one
     commit; that commit's sha."""
-    for args in (["init", "--quiet", "--initial-branch=main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
-                  "commit", "--quiet", "-m", "init"]):  # fmt: skip
+    for args in (
+        ["init", "--quiet", "--initial-branch=main"],
+        ["add", "-A"],
+        [
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+            "commit",
+            "--quiet",
+            "-m",
+            "init",
+        ],
+    ):
         subprocess.run(["git", *args], cwd=repo, check=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
     return head.stdout.strip()

@@ -32,8 +32,12 @@ from tests.workflows.test_graph import git_show, start_graph, task
 pytestmark = pytest.mark.workflow
 
 # The line a producer that knows the ledger's format would write: its task, completed.
-FORGED = {"id": "T-001", "status": "completed", "updated_at": "2026-02-07T15:30:00Z",
-          "summary": "Successfully initialized PB client"}  # fmt: skip
+FORGED = {
+    "id": "T-001",
+    "status": "completed",
+    "updated_at": "2026-02-07T15:30:00Z",
+    "summary": "Successfully initialized PB client",
+}
 
 
 class ForgingModels(OfflineModels):

@@ -39,11 +39,20 @@ TITLE_RULE = {
 # Each carries its check: a command and a pattern in phase A, a pattern in phase B.
 PHASED_RULES = [
     TITLE_RULE,
-    {"id": "written", "description": "Not empty", "severity": "fail",
-     "check": {"kind": "command", "command": "test -s artifact.md"}},
-    {"id": "has-body", "description": "A body", "severity": "warn", "phase": "B",
-     "check": {"kind": "pattern", "pattern": "\\w+"}},
-]  # fmt: skip
+    {
+        "id": "written",
+        "description": "Not empty",
+        "severity": "fail",
+        "check": {"kind": "command", "command": "test -s artifact.md"},
+    },
+    {
+        "id": "has-body",
+        "description": "A body",
+        "severity": "warn",
+        "phase": "B",
+        "check": {"kind": "pattern", "pattern": "\\w+"},
+    },
+]
 # No example: the offline refiner has nothing to add, so this rule never passes.
 IMPOSSIBLE_RULE = {
     "id": "impossible",

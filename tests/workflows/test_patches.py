@@ -123,13 +123,16 @@ async def test_the_latest_score_reaches_the_ui_with_the_next_upsert(
         history = await handle.fetch_history()
 
     scores = [
-        json.loads(e.upsert_workflow_search_attributes_event_attributes.search_attributes
-                   .indexed_fields["LoopScore"].data)
+        json.loads(
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+                "LoopScore"
+            ].data
+        )
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
-        and "LoopScore" in e.upsert_workflow_search_attributes_event_attributes
-        .search_attributes.indexed_fields
-    ]  # fmt: skip
+        and "LoopScore"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
     assert result.state.iteration >= 2
     assert scores[-1] == result.state.last_score
     assert len(scores) >= 2, "a score after the first evaluation, and the last one"
@@ -165,8 +168,11 @@ async def test_a_change_goes_patched_then_deprecated_then_removed(
 
     async def replays(stage: changed_loop.Change, history: WorkflowHistory) -> bool:
         monkeypatch.setattr(ChangedLoop, "change", staticmethod(stage))
-        replayer = Replayer(workflows=[ChangedLoop], workflow_runner=UnsandboxedWorkflowRunner(),
-                            data_converter=harness.env.client.data_converter)  # fmt: skip
+        replayer = Replayer(
+            workflows=[ChangedLoop],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+            data_converter=harness.env.client.data_converter,
+        )
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         if result.replay_failure is not None:
             assert isinstance(result.replay_failure, NondeterminismError)

@@ -95,9 +95,11 @@ async def test_a_run_takes_the_repositorys_package_as_its_plan(
             task="Add a Markdown export", repo=str(repo), mode="interactive"
         )
         ignoring = await harness.start(
-            task="Add a Markdown export", repo=str(repo), mode="interactive",
+            task="Add a Markdown export",
+            repo=str(repo),
+            mode="interactive",
             read_prep_package=False,
-        )  # fmt: skip
+        )
 
         async def awaiting() -> bool:
             statuses = [(await harness.status(h)).status for h in (handle, ignoring)]
@@ -130,9 +132,11 @@ async def test_a_run_takes_a_package_sent_with_the_request(harness: LoopHarness)
     upload = {"package": await package_text(harness, harness.origin), "tasks": TASKS_TEXT}
     async with harness.worker():
         handle = await harness.start(
-            task="Add a Markdown export", mode="interactive", prep_package=upload,
+            task="Add a Markdown export",
+            mode="interactive",
+            prep_package=upload,
             max_iterations=3,
-        )  # fmt: skip
+        )
 
         async def awaiting() -> bool:
             return (await harness.status(handle)).status == RunStatus.AWAITING_APPROVAL

@@ -28,15 +28,31 @@ pytestmark = pytest.mark.workflow
 # Each holds only inside the sandbox when the worker is root (CI and this machine): the
 # command runs as an unprivileged uid and sees no /etc/shadow, no network, no /root.
 SANDBOX_RULES = [
-    {"id": "not-root", "description": "runs unprivileged", "severity": "fail",
-     "check": {"kind": "command", "command": 'test "$(id -u)" != 0'}},
-    {"id": "no-shadow", "description": "sees no /etc/shadow", "severity": "fail",
-     "check": {"kind": "command", "command": "test ! -e /etc/shadow"}},
-    {"id": "python-runs", "description": "python3 runs", "severity": "fail",
-     "check": {"kind": "command", "command": "python3 -c 'import json; print(json.dumps(1))'"}},
-    {"id": "artifact", "description": "the draft exists", "severity": "fail",
-     "check": {"kind": "command", "command": "test -s artifact.md && test -s result.txt"}},
-]  # fmt: skip
+    {
+        "id": "not-root",
+        "description": "runs unprivileged",
+        "severity": "fail",
+        "check": {"kind": "command", "command": 'test "$(id -u)" != 0'},
+    },
+    {
+        "id": "no-shadow",
+        "description": "sees no /etc/shadow",
+        "severity": "fail",
+        "check": {"kind": "command", "command": "test ! -e /etc/shadow"},
+    },
+    {
+        "id": "python-runs",
+        "description": "python3 runs",
+        "severity": "fail",
+        "check": {"kind": "command", "command": "python3 -c 'import json; print(json.dumps(1))'"},
+    },
+    {
+        "id": "artifact",
+        "description": "the draft exists",
+        "severity": "fail",
+        "check": {"kind": "command", "command": "test -s artifact.md && test -s result.txt"},
+    },
+]
 
 
 @pytest.fixture
@@ -61,10 +77,19 @@ async def test_a_whole_run_passes_with_its_commands_in_the_sandbox(
         LOOPS_DATA_DIR=reachable_dir / "data", LOOPS_TASK_QUEUE=queue, LOOPS_SANDBOX="auto"
     )
     # The producer writes the draft the last check looks for.
-    script = {"producer": {"1": {"answer": {"files": [
-        {"path": "artifact.md", "content": "# Guide\n\nA guide.\n"},
-        {"path": "result.txt", "content": "ok\n"},
-    ], "summary": "wrote the guide"}}}}  # fmt: skip
+    script = {
+        "producer": {
+            "1": {
+                "answer": {
+                    "files": [
+                        {"path": "artifact.md", "content": "# Guide\n\nA guide.\n"},
+                        {"path": "result.txt", "content": "ok\n"},
+                    ],
+                    "summary": "wrote the guide",
+                }
+            }
+        }
+    }
     models = OfflineModels(script=OfflineScript.model_validate(script))
     async with build_worker(time_skipping_env.client, settings, models=models):
         assert runner.sandboxed(), "the worker did not choose the sandbox"
