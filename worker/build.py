@@ -41,6 +41,7 @@ from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.notifications import NotificationWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workspace.configured import workspaces_for
 
@@ -152,7 +153,13 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[LoopWorkflow, TaskGraphWorkflow, PlaybookWorkflow, SkillLoopWorkflow],
+        workflows=[
+            LoopWorkflow,
+            TaskGraphWorkflow,
+            PlaybookWorkflow,
+            SkillLoopWorkflow,
+            NotificationWorkflow,
+        ],
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of
         # the worker's secrets (worker/redacting.py), after the errors no retry can help

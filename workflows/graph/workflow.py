@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         MergeRequest,
     )
     from loopworks.schemas.loop import LoopResult
+    from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
     from loopworks.schemas.run import Mode, RunStatus
     from loopworks.schemas.steps import PlanGraphInput
@@ -55,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph.budget import GraphBudget
     from loopworks.workflows.graph.record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
+    from loopworks.workflows.notifications import NOTIFY_FAILED_SIGNAL
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
 
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
@@ -102,6 +104,12 @@ class TaskGraphWorkflow:
         self._stop_requested = True
         self._stop_note = reason or ""
         self._woken = True
+
+    @workflow.signal(name=NOTIFY_FAILED_SIGNAL)
+    def notify_failed(self, failed: NotifyFailedPayload) -> None:
+        """A notification of the graph's its delivery workflow gave up: kept in its state
+        (docs/notifications.md#retries)."""
+        self._record.notify_failed(failed)
 
     @workflow.update
     async def pause(self) -> GraphState:
@@ -162,7 +170,7 @@ class TaskGraphWorkflow:
         except GraphError as err:
             self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
         await workflow.wait_condition(workflow.all_handlers_finished)
-        await self._record.notifier.drain()  # the graph has finished: only notifications wait
+        await self._record.notifier.drain()  # finished: only notifications' hand-overs wait
         return GraphResult(state=self._state, ledger=self._memory.ledger)
 
     async def _prepare(self) -> None:
