@@ -49,10 +49,6 @@ with workflow.unsafe.imports_passed_through():
         failure,
     )
 
-# Asked at each transition sent, where it is handed over: an execution that sent one
-# before this marker existed sends its own, as its history holds.
-HANDED_OVER = "notifications-handed-over"
-
 _RUN_EVENTS = {
     status: NotifyEvent(status.value) for status in RunStatus if status.value in set(NotifyEvent)
 }
@@ -166,7 +162,9 @@ class Notifier:
             Notification(body=body, target=target, key=key, namespace=workflow.info().namespace)
             for target in self._plan.targets(body.event)
         ]
-        if workflow.patched(HANDED_OVER):
+        # An execution that sent a notification before hand-overs sends its own, as its
+        # history holds (docs/operations.md#notifications-in-flight).
+        if workflow.patched("notifications-handed-over"):
             batch = NotificationBatch(notifications=notifications, timing=self._plan.timing)
             self._handing.append(batch)
             if self._hand_over_task is None:

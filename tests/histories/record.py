@@ -50,7 +50,11 @@ from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from tests.histories.notified import record_notified_run
+from tests.histories.notified import (
+    record_handed_over_run,
+    record_notification_deliveries,
+    record_notified_run,
+)
 
 HERE = Path(__file__).parent
 log = logging.getLogger(__name__)
@@ -490,6 +494,9 @@ RECORDERS = {
     "prep_run": _record_prep_run,
     "notified_run": record_notified_run,
     "blocked_during_work_run": _record_blocked_during_work_run,
+    # Last: on the test server, time skipping stops once a workflow has signalled another.
+    "handed_over_run": record_handed_over_run,
+    "notification_deliveries": record_notification_deliveries,
 }
 
 

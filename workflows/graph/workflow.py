@@ -170,7 +170,7 @@ class TaskGraphWorkflow:
         except GraphError as err:
             self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
         await workflow.wait_condition(workflow.all_handlers_finished)
-        await self._record.notifier.drain()  # finished: only notifications' hand-overs wait
+        await self._record.notifier.drain()  # the graph has finished: only notifications wait
         return GraphResult(state=self._state, ledger=self._memory.ledger)
 
     async def _prepare(self) -> None:
