@@ -334,3 +334,39 @@ async def test_a_graph_learns_its_blocked_task_loops_end_at_once(
     assert given_up.failed.key == f"{loop_id}:1:blocked" and not given_up.recorded
     loop_closed = at(of_type(loop_history, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED)[0])
     assert datetime.fromisoformat(given_up.at) - loop_closed > timedelta(seconds=GIVE_UP_S / 2)
+
+
+async def test_a_notification_given_up_while_the_graph_waits_is_in_its_status(
+    harness: LoopHarness, receiver: Receiver
+) -> None:
+    async with harness.worker(**settings_env(receiver)):
+        graph_id = f"graph-{uuid.uuid4().hex[:8]}"
+        graph = await harness.env.client.start_workflow(
+            TaskGraphWorkflow.run,
+            GraphInput(
+                graph_id=graph_id,
+                request=GraphRequest(
+                    goal="Write a guide", tasks=[task("T-001")], mode="interactive"
+                ),
+                created_at="2026-01-01T00:00:00+00:00",
+                notify=plan(receiver, NotifyEvent.AWAITING_APPROVAL, give_up=30),
+            ),
+            id=graph_id,
+            task_queue=harness.task_queue,
+        )
+
+        async def waiting() -> bool:
+            state = await graph.query(TaskGraphWorkflow.status)
+            return state.status == GraphStatus.AWAITING_APPROVAL
+
+        await wait_for(waiting)
+        sent = await sent_by(harness, graph_id)  # given up: the receiver is down
+        state = await graph.query(TaskGraphWorkflow.status)
+        await graph.signal(TaskGraphWorkflow.stop, "enough")
+        result = await graph.result()
+
+    [given_up] = sent.given_up
+    assert given_up.recorded and given_up.failed.key == f"{graph_id}:1:awaiting_approval"
+    assert state.notify_failed == [given_up.failed]
+    assert result.state.status == GraphStatus.STOPPED
+    assert result.state.notify_failed == [given_up.failed]
