@@ -224,7 +224,7 @@ class GivenUp(BaseModel):
     """A notification given up after its retries, and whether its owner took it as its
     own: a run's `notify_failed` event, a graph's `notify_failed`. Not when the owner had
     closed by then: the delivery workflow's state is then its only record, and the API
-    shows it with the owner's (docs/notifications.md#retries)."""
+    shows it with the owner's (docs/notifications.md#delivery)."""
 
     failed: NotifyFailedPayload
     at: str = Field(description="when it was given up (the workflow's clock)")
