@@ -20,7 +20,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from loopworks.api import admission, launch, quotas, redaction, run_handles
+from loopworks.api import admission, deliveries, launch, quotas, redaction, run_handles
 from loopworks.api.errors import GraphNotFound, NotApplicable, TaskNotFound, invalid
 from loopworks.schemas.graph import (
     GraphApproval,
@@ -133,6 +133,17 @@ async def _read(handle: GraphHandle) -> tuple[GraphState, list[LedgerLine]]:
 
 async def read_state(handle: GraphHandle) -> GraphState:
     return (await read(handle))[0]
+
+
+async def with_late_failures(client: Client, state: GraphState) -> GraphState:
+    """A finished graph's state with the notifications given up after it closed
+    (`api.deliveries`) after those it recorded itself."""
+    if not state.status.is_terminal:
+        return state
+    late = [given.failed for given in await deliveries.unrecorded(client, state.graph_id)]
+    if not late:
+        return state
+    return state.model_copy(update={"notify_failed": [*state.notify_failed, *late]})
 
 
 async def read_ledger(handle: GraphHandle) -> list[LedgerLine]:

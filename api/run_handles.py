@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio.client import (
+    Client,
     RPCTimeoutOrCancelledError,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
@@ -25,7 +26,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from loopworks.api import history, redaction, unstarted
+from loopworks.api import deliveries, history, redaction, unstarted
 from loopworks.api.deps import LoopHandle
 from loopworks.api.errors import (
     ApiError,
@@ -133,8 +134,11 @@ async def read_events(
     after: int,
     workspaces: GitWorkspaces,
     description: WorkflowExecutionDescription | None = None,
+    client: Client | None = None,
 ) -> list[Event]:
-    return redaction.served(await _read_events(handle, after, workspaces, description))
+    """The run's events after `after`; with `client`, a finished run's are followed by
+    the notifications given up after it closed (`api.deliveries`). Served redacted."""
+    return redaction.served(await _read_events(handle, after, workspaces, description, client))
 
 
 async def _read_events(
@@ -142,12 +146,19 @@ async def _read_events(
     after: int,
     workspaces: GitWorkspaces,
     description: WorkflowExecutionDescription | None,
+    client: Client | None,
 ) -> list[Event]:
     description = description or await describe(handle)  # a 404 when it is no run of ours
     if description.status == WorkflowExecutionStatus.COMPLETED:
         # A finished run's result carries its latest events: no worker needed.
         result = await handle.result(follow_runs=False, rpc_timeout=QUERY_TIMEOUT)
-        return await history.with_history(result.log, after, result.state, workspaces, True)
+        events = await history.with_history(result.log, after, result.state, workspaces, True)
+        if client is None:
+            return events
+        late = deliveries.as_events(
+            await deliveries.unrecorded(client, handle.id), result.state, result.events
+        )
+        return events + [event for event in late if event.seq > after]
     try:
         tail = await handle.query(LoopWorkflow.events, after, rpc_timeout=QUERY_TIMEOUT)
     except QUERY_FAILURES as err:

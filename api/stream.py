@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 from fastapi.sse import format_sse_event
-from temporalio.client import RPCTimeoutOrCancelledError, WorkflowExecutionDescription
+from temporalio.client import Client, RPCTimeoutOrCancelledError, WorkflowExecutionDescription
 from temporalio.service import RPCError
 
 from loopworks.api import run_handles
@@ -67,15 +67,20 @@ class EventSource(Protocol):
 class RunEvents:
     """One run's events and whether it has closed, through its workflow handle."""
 
-    def __init__(self, handle: LoopHandle, workspaces: GitWorkspaces) -> None:
+    def __init__(
+        self, handle: LoopHandle, workspaces: GitWorkspaces, client: Client | None = None
+    ) -> None:
         self._handle = handle
         self._workspaces = workspaces
+        self._client = client
         # The callers ask closed() and then events(): one describe serves both.
         self._description: WorkflowExecutionDescription | None = None
 
     async def events(self, after: int) -> list[Event]:
         description, self._description = self._description, None
-        return await run_handles.read_events(self._handle, after, self._workspaces, description)
+        return await run_handles.read_events(
+            self._handle, after, self._workspaces, description, self._client
+        )
 
     async def closed(self) -> bool:
         # Temporal's execution status, not the run's own: a run terminated from outside

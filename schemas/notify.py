@@ -1,6 +1,7 @@
 """Notifications (docs/notifications.md): the webhooks a run or graph request names, the
-plan the workflow carries, one notification as its activity is given it, and the
-signature a receiver checks.
+plan the workflow carries, one notification as its activity is given it, what a run or
+graph hands its delivery workflow and what that workflow keeps, and the signature a
+receiver checks.
 
 A notification is sent when a run or graph starts waiting for a person or finishes. The
 body is small JSON (or Slack's incoming-webhook shape), signed with HMAC-SHA256 over
@@ -15,6 +16,8 @@ from typing import Any
 from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from loopworks.schemas.payloads import NotifyFailedPayload
 
 NOTIFY_SECRET = "LOOPS_NOTIFY_SECRET"
 NOTIFY_WEBHOOKS = "LOOPS_NOTIFY_WEBHOOKS"
@@ -192,6 +195,57 @@ class Notification(BaseModel):
 class NotifyOutcome(BaseModel):
     status_code: int
     attempt: int
+
+
+class NotificationBatch(BaseModel):
+    """One transition as a run or graph hands it to its delivery workflow: a notification
+    per webhook that wants it (one key for them all), and how each is retried."""
+
+    notifications: list[Notification]
+    timing: NotifyTiming = Field(default_factory=NotifyTiming)
+
+
+class DeliveryInput(BaseModel):
+    """What starts a delivery workflow: whose notifications it sends (the run's or
+    graph's workflow id) and the transition that started it."""
+
+    owner: str = Field(description="the run's or graph's workflow id")
+    batches: list[NotificationBatch] = Field(default_factory=list)
+
+
+class Delivered(BaseModel):
+    key: str
+    webhook: str = Field(description="the receiver: its scheme, host and port")
+    status_code: int
+    attempt: int
+
+
+class GivenUp(BaseModel):
+    """A notification given up after its retries, and whether its owner took it as its
+    own: a run's `notify_failed` event, a graph's `notify_failed`. Not when the owner had
+    closed by then: the delivery workflow's state is then its only record, and the API
+    shows it with the owner's (docs/notifications.md#delivery)."""
+
+    failed: NotifyFailedPayload
+    at: str = Field(description="when it was given up (the workflow's clock)")
+    recorded: bool = False
+
+
+class DeliveryState(BaseModel):
+    """A delivery workflow's state (its `status` query) and result."""
+
+    owner: str
+    delivered: list[Delivered] = Field(default_factory=list)
+    given_up: list[GivenUp] = Field(default_factory=list)
+
+    def unrecorded(self) -> list[GivenUp]:
+        """The given-up notifications the owner never took: it had closed."""
+        return [given for given in self.given_up if not given.recorded]
+
+
+def delivery_workflow_id(owner: str) -> str:
+    """The id of the workflow that sends `owner`'s notifications, one per run or graph."""
+    return f"notify/{owner}"
 
 
 def notify_key(workflow_id: str, transition: int, event: NotifyEvent) -> str:

@@ -42,6 +42,7 @@ from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.notifications import NotificationWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workflows.slot import SlotWorkflow
@@ -166,6 +167,7 @@ def build_worker(
             SkillLoopWorkflow,
             RetentionWorkflow,
             SlotWorkflow,
+            NotificationWorkflow,
         ],
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows import decisions, proof
     from loopworks.workflows.graph import inputs as graph_inputs
     from loopworks.workflows.loop_steps import LoopSteps
+    from loopworks.workflows.notifications import NOTIFY_FAILED_SIGNAL
     from loopworks.workflows.notifying import WAITING, Notifier, run_body, run_event
     from loopworks.workflows.policies import GIT, history_is_long
     from loopworks.workflows.record import RunRecord
@@ -82,6 +83,12 @@ class LoopWorkflow:
     def stop(self, reason: str | None = None) -> None:
         """Cancel in-flight work; the run still reflects and pushes what it has."""
         self._steering.stop(reason)
+
+    @workflow.signal(name=NOTIFY_FAILED_SIGNAL)
+    def notify_failed(self, failed: NotifyFailedPayload) -> None:
+        """A notification of this run's its delivery workflow gave up: an event of the run
+        (docs/notifications.md#retries)."""
+        self._notify_failed(failed)
 
     @workflow.update
     async def clear_block(self, note: str) -> RunState:
@@ -156,7 +163,7 @@ class LoopWorkflow:
             self._notify(ended)
         record.set_step(Step.DONE)
         await workflow.wait_condition(workflow.all_handlers_finished)
-        # The run has finished: only its notifications still in flight are waited for.
+        # The run has finished: only its notifications' hand-overs are waited for.
         await self._notifier.drain()
         return LoopResult(state=self._state, events=memory.last_seq, log=memory.tail)
 

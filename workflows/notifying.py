@@ -1,8 +1,12 @@
-"""Notifications from inside a workflow (docs/notifications.md): each transition a plan
-wants starts one activity per webhook and the workflow goes on at once; a notification
-given up after its retries is reported through `on_failure` (the run's `notify_failed`
-event). A workflow drains them before it ends, and continues as new only when none is in
-flight (`idle`), so none is lost and none is sent again by a new execution.
+"""Notifications from inside a run's or graph's workflow (docs/notifications.md): each
+transition a plan wants is handed to the owner's delivery workflow
+(`workflows.notifications`), which sends it, retries it and gives it up; the owner goes
+on at once, and only waits, before it ends or continues as new, for its hand-overs to be
+recorded (`drain`, `idle`), which takes a moment, not a receiver's retries.
+
+A run or graph started before hand-overs (no `notifications-handed-over` marker where it
+sent its first notification) keeps sending each notification as an activity of its own
+and draining them before it ends (`_deliver_before_hand_over`), as its history says.
 
 Used from inside the workflow only; the body is built from the state with plain functions
 (`run_body`, `graph_body`), tested without Temporal.
@@ -11,33 +15,39 @@ Used from inside the workflow only; the body is built from the state with plain 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from loopworks.activities.notification import NotificationActivities, where
+    from loopworks.activities.notification import NotificationActivities
     from loopworks.schemas.graph import GraphState, GraphStatus
     from loopworks.schemas.notify import (
         REPORT_CHARS,
+        DeliveryInput,
         GraphTask,
         NextStep,
         Notification,
+        NotificationBatch,
         NotificationBody,
         NotifyEvent,
         NotifyPlan,
-        NotifyTarget,
+        delivery_workflow_id,
         notify_key,
     )
     from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.run import RunState, RunStatus, StopReason
-
-# The longest wait between two attempts of one notification.
-MAX_RETRY_INTERVAL = timedelta(minutes=5)
+    from loopworks.workflows.notifications import (
+        DELIVER_SIGNAL,
+        MAX_RETRY_INTERVAL,
+        NotificationWorkflow,
+        failure,
+    )
 
 _RUN_EVENTS = {
     status: NotifyEvent(status.value) for status in RunStatus if status.value in set(NotifyEvent)
@@ -131,6 +141,9 @@ class Notifier:
         self._plan = plan
         self._on_failure = on_failure
         self._pending: set[asyncio.Task[None]] = set()
+        # Transitions waiting for their hand-over, in order; one task hands them over.
+        self._handing: list[NotificationBatch] = []
+        self._hand_over_task: asyncio.Task[None] | None = None
 
     @property
     def idle(self) -> bool:
@@ -140,40 +153,44 @@ class Notifier:
         return self._plan is not None and bool(self._plan.targets(event))
 
     def send(self, body: NotificationBody, transition: int) -> None:
-        """Start one notification per webhook that wants `body.event`; nothing waits."""
+        """Hand one notification per webhook that wants `body.event` to the delivery
+        workflow; nothing waits for it."""
         if self._plan is None:
             return
         key = notify_key(workflow.info().workflow_id, transition, body.event)
-        for target in self._plan.targets(body.event):
-            notification = Notification(
-                body=body, target=target, key=key, namespace=workflow.info().namespace
-            )
-            task = asyncio.create_task(self._deliver(notification, self._plan))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+        notifications = [
+            Notification(body=body, target=target, key=key, namespace=workflow.info().namespace)
+            for target in self._plan.targets(body.event)
+        ]
+        # An execution that sent a notification before hand-overs sends its own, as its
+        # history holds (docs/operations.md#notifications-in-flight).
+        if workflow.patched("notifications-handed-over"):
+            batch = NotificationBatch(notifications=notifications, timing=self._plan.timing)
+            self._handing.append(batch)
+            if self._hand_over_task is None:
+                self._hand_over_task = self._track(self._hand_over_waiting())
+        else:
+            for notification in notifications:
+                self._track(_deliver_before_hand_over(notification, self._plan, self._on_failure))
 
-    async def _deliver(self, notification: Notification, plan: NotifyPlan) -> None:
-        timing = plan.timing
-        retry = timedelta(seconds=timing.retry_seconds)
-        handle: Any = workflow.start_activity_method(
-            NotificationActivities.send_notification,
-            notification,
-            start_to_close_timeout=timedelta(seconds=timing.attempt_seconds + 5),
-            schedule_to_close_timeout=timedelta(seconds=timing.give_up_seconds),
-            retry_policy=RetryPolicy(
-                initial_interval=retry,
-                backoff_coefficient=2.0,
-                maximum_interval=max(retry, MAX_RETRY_INTERVAL),
-            ),
-            summary=f"notify {notification.body.event.value}",
-        )
+    def _track(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return task
+
+    async def _hand_over_waiting(self) -> None:
+        """Hand the waiting transitions over one at a time, in the order they happened."""
         try:
-            await handle
-        except ActivityError as err:
-            self._on_failure(failure(notification, err))
+            while self._handing:
+                await hand_over(self._handing[0])
+                self._handing.pop(0)
+        finally:
+            self._hand_over_task = None
 
     async def drain(self) -> None:
-        """Wait for every notification in flight (a run's last step)."""
+        """Wait until every notification is handed over (a run's last step); a run or
+        graph from before hand-overs waits until each is sent or given up."""
         if self._pending:
             await workflow.wait_condition(self.idle_now)
 
@@ -181,23 +198,55 @@ class Notifier:
         return not self._pending
 
 
-def failure(notification: Notification, err: ActivityError) -> NotifyFailedPayload:
-    """The given-up notification as its event says it: the last attempt's error under
-    the timeout that ended it."""
-    reasons: list[str] = []
-    cause: BaseException | None = err.cause
-    while cause is not None and len(reasons) < 3:
-        reasons.append(str(cause))
-        cause = cause.__cause__
-    return NotifyFailedPayload(
-        event=notification.body.event.value,
-        webhook=_target(notification.target),
-        key=notification.key,
-        error=": ".join(reasons)[:500] or str(err),
+async def hand_over(batch: NotificationBatch) -> None:
+    """Give `batch` to the owner's delivery workflow, and return once Temporal holds it:
+    started as a child its owner abandons when it closes (the child's start recorded in
+    the owner's history), or, while it is still sending an earlier transition, signalled
+    (the signal recorded in its history). A workflow that closed between the two is
+    started again."""
+    owner = workflow.info().workflow_id
+    delivery_id = delivery_workflow_id(owner)
+    while True:
+        try:
+            await workflow.start_child_workflow(
+                NotificationWorkflow.run,
+                DeliveryInput(owner=owner, batches=[batch]),
+                id=delivery_id,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                static_summary=f"notifications of {owner}"[:200],
+            )
+            return
+        except WorkflowAlreadyStartedError:
+            pass  # still sending: this transition joins it
+        try:
+            await workflow.get_external_workflow_handle(delivery_id).signal(DELIVER_SIGNAL, batch)
+            return
+        except FailureError:
+            pass  # it closed since: start it again
+
+
+async def _deliver_before_hand_over(
+    notification: Notification,
+    plan: NotifyPlan,
+    on_failure: Callable[[NotifyFailedPayload], None],
+) -> None:
+    """How a run or graph from before hand-overs sends a notification: an activity of
+    its own, waited for before it ends. Frozen: change `NotificationWorkflow`, never this."""
+    timing = plan.timing
+    retry = timedelta(seconds=timing.retry_seconds)
+    handle: Any = workflow.start_activity_method(
+        NotificationActivities.send_notification,
+        notification,
+        start_to_close_timeout=timedelta(seconds=timing.attempt_seconds + 5),
+        schedule_to_close_timeout=timedelta(seconds=timing.give_up_seconds),
+        retry_policy=RetryPolicy(
+            initial_interval=retry,
+            backoff_coefficient=2.0,
+            maximum_interval=max(retry, MAX_RETRY_INTERVAL),
+        ),
+        summary=f"notify {notification.body.event.value}",
     )
-
-
-def _target(target: NotifyTarget) -> str:
-    if target.webhook is not None:
-        return where(target.webhook.url)
-    return target.label()
+    try:
+        await handle
+    except ActivityError as err:
+        on_failure(failure(notification, err))

@@ -88,9 +88,10 @@ async def list_graphs(
 
 
 @router.get("/{graph_id}", responses=NOT_FOUND)
-async def get_graph(handle: GraphHandle) -> GraphState:
-    """The graph's status, integration branch, and every task with its attempts and runs."""
-    return await graph_handles.read_state(handle)
+async def get_graph(handle: GraphHandle, client: ClientDep) -> GraphState:
+    """The graph's status, integration branch, and every task with its attempts and runs;
+    once it has finished, its notifications given up since are in its `notify_failed`."""
+    return await graph_handles.with_late_failures(client, await graph_handles.read_state(handle))
 
 
 @router.get(

@@ -138,6 +138,7 @@ async def get_run(handle: RunHandle) -> RunState:
 )
 async def get_events(
     handle: RunHandle,
+    client: ClientDep,
     workspaces: WorkspacesDep,
     caller: CallerDep,
     request: Request,
@@ -157,13 +158,13 @@ async def get_events(
     ] = None,
 ) -> list[Event] | Response:
     if not follow:
-        return await run_handles.read_events(handle, after, workspaces)
+        return await run_handles.read_events(handle, after, workspaces, client=client)
     # A reconnecting EventSource repeats the original URL and adds the header, so the
     # header is the newer cursor.
     cursor = last_event_id if last_event_id is not None else after
     # Read once before answering: unknown runs are 404s and silent workers 503s here,
     # not a stream that breaks after its 200.
-    source = stream.RunEvents(handle, workspaces)
+    source = stream.RunEvents(handle, workspaces, client)
     closed = await source.closed()
     first = await source.events(cursor)
     if closed and not any(event.seq > cursor for event in first):

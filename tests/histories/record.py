@@ -57,7 +57,11 @@ from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.slot import SlotWorkflow
-from tests.histories.notified import record_notified_run
+from tests.histories.notified import (
+    record_handed_over_run,
+    record_notification_deliveries,
+    record_notified_run,
+)
 from tests.integration.stack import bare_remote
 from tests.workflows.conftest import commit_all
 
@@ -629,6 +633,9 @@ RECORDERS = {
     "retention_gc": _record_retention_gc,
     "admitted_run": _record_admitted_run,
     "admission_slot": _record_admission_slot,
+    # Last: on the test server, time skipping stops once a workflow has signalled another.
+    "handed_over_run": record_handed_over_run,
+    "notification_deliveries": record_notification_deliveries,
 }
 
 

@@ -6,6 +6,7 @@ tells attempts of one transition apart from transitions."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -20,9 +21,10 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from loopworks.deploy.local import free_port
+from loopworks.schemas.notify import delivery_workflow_id
 from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import Stack
 from tests.integration.test_temporal_cli import start_run, wait_for
@@ -283,6 +285,66 @@ def test_a_worker_killed_while_sending_leaves_one_delivery(
     assert signed(delivered) and delivered.document["event"] == "completed"
 
 
+def execution_status(stack: Stack, workflow_id: str) -> WorkflowExecutionStatus | None:
+    """The Temporal status of `workflow_id`'s latest execution, as the UI shows it."""
+
+    async def describe() -> WorkflowExecutionStatus | None:
+        client = await Client.connect(stack.server.address, namespace=stack.namespace)
+        return (await client.get_workflow_handle(workflow_id).describe()).status
+
+    return asyncio.run(describe())
+
+
+def test_a_run_whose_receiver_is_down_closes_at_once_and_is_notified_once_it_is_back(
+    stack: Stack,
+) -> None:
+    """The run's workflow closes within seconds of its last step and no longer counts
+    against LOOPS_MAX_RUNS, while its delivery workflow retries; the worker is killed
+    meanwhile, the receiver comes back, and the notification arrives once."""
+    receiver = Receiver(lambda n: 200)  # not serving yet: the receiver is down
+    notifying(stack, receiver)
+    stack.extra_env.update(LOOPS_NOTIFY_GIVE_UP_S="180", LOOPS_MAX_RUNS="1")
+    first = stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        body = {"webhooks": [receiver.url], "events": ["completed"]}
+        run_id = start_run(http, task="Write a short guide", audit_probability=0, notify=body)
+        final = wait_for(http, run_id, lambda state: state["status"] in TERMINAL)
+        finished_at = time.monotonic()
+        while execution_status(stack, run_id) == WorkflowExecutionStatus.RUNNING:
+            assert time.monotonic() - finished_at < 10, "the run's workflow is still open"
+            time.sleep(0.2)
+        closed_after = time.monotonic() - finished_at
+        # Counted free at once (visibility lags a close by a moment): another run starts.
+        while (
+            second := http.post("/runs", json={"task": "Write another guide"})
+        ).status_code == 429:
+            assert time.monotonic() - finished_at < 15, second.text
+            time.sleep(0.3)
+        delivering = execution_status(stack, delivery_workflow_id(run_id))
+        assert not receiver.deliveries
+        first.kill()
+        servers = [receiver.serve()]
+        try:
+            second_worker = stack.start_worker()
+            wait_until_polling(second_worker)
+            (delivered,) = receiver.wait_for(1, timeout=120)
+            time.sleep(4 * RETRY_S)  # a second copy would have come by now
+        finally:
+            for server in servers:
+                server.shutdown()
+                server.server_close()
+        events = http.get(f"/runs/{run_id}/events").json()
+
+    assert final["status"] == "completed", final
+    assert closed_after < 10 and second.status_code == 201, second.text
+    assert delivering == WorkflowExecutionStatus.RUNNING
+    assert [d.answered for d in receiver.deliveries] == [200]
+    assert key(delivered) == f"{run_id}:1:completed"
+    assert signed(delivered) and delivered.document["event"] == "completed"
+    assert not any(event["event"] == "notify_failed" for event in events)
+
+
 @pytest.mark.parametrize(
     ("url", "setting"),
     [
@@ -339,6 +401,39 @@ def test_a_graph_notifies_its_waits_and_its_end(
     assert documents[0]["next"]["command"] == f"loops graph approve {graph_id}"
     assert documents[0]["links"]["api"].endswith(f"/graphs/{graph_id}")
     assert state["notify_failed"] == []
+
+
+def test_a_graphs_notification_given_up_after_it_closed_is_in_its_state(
+    stack: Stack, receivers: Callable[..., Receiver]
+) -> None:
+    """The graph's workflow closed before its `stopped` notification was given up: its
+    delivery workflow keeps the failure, and the graph's state shows it."""
+    receiver = receivers(lambda n: 500)
+    notifying(stack, receiver)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    with httpx.Client(base_url=base_url, timeout=30) as http:
+        notify = {"webhooks": [receiver.url], "events": ["stopped"]}
+        body = {"goal": "Write a guide to caching", "mode": "interactive", "notify": notify}
+        created = http.post("/graphs", json=body)
+        assert created.status_code == 201, created.text
+        graph_id = created.json()["graph_id"]
+        deadline = time.monotonic() + 120
+        while http.get(f"/graphs/{graph_id}").json()["status"] != "awaiting_approval":
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        deadline = time.monotonic() + GIVE_UP_S + 30
+        while not (state := http.get(f"/graphs/{graph_id}").json())["notify_failed"]:
+            assert time.monotonic() < deadline, "the notification was never given up"
+            time.sleep(0.3)
+        closed = execution_status(stack, graph_id)
+
+    assert state["status"] == "stopped" and closed == WorkflowExecutionStatus.COMPLETED
+    (failed,) = state["notify_failed"]
+    assert failed["event"] == "stopped" and failed["key"] == key(receiver.deliveries[0])
+    assert failed["webhook"] == f"http://127.0.0.1:{receiver.port}/…"
+    assert "500" in failed["error"]
 
 
 def test_a_graphs_blocked_task_loop_is_notified_with_the_graphs_command(

@@ -27,6 +27,7 @@ from loopworks.service.codec import ENCRYPTED
 from loopworks.service.connect import CONVERTER, data_converter
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.notifications import NotificationWorkflow
 from loopworks.workflows.retention import RetentionWorkflow
 from loopworks.workflows.skills import SkillLoopWorkflow
 from loopworks.workflows.slot import SlotWorkflow
@@ -48,6 +49,7 @@ WORKFLOWS = [
     SkillLoopWorkflow,
     RetentionWorkflow,
     SlotWorkflow,
+    NotificationWorkflow,
 ]
 # A worker's converter with the keys the encrypted history was recorded with.
 KEYED = data_converter(Settings(LOOPS_PAYLOAD_KEYS=RECORDING_KEYS))
@@ -266,3 +268,36 @@ def test_the_prep_histories_take_the_package_as_written() -> None:
     [hydrate] = _inputs(run, "hydrate")
     assert [step.split(" ", 1)[0] for step in hydrate["user_plan"]] == ["T-001", "T-003"]
     assert [rule["id"] for rule in hydrate["user_rules"]] == ["T-001", "T-003"]
+
+
+def _event_types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["eventType"].removeprefix("EVENT_TYPE_") for e in events]
+
+
+def test_the_notifying_histories_cover_both_shapes_of_a_notification() -> None:
+    """A run from before hand-overs sends its notifications as its own activities and
+    waits for them; one after hands them to its delivery workflow (started, then
+    signalled while it still sends) and closes; that workflow sends them, and tells the
+    closed run of none (docs/notifications.md#delivery)."""
+    before = json.loads((HISTORIES / "notified_run.json").read_text())["events"]
+    assert "send_notification" in _scheduled(before)
+    assert "START_CHILD_WORKFLOW_EXECUTION_INITIATED" not in _event_types(before)
+    run = json.loads((HISTORIES / "handed_over_run.json").read_text())["events"]
+    types = _event_types(run)
+    assert "send_notification" not in _scheduled(run)
+    markers = [
+        e["markerRecordedEventAttributes"]["markerName"]
+        for e in run
+        if "markerRecordedEventAttributes" in e
+    ]
+    assert "core_patch" in markers
+    assert types.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 2
+    assert types.count("START_CHILD_WORKFLOW_EXECUTION_FAILED") == 1
+    # The run's last transition, signalled to its delivery workflow, then its close.
+    own = [t for t in types if not t.startswith("WORKFLOW_TASK_")]
+    assert own[-2:] == ["EXTERNAL_WORKFLOW_EXECUTION_SIGNALED", "WORKFLOW_EXECUTION_COMPLETED"]
+    deliveries = json.loads((HISTORIES / "notification_deliveries.json").read_text())["events"]
+    assert _scheduled(deliveries).count("send_notification") == 4
+    kinds = _event_types(deliveries)
+    assert kinds.count("WORKFLOW_EXECUTION_SIGNALED") == 1
+    assert kinds.count("SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED") == 2

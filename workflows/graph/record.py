@@ -29,7 +29,7 @@ class GraphRecord:
     def __init__(self, memory: GraphMemory, notify: NotifyPlan | None = None) -> None:
         self.memory = memory
         self._search_attributes = SearchAttributes()
-        self.notifier = Notifier(notify, self._notify_failed)
+        self.notifier = Notifier(notify, self.notify_failed)
 
     @property
     def state(self) -> GraphState:
@@ -86,7 +86,7 @@ class GraphRecord:
             body = graph_body(self.state, event, workflow.now().isoformat())
             self.notifier.send(body, self.memory.notified)
 
-    def _notify_failed(self, failed: NotifyFailedPayload) -> None:
+    def notify_failed(self, failed: NotifyFailedPayload) -> None:
         """A notification given up: kept in the graph's state (docs/notifications.md)."""
         self.state.notify_failed.append(failed)
         self.touch()

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         MergeRequest,
     )
     from loopworks.schemas.loop import LoopResult
+    from loopworks.schemas.payloads import NotifyFailedPayload
     from loopworks.schemas.prep import package_sha256, prep_package_errors, prep_tasks
     from loopworks.schemas.run import Mode, RunStatus, StopReason, budget_left
     from loopworks.schemas.steps import PlanGraphInput
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.graph.budget import GraphBudget
     from loopworks.workflows.graph.record import GraphRecord
     from loopworks.workflows.loop import LoopWorkflow
+    from loopworks.workflows.notifications import NOTIFY_FAILED_SIGNAL
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
     from loopworks.workflows.slot import give_back
 
@@ -104,6 +106,12 @@ class TaskGraphWorkflow:
         self._stop_requested = True
         self._stop_note = reason or ""
         self._woken = True
+
+    @workflow.signal(name=NOTIFY_FAILED_SIGNAL)
+    def notify_failed(self, failed: NotifyFailedPayload) -> None:
+        """A notification of the graph's its delivery workflow gave up: kept in its state
+        (docs/notifications.md#retries)."""
+        self._record.notify_failed(failed)
 
     @workflow.update
     async def pause(self) -> GraphState:
