@@ -29,7 +29,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowH
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from loopworks.api import graphs
+from loopworks.api import graph_handles
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
@@ -320,7 +320,7 @@ async def test_a_graph_learns_its_blocked_task_loops_end_at_once(
             return (await loop.query(LoopWorkflow.status)).status == RunStatus.BLOCKED
 
         await wait_for(blocked, timeout=60)
-        await graphs.clear_block(harness.env.client, graph, "T-001", "scope confirmed")
+        await graph_handles.clear_block(harness.env.client, graph, "T-001", "scope confirmed")
         result = await graph.result()
         loop_id = result.state.tasks[0].run_ids[-1]
         loop_history = await harness.env.client.get_workflow_handle(loop_id).fetch_history()
