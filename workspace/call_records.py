@@ -1,83 +1,196 @@
 """The trajectories of single-shot model calls, kept on the run's origin beside its work.
 
 A structured call (the hydrator, the evaluator, the critics, ...) changes no file of the
-run, so it has no commit of the run's to ride in. Its trajectory is a commit of its own,
-with no parent and one file, on a ref of its own:
-`refs/loopworks/_trajectory/<run id>/_/<name>`. The ref is named by the call (iteration,
-step, the role's call count), so a retried call moves its own ref and no two calls touch
-the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be run ids or
-their segments (those start with a letter or digit), so these refs never collide with a
-run's work ref. A busy origin holds tens of thousands of them, so the caches of a remote
-origin that steps and the API read from fetch its branches and work refs without them
-(workspace/origin.py); reading a run's trajectory fetches that run's call refs alone.
-They are kept on origin as the run's work refs are (docs/operations.md#backups).
+run, so no commit of the run's is there to carry it when it ends. Its record waits on a
+ref of its own, `refs/loopworks/_trajectory/<run id>/_/<name>`, until the run's close
+commits it with the rest of the run's record (`link_calls`). The ref is named by the call
+(iteration, step, the role's call count), so a retried call moves its own ref and no two
+calls touch the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be
+run ids or their segments (those start with a letter or digit), so these refs never
+collide with a run's work ref.
+
+On the origin this service created (the embedded default, workspace/stores.py) a call's
+record is one blob written in place and its ref points at it: no tree, no commit, no
+push. A ref keeps it reachable however long the run then waits (an approval, a pause, a
+block), where an object no ref reaches is git's to prune after two weeks. The run's
+close writes every record still on a ref into the commit it closes with, as
+`.loops/trajectory/<name>.jsonl` beside the agents' files, and drops those refs in the
+same ref transaction that moves the run's branch (workspace/commits.py): a finished run
+leaves no call ref there. A retried close finds what the earlier attempt moved onto the
+work ref in that commit's tree.
+
+Any other origin is pushed to, so each record stays what it was: a parentless commit
+holding the one file, pushed to the call's ref from a scratch repository, and left there
+(a busy origin holds tens of thousands of them: the caches of a remote origin that steps
+and the API read from fetch its branches and work refs without them, workspace/origin.py;
+reading a run's trajectory fetches that run's call refs alone). Call refs are kept on
+origin as the run's work refs are (docs/operations.md#backups).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
 from datetime import datetime
+from pathlib import Path
 
+import pygit2
+from pygit2.enums import FileMode
+
+from loopworks.schemas.steps import TRAJECTORY_DIR
+from loopworks.workspace import files
 from loopworks.workspace.objects import (
     open_repository,
-    read_path,
+    ref_target,
     tree_of,
     update_refs,
+    write_blob,
     write_commit,
     write_file_tree,
 )
 from loopworks.workspace.origin import OriginReader
-from loopworks.workspace.refs import calls_prefix
+from loopworks.workspace.refs import calls_prefix, work_ref
+from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 from loopworks.workspace.stores import own_origin_store
 
-# The file a call's commit holds, as the branch holds an agent step's trajectory.
-CALL_FILE_DIR = ".loops/trajectory"
+# Where a call's record is a file: in a call's own commit, and on the run's branch once
+# its close has linked it, beside the agents' `<iteration>-<step>.jsonl`.
+CALL_FILE_DIR = TRAJECTORY_DIR
+# A call's name, `<iteration>-<step>-<call>` (activities/model_calls.py): what tells a
+# call's file from an agent step's in that folder.
+CALL_NAME = re.compile(r"^[0-9]+-[a-z_]+-[0-9]+$")
+
+
+def call_path(name: str) -> str:
+    return f"{CALL_FILE_DIR}/{name}.jsonl"
 
 
 class CallRecords(OriginReader):
     def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
-        """Put `text` on origin as the trajectory of call `name` of the run; the commit."""
+        """Put `text` on origin as the trajectory of call `name` of the run; the object
+        the call's ref then holds (a blob on the service's own origin, else a commit)."""
         ref = f"{calls_prefix(run_id)}{name}"
         self._check_ref(ref)
         url = self._local_origin(origin)
-        path = f"{CALL_FILE_DIR}/{name}.jsonl"
-        author = (self.author_name, self.author_email)
-        message = f"trajectory · {name}"
         store = own_origin_store(url)
         if store is not None:
-            # The service's own origin: written in place, as a run's commits are.
+            # The service's own origin: the blob in place, on the call's ref until close.
             repo = open_repository(store.parent)
-            tree = write_file_tree(repo, path, text.encode())
-            commit = write_commit(repo, tree, [], message, author, when)
-            update_refs(repo, {ref: commit})
-            return commit
+            blob = write_blob(repo, text.encode())
+            update_refs(repo, {ref: blob})
+            return blob
         # Any other origin is pushed to, from a repository holding nothing else.
+        author = (self.author_name, self.author_email)
         self.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
             self._git(["init", "--quiet", "--bare", scratch])
             repo = open_repository(scratch)
-            tree = write_file_tree(repo, path, text.encode())
-            commit = write_commit(repo, tree, [], message, author, when)
+            tree = write_file_tree(repo, call_path(name), text.encode())
+            commit = write_commit(repo, tree, [], f"trajectory · {name}", author, when)
             push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
             self._git([f"--git-dir={scratch}", *push, url, f"{commit}:{ref}"])
         return commit
 
     def call_records(self, origin: str, run_id: str) -> dict[str, str]:
-        """Every recorded call of the run (or task graph) on origin: its name and its JSON
-        lines."""
+        """Every call of the run (or task graph) still on its ref on origin: its name and
+        its JSON lines. Those a close has linked are on the run's branch instead."""
         prefix = calls_prefix(run_id)
         found: dict[str, str] = {}
         # A cache fetches this run's call refs only (pruning those gone), no other's.
         only_these = (f"+{prefix}*:{prefix}*",)
         with self._origin_git_dir(origin, commit=None, refspecs=only_these) as git_dir:
             repo = open_repository(git_dir)
-            names = sorted(name for name in repo.references if name.startswith(prefix))
-            for ref in names:
-                name = ref.removeprefix(prefix)
-                tree = tree_of(repo, f"{ref}^{{commit}}")
-                read = (
-                    None if tree is None else read_path(repo, tree, f"{CALL_FILE_DIR}/{name}.jsonl")
-                )
-                if read is not None and read[0] == "blob":
-                    found[name] = read[1].decode("utf-8", errors="replace")
+            for name, ref in sorted(_call_refs(repo, prefix).items()):
+                blob = _record_blob(repo, ref, name)
+                if blob is not None:
+                    found[name] = repo[blob].read_raw().decode("utf-8", errors="replace")
         return found
+
+    def link_calls(self, workdir: Path, origin: str, run_id: str) -> list[str]:
+        """Write the run's call records into its clone at `workdir`, for the commit that
+        closes the run, as `.loops/trajectory/<name>.jsonl`: every call still on its ref,
+        and those an earlier attempt of the close put on the work ref (it also dropped
+        their refs). Only on the service's own origin: anywhere else the records stay on
+        their refs. The names written, sorted."""
+        store = own_origin_store(self._local_origin(origin))
+        if store is None:
+            return []
+        repo = open_repository(store.parent)
+        prefix = calls_prefix(run_id)
+        blobs: dict[str, pygit2.Oid] = {}
+        work = ref_target(repo, work_ref(run_id))
+        linked = None if work is None else tree_of(repo, work)
+        if linked is not None:
+            blobs.update(_call_files(repo, linked))
+        # A call's ref is its latest record (a retried call moves it): it wins.
+        for name, ref in _call_refs(repo, prefix).items():
+            blob = _record_blob(repo, ref, name)
+            if blob is not None:
+                blobs[name] = blob
+        GIT_IN_PROCESS.add(["cat-file"])
+        for name, blob in sorted(blobs.items()):
+            files.write_bytes(workdir, call_path(name), repo[blob].read_raw())
+        return sorted(blobs)
+
+    def linked_call_refs(self, repo: pygit2.Repository, run_id: str, commit: str) -> list[str]:
+        """The run's call refs whose record `commit` holds as the run's close links it:
+        the refs its branch's move may drop."""
+        tree = tree_of(repo, commit)
+        if tree is None:
+            return []
+        prefix = calls_prefix(run_id)
+        dropped = []
+        for name, blob in _call_files(repo, tree).items():
+            found = repo.references.get(f"{prefix}{name}")
+            if found is not None and _record_blob(repo, found.name, name) == blob:
+                dropped.append(found.name)
+        return dropped
+
+
+def _call_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:
+    """The call refs under `prefix` (one run's): name to ref."""
+    GIT_IN_PROCESS.add(["for-each-ref"])
+    raw = prefix.encode()
+    names = (ref.decode() for ref in repo.raw_listall_references() if ref.startswith(raw))
+    return {ref.removeprefix(prefix): ref for ref in names}
+
+
+def _call_files(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
+    """The calls' files in `tree`'s trajectory folder: name to blob."""
+    GIT_IN_PROCESS.add(["ls-tree"])
+    try:
+        folder = repo[tree[CALL_FILE_DIR].id]
+    except KeyError:
+        return {}
+    if not isinstance(folder, pygit2.Tree):
+        return {}
+    found = {}
+    for entry in folder:
+        name = (entry.name or "").removesuffix(".jsonl")
+        if entry.filemode == FileMode.BLOB and entry.name != name and CALL_NAME.match(name):
+            found[name] = entry.id
+    return found
+
+
+def _record_blob(repo: pygit2.Repository, ref: str, name: str) -> pygit2.Oid | None:
+    """The blob of call `name`'s record that `ref` holds: the blob it points at, or the
+    file in the commit it points at (how every origin held calls until records on the
+    service's own origin became blobs, and how any other origin still does)."""
+    GIT_IN_PROCESS.add(["cat-file"])
+    found = repo.references.get(ref)
+    if found is None:
+        return None
+    try:
+        target = found.peel()
+    except pygit2.GitError as exc:
+        raise GitError(f"reading {ref} failed: {exc}") from exc
+    if isinstance(target, pygit2.Blob):
+        return target.id
+    tree = tree_of(repo, str(target.id))
+    if tree is None:
+        return None
+    try:
+        entry = tree[call_path(name)]
+    except KeyError:
+        return None
+    return entry.id if entry.type_str == "blob" else None
