@@ -1,7 +1,7 @@
 """A run's trajectory: every model call's conversation as JSON lines, one per message
-part, tagged with the run, the step, the role, the loop and the iteration, capped and
-redacted of the worker's secrets (`checks.redaction`): they are committed, pushed and
-served (docs/observability.md#the-trajectory)."""
+part, tagged with the run, the step, the role, the loop and the iteration, capped, and
+redacted of the worker's secrets (`checks.redaction`) as they are written (`to_jsonl`):
+they are committed, pushed and served (docs/observability.md#the-trajectory)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,10 @@ class TrajectoryRecord(BaseModel):
 
 
 def to_jsonl(records: list[TrajectoryRecord]) -> str:
-    return "".join(record.model_dump_json() + "\n" for record in records)
+    """The records as the JSON lines of a trajectory file. Every file of a trajectory is
+    written from this text, so its texts (prompts, the model's words and tool calls, tool
+    results) are redacted here, in one pass over the call's records."""
+    return "".join(record.model_dump_json() + "\n" for record in redacted(records))
 
 
 def from_jsonl(text: str) -> list[TrajectoryRecord]:
@@ -176,9 +179,8 @@ def trajectory(
 def record(
     call: ModelCall, step: AgentStep | CallStep, turn: int, kind: RecordKind, **fields: Any
 ) -> TrajectoryRecord:
-    # Every line of a trajectory is made here, and is committed, pushed and served: its
-    # texts (prompts, the model's words and tool calls, tool results) redacted.
-    fields = redacted(fields)
+    """One line of a trajectory, its texts as they were said: `to_jsonl` redacts them
+    when the trajectory is written."""
     skill = call.role in SKILL_ROLES
     return TrajectoryRecord(
         run_id=call.run_id,

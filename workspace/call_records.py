@@ -41,7 +41,6 @@ from loopworks.schemas.steps import TRAJECTORY_DIR
 from loopworks.workspace import files
 from loopworks.workspace.objects import (
     open_repository,
-    ref_target,
     tree_of,
     update_refs,
     write_blob,
@@ -95,16 +94,16 @@ class CallRecords(OriginReader):
         """Every call of the run (or task graph) still on its ref on origin: its name and
         its JSON lines. Those a close has linked are on the run's branch instead."""
         prefix = calls_prefix(run_id)
-        found: dict[str, str] = {}
         # A cache fetches this run's call refs only (pruning those gone), no other's.
         only_these = (f"+{prefix}*:{prefix}*",)
         with self._origin_git_dir(origin, commit=None, refspecs=only_these) as git_dir:
             repo = open_repository(git_dir)
-            for name, ref in sorted(_call_refs(repo, prefix).items()):
-                blob = _record_blob(repo, ref, name)
-                if blob is not None:
-                    found[name] = repo[blob].read_raw().decode("utf-8", errors="replace")
-        return found
+            blobs = _call_refs(repo, prefix)
+            GIT_IN_PROCESS.add(["cat-file"])
+            return {
+                name: repo[blobs[name]].read_raw().decode("utf-8", errors="replace")
+                for name in sorted(blobs)
+            }
 
     def link_calls(self, workdir: Path, origin: str, run_id: str) -> list[str]:
         """Write the run's call records into its clone at `workdir`, for the commit that
@@ -116,17 +115,10 @@ class CallRecords(OriginReader):
         if store is None:
             return []
         repo = open_repository(store.parent)
-        prefix = calls_prefix(run_id)
-        blobs: dict[str, pygit2.Oid] = {}
-        work = ref_target(repo, work_ref(run_id))
-        linked = None if work is None else tree_of(repo, work)
-        if linked is not None:
-            blobs.update(_call_files(repo, linked))
+        linked = tree_of(repo, work_ref(run_id))
+        blobs = {} if linked is None else _call_files(repo, linked)
         # A call's ref is its latest record (a retried call moves it): it wins.
-        for name, ref in _call_refs(repo, prefix).items():
-            blob = _record_blob(repo, ref, name)
-            if blob is not None:
-                blobs[name] = blob
+        blobs.update(_call_refs(repo, calls_prefix(run_id)))
         GIT_IN_PROCESS.add(["cat-file"])
         for name, blob in sorted(blobs.items()):
             files.write_bytes(workdir, call_path(name), repo[blob].read_raw())
@@ -139,20 +131,28 @@ class CallRecords(OriginReader):
         if tree is None:
             return []
         prefix = calls_prefix(run_id)
+        GIT_IN_PROCESS.add(["for-each-ref"])
         dropped = []
         for name, blob in _call_files(repo, tree).items():
             found = repo.references.get(f"{prefix}{name}")
-            if found is not None and _record_blob(repo, found.name, name) == blob:
+            if found is not None and _record_blob(repo, found, name) == blob:
                 dropped.append(found.name)
         return dropped
 
 
-def _call_refs(repo: pygit2.Repository, prefix: str) -> dict[str, str]:
-    """The call refs under `prefix` (one run's): name to ref."""
+def _call_refs(repo: pygit2.Repository, prefix: str) -> dict[str, pygit2.Oid]:
+    """The records of the calls on refs under `prefix` (one run's): name to blob."""
     GIT_IN_PROCESS.add(["for-each-ref"])
     raw = prefix.encode()
-    names = (ref.decode() for ref in repo.raw_listall_references() if ref.startswith(raw))
-    return {ref.removeprefix(prefix): ref for ref in names}
+    found = {}
+    for listed in repo.raw_listall_references():
+        if listed.startswith(raw):
+            ref = repo.references.get(listed.decode())
+            name = listed[len(raw) :].decode()
+            blob = None if ref is None else _record_blob(repo, ref, name)
+            if blob is not None:
+                found[name] = blob
+    return found
 
 
 def _call_files(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
@@ -172,25 +172,20 @@ def _call_files(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.
     return found
 
 
-def _record_blob(repo: pygit2.Repository, ref: str, name: str) -> pygit2.Oid | None:
+def _record_blob(repo: pygit2.Repository, ref: pygit2.Reference, name: str) -> pygit2.Oid | None:
     """The blob of call `name`'s record that `ref` holds: the blob it points at, or the
     file in the commit it points at (how every origin held calls until records on the
     service's own origin became blobs, and how any other origin still does)."""
-    GIT_IN_PROCESS.add(["cat-file"])
-    found = repo.references.get(ref)
-    if found is None:
-        return None
     try:
-        target = found.peel()
+        target = ref.peel()
     except pygit2.GitError as exc:
-        raise GitError(f"reading {ref} failed: {exc}") from exc
+        raise GitError(f"reading {ref.name} failed: {exc}") from exc
     if isinstance(target, pygit2.Blob):
         return target.id
-    tree = tree_of(repo, str(target.id))
-    if tree is None:
+    if not isinstance(target, pygit2.Commit):
         return None
     try:
-        entry = tree[call_path(name)]
+        entry = target.tree[call_path(name)]
     except KeyError:
         return None
     return entry.id if entry.type_str == "blob" else None

@@ -67,7 +67,7 @@ def test_a_call_waits_on_its_ref_as_a_blob_and_the_close_moves_it_onto_the_branc
     closed = _close(ws, origin, "run-1", base)
 
     # On the branch beside the run's other records, and no ref of the run's is left.
-    shown = git(f"--git-dir={origin}", "show", f"loops/run-1:.loops/trajectory/01-plan-001.jsonl")
+    shown = git(f"--git-dir={origin}", "show", "loops/run-1:.loops/trajectory/01-plan-001.jsonl")
     assert f"{shown}\n" == PLAN
     listed = git(f"--git-dir={origin}", "ls-tree", "--name-only", f"{closed}:.loops/trajectory")
     assert listed.split() == ["00-hydrate-001.jsonl", "01-plan-001.jsonl"]

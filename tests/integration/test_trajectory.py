@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from loopworks.agent.trajectory import from_jsonl
-from loopworks.workspace.call_records import CALL_NAME
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TERMINAL_STATUSES
+from loopworks.workspace.call_records import CALL_NAME
 from tests.integration.stack import ROOT, Stack, bare_remote
 
 pytestmark = pytest.mark.integration
