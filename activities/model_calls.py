@@ -73,9 +73,10 @@ async def _record(
     messages: Sequence[ModelMessage],
 ) -> None:
     """The call's conversation, on the run's origin as a trajectory file of its own: a
-    single-shot call changes no file of the run, so no commit of the run's carries it
-    (workspace/call_records.py). A retried call rewrites its own file; one that cannot be
-    recorded fails the step, as an agent's commit that cannot be published does."""
+    single-shot call changes no file of the run, so it waits on a ref of its own until
+    the run's close commits it with the run's record (workspace/call_records.py). A
+    retried call rewrites its own record; one that cannot be recorded fails the step, as
+    an agent's commit that cannot be published does."""
     if not step.origin:
         return  # a step sent before every call was recorded
     name = STEP_OF_ROLE[call.role]

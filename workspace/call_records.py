@@ -40,6 +40,7 @@ from pygit2.enums import FileMode
 from loopworks.schemas.steps import TRAJECTORY_DIR
 from loopworks.workspace import files
 from loopworks.workspace.objects import (
+    init_bare,
     open_repository,
     tree_of,
     update_refs,
@@ -82,8 +83,7 @@ class CallRecords(OriginReader):
         author = (self.author_name, self.author_email)
         self.root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
-            self._git(["init", "--quiet", "--bare", scratch])
-            repo = open_repository(scratch)
+            repo = init_bare(Path(scratch))
             tree = write_file_tree(repo, call_path(name), text.encode())
             commit = write_commit(repo, tree, [], f"trajectory · {name}", author, when)
             push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")

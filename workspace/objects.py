@@ -263,6 +263,16 @@ def _move(
             transaction.remove(name)
 
 
+def init_bare(path: Path) -> pygit2.Repository:
+    """A new, empty bare repository at `path` (`git init --bare`): somewhere to write
+    objects to push, in-process."""
+    GIT_IN_PROCESS.add(["init"])
+    try:
+        return pygit2.init_repository(str(path), bare=True)
+    except pygit2.GitError as exc:
+        raise GitError(f"making a repository at {path} failed: {exc}") from exc
+
+
 def clone_shared(source: str | Path, target: Path) -> None:
     """`git clone --shared --no-checkout` of the repository at the local path `source` (a
     work tree or a git dir): `target` borrows its object store (git alternates) and has

@@ -142,7 +142,11 @@ def test_on_any_other_origin_a_call_stays_a_commit_on_its_ref(tmp_path: Path) ->
     origin = bare_remote(tmp_path)
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(str(origin), None)
-    ws.record_call(str(origin), "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    # Written in a scratch repository made in-process, pushed: one process a call.
+    with GitCalls() as calls:
+        ws.record_call(str(origin), "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    assert calls.processes == {"push": 1}
+    assert calls.in_process["init"] == 1 and calls.in_process["commit-tree"] == 1
     assert _call_refs(origin, "run-1") == {"00-hydrate-001": "commit"}
 
     closed = _close(ws, str(origin), "run-1", base)
