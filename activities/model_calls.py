@@ -20,7 +20,7 @@ from loopworks.activities.heartbeat import heartbeating
 from loopworks.agent.loop import AgentOutcome, AnsweredOutcome
 from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
-from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
+from loopworks.agent.trajectory import AgentStep, to_jsonl, trajectory
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall
 from loopworks.llm.pricing import price
@@ -28,7 +28,7 @@ from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition
 from loopworks.schemas.contexts import CONTEXTS, RoleContext
 from loopworks.schemas.roles import Role
-from loopworks.schemas.steps import ARTIFACT_PATH, ModelStep
+from loopworks.schemas.steps import ARTIFACT_PATH, STEP_OF_ROLE, ModelStep, call_name
 from loopworks.service.tracing import model_span, record_usage
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -79,12 +79,12 @@ async def _record(
     an agent's commit that cannot be published does."""
     if not step.origin:
         return  # a step sent before every call was recorded
-    name = STEP_OF_ROLE[call.role]
-    text = to_jsonl(trajectory(messages, call, instructions, name))
-    call_name = f"{step.iteration:02d}-{name}-{step.call_index:03d}"
+    call_step = STEP_OF_ROLE[call.role]
+    text = to_jsonl(trajectory(messages, call, instructions, call_step))
+    name = call_name(step.iteration, call_step, step.call_index)
     when = datetime.now(UTC)
     record = deps.workspaces.record_call
-    await asyncio.to_thread(record, step.origin, step.run_id, call_name, text, when)
+    await asyncio.to_thread(record, step.origin, step.run_id, name, text, when)
 
 
 async def _record_failed(

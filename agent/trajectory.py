@@ -25,38 +25,10 @@ from pydantic_ai.messages import (
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall
 from loopworks.schemas.roles import Role
+from loopworks.schemas.steps import CallStep
 
 # The steps whose model works with tools: `skill` is the skill sub-loop's generator.
 AgentStep = Literal["produce", "refine", "skill", "qa"]
-# The steps of single-shot (structured) calls, one per role that answers that way.
-CallStep = Literal[
-    "hydrate",
-    "review",
-    "plan",
-    "prepare",
-    "evaluate",
-    "critique",
-    "audit",
-    "reflect",
-    "curate",
-    "plan_graph",
-    "skill_review",
-    "skill_curate",
-]
-STEP_OF_ROLE: dict[Role, CallStep] = {
-    Role.HYDRATOR: "hydrate",
-    Role.CRITIC: "review",
-    Role.PLANNER: "plan",
-    Role.PREPARER: "prepare",
-    Role.EVALUATOR: "evaluate",
-    Role.ARTIFACT_CRITIC: "critique",
-    Role.CUSTODIET: "audit",
-    Role.REFLECTOR: "reflect",
-    Role.TASK_CURATOR: "curate",
-    Role.TASK_PLANNER: "plan_graph",
-    Role.SKILL_REFLECTOR: "skill_review",
-    Role.SKILL_CURATOR: "skill_curate",
-}
 LoopType = Literal["task", "skill"]
 # The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
 # own trajectory.

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -105,20 +106,29 @@ class CallRecords(OriginReader):
                 for name in sorted(blobs)
             }
 
-    def link_calls(self, workdir: Path, origin: str, run_id: str) -> list[str]:
+    def link_calls(
+        self, workdir: Path, origin: str, run_id: str, names: Iterable[str]
+    ) -> list[str]:
         """Write the run's call records into its clone at `workdir`, for the commit that
-        closes the run, as `.loops/trajectory/<name>.jsonl`: every call still on its ref,
-        and those an earlier attempt of the close put on the work ref (it also dropped
-        their refs). Only on the service's own origin: anywhere else the records stay on
-        their refs. The names written, sorted."""
+        closes the run, as `.loops/trajectory/<name>.jsonl`: those of the calls `names`
+        still on their refs (the workflow names every call it made: no listing of
+        origin's refs, which grow with every run), and those an earlier attempt of the
+        close put on the work ref (it also dropped their refs). Only on the service's own
+        origin: anywhere else the records stay on their refs. The names written, sorted."""
         store = own_origin_store(self._local_origin(origin))
         if store is None:
             return []
         repo = open_repository(store.parent)
         linked = tree_of(repo, work_ref(run_id))
         blobs = {} if linked is None else _call_files(repo, linked)
-        # A call's ref is its latest record (a retried call moves it): it wins.
-        blobs.update(_call_refs(repo, calls_prefix(run_id)))
+        prefix = calls_prefix(run_id)
+        GIT_IN_PROCESS.add(["for-each-ref"])
+        for name in names:
+            ref = repo.references.get(f"{prefix}{name}") if CALL_NAME.match(name) else None
+            blob = None if ref is None else _record_blob(repo, ref, name)
+            if blob is not None:
+                # A call's ref is its latest record (a retried call moves it): it wins.
+                blobs[name] = blob
         GIT_IN_PROCESS.add(["cat-file"])
         for name, blob in sorted(blobs.items()):
             files.write_bytes(workdir, call_path(name), repo[blob].read_raw())

@@ -19,6 +19,8 @@ pytestmark = pytest.mark.integration
 WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 HYDRATE = '{"ts":"2024-05-01T12:00:00","step":"hydrate"}\n'
 PLAN = '{"ts":"2024-05-01T12:01:00","step":"plan"}\n'
+# The calls the run's workflow made, as it names them to the close.
+NAMES = ["00-hydrate-001", "01-plan-001"]
 
 
 def _ws(tmp_path: Path, name: str = "worker") -> GitWorkspaces:
@@ -33,12 +35,15 @@ def _call_refs(origin: str | Path, run_id: str) -> dict[str, str]:
     return {ref.removeprefix(prefix): kind for ref, kind in pairs}
 
 
-def _close(ws: GitWorkspaces, origin: str, run_id: str, parent: str) -> str:
-    """What the run's close does with its clone: link the calls, commit, push the branch."""
+def _close(
+    ws: GitWorkspaces, origin: str, run_id: str, parent: str, calls: list[str] = NAMES
+) -> str:
+    """What the run's close does with its clone: link the calls the workflow names,
+    commit, push the branch."""
     workdir = ws.checkout(run_id, origin, parent)
     (workdir / ".loops").mkdir(exist_ok=True)
     (workdir / ".loops" / "run.json").write_text("{}\n")
-    ws.link_calls(workdir, origin, run_id)
+    ws.link_calls(workdir, origin, run_id, calls)
     commit = ws.commit(workdir, "close: the run's record", WHEN)
     assert ws.push_branch(workdir, f"loops/{run_id}", commit, run_id) == commit
     return commit
@@ -59,20 +64,32 @@ def test_a_call_waits_on_its_ref_as_a_blob_and_the_close_moves_it_onto_the_branc
     assert git(f"--git-dir={origin}", "cat-file", "-t", blob) == "blob"
     ws.record_call(origin, "run-1", "01-plan-001", PLAN, WHEN)
     ws.record_call(origin, "run-2", "00-hydrate-001", "{}\n", WHEN)
-    assert _call_refs(origin, "run-1") == {"00-hydrate-001": "blob", "01-plan-001": "blob"}
+    # One the workflow does not name to the close (a run recorded before it named them).
+    ws.record_call(origin, "run-1", "01-evaluate-001", "{}\n", WHEN)
+    assert _call_refs(origin, "run-1") == {
+        "00-hydrate-001": "blob",
+        "01-evaluate-001": "blob",
+        "01-plan-001": "blob",
+    }
     # Read from there while the run goes on.
     reader = _ws(tmp_path, "api")
-    assert reader.call_records(origin, "run-1") == {"00-hydrate-001": HYDRATE, "01-plan-001": PLAN}
+    assert reader.call_records(origin, "run-1") == {
+        "00-hydrate-001": HYDRATE,
+        "01-evaluate-001": "{}\n",
+        "01-plan-001": PLAN,
+    }
 
-    closed = _close(ws, origin, "run-1", base)
+    # Named calls with no record (a call that never reached its model) are no matter.
+    closed = _close(ws, origin, "run-1", base, [*NAMES, "01-plan-002"])
 
-    # On the branch beside the run's other records, and no ref of the run's is left.
+    # On the branch beside the run's other records, and their refs are gone; the call
+    # it was not told of stays where it is, served from there.
     shown = git(f"--git-dir={origin}", "show", "loops/run-1:.loops/trajectory/01-plan-001.jsonl")
     assert f"{shown}\n" == PLAN
     listed = git(f"--git-dir={origin}", "ls-tree", "--name-only", f"{closed}:.loops/trajectory")
     assert listed.split() == ["00-hydrate-001.jsonl", "01-plan-001.jsonl"]
-    assert _call_refs(origin, "run-1") == {}
-    assert reader.call_records(origin, "run-1") == {}
+    assert _call_refs(origin, "run-1") == {"01-evaluate-001": "blob"}
+    assert reader.call_records(origin, "run-1") == {"01-evaluate-001": "{}\n"}
     # Another run's call is not this close's.
     assert _call_refs(origin, "run-2") == {"00-hydrate-001": "blob"}
     git(f"--git-dir={origin}", "fsck", "--connectivity-only", "--no-dangling")
@@ -103,7 +120,7 @@ def test_a_call_recorded_again_after_the_link_keeps_its_ref(tmp_path: Path) -> N
     _, base = ws.resolve_base(origin, None)
     ws.record_call(origin, "run-1", "00-hydrate-001", HYDRATE, WHEN)
     workdir = ws.checkout("run-1", origin, base)
-    assert ws.link_calls(workdir, origin, "run-1") == ["00-hydrate-001"]
+    assert ws.link_calls(workdir, origin, "run-1", NAMES) == ["00-hydrate-001"]
     commit = ws.commit(workdir, "close", WHEN)
     # A retry of the call rewrites its record between the link and the push: the branch
     # holds the older one, so the ref (the newer) stays, and the reader serves it.
