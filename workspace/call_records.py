@@ -11,13 +11,16 @@ collide with a run's work ref.
 
 On the origin this service created (the embedded default, workspace/stores.py) a call's
 record is one blob written in place and its ref points at it: no tree, no commit, no
-push. A ref keeps it reachable however long the run then waits (an approval, a pause, a
-block), where an object no ref reaches is git's to prune after two weeks. The run's
-close writes every record still on a ref into the commit it closes with, as
-`.loops/trajectory/<name>.jsonl` beside the agents' files, and drops those refs in the
-same ref transaction that moves the run's branch (workspace/commits.py): a finished run
-leaves no call ref there. A retried close finds what the earlier attempt moved onto the
-work ref in that commit's tree.
+push. The ref keeps it reachable however long the run then waits (an approval, a pause, a
+block), where an object no ref reaches is git's to prune two weeks on (`gc --auto`, which
+the close runs there). The workflow names every call it makes (RunMemory.recorded_calls)
+and hands the names to the run's close, which writes those records into the commit it
+closes with, as `.loops/trajectory/<name>.jsonl` beside the agents' files, and drops their
+refs in the same ref transaction that moves the run's branch (workspace/commits.py): a
+finished run leaves no call ref there, and nothing lists origin's refs, which grow with
+every run. A retried close finds what the earlier attempt moved onto the work ref in that
+commit's tree. A call the workflow did not name (a task graph's own, a run's made before
+runs named them) stays on its ref, and is read from there.
 
 Any other origin is pushed to, so each record stays what it was: a parentless commit
 holding the one file, pushed to the call's ref from a scratch repository, and left there
