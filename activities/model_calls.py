@@ -20,7 +20,7 @@ from loopworks.activities.heartbeat import heartbeating
 from loopworks.agent.loop import AgentOutcome, AnsweredOutcome, ToolGate
 from loopworks.agent.loop import run_agent as run_agent_loop
 from loopworks.agent.loop import run_answering_agent as answering_loop
-from loopworks.agent.trajectory import STEP_OF_ROLE, AgentStep, to_jsonl, trajectory
+from loopworks.agent.trajectory import AgentStep, to_jsonl, trajectory
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall
 from loopworks.llm.budget import BudgetSpent, Meter
@@ -29,7 +29,7 @@ from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition
 from loopworks.schemas.contexts import CONTEXTS, RoleContext
 from loopworks.schemas.roles import Role
-from loopworks.schemas.steps import ARTIFACT_PATH, ModelStep
+from loopworks.schemas.steps import ARTIFACT_PATH, STEP_OF_ROLE, ModelStep, call_name
 from loopworks.service.tracing import model_span, record_usage
 
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -86,17 +86,18 @@ async def _record(
     messages: Sequence[ModelMessage],
 ) -> None:
     """The call's conversation, on the run's origin as a trajectory file of its own: a
-    single-shot call changes no file of the run, so no commit of the run's carries it
-    (workspace/call_records.py). A retried call rewrites its own file; one that cannot be
-    recorded fails the step, as an agent's commit that cannot be published does."""
+    single-shot call changes no file of the run, so it waits on a ref of its own until
+    the run's close commits it with the run's record (workspace/call_records.py). A
+    retried call rewrites its own record; one that cannot be recorded fails the step, as
+    an agent's commit that cannot be published does."""
     if not step.origin:
         return  # a step sent before every call was recorded
-    name = STEP_OF_ROLE[call.role]
-    text = to_jsonl(trajectory(messages, call, instructions, name))
-    call_name = f"{step.iteration:02d}-{name}-{step.call_index:03d}"
+    call_step = STEP_OF_ROLE[call.role]
+    text = to_jsonl(trajectory(messages, call, instructions, call_step))
+    name = call_name(step.iteration, call_step, step.call_index)
     when = datetime.now(UTC)
     record = deps.workspaces.record_call
-    await asyncio.to_thread(record, step.origin, step.run_id, call_name, text, when)
+    await asyncio.to_thread(record, step.origin, step.run_id, name, text, when)
 
 
 async def _record_failed(

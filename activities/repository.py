@@ -116,6 +116,10 @@ class RepositoryActivities:
                 # The state holds the task as a client wrote it: a worker secret pasted
                 # there must not reach the branch (docs/workspace.md#redaction).
                 saved_seq = write_run_log(workdir, redacted(request.log))
+                # The single-shot calls' records join it; push_branch drops their refs.
+                await asyncio.to_thread(
+                    workspaces.link_calls, workdir, request.origin, request.run_id, request.calls
+                )
             commit = await asyncio.to_thread(
                 workspaces.commit, workdir, "close: the run's record", request.committed_at
             )

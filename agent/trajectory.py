@@ -1,7 +1,7 @@
 """A run's trajectory: every model call's conversation as JSON lines, one per message
-part, tagged with the run, the step, the role, the loop and the iteration, capped and
-redacted of the worker's secrets (`checks.redaction`): they are committed, pushed and
-served (docs/observability.md#the-trajectory)."""
+part, tagged with the run, the step, the role, the loop and the iteration, capped, and
+redacted of the worker's secrets (`checks.redaction`) as they are written (`to_jsonl`):
+they are committed, pushed and served (docs/observability.md#the-trajectory)."""
 
 from __future__ import annotations
 
@@ -26,38 +26,10 @@ from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall, usage_of
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
+from loopworks.schemas.steps import CallStep
 
 # The steps whose model works with tools: `skill` is the skill sub-loop's generator.
 AgentStep = Literal["produce", "refine", "skill", "qa"]
-# The steps of single-shot (structured) calls, one per role that answers that way.
-CallStep = Literal[
-    "hydrate",
-    "review",
-    "plan",
-    "prepare",
-    "evaluate",
-    "critique",
-    "audit",
-    "reflect",
-    "curate",
-    "plan_graph",
-    "skill_review",
-    "skill_curate",
-]
-STEP_OF_ROLE: dict[Role, CallStep] = {
-    Role.HYDRATOR: "hydrate",
-    Role.CRITIC: "review",
-    Role.PLANNER: "plan",
-    Role.PREPARER: "prepare",
-    Role.EVALUATOR: "evaluate",
-    Role.ARTIFACT_CRITIC: "critique",
-    Role.CUSTODIET: "audit",
-    Role.REFLECTOR: "reflect",
-    Role.TASK_CURATOR: "curate",
-    Role.TASK_PLANNER: "plan_graph",
-    Role.SKILL_REFLECTOR: "skill_review",
-    Role.SKILL_CURATOR: "skill_curate",
-}
 LoopType = Literal["task", "skill"]
 # The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
 # own trajectory.
@@ -106,7 +78,10 @@ class TrajectoryRecord(BaseModel):
 
 
 def to_jsonl(records: list[TrajectoryRecord]) -> str:
-    return "".join(record.model_dump_json() + "\n" for record in records)
+    """The records as the JSON lines of a trajectory file. Every file of a trajectory is
+    written from this text, so its texts (prompts, the model's words and tool calls, tool
+    results) are redacted here, in one pass over the call's records."""
+    return "".join(record.model_dump_json() + "\n" for record in redacted(records))
 
 
 def from_jsonl(text: str) -> list[TrajectoryRecord]:
@@ -190,9 +165,8 @@ def trajectory(
 def record(
     call: ModelCall, step: AgentStep | CallStep, turn: int, kind: RecordKind, **fields: Any
 ) -> TrajectoryRecord:
-    # Every line of a trajectory is made here, and is committed, pushed and served: its
-    # texts (prompts, the model's words and tool calls, tool results) redacted.
-    fields = redacted(fields)
+    """One line of a trajectory, its texts as they were said: `to_jsonl` redacts them
+    when the trajectory is written."""
     skill = call.role in SKILL_ROLES
     return TrajectoryRecord(
         run_id=call.run_id,

@@ -2,9 +2,11 @@
 
 The agents' (PRODUCE, REFINE, QA, the skill generator) are committed with their work on the
 run's branch; the single-shot calls' each sit on a ref of their own on the run's origin
-(workspace/call_records.py). Served as one text, a file at a time in the order the calls
-finished (each file's first line's time), `loop_type: task` and `loop_type: skill` alike.
-A task graph's own calls (its task planner's) are recorded under the graph's id.
+until the run's close commits them beside the agents' (on the service's own origin: on any
+other they stay on their refs, workspace/call_records.py). Served as one text, a file at a
+time in the order the calls finished (each file's first line's time), `loop_type: task` and
+`loop_type: skill` alike. A task graph's own calls (its task planner's) are recorded under
+the graph's id.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ from loopworks.workspace.runner import GitError
 
 
 def run_trajectory(workspaces: GitWorkspaces, state: RunState) -> str:
-    """Every trajectory file of the run, agents' and single-shot calls', as one text."""
-    texts: list[str] = []
+    """Every trajectory file of the run, agents' and single-shot calls', as one text: a
+    call is there once, from its ref when it is still on one (its latest record), else
+    from the branch its close linked it onto."""
+    texts: dict[str, str] = {}
     if state.origin:
         commit = latest_commit(workspaces, state)
         if commit:
-            texts += read_trajectory(workspaces, state.origin, commit)
-        texts += workspaces.call_records(state.origin, state.run_id).values()
-    return _joined(texts)
+            texts.update(read_trajectory(workspaces, state.origin, commit))
+        texts.update(workspaces.call_records(state.origin, state.run_id))
+    return _joined(list(texts.values()))
 
 
 def graph_trajectory(workspaces: GitWorkspaces, state: GraphState) -> str:
@@ -52,14 +56,15 @@ def _joined(texts: list[str]) -> str:
     return "".join(ordered)
 
 
-def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> list[str]:
-    """Every `.loops/trajectory/*.jsonl` at `commit`, by file name (so by iteration, then
-    step)."""
-    return [
-        workspaces.read_file(origin, commit, path) or ""
-        for path in workspaces.list_files(origin, commit, TRAJECTORY_DIR)
-        if path.endswith(".jsonl")
-    ]
+def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> dict[str, str]:
+    """Every `.loops/trajectory/*.jsonl` at `commit`, by its name inside that folder
+    without the suffix (`01-produce`, `01-plan-001`: a call's, workspace/call_records.py)."""
+    found: dict[str, str] = {}
+    for path in workspaces.list_files(origin, commit, TRAJECTORY_DIR):
+        if path.endswith(".jsonl"):
+            name = path.removeprefix(f"{TRAJECTORY_DIR}/").removesuffix(".jsonl")
+            found[name] = workspaces.read_file(origin, commit, path) or ""
+    return found
 
 
 def _finished(text: str) -> datetime:

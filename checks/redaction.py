@@ -128,9 +128,8 @@ def redact(text: str, secrets: Iterable[str], *, cut_at_start: bool = False) -> 
     `cut_at_start` (the text is the tail of something longer), an end of a secret the cut
     left at the very start is redacted too.
     """
-    ordered = sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True)
-    for secret in ordered:
-        text = text.replace(secret, REDACTED)
+    ordered = _longest_first(secrets)
+    text = _replaced(text, ordered)
     if cut_at_start:
         for secret in ordered:
             for start in range(1, len(secret) - MIN_PARTIAL_CHARS + 1):
@@ -138,6 +137,17 @@ def redact(text: str, secrets: Iterable[str], *, cut_at_start: bool = False) -> 
                     text = REDACTED + text[len(secret) - start :]
                     break
     return redact_url_credentials(text)
+
+
+def _longest_first(secrets: Iterable[str]) -> tuple[str, ...]:
+    """The secrets worth redacting, longest first: one that contains another goes whole."""
+    return tuple(sorted({s for s in secrets if len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True))
+
+
+def _replaced(text: str, ordered: tuple[str, ...]) -> str:
+    for secret in ordered:
+        text = text.replace(secret, REDACTED)
+    return text
 
 
 Value = TypeVar("Value")
@@ -151,13 +161,14 @@ def redacted(value: Value, secrets: Iterable[str] | None = None) -> Value:
     What holds nothing to redact comes back as it was, the same object; a model with
     something to redact comes back a copy (not validated again: only strings changed).
     """
-    known = frozenset(worker_secrets() if secrets is None else secrets)
-    return _redacted(value, known)  # type: ignore[no-any-return]
+    # Ordered once for the whole value, not again for each string in it.
+    ordered = _longest_first(worker_secrets() if secrets is None else secrets)
+    return _redacted(value, ordered)  # type: ignore[no-any-return]
 
 
-def _redacted(value: Any, secrets: frozenset[str]) -> Any:
+def _redacted(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str):
-        clean = redact(value, secrets)
+        clean = redact_url_credentials(_replaced(value, secrets))
         # A str subclass (a StrEnum member) comes back from `replace` a plain str even
         # unchanged: keep the member, or a model's enum field turns into a bare string.
         return value if clean == value else clean

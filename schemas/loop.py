@@ -33,6 +33,11 @@ class RunMemory(BaseModel):
         default=0, ge=0, description="every event up to this seq is in git's history.jsonl"
     )
     calls: dict[Role, int] = Field(default_factory=dict, description="model calls per role")
+    recorded_calls: list[str] = Field(
+        default_factory=list,
+        description="the names of the single-shot calls made (`01-plan-002`): their records "
+        "wait on refs of their own until the close commits them (workspace/call_records.py)",
+    )
     commit: str = Field(default="", description="the run's latest commit (its workspace)")
     iteration_start: str = Field(
         default="", description="the commit the current iteration started from"

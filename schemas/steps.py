@@ -4,6 +4,7 @@ activities can change their fields without breaking replay of old runs."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -21,6 +22,7 @@ from loopworks.schemas.roles import (
     Hydration,
     IterationPlan,
     QAReport,
+    Role,
 )
 from loopworks.schemas.rules import CheckGroup, Phase, PreparedCheck, Rule
 from loopworks.schemas.run import Allowance, RunState, TokenUsage
@@ -62,6 +64,44 @@ def trajectory_path(iteration: int, step: str, blocked_attempt: int | None = Non
     keeps its own (`01-produce-blocked-1.jsonl`), before the step's."""
     blocked = f"-blocked-{blocked_attempt}" if blocked_attempt is not None else ""
     return f"{TRAJECTORY_DIR}/{iteration:02d}-{step}{blocked}.jsonl"
+
+
+# The steps of single-shot (structured) calls, one per role that answers that way.
+CallStep = Literal[
+    "hydrate",
+    "review",
+    "plan",
+    "prepare",
+    "evaluate",
+    "critique",
+    "audit",
+    "reflect",
+    "curate",
+    "plan_graph",
+    "skill_review",
+    "skill_curate",
+]
+STEP_OF_ROLE: dict[Role, CallStep] = {
+    Role.HYDRATOR: "hydrate",
+    Role.CRITIC: "review",
+    Role.PLANNER: "plan",
+    Role.PREPARER: "prepare",
+    Role.EVALUATOR: "evaluate",
+    Role.ARTIFACT_CRITIC: "critique",
+    Role.CUSTODIET: "audit",
+    Role.REFLECTOR: "reflect",
+    Role.TASK_CURATOR: "curate",
+    Role.TASK_PLANNER: "plan_graph",
+    Role.SKILL_REFLECTOR: "skill_review",
+    Role.SKILL_CURATOR: "skill_curate",
+}
+
+
+def call_name(iteration: int, step: CallStep, call_index: int) -> str:
+    """A single-shot call's name in the run's trajectory, `01-plan-002` (its iteration,
+    its step, the role's call count): its record's ref and file are named so
+    (workspace/call_records.py), and they sort in the order the calls were made."""
+    return f"{iteration:02d}-{step}-{call_index:03d}"
 
 
 # The run's record on its branch (docs/workspace.md#the-runs-record-in-git): the append-only
@@ -177,6 +217,11 @@ class RecordAndCloseInput(CloseInput):
 
     reflection: FrameworkReflection | None = None
     insights: SessionInsights | None = None
+    calls: list[str] = Field(
+        default_factory=list,
+        description="the single-shot calls the run made, by name: the close commits their "
+        "records (workspace/call_records.py)",
+    )
 
 
 class CloseOutput(BaseModel):

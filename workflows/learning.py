@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.policies import GIT, MODEL_CALL
     from loopworks.workflows.record import OnRecord, RunRecord
     from loopworks.workflows.skills import SkillLoopWorkflow
+    from loopworks.workflows.skills import recorded_calls as skill_calls
     from loopworks.workflows.steering import Finished
     from loopworks.workflows.steps import StepRunner, describe
 
@@ -153,6 +154,7 @@ class Learning(OnRecord):
             playbook=playbook,
             allowance=self.runner.left(),
         )
+        self.memory.recorded_calls += skill_calls(state.iteration)
         try:
             result = await workflow.execute_child_workflow(
                 SkillLoopWorkflow.run,

@@ -505,6 +505,7 @@ class LoopSteps(OnRecord):
             committed_at=workflow.now(),
             reflection=reflected.reflection if reflected else None,
             insights=reflected.insights if reflected else None,
+            calls=self.memory.recorded_calls,
         )
         try:
             closed = await self.runner.activity(

@@ -29,12 +29,21 @@ with workflow.unsafe.imports_passed_through():
         SkillLoopResult,
         kept_files,
     )
+    from loopworks.schemas.roles import Role
     from loopworks.schemas.run import TokenUsage
-    from loopworks.schemas.steps import BUDGET_EXHAUSTED
+    from loopworks.schemas.steps import BUDGET_EXHAUSTED, STEP_OF_ROLE, call_name
     from loopworks.workflows.allowances import allowance
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, execute
 
 T = TypeVar("T")
+
+
+def recorded_calls(iteration: int) -> list[str]:
+    """The names the sub-loop's single-shot calls are recorded under, for the run's close
+    to commit (workspace/call_records.py): each of its two roles calls once a session, as
+    its first call (`call_index` 1), at the run's iteration."""
+    roles = (Role.SKILL_REFLECTOR, Role.SKILL_CURATOR)
+    return [call_name(iteration, STEP_OF_ROLE[role], 1) for role in roles]
 
 
 @workflow.defn(name="SkillLoopWorkflow")

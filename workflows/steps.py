@@ -21,7 +21,14 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.events import EventName, Payload, PhaseErrorPayload
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import Allowance, Budget, Step, StopReason, TokenUsage
-    from loopworks.schemas.steps import BUDGET_EXHAUSTED, INVALID_OUTPUT, ModelOutput, ModelStep
+    from loopworks.schemas.steps import (
+        BUDGET_EXHAUSTED,
+        INVALID_OUTPUT,
+        STEP_OF_ROLE,
+        ModelOutput,
+        ModelStep,
+        call_name,
+    )
     from loopworks.workflows import allowances
     from loopworks.workflows.policies import StepPolicy, start
     from loopworks.workflows.record import RunRecord
@@ -58,6 +65,11 @@ class StepRunner:
         workflow, makes an activity retry repeat the call and a new step make a new one."""
         memory = self.record.memory
         memory.calls[role] = memory.calls.get(role, 0) + 1
+        step = STEP_OF_ROLE.get(role)
+        if step is not None:
+            # A single-shot call: its record is on a ref the close looks up by this name.
+            name = call_name(memory.state.iteration, step, memory.calls[role])
+            memory.recorded_calls.append(name)
         return {
             "run_id": memory.state.run_id,
             "iteration": memory.state.iteration,

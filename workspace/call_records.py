@@ -1,52 +1,104 @@
 """The trajectories of single-shot model calls, kept on the run's origin beside its work.
 
 A structured call (the hydrator, the evaluator, the critics, ...) changes no file of the
-run, so it has no commit of the run's to ride in. Its trajectory is a commit of its own,
-with no parent and one file, on a ref of its own:
-`refs/loopworks/_trajectory/<run id>/_/<name>`. The ref is named by the call (iteration,
-step, the role's call count), so a retried call moves its own ref and no two calls touch
-the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be run ids or
-their segments (those start with a letter or digit), so these refs never collide with a
-run's work ref. A busy origin holds tens of thousands of them, so the caches of a remote
-origin that steps and the API read from fetch its branches and work refs without them
-(workspace/origin.py); reading a run's trajectory fetches that run's call refs alone.
-They are kept on origin as the run's work refs are, and expire with them
-(docs/operations.md#retention).
+run, so no commit of the run's is there to carry it when it ends. Its record waits on a
+ref of its own, `refs/loopworks/_trajectory/<run id>/_/<name>`, until the run's close
+commits it with the rest of the run's record (`link_calls`). The ref is named by the call
+(iteration, step, the role's call count), so a retried call moves its own ref and no two
+calls touch the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be
+run ids or their segments (those start with a letter or digit), so these refs never
+collide with a run's work ref.
+
+On the origin this service created (the embedded default, workspace/stores.py) a call's
+record is one blob written in place and its ref points at it: no tree, no commit, no
+push. The ref keeps it reachable however long the run then waits (an approval, a pause, a
+block), where an object no ref reaches is git's to prune two weeks on (`gc --auto`, which
+the close runs there). The workflow names every call it makes (RunMemory.recorded_calls)
+and hands the names to the run's close, which writes those records into the commit it
+closes with, as `.loops/trajectory/<name>.jsonl` beside the agents' files, and drops their
+refs in the same ref transaction that moves the run's branch (workspace/commits.py): a
+finished run leaves no call ref there, and nothing lists origin's refs, which grow with
+every run. A retried close finds what the earlier attempt moved onto the work ref in that
+commit's tree. A call the workflow did not name (a task graph's own, a run's made before
+runs named them) stays on its ref, and is read from there.
+
+Any other origin is pushed to, so each record stays what it was: a parentless commit
+holding the one file, pushed to the call's ref from a scratch repository, and left there
+(a busy origin holds tens of thousands of them: the caches of a remote origin that steps
+and the API read from fetch its branches and work refs without them, workspace/origin.py;
+reading a run's trajectory fetches that run's call refs alone). Call refs are kept on
+origin as the run's work refs are (docs/operations.md#retention).
 """
 
 from __future__ import annotations
 
+import re
 import tempfile
+from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 
+import pygit2
+from pygit2.enums import FileMode
+
+from loopworks.schemas.steps import TRAJECTORY_DIR
+from loopworks.workspace import files
 from loopworks.workspace.objects import (
+    init_bare,
     open_repository,
-    read_path,
     tree_of,
     update_refs,
+    write_blob,
     write_commit,
     write_file_tree,
 )
 from loopworks.workspace.origin import OriginReader
-from loopworks.workspace.refs import calls_prefix
+from loopworks.workspace.refs import calls_prefix, work_ref
+from loopworks.workspace.runner import GIT_IN_PROCESS, GitError
 from loopworks.workspace.stores import own_origin_store
 
-# The file a call's commit holds, as the branch holds an agent step's trajectory.
-CALL_FILE_DIR = ".loops/trajectory"
+# Where a call's record is a file: in a call's own commit, and on the run's branch once
+# its close has linked it, beside the agents' `<iteration>-<step>.jsonl`.
+CALL_FILE_DIR = TRAJECTORY_DIR
+# A call's name, `<iteration>-<step>-<call>` (activities/model_calls.py): what tells a
+# call's file from an agent step's in that folder.
+CALL_NAME = re.compile(r"^[0-9]+-[a-z_]+-[0-9]+$")
+
+
+def call_path(name: str) -> str:
+    return f"{CALL_FILE_DIR}/{name}.jsonl"
 
 
 class CallRecords(OriginReader):
     def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
-        """Put `text` on origin as the trajectory of call `name` of the run; the commit."""
+        """Put `text` on origin as the trajectory of call `name` of the run; the object
+        the call's ref then holds (a blob on the service's own origin, else a commit)."""
         ref = f"{calls_prefix(run_id)}{name}"
-        path = f"{CALL_FILE_DIR}/{name}.jsonl"
-        return self._put_alone(origin, ref, path, text.encode(), f"trajectory · {name}", when)
+        self._check_ref(ref)
+        url = self._local_origin(origin)
+        store = own_origin_store(url)
+        if store is not None:
+            # The service's own origin: the blob in place, on the call's ref until close.
+            repo = open_repository(store.parent)
+            blob = write_blob(repo, text.encode())
+            update_refs(repo, {ref: blob})
+            return blob
+        # Any other origin is pushed to, from a repository holding nothing else.
+        author = (self.author_name, self.author_email)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
+            repo = init_bare(Path(scratch))
+            tree = write_file_tree(repo, call_path(name), text.encode())
+            commit = write_commit(repo, tree, [], f"trajectory · {name}", author, when)
+            push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
+            self._git([f"--git-dir={scratch}", *push, url, f"{commit}:{ref}"])
+        return commit
 
     def _put_alone(
         self, origin: str, ref: str, path: str, content: bytes, message: str, when: datetime
     ) -> str:
         """Set `ref` on origin to a commit of its own, with no parent and one file (`path`
-        holding `content`); the commit."""
+        holding `content`); the commit (a pin, workspace/pruning.py)."""
         self._check_ref(ref)
         url = self._local_origin(origin)
         author = (self.author_name, self.author_email)
@@ -60,9 +112,8 @@ class CallRecords(OriginReader):
             return commit
         # Any other origin is pushed to, from a repository holding nothing else.
         self.root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=self.root, prefix=".call-") as scratch:
-            self._git(["init", "--quiet", "--bare", scratch])
-            repo = open_repository(scratch)
+        with tempfile.TemporaryDirectory(dir=self.root, prefix=".put-") as scratch:
+            repo = init_bare(Path(scratch))
             tree = write_file_tree(repo, path, content)
             commit = write_commit(repo, tree, [], message, author, when)
             push = self._reaching(url, "push", "--quiet", "--force", "--no-verify")
@@ -70,21 +121,110 @@ class CallRecords(OriginReader):
         return commit
 
     def call_records(self, origin: str, run_id: str) -> dict[str, str]:
-        """Every recorded call of the run (or task graph) on origin: its name and its JSON
-        lines."""
+        """Every call of the run (or task graph) still on its ref on origin: its name and
+        its JSON lines. Those a close has linked are on the run's branch instead."""
         prefix = calls_prefix(run_id)
-        found: dict[str, str] = {}
         # A cache fetches this run's call refs only (pruning those gone), no other's.
         only_these = (f"+{prefix}*:{prefix}*",)
         with self._origin_git_dir(origin, commit=None, refspecs=only_these) as git_dir:
             repo = open_repository(git_dir)
-            names = sorted(name for name in repo.references if name.startswith(prefix))
-            for ref in names:
-                name = ref.removeprefix(prefix)
-                tree = tree_of(repo, f"{ref}^{{commit}}")
-                read = (
-                    None if tree is None else read_path(repo, tree, f"{CALL_FILE_DIR}/{name}.jsonl")
-                )
-                if read is not None and read[0] == "blob":
-                    found[name] = read[1].decode("utf-8", errors="replace")
-        return found
+            blobs = _call_refs(repo, prefix)
+            GIT_IN_PROCESS.add(["cat-file"])
+            return {
+                name: repo[blobs[name]].read_raw().decode("utf-8", errors="replace")
+                for name in sorted(blobs)
+            }
+
+    def link_calls(
+        self, workdir: Path, origin: str, run_id: str, names: Iterable[str]
+    ) -> list[str]:
+        """Write the run's call records into its clone at `workdir`, for the commit that
+        closes the run, as `.loops/trajectory/<name>.jsonl`: those of the calls `names`
+        still on their refs (the workflow names every call it made: no listing of
+        origin's refs, which grow with every run), and those an earlier attempt of the
+        close put on the work ref (it also dropped their refs). Only on the service's own
+        origin: anywhere else the records stay on their refs. The names written, sorted."""
+        store = own_origin_store(self._local_origin(origin))
+        if store is None:
+            return []
+        repo = open_repository(store.parent)
+        linked = tree_of(repo, work_ref(run_id))
+        blobs = {} if linked is None else _call_files(repo, linked)
+        prefix = calls_prefix(run_id)
+        GIT_IN_PROCESS.add(["for-each-ref"])
+        for name in names:
+            ref = repo.references.get(f"{prefix}{name}") if CALL_NAME.match(name) else None
+            blob = None if ref is None else _record_blob(repo, ref, name)
+            if blob is not None:
+                # A call's ref is its latest record (a retried call moves it): it wins.
+                blobs[name] = blob
+        GIT_IN_PROCESS.add(["cat-file"])
+        for name, blob in sorted(blobs.items()):
+            files.write_bytes(workdir, call_path(name), repo[blob].read_raw())
+        return sorted(blobs)
+
+    def linked_call_refs(self, repo: pygit2.Repository, run_id: str, commit: str) -> list[str]:
+        """The run's call refs whose record `commit` holds as the run's close links it:
+        the refs its branch's move may drop."""
+        tree = tree_of(repo, commit)
+        if tree is None:
+            return []
+        prefix = calls_prefix(run_id)
+        GIT_IN_PROCESS.add(["for-each-ref"])
+        dropped = []
+        for name, blob in _call_files(repo, tree).items():
+            found = repo.references.get(f"{prefix}{name}")
+            if found is not None and _record_blob(repo, found, name) == blob:
+                dropped.append(found.name)
+        return dropped
+
+
+def _call_refs(repo: pygit2.Repository, prefix: str) -> dict[str, pygit2.Oid]:
+    """The records of the calls on refs under `prefix` (one run's): name to blob."""
+    GIT_IN_PROCESS.add(["for-each-ref"])
+    raw = prefix.encode()
+    found = {}
+    for listed in repo.raw_listall_references():
+        if listed.startswith(raw):
+            ref = repo.references.get(listed.decode())
+            name = listed[len(raw) :].decode()
+            blob = None if ref is None else _record_blob(repo, ref, name)
+            if blob is not None:
+                found[name] = blob
+    return found
+
+
+def _call_files(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
+    """The calls' files in `tree`'s trajectory folder: name to blob."""
+    GIT_IN_PROCESS.add(["ls-tree"])
+    try:
+        folder = repo[tree[CALL_FILE_DIR].id]
+    except KeyError:
+        return {}
+    if not isinstance(folder, pygit2.Tree):
+        return {}
+    found = {}
+    for entry in folder:
+        name = (entry.name or "").removesuffix(".jsonl")
+        if entry.filemode == FileMode.BLOB and entry.name != name and CALL_NAME.match(name):
+            found[name] = entry.id
+    return found
+
+
+def _record_blob(repo: pygit2.Repository, ref: pygit2.Reference, name: str) -> pygit2.Oid | None:
+    """The blob of call `name`'s record that `ref` holds: the blob it points at, or the
+    file in the commit it points at (how every origin held calls until records on the
+    service's own origin became blobs, and how any other origin still does)."""
+    try:
+        target = ref.peel()
+    except pygit2.GitError as exc:
+        raise GitError(f"reading {ref.name} failed: {exc}") from exc
+    if isinstance(target, pygit2.Blob):
+        return target.id
+    if not isinstance(target, pygit2.Commit):
+        return None
+    try:
+        entry = target.tree[call_path(name)]
+    except KeyError:
+        return None
+    return entry.id if entry.type_str == "blob" else None

@@ -128,7 +128,7 @@ class CommitPublisher(CallRecords):
         refs = [ref, *([work_ref(run_id)] if run_id else [])]
         origin = self._written_origin(workdir)
         if origin is not None:
-            remote = self._move_refs(origin, refs, full)
+            remote = self._move_refs(origin, refs, full, run_id)
         else:
             # Not --atomic (some servers lack it): should one ref fail, the push fails
             # and close is retried, which pushes both again.
@@ -144,15 +144,21 @@ class CommitPublisher(CallRecords):
             raise GitError(f"origin has {ref} at {remote}, expected {full} after push")
         return remote
 
-    def _move_refs(self, origin: Path, refs: list[str], commit: str) -> str | None:
+    def _move_refs(
+        self, origin: Path, refs: list[str], commit: str, run_id: str | None
+    ) -> str | None:
         """Set `refs` on the origin this service owns to `commit` in one transaction, and
-        return what origin then has for the first of them."""
-        update_refs(open_repository(origin), dict.fromkeys(refs, commit))
+        return what origin then has for the first of them. The call refs of run `run_id`
+        whose records `commit` holds go in the same transaction: the branch carries them
+        from then on (workspace/call_records.py)."""
+        repo = open_repository(origin)
+        linked = [] if run_id is None else self.linked_call_refs(repo, run_id, commit)
+        update_refs(repo, dict.fromkeys(refs, commit), removed=linked)
         # What receive-pack would do after a push: pack loose objects and refs once
         # there are many (detached, and a no-op most times).
         self._git([f"--git-dir={origin}", "gc", "--auto", "--quiet"], check=False)
         # The close's check: origin is asked what it has, not trusted from the update.
-        return ref_target(open_repository(origin), refs[0])
+        return ref_target(repo, refs[0])
 
     def origin_url(self, workdir: Path) -> str:
         """The URL the clone's `origin` names: as this instance set it, else as the clone's

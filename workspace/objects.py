@@ -21,7 +21,7 @@ Plain synchronous code (no Temporal imports), like the runner.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -222,10 +222,12 @@ def update_refs(
     repo: pygit2.Repository,
     targets: Mapping[str, str],
     expected: Mapping[str, str | None] | None = None,
+    removed: Collection[str] = (),
 ) -> None:
-    """Set each ref of `targets` to its commit in one transaction (`update-ref --stdin`),
-    all or none. A ref in `expected` must be at that commit (None: must not exist) when
-    locked, or nothing moves and GitError says where it is: a compare-and-swap.
+    """Set each ref of `targets` to its commit and delete each of `removed` in one
+    transaction (`update-ref --stdin`), all or none. A ref in `expected` must be at that
+    commit (None: must not exist) when locked, or nothing moves and GitError says where
+    it is: a compare-and-swap.
 
     A ref another process holds locked (git's `pack-refs` in `gc --auto`, say) is waited
     for as git waits (core.filesRefLockTimeout, 100 ms), then GitError."""
@@ -233,11 +235,12 @@ def update_refs(
     deadline = time.monotonic() + _REF_LOCK_TIMEOUT_S
     while True:
         try:
-            _move(repo, targets, expected or {})
+            _move(repo, targets, expected or {}, removed)
             return
         except pygit2.GitError as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                raise GitError(f"moving {', '.join(targets)} in {repo.path} failed: {exc}") from exc
+                moved = ", ".join([*targets, *removed])
+                raise GitError(f"moving {moved} in {repo.path} failed: {exc}") from exc
         time.sleep(0.005)
 
 
@@ -263,10 +266,13 @@ def delete_refs(repo: pygit2.Repository, names: Sequence[str]) -> list[str]:
 
 
 def _move(
-    repo: pygit2.Repository, targets: Mapping[str, str], expected: Mapping[str, str | None]
+    repo: pygit2.Repository,
+    targets: Mapping[str, str],
+    expected: Mapping[str, str | None],
+    removed: Collection[str],
 ) -> None:
     with repo.transaction() as transaction:
-        for name in targets:
+        for name in [*targets, *removed]:
             transaction.lock_ref(name)
         for name, old in expected.items():
             found = repo.references.get(name)
@@ -275,6 +281,18 @@ def _move(
                 raise GitError(f"{name} is at {now}, not {old}")
         for name, commit in targets.items():
             transaction.set_target(name, commit, message="loopworks")
+        for name in removed:
+            transaction.remove(name)
+
+
+def init_bare(path: Path) -> pygit2.Repository:
+    """A new, empty bare repository at `path` (`git init --bare`): somewhere to write
+    objects to push, in-process."""
+    GIT_IN_PROCESS.add(["init"])
+    try:
+        return pygit2.init_repository(str(path), bare=True)
+    except pygit2.GitError as exc:
+        raise GitError(f"making a repository at {path} failed: {exc}") from exc
 
 
 def clone_shared(source: str | Path, target: Path) -> None:
@@ -331,6 +349,12 @@ def cleaned_message(message: str) -> str:
     while lines and not lines[-1]:
         lines.pop()
     return "".join(f"{line}\n" for line in lines)
+
+
+def write_blob(repo: pygit2.Repository, content: bytes) -> str:
+    """The blob of `content`, written into `repo`'s store (`hash-object -w`)."""
+    GIT_IN_PROCESS.add(["hash-object"])
+    return str(repo.create_blob(content))
 
 
 def write_file_tree(repo: pygit2.Repository, path: str, content: bytes) -> str:

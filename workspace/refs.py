@@ -13,8 +13,9 @@ import re
 from loopworks.schemas.git_names import redact_url_credentials
 
 WORK_REF_PREFIX = "refs/loopworks/"
-# Single-shot model calls' trajectories, a ref each (workspace/call_records.py). Many per
-# run, so no cache fetches them with the work refs: only a run's own, when read.
+# Single-shot model calls' trajectories, a ref each until the run's close commits them
+# (workspace/call_records.py). Many per run, so no cache fetches them with the work refs:
+# only a run's own, when read.
 CALLS_REF_PREFIX = f"{WORK_REF_PREFIX}_trajectory/"
 # Pinned runs, a ref each: the gc never expires them (docs/operations.md#retention).
 PINS_REF_PREFIX = f"{WORK_REF_PREFIX}_pins/"

@@ -211,6 +211,23 @@ def test_refs_move_together_and_only_from_where_they_were_read(tmp_path: Path) -
     threading.Timer(0.03, lock.unlink).start()
     objects.update_refs(repo, {"refs/heads/b": second})
     assert git("rev-parse", "refs/heads/b", cwd=bare) == second
+    # Deleted in the same transaction as the moves, all or none (`delete` lines).
+    blob = objects.write_blob(repo, b"a record\n")
+    (tmp_path / "record").write_text("a record\n")
+    assert blob == git("hash-object", str(tmp_path / "record"), cwd=bare)
+    objects.update_refs(repo, {"refs/loopworks/_trajectory/r/_/c": blob})
+    git("pack-refs", "--all", cwd=bare)  # a packed ref is deleted as well as a loose one
+    with pytest.raises(GitError, match="not None"):
+        objects.update_refs(
+            repo,
+            {"refs/heads/c": main},
+            expected={"refs/heads/a": None},
+            removed=["refs/loopworks/_trajectory/r/_/c"],
+        )
+    assert objects.ref_target(repo, "refs/loopworks/_trajectory/r/_/c") == blob
+    objects.update_refs(repo, {"refs/heads/c": main}, removed=["refs/loopworks/_trajectory/r/_/c"])
+    listed = git("for-each-ref", "--format=%(refname)", "refs/loopworks/_trajectory/", cwd=bare)
+    assert listed == "" and git("rev-parse", "refs/heads/c", cwd=bare) == main
     git("fsck", "--strict", cwd=bare)
 
 

@@ -26,6 +26,8 @@ from loopworks.agent.actions import commands_run
 from loopworks.agent.loop import NUDGE, AgentOutcome, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
+from loopworks.checks import redaction
+from loopworks.checks.redaction import REDACTED
 from loopworks.deploy.local import free_port
 from loopworks.llm.base import InvalidOutput, ModelCall, user_prompt
 from loopworks.llm.errors import CUT_OFF
@@ -272,6 +274,33 @@ async def test_trajectory_records_are_tagged_and_round_trip_as_json_lines(tmp_pa
         assert (parsed["step"], parsed["iteration"]) == ("refine", 3)
         assert parsed["ts"].endswith("Z") or parsed["ts"].endswith("+00:00")
     assert from_jsonl(text) == records
+
+
+async def test_a_trajectory_is_redacted_as_it_is_written_in_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-ant-api03-" + "q" * 40
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    model = ScriptedModels(
+        calls(("write_file", {"path": ARTIFACT_PATH, "content": f"# Key\n{secret}\n"})),
+        says(f"Wrote down {secret}."),
+    )
+    outcome = await run(model, tmp_path)
+    looked_up: list[int] = []
+    worker_secrets = redaction.worker_secrets
+    monkeypatch.setattr(
+        redaction, "worker_secrets", lambda: [looked_up.append(1), worker_secrets()][1]
+    )
+
+    text = to_jsonl(outcome.records)
+
+    # The model's words and its tool call's arguments, as written: redacted, every line
+    # of the call's file in one pass (the worker's secrets looked up once).
+    assert secret not in text
+    said = [json.loads(line) for line in text.splitlines()]
+    assert any(r["kind"] == "assistant" and r["output"] == f"Wrote down {REDACTED}." for r in said)
+    assert any(r["kind"] == "tool_call" and REDACTED in r["input"]["content"] for r in said)
+    assert looked_up == [1]
 
 
 # --- the nudge: the deliverable is artifact.md ------------------------------------------

@@ -114,10 +114,13 @@ async def test_a_single_shot_calls_prompt_is_redacted_and_capped(harness: LoopHa
     (prompt,) = [r for r in records if r.role == Role.HYDRATOR and r.kind == "user"]
     assert f"Use the key {REDACTED} to call the API" in prompt.input
     assert len(prompt.input) < RECORD_TEXT_CAP + 100 and "more characters]" in prompt.input
-    # Nowhere in any trajectory file, the agents' or the single-shot calls'.
+    # Nowhere in any trajectory file, the agents' or the single-shot calls' (those on
+    # the run's branch since its close, which left none on a ref of its own).
     reader = GitWorkspaces(harness.data_dir / "reader", "t", "t@t")
-    calls = reader.call_records(str(harness.origin), state.run_id)
-    assert "01-plan-001" in calls and "00-hydrate-001" in calls
+    assert reader.call_records(str(harness.origin), state.run_id) == {}
+    for name in ("00-hydrate-001", "01-plan-001"):
+        call = git_show(harness, f"loops/{state.run_id}", f".loops/trajectory/{name}.jsonl")
+        assert call and KEY not in call
     text = run_trajectory(reader, state)
     assert f"Use the key {REDACTED}" in text and KEY not in text
     # Nor in the run's record on its branch: the state's task and every event.

@@ -1,0 +1,174 @@
+"""Single-shot calls' records on the origin this service created (workspace/call_records.py):
+each a blob on a ref of its own until the run's close commits them on its branch and drops
+those refs in the same transaction; a retried close loses none; on any other origin they
+stay commits on their refs (tests/integration/test_call_refs.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from loopworks.workspace.git import GitWorkspaces
+from loopworks.workspace.refs import work_ref
+from tests.integration.stack import GitCalls, bare_remote, git
+
+pytestmark = pytest.mark.integration
+
+WHEN = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+HYDRATE = '{"ts":"2024-05-01T12:00:00","step":"hydrate"}\n'
+PLAN = '{"ts":"2024-05-01T12:01:00","step":"plan"}\n'
+# The calls the run's workflow made, as it names them to the close.
+NAMES = ["00-hydrate-001", "01-plan-001"]
+
+
+def _ws(tmp_path: Path, name: str = "worker") -> GitWorkspaces:
+    return GitWorkspaces(tmp_path / name, "loopworks-test", "loops@example.com")
+
+
+def _call_refs(origin: str | Path, run_id: str) -> dict[str, str]:
+    """The run's call refs on origin: name to the type of object each points at."""
+    prefix = f"refs/loopworks/_trajectory/{run_id}/_/"
+    listed = git(f"--git-dir={origin}", "for-each-ref", "--format=%(refname) %(objecttype)", prefix)
+    pairs = (line.split() for line in listed.splitlines())
+    return {ref.removeprefix(prefix): kind for ref, kind in pairs}
+
+
+def _close(
+    ws: GitWorkspaces, origin: str, run_id: str, parent: str, calls: list[str] = NAMES
+) -> str:
+    """What the run's close does with its clone: link the calls the workflow names,
+    commit, push the branch."""
+    workdir = ws.checkout(run_id, origin, parent)
+    (workdir / ".loops").mkdir(exist_ok=True)
+    (workdir / ".loops" / "run.json").write_text("{}\n")
+    ws.link_calls(workdir, origin, run_id, calls)
+    commit = ws.commit(workdir, "close: the run's record", WHEN)
+    assert ws.push_branch(workdir, f"loops/{run_id}", commit, run_id) == commit
+    return commit
+
+
+def test_a_call_waits_on_its_ref_as_a_blob_and_the_close_moves_it_onto_the_branch(
+    tmp_path: Path,
+) -> None:
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+
+    # One object and one ref a call: no tree, no commit, no process.
+    with GitCalls() as calls:
+        blob = ws.record_call(origin, "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    assert calls.processes == {}
+    assert calls.in_process == {"hash-object": 1, "update-ref": 1}
+    assert git(f"--git-dir={origin}", "cat-file", "-t", blob) == "blob"
+    ws.record_call(origin, "run-1", "01-plan-001", PLAN, WHEN)
+    ws.record_call(origin, "run-2", "00-hydrate-001", "{}\n", WHEN)
+    # One the workflow does not name to the close (a run recorded before it named them).
+    ws.record_call(origin, "run-1", "01-evaluate-001", "{}\n", WHEN)
+    assert _call_refs(origin, "run-1") == {
+        "00-hydrate-001": "blob",
+        "01-evaluate-001": "blob",
+        "01-plan-001": "blob",
+    }
+    # Read from there while the run goes on.
+    reader = _ws(tmp_path, "api")
+    assert reader.call_records(origin, "run-1") == {
+        "00-hydrate-001": HYDRATE,
+        "01-evaluate-001": "{}\n",
+        "01-plan-001": PLAN,
+    }
+
+    # Named calls with no record (a call that never reached its model) are no matter.
+    closed = _close(ws, origin, "run-1", base, [*NAMES, "01-plan-002"])
+
+    # On the branch beside the run's other records, and their refs are gone; the call
+    # it was not told of stays where it is, served from there.
+    shown = git(f"--git-dir={origin}", "show", "loops/run-1:.loops/trajectory/01-plan-001.jsonl")
+    assert f"{shown}\n" == PLAN
+    listed = git(f"--git-dir={origin}", "ls-tree", "--name-only", f"{closed}:.loops/trajectory")
+    assert listed.split() == ["00-hydrate-001.jsonl", "01-plan-001.jsonl"]
+    assert _call_refs(origin, "run-1") == {"01-evaluate-001": "blob"}
+    assert reader.call_records(origin, "run-1") == {"01-evaluate-001": "{}\n"}
+    # Another run's call is not this close's.
+    assert _call_refs(origin, "run-2") == {"00-hydrate-001": "blob"}
+    git(f"--git-dir={origin}", "fsck", "--connectivity-only", "--no-dangling")
+
+
+def test_a_retried_close_keeps_the_calls_the_first_attempt_moved(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    ws.record_call(origin, "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    ws.record_call(origin, "run-1", "01-plan-001", PLAN, WHEN)
+
+    first = _close(ws, origin, "run-1", base)
+    assert _call_refs(origin, "run-1") == {}
+    # The attempt's answer was lost (a crash after the push): the close runs again from
+    # the same commit, on a worker that never saw the first (a clone of its own).
+    again = _close(_ws(tmp_path, "other-worker"), origin, "run-1", base)
+
+    assert again == first
+    listed = git(f"--git-dir={origin}", "ls-tree", "--name-only", f"{again}:.loops/trajectory")
+    assert listed.split() == ["00-hydrate-001.jsonl", "01-plan-001.jsonl"]
+    assert git(f"--git-dir={origin}", "rev-parse", work_ref("run-1")) == again
+
+
+def test_a_call_recorded_again_after_the_link_keeps_its_ref(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    ws.record_call(origin, "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    workdir = ws.checkout("run-1", origin, base)
+    assert ws.link_calls(workdir, origin, "run-1", NAMES) == ["00-hydrate-001"]
+    commit = ws.commit(workdir, "close", WHEN)
+    # A retry of the call rewrites its record between the link and the push: the branch
+    # holds the older one, so the ref (the newer) stays, and the reader serves it.
+    newer = HYDRATE.replace("12:00:00", "12:05:00")
+    ws.record_call(origin, "run-1", "00-hydrate-001", newer, WHEN)
+    ws.push_branch(workdir, "loops/run-1", commit, "run-1")
+    assert _call_refs(origin, "run-1") == {"00-hydrate-001": "blob"}
+    assert ws.call_records(origin, "run-1") == {"00-hydrate-001": newer}
+
+
+def test_a_call_recorded_as_a_commit_before_is_linked_too(tmp_path: Path) -> None:
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    # How every origin held a call until records became blobs here: a parentless commit
+    # with the one file, on the call's ref (a run that started before, still open).
+    scratch = tmp_path / "scratch"
+    git("init", "--quiet", str(scratch))
+    (scratch / ".loops" / "trajectory").mkdir(parents=True)
+    (scratch / ".loops" / "trajectory" / "00-hydrate-001.jsonl").write_text(HYDRATE)
+    git("add", "-A", cwd=scratch)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "call", cwd=scratch)
+    ref = "refs/loopworks/_trajectory/run-1/_/00-hydrate-001"
+    git("push", "--quiet", origin, f"HEAD:{ref}", cwd=scratch)
+    assert _call_refs(origin, "run-1") == {"00-hydrate-001": "commit"}
+    assert ws.call_records(origin, "run-1") == {"00-hydrate-001": HYDRATE}
+
+    closed = _close(ws, origin, "run-1", base)
+
+    shown = git(f"--git-dir={origin}", "show", f"{closed}:.loops/trajectory/00-hydrate-001.jsonl")
+    assert f"{shown}\n" == HYDRATE
+    assert _call_refs(origin, "run-1") == {}
+
+
+def test_on_any_other_origin_a_call_stays_a_commit_on_its_ref(tmp_path: Path) -> None:
+    origin = bare_remote(tmp_path)
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(str(origin), None)
+    # Written in a scratch repository made in-process, pushed: one process a call.
+    with GitCalls() as calls:
+        ws.record_call(str(origin), "run-1", "00-hydrate-001", HYDRATE, WHEN)
+    assert calls.processes == {"push": 1}
+    assert calls.in_process["init"] == 1 and calls.in_process["commit-tree"] == 1
+    assert _call_refs(origin, "run-1") == {"00-hydrate-001": "commit"}
+
+    closed = _close(ws, str(origin), "run-1", base)
+
+    listed = git(f"--git-dir={origin}", "ls-tree", "--name-only", f"{closed}:.loops")
+    assert listed.split() == ["run.json"]
+    assert _call_refs(origin, "run-1") == {"00-hydrate-001": "commit"}
+    assert ws.call_records(str(origin), "run-1") == {"00-hydrate-001": HYDRATE}
