@@ -54,9 +54,12 @@ class LoopWorkflow:
         self._steering = Steering(self._record)
         self._steps = StepRunner(self._record, self._steering, params.request.budget)
         self._do = LoopSteps(
-            self._record, self._steering, self._steps, params.request,
+            self._record,
+            self._steering,
+            self._steps,
+            params.request,
             graph_task=params.graph_id is not None,
-        )  # fmt: skip
+        )
         self._notifier = Notifier(params.notify, self._notify_failed)
         self._record.watch = self._status_changed
 

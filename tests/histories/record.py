@@ -167,13 +167,25 @@ async def _record_encrypted_run(client: Client, settings: Settings) -> WorkflowH
 # judgement), and a command that fails the first iteration, so that the second reuses
 # PREPARE's checks.
 TWO_GROUP_RULES: list[dict[str, Any]] = [
-    {"id": "title", "description": "A title", "severity": "fail", "check": {
-        "kind": "pattern", "pattern": "^# \\S"}},
-    {"id": "second-draft", "description": "Fails the first iteration", "severity": "fail",
-     "check": {"kind": "command", "command": "test $(ls .loops/trajectory | wc -l) -ge 3"}},
-    {"id": "reads-well", "description": "Reads well", "severity": "warn",
-     "check": "Does it read well?"},
-]  # fmt: skip
+    {
+        "id": "title",
+        "description": "A title",
+        "severity": "fail",
+        "check": {"kind": "pattern", "pattern": "^# \\S"},
+    },
+    {
+        "id": "second-draft",
+        "description": "Fails the first iteration",
+        "severity": "fail",
+        "check": {"kind": "command", "command": "test $(ls .loops/trajectory | wc -l) -ge 3"},
+    },
+    {
+        "id": "reads-well",
+        "description": "Reads well",
+        "severity": "warn",
+        "check": "Does it read well?",
+    },
+]
 
 
 async def _record_two_group_run(client: Client, settings: Settings) -> WorkflowHistory:
@@ -187,8 +199,15 @@ async def _record_concrete_rules_run(client: Client, settings: Settings) -> Work
     """A run whose rules all carry their checks: PREPARE makes them without an activity,
     on the first iteration and at the phase switch."""
     rules = [rule for rule in TWO_GROUP_RULES if not isinstance(rule["check"], str)]
-    rules.append({"id": "has-body", "description": "A body", "severity": "warn",
-                  "phase": "B", "check": {"kind": "pattern", "pattern": "\\w+"}})  # fmt: skip
+    rules.append(
+        {
+            "id": "has-body",
+            "description": "A body",
+            "severity": "warn",
+            "phase": "B",
+            "check": {"kind": "pattern", "pattern": "\\w+"},
+        }
+    )
     return await _record_with_rules(client, settings, "recorded-concrete-rules", rules)
 
 
@@ -287,15 +306,26 @@ async def _record_continued_run(client: Client, settings: Settings) -> WorkflowH
             max_iterations=9,
             audit_probability=0.0,
             rules=[
-                {"id": "title", "description": "a title",
-                 "check": {"kind": "pattern", "pattern": "^# "}},
-                {"id": "never", "description": "never",
-                 "check": {"kind": "pattern", "pattern": "ZQX"}},
-                {"id": "alternating", "description": "holds on odd iterations",
-                 "check": {"kind": "command",
-                           "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1"}},
+                {
+                    "id": "title",
+                    "description": "a title",
+                    "check": {"kind": "pattern", "pattern": "^# "},
+                },
+                {
+                    "id": "never",
+                    "description": "never",
+                    "check": {"kind": "pattern", "pattern": "ZQX"},
+                },
+                {
+                    "id": "alternating",
+                    "description": "holds on odd iterations",
+                    "check": {
+                        "kind": "command",
+                        "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+                    },
+                },
             ],
-        )  # fmt: skip
+        )
         await continued.result()
         return await continued.fetch_history()
 
@@ -313,8 +343,12 @@ def _graph_task(task_id: str, *requires: str) -> dict[str, object]:
 
 async def _record_graph_run(client: Client, settings: Settings) -> WorkflowHistory:
     """A diamond task graph: child loops, the merge queue and the ledger."""
-    tasks = [_graph_task("T-001"), _graph_task("T-002", "T-001"),
-             _graph_task("T-003", "T-001"), _graph_task("T-004", "T-002", "T-003")]  # fmt: skip
+    tasks = [
+        _graph_task("T-001"),
+        _graph_task("T-002", "T-001"),
+        _graph_task("T-003", "T-001"),
+        _graph_task("T-004", "T-002", "T-003"),
+    ]
     async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
         graph = await client.start_workflow(
             TaskGraphWorkflow.run,
@@ -339,8 +373,7 @@ async def _record_budget_graph_run(client: Client, settings: Settings) -> Workfl
     """Three tasks in a row and a total budget of about a loop and a half: the first loop
     completes, the second gets what is left and runs out, the third never starts
     (docs/graphs.md#budget)."""
-    tasks = [_graph_task("T-001"), _graph_task("T-002", "T-001"),
-             _graph_task("T-003", "T-002")]  # fmt: skip
+    tasks = [_graph_task("T-001"), _graph_task("T-002", "T-001"), _graph_task("T-003", "T-002")]
     async with build_worker(client, settings, models=OfflineModels(latency_ms=100)):
         graph = await client.start_workflow(
             TaskGraphWorkflow.run,
@@ -503,13 +536,21 @@ async def _record_playbook_grouped(client: Client, settings: Settings) -> Workfl
 # proof is detected, runs in phase B and passes; QA's first VERIFIED cites nothing, is
 # not accepted, and QA asked once more cites the proof it ran.
 PROVEN_RUN_SCRIPT = {
-    "producer": {"*": {"files": [
-        {"path": "calc.py", "content": "def add(a, b):\n    return a + b\n\n\n"
-                                       "def mul(a, b):\n    return a * b\n"},
-        {"path": "artifact.md", "content": "# Multiplication\n\nAdded mul beside add.\n"},
-    ], "summary": "added mul"}},
+    "producer": {
+        "*": {
+            "files": [
+                {
+                    "path": "calc.py",
+                    "content": "def add(a, b):\n    return a + b\n\n\n"
+                    "def mul(a, b):\n    return a * b\n",
+                },
+                {"path": "artifact.md", "content": "# Multiplication\n\nAdded mul beside add.\n"},
+            ],
+            "summary": "added mul",
+        }
+    },
     "qa-verifier": {"1": {"verdict": "VERIFIED", "summary": "looks right"}},
-}  # fmt: skip
+}
 
 
 async def _record_proven_run(client: Client, settings: Settings) -> WorkflowHistory:

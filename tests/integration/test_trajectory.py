@@ -151,8 +151,11 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
     assert all(json.loads(line)["run_id"] == run_id for line in response.text.splitlines())
     # Each call once: one system line a file, none served twice.
     assert sum(r.kind == "system" for r in records) == len(names)
-    agents = [(r.iteration, r.step) for r in records if r.kind == "system" and r.step in
-              {"produce", "refine", "qa", "skill"}]  # fmt: skip
+    agents = [
+        (r.iteration, r.step)
+        for r in records
+        if r.kind == "system" and r.step in {"produce", "refine", "qa", "skill"}
+    ]
     assert agents == [(1, "produce"), (1, "refine"), (2, "produce"), (2, "qa"), (2, "skill")]
     writes = [r for r in records if r.kind == "tool_result" and r.tool == "write_file"]
     assert len(writes) == 4 and all(r.ok for r in writes)
@@ -179,8 +182,15 @@ def test_trajectory_is_served_as_json_lines_and_exported(stack: Stack, tmp_path:
     assert bad.status_code == 422
 
     # `loops trajectory` writes the same lines to stdout, filtered as asked.
-    exported = loops(stack, base_url, "trajectory", run_id, "--loop-type", "skill",
-                     LOOPS_API_TOKEN="s3cret-0123456789")  # fmt: skip
+    exported = loops(
+        stack,
+        base_url,
+        "trajectory",
+        run_id,
+        "--loop-type",
+        "skill",
+        LOOPS_API_TOKEN="s3cret-0123456789",
+    )
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout == skill_only.text
     everything = loops(stack, base_url, "trajectory", run_id, LOOPS_API_TOKEN="s3cret-0123456789")
@@ -209,8 +219,9 @@ def test_a_graphs_own_calls_are_served_and_exported(stack: Stack, tmp_path: Path
         skill_only = http.get(f"/graphs/{graph_id}/trajectory", params={"loop_type": "skill"})
         unknown = http.get("/graphs/no-such-graph-20250101-000000-abcdef/trajectory")
         anonymous = httpx.get(f"{base_url}/graphs/{graph_id}/trajectory", timeout=30)
-        exported = loops(stack, base_url, "graph", "trajectory", graph_id,
-                         LOOPS_API_TOKEN="s3cret-0123456789")  # fmt: skip
+        exported = loops(
+            stack, base_url, "graph", "trajectory", graph_id, LOOPS_API_TOKEN="s3cret-0123456789"
+        )
         assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
 
     assert response.status_code == 200, response.text

@@ -78,8 +78,11 @@ async def test_every_role_of_a_run_is_in_its_one_trajectory(
 
     # The task loop's lines are the run's trajectory; the skill session's its own, linked.
     run_id = state.run_id
-    task = {(r.loop_type, r.trajectory_id, r.parent_trajectory_id) for r in records
-            if r.role not in SKILL_ROLES}  # fmt: skip
+    task = {
+        (r.loop_type, r.trajectory_id, r.parent_trajectory_id)
+        for r in records
+        if r.role not in SKILL_ROLES
+    }
     assert task == {("task", run_id, None)}
     skill = [r for r in records if r.loop_type == "skill"]
     assert {r.role for r in skill} == {
