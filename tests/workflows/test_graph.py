@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from loopworks.activities.integration import IntegrationActivities
+from loopworks.activities.production import ProductionActivities
 from loopworks.api import graph_handles
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline.answers import default_answer
@@ -36,6 +38,7 @@ from loopworks.schemas.integration import LedgerOutput, LedgerRequest
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import ArtifactOutput, ProduceInput
 from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
 from loopworks.worker.build import activities_of, build_deps, build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
@@ -404,23 +407,40 @@ async def test_a_stop_that_arrives_while_the_graph_saves_its_ledger_stops_its_lo
 ) -> None:
     """The graph is busy (its ledger being saved, right after it started both loops) when
     the stop arrives: it must not wait for a loop to end (two minutes here) to pass the
-    stop on. Seen as a flaky test under load before the fix."""
+    stop on. Seen as a flaky test under load before the fix.
+
+    The ledger is held until both loops are producing, so the stop the graph passes on
+    cancels those two-minute steps: a loop stopped in one of its short first steps may have
+    its cancel cross the step's completion, which the time-skipping test server refuses
+    (ACTIVITY_UNKNOWN, where Temporal records the request and goes on), and that loop's
+    workflow task then never completes."""
     settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
     script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
     deps = build_deps(settings, OfflineModels(script=OfflineScript.model_validate(script)))
-    real = IntegrationActivities(deps).record_ledger
-    both_started, release = asyncio.Event(), asyncio.Event()
+    real_ledger = IntegrationActivities(deps).record_ledger
+    real_produce = ProductionActivities(deps).produce_artifact
+    both_started, both_producing, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    producing: list[str] = []
 
     @activity.defn(name="record_ledger")
     async def held_record_ledger(request: LedgerRequest) -> LedgerOutput:
         if sum(line.status == TaskStatus.IN_PROGRESS for line in request.lines) == 2:
             both_started.set()
             await release.wait()
-        return await real(request)
+        return await real_ledger(request)
 
-    activities = [
-        *(a for a in activities_of(deps, harness.env.client) if a.__name__ != "record_ledger"),
+    @activity.defn(name="produce_artifact")
+    async def counted_produce_artifact(step: ProduceInput) -> ArtifactOutput:
+        producing.append(step.run_id)
+        if len(producing) == 2:
+            both_producing.set()
+        return await real_produce(step)
+
+    replaced = {"record_ledger", "produce_artifact"}
+    activities: list[Callable[..., Any]] = [
+        *(a for a in activities_of(deps, harness.env.client) if a.__name__ not in replaced),
         held_record_ledger,
+        counted_produce_artifact,
     ]
     async with Worker(
         harness.env.client,
@@ -430,6 +450,7 @@ async def test_a_stop_that_arrives_while_the_graph_saves_its_ledger_stops_its_lo
     ):
         handle = await start_graph(harness, [task("T-001"), task("T-002")])
         await asyncio.wait_for(both_started.wait(), timeout=60)
+        await asyncio.wait_for(both_producing.wait(), timeout=60)
         await handle.signal(TaskGraphWorkflow.stop, "enough")
         release.set()
         result = await asyncio.wait_for(handle.result(), timeout=60)
