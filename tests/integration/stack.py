@@ -210,6 +210,9 @@ class Stack:
             "LOOPS_DATA_DIR": str(self.data_dir),
             "LOOPS_LLM": "offline",
             "LOOPS_SANDBOX": os.environ.get("LOOPS_SANDBOX", "off"),
+            # The suite's audits during the work off unless a test asks (tests/conftest.py):
+            # drawn by chance, they would block a run whose script blocks the custodiet.
+            "LOOPS_TOOL_AUDIT_PROBABILITY": os.environ.get("LOOPS_TOOL_AUDIT_PROBABILITY", "0"),
             # The suite's origins, allowed as an operator allows them (tests/conftest.py).
             **{
                 name: os.environ[name]

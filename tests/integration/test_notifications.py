@@ -422,7 +422,7 @@ def test_a_graphs_notification_given_up_after_it_closed_is_in_its_state(
         while http.get(f"/graphs/{graph_id}").json()["status"] != "awaiting_approval":
             assert time.monotonic() < deadline
             time.sleep(0.3)
-        assert http.post(f"/graphs/{graph_id}/stop").status_code == 202
+        assert http.post(f"/graphs/{graph_id}/stop", json={}).status_code == 202
         deadline = time.monotonic() + GIVE_UP_S + 30
         while not (state := http.get(f"/graphs/{graph_id}").json())["notify_failed"]:
             assert time.monotonic() < deadline, "the notification was never given up"
