@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,16 +16,24 @@ from loopworks.workspace.changes import capped_patch, changes_between, changes_t
 pytestmark = pytest.mark.integration
 
 
-def test_changes_between_two_commits_are_those_git_diff_shows(tmp_path: Path) -> None:
+def _git_in(root: Path) -> Callable[..., str]:
+    """git in `root`, as a person with a name and an address runs it; its output."""
+
     def git(*args: str) -> str:
         done = subprocess.run(
             ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
+            cwd=root,
             capture_output=True,
             text=True,
             check=True,
         )
         return done.stdout.strip()
+
+    return git
+
+
+def test_changes_between_two_commits_are_those_git_diff_shows(tmp_path: Path) -> None:
+    git = _git_in(tmp_path)
 
     git("init", "-q")
     (tmp_path / "keep.py").write_text("a\nb\n")
@@ -47,15 +56,7 @@ def test_changes_between_two_commits_are_those_git_diff_shows(tmp_path: Path) ->
 
 
 def test_changes_to_the_work_tree_are_those_git_add_all_would_stage(tmp_path: Path) -> None:
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
+    git = _git_in(tmp_path)
 
     git("init", "-q")
     (tmp_path / "keep.py").write_text("a\nb\n")
