@@ -109,8 +109,12 @@ def git_show(harness: LoopHarness, ref: str, path: str) -> str:
 async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
     harness: LoopHarness,
 ) -> None:
-    tasks = [task("T-001"), task("T-002", "T-001"), task("T-003", "T-001"),
-             task("T-004", "T-002", "T-003")]  # fmt: skip
+    tasks = [
+        task("T-001"),
+        task("T-002", "T-001"),
+        task("T-003", "T-001"),
+        task("T-004", "T-002", "T-003"),
+    ]
     async with harness.worker(latency_ms=200):
         handle = await start_graph(harness, tasks)
         result = await handle.result()
@@ -129,8 +133,11 @@ async def test_a_diamond_runs_in_dependency_order_and_merges_one_at_a_time(
     assert max(started["T-002"], started["T-003"]) < min(done["T-002"], done["T-003"])
     # D started only after both were merged and verified.
     assert started["T-004"] > max(done["T-002"], done["T-003"])
-    assert all(line.exit_code == 0 and line.output_sha256 for line in lines
-               if line.status == TaskStatus.COMPLETED)  # fmt: skip
+    assert all(
+        line.exit_code == 0 and line.output_sha256
+        for line in lines
+        if line.status == TaskStatus.COMPLETED
+    )
     # The ledger on the integration branch is the workflow's, line for line, in order.
     on_branch = ledger_lines(git_show(harness, state.integration_branch, LEDGER_PATH))
     assert on_branch == lines
@@ -153,8 +160,12 @@ async def test_a_loop_that_passes_but_fails_verification_is_retried_then_fixed(
 ) -> None:
     """`test -f artifact.md` passes in the task's loop (its artifact is at its root) and
     fails on the integration branch, where the artifact lands under docs/tasks/<id>/."""
-    tasks = [task("T-001"), task("T-002", "T-001", verify="test -f artifact.md"),
-             task("T-003", "T-001"), task("T-004", "T-002")]  # fmt: skip
+    tasks = [
+        task("T-001"),
+        task("T-002", "T-001", verify="test -f artifact.md"),
+        task("T-003", "T-001"),
+        task("T-004", "T-002"),
+    ]
     async with harness.worker():
         handle = await start_graph(harness, tasks)
         result = await handle.result()
@@ -257,9 +268,12 @@ async def test_two_tasks_changing_one_file_merge_in_turn_and_a_conflict_is_retri
     assert "shared.txt" in second.last_failure
     retried = [line for line in result.ledger if line.id == second.task.id]
     assert [line.status for line in retried] == [
-        TaskStatus.PENDING, TaskStatus.IN_PROGRESS, TaskStatus.PENDING,
-        TaskStatus.IN_PROGRESS, TaskStatus.COMPLETED,
-    ]  # fmt: skip
+        TaskStatus.PENDING,
+        TaskStatus.IN_PROGRESS,
+        TaskStatus.PENDING,
+        TaskStatus.IN_PROGRESS,
+        TaskStatus.COMPLETED,
+    ]
     assert "conflict" in retried[2].summary
     retry = await harness.env.client.get_workflow_handle(second.run_ids[1]).fetch_history()
     started = retry.events[0].workflow_execution_started_event_attributes
