@@ -368,6 +368,9 @@ def test_the_api_docs_render_offline(dashboard: Dashboard, page: Page) -> None:
     page.route("**/*", only_the_api)
     page.goto(f"{dashboard.base}/docs")
     approve = page.locator(".opblock-summary-path", has_text="/runs/{run_id}/approve")
-    expect(approve).to_have_count(1)
+    # Drawn by script once the page has loaded: Swagger UI's bundle parsed, /openapi.json
+    # built and fetched, every operation rendered. Seconds on a loaded machine, past the
+    # 5 s an assertion waits by default (the page's own timeout is not an assertion's).
+    expect(approve).to_have_count(1, timeout=WAIT_MS)
     expect(page.locator(".opblock")).not_to_have_count(0)
     assert elsewhere == [], elsewhere
