@@ -104,12 +104,18 @@ class EvaluationActivities:
         """The paths besides the artifact and the run's records the run changed since its
         base commit; None when that cannot be read (the proof then runs: only a change
         known to hold no code is spared it)."""
+        changes = await self._since_base(step, "the run's change could not be read for its proof")
+        return None if changes is None else code_paths(changes)
+
+    async def _since_base(self, step: EvaluateGroupInput, unread: str) -> list[FileChange] | None:
+        """What the run changed from its base commit to the step's; None without a base,
+        or when no repository here holds both (logged as `unread`)."""
         if not step.base_commit:
             return None
         if step.base_commit == step.workspace.commit:
             return []
         try:
-            changes = await asyncio.to_thread(
+            return await asyncio.to_thread(
                 self.deps.workspaces.run_changes,
                 step.run_id,
                 step.workspace.origin,
@@ -117,9 +123,8 @@ class EvaluationActivities:
                 step.workspace.commit,
             )
         except GitError as err:
-            activity.logger.warning("the run's change could not be read for its proof: %s", err)
+            activity.logger.warning("%s: %s", unread, err)
             return None
-        return code_paths(changes)
 
     async def _read_and_judge(
         self, step: EvaluateGroupInput, output: EvaluateGroupOutput
@@ -189,17 +194,5 @@ class EvaluationActivities:
         """The run's change besides its artifact and records: empty for a document task,
         and when no repository here holds both commits (the judge then reads the artifact
         alone, as it always could)."""
-        if not step.base_commit or step.base_commit == step.workspace.commit:
-            return []
-        try:
-            changes = await asyncio.to_thread(
-                self.deps.workspaces.run_changes,
-                step.run_id,
-                step.workspace.origin,
-                step.base_commit,
-                step.workspace.commit,
-            )
-        except GitError as err:
-            activity.logger.warning("no diff for the judge: %s", err)
-            return []
+        changes = await self._since_base(step, "no diff for the judge") or []
         return [c for c in without_records(changes) if c.path != ARTIFACT_PATH]
