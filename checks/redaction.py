@@ -20,6 +20,7 @@ lines) gets past any redaction. Only the sandbox stops that.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -87,13 +88,25 @@ def settings_secrets(settings: Settings) -> frozenset[str]:
     return frozenset(found)
 
 
+# The variables secrets are read from: the well-known ones and the secret settings'.
+_SECRET_VARS = tuple(
+    sorted({*SECRET_ENV_VARS, *(Settings.model_fields[f].alias or f for f in SECRET_FIELDS)})
+)
+
+
 def environ_secrets(environ: Mapping[str, str]) -> frozenset[str]:
     """The secret values in an environment: the well-known variables and the variables the
     secret settings are read from."""
-    names = {*SECRET_ENV_VARS, *(Settings.model_fields[f].alias or f for f in SECRET_FIELDS)}
+    return _secrets_of(tuple(environ.get(name) for name in _SECRET_VARS))
+
+
+# Every redaction asks for the environment's secrets (a few hundred times a run), and the
+# environment rarely changes: its secrets are worked out once for each set of values.
+@functools.lru_cache(maxsize=8)
+def _secrets_of(values: tuple[str | None, ...]) -> frozenset[str]:
     found: set[str] = set()
-    for name in names:
-        found |= _values(environ.get(name), name)
+    for name, raw in zip(_SECRET_VARS, values, strict=True):
+        found |= _values(raw, name)
     return frozenset(found)
 
 

@@ -80,7 +80,7 @@ from loopworks.schemas.run import RunRequest, RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.service.connect import connect
-from loopworks.worker.build import build_worker
+from loopworks.worker.build import build_worker, settle_heap
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.runner import GIT_IN_PROCESS, GIT_SPAWNS
 
@@ -413,7 +413,9 @@ async def main(
             )
             # Connected as the worker and the API connect (compression included).
             client = await connect(settings, interceptors=[])
-            async with build_worker(client, settings, models=models):
+            worker = build_worker(client, settings, models=models)
+            settle_heap()  # as `python -m loopworks.worker` does before it polls
+            async with worker:
                 await one_run(client, queue)  # warm-up: imports, first clone
                 alone = await one_run(client, queue)
                 models.reset()

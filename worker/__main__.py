@@ -17,7 +17,7 @@ from loopworks.schemas.settings import Settings
 from loopworks.service.connect import connect
 from loopworks.service.search_attributes import ensure_search_attributes, required_types
 from loopworks.service.telemetry import configure_tracing
-from loopworks.worker.build import build_deps, build_worker
+from loopworks.worker.build import build_deps, build_worker, settle_heap
 from loopworks.worker.retention import keep_sweeping, retention_policy
 from loopworks.worker.schedule import ensure_retention_schedule
 from loopworks.workflows.search_attributes import REQUIRED
@@ -82,6 +82,7 @@ async def poll(settings: Settings, deps: StepDeps, stop: asyncio.Event) -> int:
         settings.temporal_namespace,
         model_source(deps.models, settings.anthropic_base_url),
     )
+    settle_heap()
     async with worker:
         await stop.wait()
     log.info("worker stopped")

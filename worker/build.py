@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -194,3 +195,16 @@ def workflow_runner(settings: Settings) -> WorkflowRunner:
         log.info("LOOPS_WORKFLOW_SANDBOX=true: workflow code runs inside Temporal's sandbox")
         return SandboxedWorkflowRunner()
     return UnsandboxedWorkflowRunner()
+
+
+def settle_heap() -> None:
+    """Take what the process built to start (modules, schemas, agents, catalogs) out of
+    the garbage collector's sight, once the worker is built and about to poll.
+
+    Those objects live as long as the process, yet every full collection walked them all
+    again: in a ten-run benchmark, four full collections cost 0.3 s of the worker's CPU,
+    about a twentieth of it. What is allocated from now on is collected as before.
+    """
+    gc.collect()
+    gc.freeze()
+
