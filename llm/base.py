@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
-from pydantic_core import to_json
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, RunUsage
+from pydantic_core import to_json
 
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage

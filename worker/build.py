@@ -207,4 +207,3 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
