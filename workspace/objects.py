@@ -82,6 +82,37 @@ def tree_of(repo: pygit2.Repository, spec: str) -> pygit2.Tree | None:
         return None
 
 
+def tree_paths(
+    repo: pygit2.Repository, spec: str, directory: str | None = None
+) -> list[str] | None:
+    """What `git ls-tree -r --name-only <spec> -- <directory>/` lists: the path from the
+    root of every file, symlink and submodule under `directory` (None: the whole tree), in
+    no set order; None when `spec` names no commit there."""
+    root = tree_of(repo, spec)
+    if root is None:
+        return None
+    GIT_IN_PROCESS.add(["ls-tree"])
+    prefix = ""
+    if directory is not None:
+        try:
+            entry = root[directory]
+        except (KeyError, ValueError):
+            return []
+        if entry.type != ObjectType.TREE:
+            return []
+        root, prefix = repo[entry.id].peel(pygit2.Tree), f"{directory.rstrip('/')}/"
+    paths: list[str] = []
+    pending = [(root, prefix)]
+    while pending:
+        tree, at = pending.pop()
+        for entry in tree:
+            if entry.type == ObjectType.TREE:
+                pending.append((repo[entry.id].peel(pygit2.Tree), f"{at}{entry.name}/"))
+            else:
+                paths.append(f"{at}{entry.name}")
+    return paths
+
+
 def tree_size(repo: pygit2.Repository, spec: str) -> int | None:
     """Bytes a checkout of the commit `spec` names writes: its blobs' sizes, each path
     counted (`git ls-tree -r -l` summed), read from object headers, never inflated; None

@@ -18,6 +18,7 @@ from loopworks.workspace.objects import (
     open_repository,
     read_path,
     tree_of,
+    tree_paths,
 )
 from loopworks.workspace.refs import CALLS_REF_PREFIX, checked_commit, redact, safe_relpath
 from loopworks.workspace.runner import (
@@ -113,15 +114,13 @@ class OriginReader(GitRunner):
     def list_files(self, origin: str, commit: str, directory: str | None = None) -> list[str]:
         """Paths of the files under `directory` (None: the whole tree) at `commit` on
         origin, recursively, sorted; empty when the commit has no such directory."""
-        under = [] if directory is None else ["--", f"{safe_relpath(directory)}/"]
+        under = None if directory is None else safe_relpath(directory)
         checked_commit(commit)
         with self._origin_git_dir(origin, commit=commit) as git_dir:
-            # ls-tree of `commit^{commit}` fails when there is no such commit: no check first.
-            args = ["ls-tree", "-r", "-z", "--name-only", f"{commit}^{{commit}}", *under]
-            listed = self._git([f"--git-dir={git_dir}", *args], check=False)
-        if listed.returncode != 0:
+            listed = tree_paths(open_repository(git_dir), f"{commit}^{{commit}}", under)
+        if listed is None:
             raise GitError(f"commit {commit} is not on origin {redact(origin)}")
-        return sorted(path for path in listed.stdout.split("\0") if path)
+        return sorted(listed)
 
     def changes_since(self, origin: str, first: str, last: str) -> list[FileChange]:
         """What commits `first` to `last` changed: from `first`'s parent to `last` (a run's

@@ -132,6 +132,25 @@ def test_reading_a_path_answers_as_cat_file(clone: Path, follow: bool) -> None:
         assert objects.read_path(repo, tree, path, follow) == _as_read(found), path
 
 
+@pytest.mark.parametrize("directory", [None, "docs", "docs/deep", "dir-link", "README.md", "none"])
+def test_listing_paths_answers_as_ls_tree(clone: Path, directory: str | None) -> None:
+    """Files, links and a submodule, at any depth; a link to a directory is a path, not a
+    way in; a file or nothing named as the directory lists nothing."""
+    sub = clone.parent / "sub"
+    git("init", "--quiet", str(sub))
+    git("-c", "commit.gpgsign=false", "commit", "--quiet", "--allow-empty", "-m", "s", cwd=sub)
+    head = git("rev-parse", "HEAD", cwd=sub).strip()
+    git("update-index", "--add", "--cacheinfo", f"160000,{head},docs/deep/module", cwd=clone)
+    git("-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "module", cwd=clone)
+    under = [] if directory is None else ["--", f"{directory}/"]
+    listed = git("ls-tree", "-r", "-z", "--name-only", "HEAD", *under, cwd=clone)
+    repo = objects.open_repository(clone)
+    found = objects.tree_paths(repo, "HEAD^{commit}", directory)
+    assert found is not None
+    assert sorted(found) == sorted(p for p in listed.split("\0") if p)
+    assert objects.tree_paths(repo, f"{'1' * 40}^{{commit}}") is None
+
+
 def test_commits_are_named_as_rev_parse_names_them(clone: Path) -> None:
     repo = objects.open_repository(clone)
     head = git("rev-parse", "HEAD", cwd=clone)
