@@ -5,6 +5,7 @@ and cannot be altered or opened without that key."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 
 import pytest
@@ -142,6 +143,20 @@ async def test_the_converter_encrypts_exactly_when_a_key_is_set() -> None:
     assert await converter.decode([payload], [RunRequest]) == [request]
     # A plain converter cannot read it; the keyed one still reads plain payloads.
     assert await converter.decode(await CONVERTER.encode([request]), [RunRequest]) == [request]
+
+
+async def test_the_converters_the_sdk_makes_share_one_set_of_parts() -> None:
+    """The SDK makes a data converter per workflow activation: each shares the first's
+    pydantic JSON converter (its serializer and type adapters), and converts as before."""
+    made = [dataclasses.replace(CONVERTER) for _ in range(3)]
+    json_parts = {
+        id(c.payload_converter._inner_payload_converter.converters[b"json/plain"]) for c in made
+    }  # type: ignore[attr-defined]
+    assert len(json_parts) == 1
+    request = RunRequest(task=TASK)
+    [payload] = await made[0].encode([request])
+    assert payload.metadata["encoding"] == b"json/plain"
+    assert await made[2].decode([payload], [RunRequest]) == [request]
 
 
 def test_auto_compression_leaves_ciphertext_alone() -> None:
