@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import re
@@ -154,6 +155,25 @@ class CountingModels(OfflineModels):
         return await super().respond(call, messages, info)
 
 
+class CollectorClock:
+    """The thread CPU this process's garbage collector took, pause by pause (a collection
+    starts and ends in one thread, holding the GIL)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._started
+
+
+COLLECTOR = CollectorClock()
+gc.callbacks.append(COLLECTOR)
+
+
 @dataclass(frozen=True)
 class Costs:
     """CPU seconds so far of this process, its reaped children and the dev server, the
@@ -161,6 +181,7 @@ class Costs:
     the git command."""
 
     worker: float
+    collecting: float  # of the worker's: its garbage collector's
     children: float
     server: float
     git: Counter[str]
@@ -174,6 +195,7 @@ class Costs:
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return cls(
             worker=own.ru_utime + own.ru_stime,
+            collecting=COLLECTOR.seconds,
             children=children.ru_utime + children.ru_stime,
             server=_process_cpu(server_pid) if server_pid else 0.0,
             git=GIT_SPAWNS.snapshot(),
@@ -184,6 +206,7 @@ class Costs:
     def __sub__(self, other: Costs) -> Costs:
         return Costs(
             worker=self.worker - other.worker,
+            collecting=self.collecting - other.collecting,
             children=self.children - other.children,
             server=self.server - other.server,
             git=self.git - other.git,
@@ -499,6 +522,7 @@ async def main(
     cpu = costs.worker + costs.children + costs.server
     print(f"CPU/run              {per_run(cpu):.2f} s (all below; noisy: shared machine)")
     print(f"  worker             {per_run(costs.worker):.2f} s (this process)")
+    print(f"    garbage collector{per_run(costs.collecting):7.3f} s (of the worker's)")
     print(f"  worker's children  {per_run(costs.children):.2f} s (git, command checks)")
     server = f"{per_run(costs.server):.2f} s" if server_pid else "not found"
     print(f"  temporal server    {server}")

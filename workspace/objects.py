@@ -95,12 +95,12 @@ def tree_paths(
     prefix = ""
     if directory is not None:
         try:
-            entry = root[directory]
+            under = root[directory]
         except (KeyError, ValueError):
             return []
-        if entry.type != ObjectType.TREE:
+        if under.type != ObjectType.TREE:
             return []
-        root, prefix = repo[entry.id].peel(pygit2.Tree), f"{directory.rstrip('/')}/"
+        root, prefix = repo[under.id].peel(pygit2.Tree), f"{directory.rstrip('/')}/"
     paths: list[str] = []
     pending = [(root, prefix)]
     while pending:

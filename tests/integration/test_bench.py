@@ -21,6 +21,7 @@ FIGURES = [
     "one run alone",
     "slowdown (median)",
     "CPU/run",
+    "garbage collector",
     "temporal server",
     "floor CPU/run",
     "CPU/run vs floor",
