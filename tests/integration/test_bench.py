@@ -66,6 +66,42 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
     assert activities is not None and float(activities.group(1)) > 10
 
 
+def test_two_checkouts_benchmarked_side_by_side_print_each_round() -> None:
+    """scripts/bench_pair.py, this checkout against itself: both sides' figures and their
+    ratio, each round."""
+    env = {**os.environ, "LOOPS_SANDBOX": "off"}
+    env.pop("ANTHROPIC_API_KEY", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_pair.py"),
+            "--base",
+            str(ROOT),
+            "--base-python",
+            sys.executable,
+            "--rounds",
+            "1",
+            "--",
+            "--runs",
+            "1",
+            "--concurrency",
+            "1",
+            "--long-iterations",
+            "0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split()[1]: line.split()[2:] for line in done.stdout.splitlines()[1:]}
+    assert set(rows) == {"base", "change", "ratio"}
+    assert all(len(figures) == 4 for figures in rows.values())
+    assert all(float(x) > 0 for x in rows["base"] + rows["change"] + rows["ratio"])
+
+
 def test_the_dashboard_benchmark_runs_and_prints_each_pages_time() -> None:
     done = subprocess.run(
         [
