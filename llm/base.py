@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RequestUsage, RunUsage
-from pydantic_core import to_json
 
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
@@ -95,16 +94,23 @@ def user_prompt(context: dict[str, Any]) -> str:
 def render_context(context: dict[str, Any]) -> str:
     """The step's inputs as labelled sections: `## Acceptance Criteria` and its JSON.
 
-    The JSON is pydantic-core's: the standard library encodes indented JSON in Python, at
-    five times the CPU (0.29 ms against 0.06 for a PRODUCE step's inputs). The text is the
+    The JSON is pydantic's (in Rust): the standard library encodes indented JSON in Python,
+    at five times the CPU (0.29 ms against 0.05 for a PRODUCE step's inputs). The text is the
     same, but that text outside ASCII goes as it is, not as `\\u` escapes (fewer tokens)."""
     parts = []
     for key, value in context.items():
         if value in (None, [], {}, ""):
             continue
-        body = value if isinstance(value, str) else to_json(value, indent=2, fallback=str).decode()
+        body = value if isinstance(value, str) else _json(value)
         parts.append(f"## {section_title(key)}\n{body}")
     return "\n\n".join(parts)
+
+
+_ANY = TypeAdapter(Any)
+
+
+def _json(value: Any) -> str:
+    return _ANY.dump_json(value, indent=2, fallback=str).decode()
 
 
 def section_title(key: str) -> str:
