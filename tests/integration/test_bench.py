@@ -32,24 +32,10 @@ FIGURES = [
 ]
 
 
-def test_the_benchmark_runs_and_prints_its_figures() -> None:
-    # As the README writes the command: the agent sandbox on, its default (as root, its
-    # uid must reach the bench's workspaces).
-    env = dict(os.environ)
-    env.pop("LOOPS_SANDBOX", None)
-    env.pop("ANTHROPIC_API_KEY", None)
-    env.pop("LOOPS_WORKFLOW_SANDBOX", None)
+def run_script(name: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """What `scripts/<name> args` printed, once it ended well (its stderr if not)."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench.py"),
-            "--runs",
-            "2",
-            "--concurrency",
-            "2",
-            "--long-iterations",
-            "0",
-        ],
+        [sys.executable, str(ROOT / "scripts" / name), *args],
         env=env,
         capture_output=True,
         text=True,
@@ -57,12 +43,25 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_benchmark_runs_and_prints_its_figures() -> None:
+    # As the README writes the command: the agent sandbox on, its default (as root, its
+    # uid must reach the bench's workspaces).
+    env = dict(os.environ)
+    env.pop("LOOPS_SANDBOX", None)
+    env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("LOOPS_WORKFLOW_SANDBOX", None)
+    printed = run_script(
+        "bench.py", "--runs", "2", "--concurrency", "2", "--long-iterations", "0", env=env
+    )
     for figure in FIGURES:
-        assert re.search(rf"^\s*{re.escape(figure)}\s+\S", done.stdout, re.MULTILINE), figure
+        assert re.search(rf"^\s*{re.escape(figure)}\s+\S", printed, re.MULTILINE), figure
     # A worker's default, as the bench measures it.
-    assert re.search(r"^workflow sandbox\s+off$", done.stdout, re.MULTILINE)
+    assert re.search(r"^workflow sandbox\s+off$", printed, re.MULTILINE)
     # Two iterations a run, each with its activities: the history was read, not skipped.
-    activities = re.search(r"^activities/run\s+([\d.]+)", done.stdout, re.MULTILINE)
+    activities = re.search(r"^activities/run\s+([\d.]+)", printed, re.MULTILINE)
     assert activities is not None and float(activities.group(1)) > 10
 
 
@@ -71,56 +70,21 @@ def test_two_checkouts_benchmarked_side_by_side_print_each_round() -> None:
     ratio, each round."""
     env = {**os.environ, "LOOPS_SANDBOX": "off"}
     env.pop("ANTHROPIC_API_KEY", None)
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench_pair.py"),
-            "--base",
-            str(ROOT),
-            "--base-python",
-            sys.executable,
-            "--rounds",
-            "1",
-            "--",
-            "--runs",
-            "1",
-            "--concurrency",
-            "1",
-            "--long-iterations",
-            "0",
-        ],
+    printed = run_script(
+        "bench_pair.py",
+        *("--base", str(ROOT), "--base-python", sys.executable, "--rounds", "1"),
+        *("--", "--runs", "1", "--concurrency", "1", "--long-iterations", "0"),
         env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {line.split()[1]: line.split()[2:] for line in done.stdout.splitlines()[1:]}
+    rows = {line.split()[1]: line.split()[2:] for line in printed.splitlines()[1:]}
     assert set(rows) == {"base", "change", "ratio"}
     assert all(len(figures) == 4 for figures in rows.values())
     assert all(float(x) > 0 for x in rows["base"] + rows["change"] + rows["ratio"])
 
 
 def test_the_dashboard_benchmark_runs_and_prints_each_pages_time() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench_dashboard.py"),
-            "--runs",
-            "30",
-            "--tasks",
-            "8",
-            "--repeat",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(r"^runs\s+30 \(1 driven to its end, 29 copies", done.stdout, re.MULTILINE)
+    printed = run_script("bench_dashboard.py", "--runs", "30", "--tasks", "8", "--repeat", "1")
+    assert re.search(r"^runs\s+30 \(1 driven to its end, 29 copies", printed, re.MULTILINE)
     for page in ("runs page (30 runs)", "a run's page", "graph page (8 tasks)"):
         line = rf"^\s+{re.escape(page)}\s+\d+ ms\s+\d+ ms\s+\d+ KiB$"
-        assert re.search(line, done.stdout, re.MULTILINE), (page, done.stdout)
+        assert re.search(line, printed, re.MULTILINE), (page, printed)
