@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import gc
 import json
+import operator
 import os
 import re
 import resource
@@ -53,8 +54,10 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -174,6 +177,12 @@ COLLECTOR = CollectorClock()
 gc.callbacks.append(COLLECTOR)
 
 
+# How long the server's counters must stay still to count as settled, and how many such
+# looks at most (Costs.settled).
+SETTLE_SECONDS = 1.0
+SETTLE_CHECKS = 10
+
+
 @dataclass(frozen=True)
 class Costs:
     """CPU seconds so far of this process, its reaped children and the dev server, the
@@ -190,6 +199,20 @@ class Costs:
     server_requests: Counter[str]
 
     @classmethod
+    async def settled(cls, server_pid: int | None, metrics_url: str) -> Costs:
+        """`now`, once the dev server has nothing left to do: its request counters publish
+        a batch's last calls up to a second late, and it finishes a closed workflow's
+        tasks after the workflow's result is out. Read at once, the end of one batch
+        (the floor's, the runs') is counted with the next."""
+        counted = _server_requests(metrics_url)
+        for _ in range(SETTLE_CHECKS):
+            await asyncio.sleep(SETTLE_SECONDS)
+            counted, previous = _server_requests(metrics_url), counted
+            if counted == previous:
+                break
+        return cls.now(server_pid, metrics_url)
+
+    @classmethod
     def now(cls, server_pid: int | None, metrics_url: str) -> Costs:
         own = resource.getrusage(resource.RUSAGE_SELF)
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -204,14 +227,15 @@ class Costs:
         )
 
     def __sub__(self, other: Costs) -> Costs:
+        return self._with(other, operator.sub)
+
+    def __add__(self, other: Costs) -> Costs:
+        return self._with(other, operator.add)
+
+    def _with(self, other: Costs, op: Callable[[Any, Any], Any]) -> Costs:
+        """Each figure of this and `other` combined by `op`."""
         return Costs(
-            worker=self.worker - other.worker,
-            collecting=self.collecting - other.collecting,
-            children=self.children - other.children,
-            server=self.server - other.server,
-            git=self.git - other.git,
-            git_in_process=self.git_in_process - other.git_in_process,
-            server_requests=self.server_requests - other.server_requests,
+            **{f.name: op(getattr(self, f.name), getattr(other, f.name)) for f in fields(Costs)}
         )
 
 
@@ -438,11 +462,27 @@ async def main(
             client = await connect(settings, interceptors=[])
             worker = build_worker(client, settings, models=models)
             settle_heap()  # as `python -m loopworks.worker` does before it polls
-            async with worker:
+            floor_queue = f"{queue}-floor"
+            async with worker, floor_worker(client, floor_queue, settings.workflow_sandbox):
                 await one_run(client, queue)  # warm-up: imports, first clone
                 alone = await one_run(client, queue)
                 models.reset()
-                before = Costs.now(server_pid, metrics_url)
+                # The floor: the same activity shape with nothing in it, same server, same
+                # process, same concurrency (scripts/bench_floor.py).
+                shape = activity_batches(
+                    await client.get_workflow_handle(alone.run_id).fetch_history()
+                )
+                await run_floor(client, floor_queue, shape, 1, 1)  # warm-up
+
+                async def floor_batch() -> Costs:
+                    floor_before = await Costs.settled(server_pid, metrics_url)
+                    await run_floor(client, floor_queue, shape, runs, concurrency)
+                    return await Costs.settled(server_pid, metrics_url) - floor_before
+
+                # The floor just before the runs and just after, both counted: the machine's
+                # speed drifts within the minute, and so meets the runs and the floor alike.
+                floor_first = await floor_batch()
+                before = await Costs.settled(server_pid, metrics_url)
                 limit = asyncio.Semaphore(concurrency)
 
                 async def bounded() -> RunFigures:
@@ -452,21 +492,11 @@ async def main(
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
                 total = time.perf_counter() - started
-                costs = Costs.now(server_pid, metrics_url) - before
+                costs = await Costs.settled(server_pid, metrics_url) - before
+                floor = floor_first + await floor_batch()
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
                 histories = [await read_history(client, r.run_id) for r in results]
-                # The floor: the same activity shape with nothing in it, same server, same
-                # process, same concurrency (scripts/bench_floor.py).
-                shape = activity_batches(
-                    await client.get_workflow_handle(alone.run_id).fetch_history()
-                )
-                floor_queue = f"{queue}-floor"
-                async with floor_worker(client, floor_queue, settings.workflow_sandbox):
-                    await run_floor(client, floor_queue, shape, 1, 1)  # warm-up
-                    floor_before = Costs.now(server_pid, metrics_url)
-                    await run_floor(client, floor_queue, shape, runs, concurrency)
-                    floor = Costs.now(server_pid, metrics_url) - floor_before
                 # The model figures are the short runs'; the long run only adds payloads.
                 counted = (models.requests.copy(), models.attempts.copy(), models.prompt_chars)
                 long = (
@@ -526,12 +556,19 @@ async def main(
     print(f"  worker's children  {per_run(costs.children):.2f} s (git, command checks)")
     server = f"{per_run(costs.server):.2f} s" if server_pid else "not found"
     print(f"  temporal server    {server}")
-    floor_cpu = per_run(floor.worker + floor.children + floor.server)
+
+    def per_floor_run(amount: float) -> float:
+        return amount / (2 * runs)  # two batches of `runs`: before the runs and after
+
+    floor_cpu = per_floor_run(floor.worker + floor.children + floor.server)
     print(
         f"floor CPU/run        {floor_cpu:.2f} s (the same {sum(map(len, shape))} activities"
         f" in {len(shape)} batches doing nothing: scripts/bench_floor.py)"
     )
-    print(f"  worker, server     {per_run(floor.worker):.2f} s, {per_run(floor.server):.2f} s")
+    print(
+        f"  worker, server     {per_floor_run(floor.worker):.2f} s,"
+        f" {per_floor_run(floor.server):.2f} s (before the runs and after)"
+    )
     print(f"CPU/run vs floor     {per_run(cpu) / floor_cpu:.2f}x")
     asked = costs.server_requests
     print(
