@@ -473,15 +473,11 @@ async def main(
                     await client.get_workflow_handle(alone.run_id).fetch_history()
                 )
                 await run_floor(client, floor_queue, shape, 1, 1)  # warm-up
-
-                async def floor_batch() -> Costs:
-                    floor_before = await Costs.settled(server_pid, metrics_url)
-                    await run_floor(client, floor_queue, shape, runs, concurrency)
-                    return await Costs.settled(server_pid, metrics_url) - floor_before
-
                 # The floor just before the runs and just after, both counted: the machine's
                 # speed drifts within the minute, and so meets the runs and the floor alike.
-                floor_first = await floor_batch()
+                # Each batch is read from the settled end of the one before it.
+                floor_start = await Costs.settled(server_pid, metrics_url)
+                await run_floor(client, floor_queue, shape, runs, concurrency)
                 before = await Costs.settled(server_pid, metrics_url)
                 limit = asyncio.Semaphore(concurrency)
 
@@ -492,8 +488,12 @@ async def main(
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
                 total = time.perf_counter() - started
-                costs = await Costs.settled(server_pid, metrics_url) - before
-                floor = floor_first + await floor_batch()
+                after = await Costs.settled(server_pid, metrics_url)
+                costs = after - before
+                await run_floor(client, floor_queue, shape, runs, concurrency)
+                floor = (before - floor_start) + (
+                    await Costs.settled(server_pid, metrics_url) - after
+                )
                 # Read after the batch: reading a history is the benchmark's work, not the
                 # service's, and must not slow down or be counted with the runs.
                 histories = [await read_history(client, r.run_id) for r in results]
