@@ -303,12 +303,11 @@ class WorkAudit(BaseModel):
     cleared_notes: list[str] = Field(default_factory=list)
 
 
-class ProduceInput(ModelStep):
+class WorkingStep(ModelStep):
+    """Fields of a step whose agent works in the run's clone and commits what it did
+    (PRODUCE, REFINE)."""
+
     task: str
-    intent: str
-    acceptance_criteria: list[str]
-    rules: list[Rule]
-    plan: IterationPlan
     workspace: GitLocation
     committed_at: datetime
     log: RunLog | None = None
@@ -330,27 +329,15 @@ class ProduceInput(ModelStep):
     blocked_attempt: str = ""
 
 
-class RefineInput(ModelStep):
-    task: str
+class ProduceInput(WorkingStep):
+    intent: str
+    acceptance_criteria: list[str]
+    rules: list[Rule]
+    plan: IterationPlan
+
+
+class RefineInput(WorkingStep):
     critique: Critique
-    workspace: GitLocation
-    committed_at: datetime
-    log: RunLog | None = None
-    graph_task: bool = Field(
-        default=False,
-        description="a task graph's loop: its tools refuse the graph's ledger and task files",
-    )
-    base_commit: str = Field(
-        default="",
-        description="the commit the run started from: in a task graph's loop, what a "
-        "command changes of the graph's ledger and task files is put back as it has them "
-        "(when empty, as the step's commit has them)",
-    )
-    work_audit: WorkAudit | None = None
-    # One more after each block during the step (its earlier attempts' trajectories are
-    # kept apart), and what the agent is told of the last block.
-    attempt: int = Field(default=1, ge=1)
-    blocked_attempt: str = ""
 
 
 class WorkAuditVerdict(BaseModel):
