@@ -5,7 +5,9 @@ the template catalog."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
+
+from pydantic import Field
 
 SERVER_NAME = "loopworks"
 # The workflow templates a run may name (prompts/templates/; a test keeps them equal).
@@ -58,6 +60,12 @@ REPO = (
     "absolute path to a local repository; it must be among the service's allowed origins. "
     "Omitted: the service's own default repository."
 )
+# The parameters every tool that starts work takes alike (a run, a graph).
+Repo = Annotated[str | None, Field(description=REPO)]
+BaseBranch = Annotated[
+    str | None,
+    Field(description="The branch of repo to start from. Omitted: its default branch."),
+]
 VERIFY = (
     "The commands that prove the work: the service runs each itself, in its sandbox from the "
     "repository root, on the work it pushes, and the run completes only when each exits 0. "

@@ -16,7 +16,8 @@ from loopworks.cli.mcp.facts import (
     GRAPH_STATUS_TOOL,
     MODES,
     NOTE,
-    REPO,
+    BaseBranch,
+    Repo,
     notify_description,
 )
 from loopworks.cli.mcp.views import GraphView, RunView, api_errors, graph_view, run_view
@@ -58,11 +59,8 @@ def add_graph_tools(
             str,
             Field(min_length=1, max_length=20_000, description="What the graph should achieve."),
         ],
-        repo: Annotated[str | None, Field(description=REPO)] = None,
-        base_branch: Annotated[
-            str | None,
-            Field(description="The branch of repo to start from. Omitted: its default branch."),
-        ] = None,
+        repo: Repo = None,
+        base_branch: BaseBranch = None,
         mode: Annotated[
             Mode, Field(description=MODES.format(kind="graph", tool="approve_graph"))
         ] = Mode.AUTO,

@@ -25,13 +25,14 @@ from loopworks.cli.mcp.facts import (
     MAX_ARTIFACT_CHARS,
     MODES,
     NOTE,
-    REPO,
     RUN_ID,
     RUN_STATUS_TOOL,
     RUN_STATUSES,
     SERVER_NAME,
     TEMPLATES,
     VERIFY,
+    BaseBranch,
+    Repo,
     Template,
     notify_description,
 )
@@ -79,11 +80,8 @@ def build_server(client: ApiClient) -> MCPServer:
         task: Annotated[
             str, Field(min_length=1, max_length=20_000, description="What the run should produce.")
         ],
-        repo: Annotated[str | None, Field(description=REPO)] = None,
-        base_branch: Annotated[
-            str | None,
-            Field(description="The branch of repo to start from. Omitted: its default branch."),
-        ] = None,
+        repo: Repo = None,
+        base_branch: BaseBranch = None,
         mode: Annotated[
             Mode, Field(description=MODES.format(kind="run", tool="approve_run"))
         ] = Mode.AUTO,
