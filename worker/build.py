@@ -146,6 +146,18 @@ def activities_of(deps: StepDeps, client: Client | None = None) -> list[Callable
     ]
 
 
+# Every workflow a worker runs (the replay tests replay histories of each with this list).
+WORKFLOWS = (
+    LoopWorkflow,
+    TaskGraphWorkflow,
+    PlaybookWorkflow,
+    SkillLoopWorkflow,
+    RetentionWorkflow,
+    SlotWorkflow,
+    NotificationWorkflow,
+)
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -161,15 +173,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=task_queue or settings.task_queue,
-        workflows=[
-            LoopWorkflow,
-            TaskGraphWorkflow,
-            PlaybookWorkflow,
-            SkillLoopWorkflow,
-            RetentionWorkflow,
-            SlotWorkflow,
-            NotificationWorkflow,
-        ],
+        workflows=list(WORKFLOWS),
         activities=activities_of(deps, client),
         # Outermost first: every activity's result and failure enters history redacted of
         # the worker's secrets (worker/redacting.py), after the errors no retry can help

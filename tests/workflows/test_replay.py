@@ -21,16 +21,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
-from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.schemas.settings import Settings
 from loopworks.service.codec import ENCRYPTED
 from loopworks.service.connect import CONVERTER, data_converter
-from loopworks.workflows.graph.workflow import TaskGraphWorkflow
-from loopworks.workflows.loop import LoopWorkflow
-from loopworks.workflows.notifications import NotificationWorkflow
-from loopworks.workflows.retention import RetentionWorkflow
-from loopworks.workflows.skills import SkillLoopWorkflow
-from loopworks.workflows.slot import SlotWorkflow
+from loopworks.worker.build import WORKFLOWS
 from tests.histories.record import RECORDERS, RECORDING_KEYS
 from tests.workflows import changed_loop
 from tests.workflows.changed_loop import ChangedLoop
@@ -42,15 +36,6 @@ HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 # Every history in the folder: one recorded and not listed would guard nothing.
 RECORDED = sorted(path.name for path in HISTORIES.glob("*.json"))
-WORKFLOWS = [
-    LoopWorkflow,
-    TaskGraphWorkflow,
-    PlaybookWorkflow,
-    SkillLoopWorkflow,
-    RetentionWorkflow,
-    SlotWorkflow,
-    NotificationWorkflow,
-]
 # A worker's converter with the keys the encrypted history was recorded with.
 KEYED = data_converter(Settings(LOOPS_PAYLOAD_KEYS=RECORDING_KEYS))
 
