@@ -16,6 +16,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 from temporalio.workflow import NondeterminismError
 
 from loopworks.deploy.histories import LOCAL_ACTIVITY_MARKER, activities_run
+from loopworks.worker import build
 from loopworks.workflows import loop
 from tests.histories.record import TWO_GROUP_RULES
 from tests.workflows import changed_loop
@@ -157,7 +158,8 @@ async def test_a_change_goes_patched_then_deprecated_then_removed(
 ) -> None:
     """The steps docs/operations.md gives, on the real loop: each stage replays the runs
     that may still be open when it is deployed, and skipping a stage would not."""
-    monkeypatch.setattr("loopworks.worker.build.LoopWorkflow", ChangedLoop)
+    changed = tuple(ChangedLoop if w is loop.LoopWorkflow else w for w in build.WORKFLOWS)
+    monkeypatch.setattr(build, "WORKFLOWS", changed)
 
     async def run_at(stage: changed_loop.Change) -> WorkflowHistory:
         monkeypatch.setattr(ChangedLoop, "change", staticmethod(stage))
