@@ -47,7 +47,11 @@ async def test_a_graph_takes_the_package_skips_its_bad_lines_and_its_loops_get_i
     harness: LoopHarness,
 ) -> None:
     upload = {"package": await package_text(harness, harness.origin), "tasks": TASKS_TEXT}
-    async with harness.worker():
+    # The stop is sent while the task loop produces (a two-minute step), never while one of
+    # its short first steps may be completing: the time-skipping server refuses a cancel
+    # that crosses a completion (ACTIVITY_UNKNOWN) and the loop would never close.
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    async with harness.worker(script):
         handle = await start_graph(
             harness, None, prep_package=upload, max_iterations=None, mode="interactive"
         )  # type: ignore[arg-type]
@@ -72,7 +76,13 @@ async def test_a_graph_takes_the_package_skips_its_bad_lines_and_its_loops_get_i
 
         await wait_for(a_loop_started)
         child = (await handle.query(TaskGraphWorkflow.status)).tasks[0].run_ids[0]
-        loop = await harness.env.client.get_workflow_handle(child).query(LoopWorkflow.status)
+        child_handle = harness.env.client.get_workflow_handle(child)
+
+        async def producing() -> bool:
+            return "produce_artifact" in await harness.activities_run(child_handle)
+
+        await wait_for(producing)
+        loop = await child_handle.query(LoopWorkflow.status)
         await handle.signal(TaskGraphWorkflow.stop, "seen enough")
         result = await asyncio.wait_for(handle.result(), timeout=120)
 
@@ -130,7 +140,11 @@ async def test_a_run_takes_the_repositorys_package_as_its_plan(
 
 async def test_a_run_takes_a_package_sent_with_the_request(harness: LoopHarness) -> None:
     upload = {"package": await package_text(harness, harness.origin), "tasks": TASKS_TEXT}
-    async with harness.worker():
+    # The stop is sent while the task loop produces (a two-minute step), never while one of
+    # its short first steps may be completing: the time-skipping server refuses a cancel
+    # that crosses a completion (ACTIVITY_UNKNOWN) and the loop would never close.
+    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
+    async with harness.worker(script):
         handle = await harness.start(
             task="Add a Markdown export",
             mode="interactive",
