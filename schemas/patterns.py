@@ -22,6 +22,7 @@ searches together is their caller's deadline (docs/loop.md#bounded-checks).
 
 from __future__ import annotations
 
+import functools
 from typing import TypeAlias
 
 import re2
@@ -85,8 +86,24 @@ def match_cost(regex: CompiledPattern, text_bytes: int) -> int:
 
 def check_pattern(pattern: str, *, multiline: bool = False) -> str:
     """`pattern` unchanged when `compile_pattern` accepts it (a validator's shape)."""
-    compile_pattern(pattern, multiline=multiline)
+    refusal = _refusal(pattern, multiline)
+    if refusal is not None:
+        raise UnsupportedPattern(refusal)
     return pattern
+
+
+# A rule's pattern is validated again each time a payload carrying it is decoded (every
+# step's input holds the run's rules), and compiling is most of a rule's validation: the
+# verdict is remembered, not the compiled program, whose automaton may grow to
+# MEMORY_MAX_BYTES once searched. Bounded, as patterns come from clients and models.
+@functools.lru_cache(maxsize=1024)
+def _refusal(pattern: str, multiline: bool) -> str | None:
+    """Why `compile_pattern` refuses `pattern`; None when it accepts it."""
+    try:
+        compile_pattern(pattern, multiline=multiline)
+    except UnsupportedPattern as exc:
+        return str(exc)
+    return None
 
 
 def _options() -> re2.Options:

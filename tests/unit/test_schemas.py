@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from loopworks.schemas import patterns
 from loopworks.schemas.roles import (
     ANSWER_MODELS,
     Issue,
@@ -369,6 +371,27 @@ def test_invalid_regex_rejected_with_a_message(pattern: str) -> None:
 def test_valid_regex_accepted() -> None:
     parsed = PatternCheck(pattern=r"(?i)\b(TODO|TBD)\b", must_match=False)
     assert parsed.pattern == r"(?i)\b(TODO|TBD)\b"
+
+
+def test_a_pattern_is_compiled_once_however_often_its_rule_is_validated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every step's input carries the run's rules, so their patterns are validated at each
+    decode: the verdict, a refusal's message included, is remembered."""
+    compiled: list[str] = []
+    real_compile = patterns.re2.compile
+
+    def counting_compile(source: str, options: Any) -> Any:
+        compiled.append(source)
+        return real_compile(source, options)
+
+    monkeypatch.setattr(patterns.re2, "compile", counting_compile)
+    good, bad = rf"^# once {uuid.uuid4().hex}", rf"(once {uuid.uuid4().hex})\1"
+    for _ in range(3):
+        assert PatternCheck(pattern=good, must_match=True).pattern == good
+        with pytest.raises(ValidationError, match="invalid escape sequence"):
+            PatternCheck(pattern=bad, must_match=True)
+    assert len(compiled) == 2
 
 
 # --- statuses -------------------------------------------------------------------------------
