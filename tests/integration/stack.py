@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 FUZZ_NAMESPACE = "fuzz"
+# A dev server that exits before it listens is started again on other ports this often.
+DEV_SERVER_START_ATTEMPTS = 3
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -74,12 +76,23 @@ def bare_remote(root: Path) -> Path:
     return bare
 
 
-def wait_for_port(port: int, timeout: float = 60.0) -> None:
+class ExitedEarly(RuntimeError):
+    """A process ended before it listened: its log says why."""
+
+
+def wait_for_port(port: int, timeout: float = 60.0, process: Process | None = None) -> None:
+    """Until something listens on `port`; with `process`, raise ExitedEarly at once (its
+    log's end in the message) should it end first, rather than wait out the timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if process is not None and process.popen.poll() is not None:
+            raise ExitedEarly(
+                f"{process.name} exited ({process.popen.returncode}) before listening on "
+                f"127.0.0.1:{port}:\n{process.output()[-2000:]}"
+            )
         time.sleep(0.1)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
@@ -154,6 +167,27 @@ class DevServer:
     ) -> DevServer:
         """`search_attributes`: what the server is started knowing (a server started by
         hand knows none of loopworks')."""
+        attempt = 1
+        while True:
+            process, (chosen, ui_port) = cls._launch(workdir, port, search_attributes)
+            try:
+                # Its UI's port too: should another process hold `chosen`, that one answers
+                # there, and the server exits before it opens its UI.
+                for listening in (chosen, ui_port):
+                    wait_for_port(listening, process=process)
+                return cls(chosen, ui_port, process)
+            except ExitedEarly:
+                # A free port is only free when chosen: another test's process may bind
+                # one of ours before the server does, and the server exits. New ports,
+                # unless the caller chose the port (a restart on the same address).
+                if port is not None or attempt == DEV_SERVER_START_ATTEMPTS:
+                    raise
+                attempt += 1
+
+    @staticmethod
+    def _launch(
+        workdir: Path, port: int | None, search_attributes: Mapping[str, str]
+    ) -> tuple[Process, tuple[int, int]]:
         port, ui_port = port or free_port(), free_port()
         command = [
             find_binary("temporal"),
@@ -181,9 +215,7 @@ class DevServer:
             command += ["--search-attribute", f"{name}={kind}"]
         # A namespace of its own for a test that must see only its own runs.
         command += ["--namespace", FUZZ_NAMESPACE]
-        process = start("temporal", command, os.environ, workdir / "logs")
-        wait_for_port(port)
-        return cls(port, ui_port, process)
+        return start("temporal", command, os.environ, workdir / "logs"), (port, ui_port)
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""The dev server the integration tests share: started on free ports, and started again
+when another process takes one of them first (the suite runs tests in parallel)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration import stack
+from tests.integration.stack import DevServer, ExitedEarly
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A port something else listens on, as when another test's server bound it between
+    our choosing it and our server starting."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield held.getsockname()[1]
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_another(
+    tmp_path: Path, taken_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = iter([taken_port])
+    free_port = stack.free_port
+    monkeypatch.setattr(stack, "free_port", lambda: next(first, None) or free_port())
+    server = DevServer.start(tmp_path)
+    try:
+        assert server.port != taken_port
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+            pass
+    finally:
+        server.process.stop()
+
+
+def test_a_server_given_a_taken_port_says_why_at_once(tmp_path: Path, taken_port: int) -> None:
+    # No waiting out the minute a server that never listens would get: its own words.
+    with pytest.raises(ExitedEarly, match="address already in use"):
+        DevServer.start(tmp_path, port=taken_port)
