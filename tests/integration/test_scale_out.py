@@ -55,7 +55,7 @@ def git_server(stack: Stack, tmp_path: Path) -> Iterator[GitServer]:
     # First in the stack's list, so it is stopped (by PID) after the workers.
     stack.processes.insert(0, process)
     try:
-        wait_for_port(port, timeout=30)
+        wait_for_port(port, timeout=30, process=process)
     except TimeoutError as err:
         raise TimeoutError(f"{err}\n{process.output()}") from err
     yield GitServer(url=f"git://127.0.0.1:{port}/{REPO}", bare=root / REPO)
