@@ -43,4 +43,5 @@ def test_a_server_whose_port_was_taken_starts_again_on_another(
 def test_a_server_given_a_taken_port_says_why_at_once(tmp_path: Path, taken_port: int) -> None:
     # No waiting out the minute a server that never listens would get: its own words.
     with pytest.raises(ExitedEarly, match="address already in use"):
-        DevServer.start(tmp_path, port=taken_port)
+        server = DevServer.start(tmp_path, port=taken_port)
+        server.process.stop()  # reached only when the test fails: leave no server behind
