@@ -5,8 +5,12 @@ stay commits on their refs (tests/integration/test_call_refs.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +25,7 @@ HYDRATE = '{"ts":"2024-05-01T12:00:00","step":"hydrate"}\n'
 PLAN = '{"ts":"2024-05-01T12:01:00","step":"plan"}\n'
 # The calls the run's workflow made, as it names them to the close.
 NAMES = ["00-hydrate-001", "01-plan-001"]
+_CALLS = "refs/loopworks/_trajectory/run-1/_/"
 
 
 def _ws(tmp_path: Path, name: str = "worker") -> GitWorkspaces:
@@ -172,3 +177,39 @@ def test_on_any_other_origin_a_call_stays_a_commit_on_its_ref(tmp_path: Path) ->
     assert listed.split() == ["run.json"]
     assert _call_refs(origin, "run-1") == {"00-hydrate-001": "commit"}
     assert ws.call_records(str(origin), "run-1") == {"00-hydrate-001": HYDRATE}
+
+
+def test_on_any_other_origin_calls_recorded_together_share_a_push(tmp_path: Path) -> None:
+    """While a push to the origin runs, the calls recorded meanwhile wait and go in one
+    push: a hundred runs on a user's repository make a push per group, not per call.
+    Each call still returns only once its own record is on origin."""
+    origin = bare_remote(tmp_path)
+    ws = _ws(tmp_path)
+    first_pushing, release = threading.Event(), threading.Event()
+    git_command = ws._git
+
+    def held_first_push(args: list[str], *rest: Any, **options: Any) -> Any:
+        if "push" in args and not first_pushing.is_set():
+            first_pushing.set()
+            assert release.wait(30)
+        return git_command(args, *rest, **options)
+
+    ws._git = held_first_push  # type: ignore[method-assign]
+    names = [f"01-evaluate-{n:03d}" for n in range(1, 9)]
+    with GitCalls() as calls, ThreadPoolExecutor(max_workers=len(names)) as pool:
+        first = pool.submit(ws.record_call, str(origin), "run-1", names[0], HYDRATE, WHEN)
+        assert first_pushing.wait(30)
+        rest = [
+            pool.submit(ws.record_call, str(origin), "run-1", name, f"{name}\n", WHEN)
+            for name in names[1:]
+        ]
+        time.sleep(0.5)  # the seven reach the group while the first push is held
+        release.set()
+        commits = [first.result(30), *(future.result(30) for future in rest)]
+
+    assert calls.processes == {"push": 2}
+    assert _call_refs(origin, "run-1") == dict.fromkeys(names, "commit")
+    for name, commit in zip(names, commits, strict=True):
+        assert git(f"--git-dir={origin}", "rev-parse", f"{_CALLS}{name}") == commit
+    records = ws.call_records(str(origin), "run-1")
+    assert records == {names[0]: HYDRATE, **{name: f"{name}\n" for name in names[1:]}}

@@ -1,0 +1,83 @@
+"""Group commit (workspace/group_commit.py): items that arrive while a run for their key is
+in progress go together in the next run, and each caller gets its own item's outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from loopworks.workspace.group_commit import GroupCommit, GroupFailed
+
+pytestmark = pytest.mark.unit
+
+
+class Recorder:
+    """A run that records the groups it got and answers each item doubled; it holds the
+    very first run until `release` is set, and fails a group holding -1."""
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[Hashable, list[int]]] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, key: Hashable, items: list[int]) -> list[int]:
+        self.groups.append((key, list(items)))
+        if len(self.groups) == 1:
+            self.started.set()
+            assert self.release.wait(10)
+        if -1 in items:
+            raise ValueError(f"{key} refused the group {items}")
+        return [item * 2 for item in items]
+
+
+def test_an_item_alone_is_run_at_once() -> None:
+    recorder = Recorder()
+    recorder.release.set()
+    grouped = GroupCommit(recorder)
+    assert grouped.put("origin", 21) == 42
+    assert recorder.groups == [("origin", [21])]
+
+
+def test_items_arriving_during_a_run_go_together_in_the_next() -> None:
+    recorder = Recorder()
+    grouped = GroupCommit(recorder)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        first = pool.submit(grouped.put, "origin", 1)
+        assert recorder.started.wait(10)
+        waiting = [pool.submit(grouped.put, "origin", n) for n in range(2, 8)]
+        # An item for another key is not held up by this key's run.
+        assert grouped.put("elsewhere", 100) == 200
+        time.sleep(0.3)  # the six reach the group before the first run ends
+        recorder.release.set()
+        assert first.result(10) == 2
+        assert [w.result(10) for w in waiting] == [4, 6, 8, 10, 12, 14]
+    assert recorder.groups == [
+        ("origin", [1]),
+        ("elsewhere", [100]),
+        ("origin", [2, 3, 4, 5, 6, 7]),
+    ]
+
+
+def test_a_failed_run_fails_every_item_it_carried_and_only_those() -> None:
+    recorder = Recorder()
+    grouped = GroupCommit(recorder)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        first = pool.submit(grouped.put, "origin", 1)
+        assert recorder.started.wait(10)
+        runner_up = [pool.submit(grouped.put, "origin", n) for n in (-1, 3)]
+        time.sleep(0.3)
+        recorder.release.set()
+        assert first.result(10) == 2
+        outcomes = []
+        for future in runner_up:
+            with pytest.raises((ValueError, GroupFailed), match=r"refused the group \[-1, 3\]"):
+                future.result(10)
+            outcomes.append(type(future.exception()))
+    # The thread that ran the group raises the run's own error, the other one a
+    # GroupFailed; a later item is run as ever.
+    assert sorted(o.__name__ for o in outcomes) == ["GroupFailed", "ValueError"]
+    assert grouped.put("origin", 5) == 10
