@@ -2,12 +2,16 @@
 
     .venv/bin/python scripts/bench.py [--runs 10] [--concurrency 5] [--long-iterations 20]
                                       [--latency-ms 0] [--server-db memory|file]
+                                      [--origin own|repository]
 
 Runs on the Temporal dev server (real time: the time-skipping server would skip past
 activity timeouts under load) with a real worker, real git and the offline model, and
 prints figures (no pass/fail: targets belong here, not in timed tests). The server keeps
 its SQLite database in memory, as the figures have always been taken; `--server-db file`
-keeps it in a file, as `loops up` runs it (deploy/local.py).
+keeps it in a file, as `loops up` runs it (deploy/local.py). Runs push to the service's
+own origin, the embedded default; `--origin repository` runs them on a repository of the
+user's (a bare one on this machine), where what a run records is pushed, as on any origin
+the service did not create.
 
 Model figures: calls and tokens come from each finished run's status `usage`. The
 offline model's token counts are pydantic-ai's estimates (words of the messages, plus 50
@@ -319,7 +323,8 @@ class RunFigures:
     qa_commands: int = 0  # the commands the QA verifier's agent ran
 
 
-async def one_run(client: Client, queue: str) -> RunFigures:
+async def one_run(client: Client, queue: str, repo: str | None = None) -> RunFigures:
+    """One run, on `repo` (None: the service's own origin), to its end."""
     run_id = f"bench-{uuid.uuid4().hex[:10]}"
     started = time.perf_counter()
     handle = await client.start_workflow(
@@ -328,7 +333,10 @@ async def one_run(client: Client, queue: str) -> RunFigures:
             run_id=run_id,
             alias="bench",
             request=RunRequest(
-                task="Write a guide to caching", audit_probability=0, tool_audit_probability=0
+                task="Write a guide to caching",
+                repo=repo,
+                audit_probability=0,
+                tool_audit_probability=0,
             ),
             created_at="2026-01-01T00:00:00+00:00",
         ),
@@ -425,13 +433,38 @@ async def long_run(client: Client, queue: str, iterations: int, origin: Path) ->
     )
 
 
+def user_repository(root: Path) -> Path:
+    """A bare repository with one commit, as a user's repository the service did not
+    create: a run on it pushes what it writes there (workspace/call_records.py)."""
+    bare, scratch = root / "project.git", root / "scratch"
+    identity = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com"}
+    env = {**os.environ, **identity, "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], env=env, check=True, capture_output=True)
+
+    git("init", "--quiet", "--bare", "--initial-branch=main", str(bare))
+    git("init", "--quiet", "--initial-branch=main", str(scratch))
+    (scratch / "README.md").write_text("# a project\n")
+    git("-C", str(scratch), "add", "README.md")
+    git("-C", str(scratch), "-c", "commit.gpgsign=false", "commit", "--quiet", "-m", "Start")
+    git("-C", str(scratch), "push", "--quiet", str(bare), "HEAD:refs/heads/main")
+    return bare
+
+
 async def main(
-    runs: int, concurrency: int, long_iterations: int, latency_ms: int, server_db: str
+    runs: int,
+    concurrency: int,
+    long_iterations: int,
+    latency_ms: int,
+    server_db: str,
+    origin: str = "own",
 ) -> None:
     speed = MachineSpeed.measure()
     models = CountingModels(latency_ms / 1000)
     binary = find_binary("temporal")
     database = tempfile.TemporaryDirectory()
+    projects = tempfile.TemporaryDirectory()  # the user's repository, with --origin repository
     on_disk = ["--db-filename", f"{database.name}/temporal.db", *SQLITE_PRAGMAS]
     metrics_port = free_port()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
@@ -453,10 +486,13 @@ async def main(
             # workspaces inside (worker/sandboxing.py refuses to start otherwise).
             os.chmod(data, 0o711)
             queue = f"bench-{uuid.uuid4().hex[:6]}"
+            repo = str(user_repository(Path(projects.name))) if origin == "repository" else None
             settings = Settings(
                 LOOPS_DATA_DIR=Path(data),
                 LOOPS_TASK_QUEUE=queue,
                 TEMPORAL_ADDRESS=env.client.service_client.config.target_host,
+                # A user's repository on this machine is admitted as a deployment admits it.
+                LOOPS_LOCAL_ROOTS=projects.name if repo else None,
             )
             # Connected as the worker and the API connect (compression included).
             client = await connect(settings, interceptors=[])
@@ -464,8 +500,8 @@ async def main(
             settle_heap()  # as `python -m loopworks.worker` does before it polls
             floor_queue = f"{queue}-floor"
             async with worker, floor_worker(client, floor_queue, settings.workflow_sandbox):
-                await one_run(client, queue)  # warm-up: imports, first clone
-                alone = await one_run(client, queue)
+                await one_run(client, queue, repo)  # warm-up: imports, first clone
+                alone = await one_run(client, queue, repo)
                 models.reset()
                 # The floor: the same activity shape with nothing in it, same server, same
                 # process, same concurrency (scripts/bench_floor.py).
@@ -483,7 +519,7 @@ async def main(
 
                 async def bounded() -> RunFigures:
                     async with limit:
-                        return await one_run(client, queue)
+                        return await one_run(client, queue, repo)
 
                 started = time.perf_counter()
                 results = await asyncio.gather(*(bounded() for _ in range(runs)))
@@ -508,6 +544,7 @@ async def main(
     finally:
         await env.shutdown()
         database.cleanup()
+        projects.cleanup()
 
     def per_run(amount: float) -> float:
         return amount / runs
@@ -523,6 +560,8 @@ async def main(
     )
     guard = "on (LOOPS_WORKFLOW_SANDBOX=true)" if settings.workflow_sandbox else "off"
     print(f"workflow sandbox     {guard}")
+    where = "a repository of the user's (--origin repository)" if repo else "the service's own"
+    print(f"runs' origin         {where}")
     print(f"gRPC compression     {settings.temporal_compression} (LOOPS_TEMPORAL_COMPRESSION)")
     print(
         f"server database      {server_db}"
@@ -622,7 +661,20 @@ if __name__ == "__main__":
     parser.add_argument(
         "--server-db", choices=["memory", "file"], default="memory", help="the dev server's SQLite"
     )
+    parser.add_argument(
+        "--origin",
+        choices=["own", "repository"],
+        default="own",
+        help="where runs push: the service's own origin, or a user's repository",
+    )
     args = parser.parse_args()
     asyncio.run(
-        main(args.runs, args.concurrency, args.long_iterations, args.latency_ms, args.server_db)
+        main(
+            args.runs,
+            args.concurrency,
+            args.long_iterations,
+            args.latency_ms,
+            args.server_db,
+            args.origin,
+        )
     )

@@ -65,6 +65,26 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
     assert activities is not None and float(activities.group(1)) > 10
 
 
+def test_the_benchmark_runs_on_a_users_repository_too() -> None:
+    env = {**os.environ, "LOOPS_SANDBOX": "off"}
+    printed = run_script(
+        "bench.py",
+        "--runs",
+        "2",
+        "--concurrency",
+        "2",
+        "--long-iterations",
+        "0",
+        "--origin",
+        "repository",
+        env=env,
+    )
+    assert re.search(r"^runs' origin\s+a repository of the user's", printed, re.MULTILINE)
+    # There, what a run records is pushed: its calls' records and its commits.
+    pushes = re.search(r"^\s+by subcommand\s+.*\bpush ([\d.]+)", printed, re.MULTILINE)
+    assert pushes is not None and float(pushes.group(1)) >= 2, printed
+
+
 def test_two_checkouts_benchmarked_side_by_side_print_each_round() -> None:
     """scripts/bench_pair.py, this checkout against itself: both sides' figures and their
     ratio, each round."""
