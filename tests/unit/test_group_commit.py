@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Hashable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -42,35 +42,42 @@ def test_an_item_alone_is_run_at_once() -> None:
     assert recorder.groups == [("origin", [21])]
 
 
-def test_items_arriving_during_a_run_go_together_in_the_next() -> None:
+def behind_a_held_run(
+    pool: ThreadPoolExecutor, items: list[int]
+) -> tuple[GroupCommit[int, int], Recorder, Future[int], list[Future[int]]]:
+    """Item 1 put and its run held; `items` put meanwhile; the run then let go."""
     recorder = Recorder()
     grouped = GroupCommit(recorder)
+    first = pool.submit(grouped.put, "origin", 1)
+    assert recorder.started.wait(10)
+    waiting = [pool.submit(grouped.put, "origin", n) for n in items]
+    time.sleep(0.3)  # they reach the group before the first run ends
+    recorder.release.set()
+    return grouped, recorder, first, waiting
+
+
+def test_items_arriving_during_a_run_go_together_in_the_next() -> None:
     with ThreadPoolExecutor(max_workers=8) as pool:
-        first = pool.submit(grouped.put, "origin", 1)
-        assert recorder.started.wait(10)
-        waiting = [pool.submit(grouped.put, "origin", n) for n in range(2, 8)]
-        # An item for another key is not held up by this key's run.
-        assert grouped.put("elsewhere", 100) == 200
-        time.sleep(0.3)  # the six reach the group before the first run ends
-        recorder.release.set()
+        _, recorder, first, waiting = behind_a_held_run(pool, [2, 3, 4, 5, 6, 7])
         assert first.result(10) == 2
         assert [w.result(10) for w in waiting] == [4, 6, 8, 10, 12, 14]
-    assert recorder.groups == [
-        ("origin", [1]),
-        ("elsewhere", [100]),
-        ("origin", [2, 3, 4, 5, 6, 7]),
-    ]
+    assert recorder.groups == [("origin", [1]), ("origin", [2, 3, 4, 5, 6, 7])]
+
+
+def test_a_run_holds_up_no_other_keys() -> None:
+    recorder = Recorder()
+    grouped = GroupCommit(recorder)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(grouped.put, "origin", 1)
+        assert recorder.started.wait(10)
+        assert grouped.put("elsewhere", 100) == 200
+        recorder.release.set()
+        assert first.result(10) == 2
 
 
 def test_a_failed_run_fails_every_item_it_carried_and_only_those() -> None:
-    recorder = Recorder()
-    grouped = GroupCommit(recorder)
     with ThreadPoolExecutor(max_workers=4) as pool:
-        first = pool.submit(grouped.put, "origin", 1)
-        assert recorder.started.wait(10)
-        runner_up = [pool.submit(grouped.put, "origin", n) for n in (-1, 3)]
-        time.sleep(0.3)
-        recorder.release.set()
+        grouped, _, first, runner_up = behind_a_held_run(pool, [-1, 3])
         assert first.result(10) == 2
         outcomes = []
         for future in runner_up:
