@@ -27,7 +27,7 @@ class _Group(Generic[Item, Result]):
     def __init__(self) -> None:
         self.items: list[Item] = []
         self.results: Sequence[Result] = ()
-        self.failure: Exception | None = None
+        self.failure: BaseException | None = None
         self.done = False
 
 
@@ -55,10 +55,12 @@ class GroupCommit(Generic[Item, Result]):
                 self._running.add(key)
                 del self._waiting[key]
         if runs_it:
+            results: Sequence[Result] = ()
+            failure: BaseException | None = None
             try:
-                results, failure = self._run(key, group.items), None
-            except Exception as exc:
-                results, failure = (), exc
+                results = self._run(key, group.items)
+            except BaseException as exc:  # whatever ends the run, the group must hear of it
+                failure = exc
             with self._changed:
                 group.results, group.failure, group.done = results, failure, True
                 self._running.discard(key)

@@ -15,9 +15,13 @@ from loopworks.workspace.group_commit import GroupCommit, GroupFailed
 pytestmark = pytest.mark.unit
 
 
+class Interrupted(BaseException):
+    """Not an Exception: what a thread ends with when it is told to stop."""
+
+
 class Recorder:
     """A run that records the groups it got and answers each item doubled; it holds the
-    very first run until `release` is set, and fails a group holding -1."""
+    very first run until `release` is set, and fails a group holding -1 (or -2: Interrupted)."""
 
     def __init__(self) -> None:
         self.groups: list[tuple[Hashable, list[int]]] = []
@@ -31,6 +35,8 @@ class Recorder:
             assert self.release.wait(10)
         if -1 in items:
             raise ValueError(f"{key} refused the group {items}")
+        if -2 in items:
+            raise Interrupted(f"interrupted during {items}")
         return [item * 2 for item in items]
 
 
@@ -87,4 +93,13 @@ def test_a_failed_run_fails_every_item_it_carried_and_only_those() -> None:
     # The thread that ran the group raises the run's own error, the other one a
     # GroupFailed; a later item is run as ever.
     assert sorted(o.__name__ for o in outcomes) == ["GroupFailed", "ValueError"]
+    assert grouped.put("origin", 5) == 10
+
+
+def test_a_run_ended_by_anything_still_lets_its_group_and_the_next_go() -> None:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        grouped, _, first, runner_up = behind_a_held_run(pool, [-2, 3])
+        assert first.result(10) == 2
+        failures = [type(future.exception(10)).__name__ for future in runner_up]
+    assert sorted(failures) == ["GroupFailed", "Interrupted"]
     assert grouped.put("origin", 5) == 10
