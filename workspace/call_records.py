@@ -27,7 +27,9 @@ holding the one file, pushed to the call's ref from a scratch repository, and le
 (a busy origin holds tens of thousands of them: the caches of a remote origin that steps
 and the API read from fetch its branches and work refs without them, workspace/origin.py;
 reading a run's trajectory fetches that run's call refs alone). Call refs are kept on
-origin as the run's work refs are (docs/operations.md#retention).
+origin as the run's work refs are (docs/operations.md#retention). A push is several git
+processes, so the records a worker has for one origin while a push to it runs go
+together in the next one (workspace/group_commit.py).
 """
 
 from __future__ import annotations
