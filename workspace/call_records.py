@@ -121,7 +121,7 @@ class CallRecords(OriginReader):
 
     def _push_alone(self, url: str, lone: _Lone) -> str:
         """`lone` made a commit on its ref on origin `url` (checked), and pushed there; the
-        commit. A push is three git processes (about 20 ms of CPU) and a run makes one for
+        commit. A push is several git processes (about 20 ms of CPU) and a run makes one for
         each of its calls: those bound for one origin while a push to it runs go together
         in the next (workspace/group_commit.py)."""
         try:
