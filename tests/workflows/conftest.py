@@ -26,6 +26,14 @@ from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.run_log import parse_history
 
+# The offline model's first PRODUCE answer held for two minutes: a test that stops a run
+# while it produces, not while one of its short first steps may be completing (the
+# time-skipping server refuses a cancel that crosses a completion, ACTIVITY_UNKNOWN, and
+# that run's workflow task then never completes).
+PRODUCING_FOR_TWO_MINUTES: dict[str, Any] = {
+    "producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}
+}
+
 
 @dataclass
 class LoopHarness:

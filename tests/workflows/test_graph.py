@@ -50,7 +50,7 @@ from loopworks.workflows.search_attributes import (
     TASKS_COMPLETED,
     TASKS_FAILED,
 )
-from tests.workflows.conftest import LoopHarness, commit_all
+from tests.workflows.conftest import PRODUCING_FOR_TWO_MINUTES, LoopHarness, commit_all
 
 pytestmark = pytest.mark.workflow
 
@@ -391,8 +391,7 @@ async def test_interactive_graph_waits_for_approval_of_an_edited_list_and_pause_
 async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
     harness: LoopHarness,
 ) -> None:
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    async with harness.worker(script):
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
         handle = await start_graph(harness, [task("T-001"), task("T-002")])
         while not all(t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks):
             await asyncio.sleep(0.1)
@@ -429,8 +428,8 @@ async def test_a_stop_that_arrives_while_the_graph_saves_its_ledger_stops_its_lo
     (ACTIVITY_UNKNOWN, where Temporal records the request and goes on), and that loop's
     workflow task then never completes."""
     settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    deps = build_deps(settings, OfflineModels(script=OfflineScript.model_validate(script)))
+    script = OfflineScript.model_validate(PRODUCING_FOR_TWO_MINUTES)
+    deps = build_deps(settings, OfflineModels(script=script))
     real_ledger = IntegrationActivities(deps).record_ledger
     real_produce = ProductionActivities(deps).produce_artifact
     both_started, both_producing, release = asyncio.Event(), asyncio.Event(), asyncio.Event()

@@ -20,7 +20,7 @@ from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import workflow_runner
 from loopworks.workflows.loop import LoopWorkflow
-from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.conftest import PRODUCING_FOR_TWO_MINUTES, LoopHarness, names
 
 pytestmark = pytest.mark.workflow
 
@@ -227,8 +227,7 @@ async def test_clear_block_is_rejected_when_not_blocked(harness: LoopHarness) ->
 
 
 async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness) -> None:
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    async with harness.worker(script):
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
         handle = await harness.start(task="Write a guide")
 
         async def producing() -> bool:
@@ -257,8 +256,7 @@ async def test_stop_during_produce_cancels_and_still_pushes(harness: LoopHarness
 
 async def test_a_cancelled_run_stops_and_still_pushes(harness: LoopHarness) -> None:
     """What a task graph's request-cancel close policy does to its loops: cancel is a stop."""
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    async with harness.worker(script):
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
         handle = await harness.start(task="Write a guide")
 
         async def producing() -> bool:

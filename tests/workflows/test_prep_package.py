@@ -20,7 +20,7 @@ from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.run import RunStatus
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
-from tests.workflows.conftest import LoopHarness, commit_all
+from tests.workflows.conftest import PRODUCING_FOR_TWO_MINUTES, LoopHarness, commit_all
 from tests.workflows.test_graph import start_graph
 from tests.workflows.test_loop import wait_for
 
@@ -47,11 +47,7 @@ async def test_a_graph_takes_the_package_skips_its_bad_lines_and_its_loops_get_i
     harness: LoopHarness,
 ) -> None:
     upload = {"package": await package_text(harness, harness.origin), "tasks": TASKS_TEXT}
-    # The stop is sent while the task loop produces (a two-minute step), never while one of
-    # its short first steps may be completing: the time-skipping server refuses a cancel
-    # that crosses a completion (ACTIVITY_UNKNOWN) and the loop would never close.
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    async with harness.worker(script):
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
         handle = await start_graph(
             harness, None, prep_package=upload, max_iterations=None, mode="interactive"
         )  # type: ignore[arg-type]
@@ -140,11 +136,7 @@ async def test_a_run_takes_the_repositorys_package_as_its_plan(
 
 async def test_a_run_takes_a_package_sent_with_the_request(harness: LoopHarness) -> None:
     upload = {"package": await package_text(harness, harness.origin), "tasks": TASKS_TEXT}
-    # The stop is sent while the task loop produces (a two-minute step), never while one of
-    # its short first steps may be completing: the time-skipping server refuses a cancel
-    # that crosses a completion (ACTIVITY_UNKNOWN) and the loop would never close.
-    script = {"producer": {"1": {"delay_ms": 120_000, "answer": {"files": []}}}}
-    async with harness.worker(script):
+    async with harness.worker():
         handle = await harness.start(
             task="Add a Markdown export",
             mode="interactive",
