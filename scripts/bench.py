@@ -437,8 +437,14 @@ def user_repository(root: Path) -> Path:
     """A bare repository with one commit, as a user's repository the service did not
     create: a run on it pushes what it writes there (workspace/call_records.py)."""
     bare, scratch = root / "project.git", root / "scratch"
-    identity = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com"}
-    env = {**os.environ, **identity, "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x"}
+    name, email = "bench", "bench@example.com"
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_COMMITTER_EMAIL": email,
+    }
 
     def git(*args: str) -> None:
         subprocess.run(["git", *args], env=env, check=True, capture_output=True)

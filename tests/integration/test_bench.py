@@ -31,6 +31,9 @@ FIGURES = [
     "model calls/run",
 ]
 
+# Two runs, two at a time, no long run: every figure printed, in seconds.
+SMALL_BENCH = ("--runs", "2", "--concurrency", "2", "--long-iterations", "0")
+
 
 def run_script(name: str, *args: str, env: dict[str, str] | None = None) -> str:
     """What `scripts/<name> args` printed, once it ended well (its stderr if not)."""
@@ -53,9 +56,7 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
     env.pop("LOOPS_SANDBOX", None)
     env.pop("ANTHROPIC_API_KEY", None)
     env.pop("LOOPS_WORKFLOW_SANDBOX", None)
-    printed = run_script(
-        "bench.py", "--runs", "2", "--concurrency", "2", "--long-iterations", "0", env=env
-    )
+    printed = run_script("bench.py", *SMALL_BENCH, env=env)
     for figure in FIGURES:
         assert re.search(rf"^\s*{re.escape(figure)}\s+\S", printed, re.MULTILINE), figure
     # A worker's default, as the bench measures it.
@@ -67,18 +68,7 @@ def test_the_benchmark_runs_and_prints_its_figures() -> None:
 
 def test_the_benchmark_runs_on_a_users_repository_too() -> None:
     env = {**os.environ, "LOOPS_SANDBOX": "off"}
-    printed = run_script(
-        "bench.py",
-        "--runs",
-        "2",
-        "--concurrency",
-        "2",
-        "--long-iterations",
-        "0",
-        "--origin",
-        "repository",
-        env=env,
-    )
+    printed = run_script("bench.py", *SMALL_BENCH, "--origin", "repository", env=env)
     assert re.search(r"^runs' origin\s+a repository of the user's", printed, re.MULTILINE)
     # There, what a run records is pushed: its calls' records and its commits.
     pushes = re.search(r"^\s+by subcommand\s+.*\bpush ([\d.]+)", printed, re.MULTILINE)
