@@ -17,9 +17,10 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from loopworks.deploy.binaries import find_binary
 from loopworks.deploy.local import SQLITE_PRAGMAS, free_port
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 FUZZ_NAMESPACE = "fuzz"
-# A dev server that exits before it listens is started again on other ports this often.
-DEV_SERVER_START_ATTEMPTS = 3
+# A process that exits before it listens is started again on other ports this often.
+START_ATTEMPTS = 3
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
@@ -88,16 +89,13 @@ def wait_for_port(port: int, timeout: float = 60.0, process: Process | None = No
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
-        if process is not None and process.popen.poll() is not None:
-            raise ExitedEarly(
-                f"{process.name} exited ({process.popen.returncode}) before listening on "
-                f"127.0.0.1:{port}:\n{process.output()[-2000:]}"
-            )
+        _check_alive(process, f"127.0.0.1:{port}")
         time.sleep(0.1)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
 
 
-def wait_for_http(url: str, timeout: float = 60.0) -> None:
+def wait_for_http(url: str, timeout: float = 60.0, process: Process | None = None) -> None:
+    """Until `url` answers below 500; with `process`, as `wait_for_port`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -106,8 +104,35 @@ def wait_for_http(url: str, timeout: float = 60.0) -> None:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
+        _check_alive(process, url)
         time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def _check_alive(process: Process | None, where: str) -> None:
+    if process is not None and process.popen.poll() is not None:
+        raise ExitedEarly(
+            f"{process.name} exited ({process.popen.returncode}) before answering on "
+            f"{where}:\n{process.output()[-2000:]}"
+        )
+
+
+Started = TypeVar("Started")
+
+
+def start_listening(launch: Callable[[], Started], ready: Callable[[Started], None]) -> Started:
+    """`launch()`, until what it started is `ready`. A free port is only free when chosen:
+    another test's process may bind it before ours does, and ours then exits
+    (ExitedEarly): launched again, on new ports, up to START_ATTEMPTS times."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        started = launch()
+        try:
+            ready(started)
+            return started
+        except ExitedEarly:
+            if attempt == START_ATTEMPTS:
+                raise
+    raise AssertionError("START_ATTEMPTS is at least 1")
 
 
 @dataclass
@@ -167,22 +192,22 @@ class DevServer:
     ) -> DevServer:
         """`search_attributes`: what the server is started knowing (a server started by
         hand knows none of loopworks')."""
-        attempt = 1
-        while True:
+
+        def ready(started: DevServer) -> None:
+            # Its UI's port too: should another process hold the server's port, that one
+            # answers there, and the server exits before it opens its UI.
+            for listening in (started.port, started.ui_port):
+                wait_for_port(listening, process=started.process)
+
+        def launch() -> DevServer:
             process, (chosen, ui_port) = cls._launch(workdir, port, search_attributes)
-            try:
-                # Its UI's port too: should another process hold `chosen`, that one answers
-                # there, and the server exits before it opens its UI.
-                for listening in (chosen, ui_port):
-                    wait_for_port(listening, process=process)
-                return cls(chosen, ui_port, process)
-            except ExitedEarly:
-                # A free port is only free when chosen: another test's process may bind
-                # one of ours before the server does, and the server exits. New ports,
-                # unless the caller chose the port (a restart on the same address).
-                if port is not None or attempt == DEV_SERVER_START_ATTEMPTS:
-                    raise
-                attempt += 1
+            return cls(chosen, ui_port, process)
+
+        if port is not None:  # a restart on the same address: no other ports to try
+            server = launch()
+            ready(server)
+            return server
+        return start_listening(launch, ready)
 
     @staticmethod
     def _launch(
@@ -263,17 +288,21 @@ class Stack:
         return process
 
     def start_api(self, **overrides: str) -> tuple[Process, str]:
-        port = free_port()
-        env = self.env(LOOPS_API_HOST="127.0.0.1", LOOPS_API_PORT=str(port), **overrides)
-        command = [sys.executable, *API_COMMAND[1:]]
-        process = start("api", command, env, self.logs)
-        self.processes.append(process)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_for_http(f"{base}/healthz")
-        except TimeoutError as err:
-            raise TimeoutError(f"{err}\n{process.output()}") from err
-        return process, base
+        def launch() -> tuple[Process, str]:
+            port = free_port()
+            env = self.env(LOOPS_API_HOST="127.0.0.1", LOOPS_API_PORT=str(port), **overrides)
+            process = start("api", [sys.executable, *API_COMMAND[1:]], env, self.logs)
+            self.processes.append(process)
+            return process, f"http://127.0.0.1:{port}"
+
+        def ready(started: tuple[Process, str]) -> None:
+            process, base = started
+            try:
+                wait_for_http(f"{base}/healthz", process=process)
+            except TimeoutError as err:
+                raise TimeoutError(f"{err}\n{process.output()}") from err
+
+        return start_listening(launch, ready)
 
     def stop_all(self) -> None:
         self.terminate_open_runs()
