@@ -320,10 +320,10 @@ def test_a_diamond_graph_draws_four_nodes_and_four_edges_whose_statuses_change_l
     expect(nodes).to_have_count(4)
     edges = page.locator("svg.dag path.edge")
     expect(edges).to_have_count(4)
-    drawn = {
-        (edges.nth(i).get_attribute("data-from"), edges.nth(i).get_attribute("data-to"))
-        for i in range(4)
-    }
+    # Read in one go: the page redraws the graph as statuses change, and edges read one
+    # attribute at a time could mix two drawings.
+    pairs = edges.evaluate_all("paths => paths.map(p => [p.dataset.from, p.dataset.to])")
+    drawn = {(start, end) for start, end in pairs}
     assert drawn == {("T-001", "T-002"), ("T-001", "T-003"), ("T-002", "T-004"), ("T-003", "T-004")}
 
     # Read the nodes' statuses as the page redraws them, until every task is merged.
