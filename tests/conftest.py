@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import runpy
+import socket
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,13 @@ async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port a connection is refused on for the whole test: bound and never
+    listening. A port merely free when looked up can be taken meanwhile by a server
+    another test starts, which then answers instead of refusing."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]

@@ -198,7 +198,10 @@ def test_ctrl_c_is_a_clean_stop_even_when_a_child_ended_on_it_first(
 
 
 def test_ctrl_c_during_the_demo_stops_it_cleanly(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    refused_port: int,
 ) -> None:
     """A Ctrl-C while the demo runs is a stop, not 'the demo failed' (exit 1)."""
 
@@ -207,7 +210,7 @@ def test_ctrl_c_during_the_demo_stops_it_cleanly(
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setenv("LOOPS_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("LOOPS_API_PORT", str(free_port()))  # nothing answers the demo
+    monkeypatch.setenv("LOOPS_API_PORT", str(refused_port))  # nothing answers the demo
     monkeypatch.setattr(LocalStack, "start", start)
     assert _main_keeping_pytests_signals(["--demo"], caplog) == 0
     assert "the demo failed" not in caplog.text

@@ -251,10 +251,12 @@ async def test_an_mcp_client_waits_with_progress_takes_aliases_and_reads_what_ru
         assert learnt.get("origin") == origin and learnt["items"], learnt
 
 
-async def test_loops_mcp_serves_streamable_http_on_loopback(tmp_path: Path) -> None:
+async def test_loops_mcp_serves_streamable_http_on_loopback(
+    tmp_path: Path, refused_port: int
+) -> None:
     """`loops mcp --http --port P`: the same tools over streamable HTTP at /mcp; with no
     API there, a tool's error says the API cannot be reached."""
-    port, dead = free_port(), free_port()
+    port, dead = free_port(), refused_port
     env = {**os.environ, "LOOPS_API_URL": f"http://127.0.0.1:{dead}"}
     log = (tmp_path / "mcp.log").open("w")
     process = subprocess.Popen(

@@ -50,8 +50,10 @@ def test_a_worker_waits_for_temporal_then_polls(stack: Stack, tmp_path: Path) ->
     assert "Traceback" not in output
 
 
-def test_a_worker_stopped_while_waiting_for_temporal_ends_cleanly(stack: Stack) -> None:
-    worker = stack.start_worker(TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+def test_a_worker_stopped_while_waiting_for_temporal_ends_cleanly(
+    stack: Stack, refused_port: int
+) -> None:
+    worker = stack.start_worker(TEMPORAL_ADDRESS=f"127.0.0.1:{refused_port}")
     _wait_for(worker, "cannot reach Temporal")
     worker.stop()
     assert worker.popen.returncode == 0

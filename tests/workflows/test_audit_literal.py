@@ -9,25 +9,27 @@ from collections.abc import Iterator
 
 import pytest
 
-from loopworks.deploy.local import free_port
 from tests.fakes.literal_messages_api import LiteralMessagesAPI
 from tests.workflows.conftest import LoopHarness
 from tests.workflows.test_literal_model import TASK, literal_worker
 
 pytestmark = pytest.mark.workflow
 
-# Refused by a port nothing listens on: curl exits 7, whose code the custodiet must see.
-CURL = f"echo fetched > fetched.txt; curl -s -m 5 http://127.0.0.1:{free_port()}/install.sh"
+
+@pytest.fixture
+def curl(refused_port: int) -> str:
+    """Refused by a port nothing listens on: curl exits 7, whose code the custodiet must see."""
+    return f"echo fetched > fetched.txt; curl -s -m 5 http://127.0.0.1:{refused_port}/install.sh"
 
 
 @pytest.fixture
-def api() -> Iterator[LiteralMessagesAPI]:
-    with LiteralMessagesAPI(agent_commands=[CURL]) as fake:
+def api(curl: str) -> Iterator[LiteralMessagesAPI]:
+    with LiteralMessagesAPI(agent_commands=[curl]) as fake:
         yield fake
 
 
 async def test_a_producers_curl_reaches_the_custodiets_input(
-    harness: LoopHarness, api: LiteralMessagesAPI
+    harness: LoopHarness, api: LiteralMessagesAPI, curl: str
 ) -> None:
     async with literal_worker(harness, api):
         handle = await harness.start(
@@ -37,7 +39,7 @@ async def test_a_producers_curl_reaches_the_custodiets_input(
 
     # The producer did run it, through its command tool.
     ran = [u["input"].get("command") for r in api.agent_requests() for u in r.tool_uses()]
-    assert CURL in ran
+    assert curl in ran
     audits = [
         r
         for r in api.forced_requests()
@@ -51,7 +53,7 @@ async def test_a_producers_curl_reaches_the_custodiets_input(
     assert json.loads(commands) == [
         {
             "step": "produce",
-            "command": CURL,
+            "command": curl,
             "exit_code": 7,
             "timed_out": False,
             "signal": None,
