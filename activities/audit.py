@@ -288,6 +288,7 @@ class WorkAuditor:
             call_index=plan.first_call_index + len(self.verdicts),
             operator_note=self._note(),
             origin=step.origin,
+            carry_calls=step.carry_calls,
             task=step.task,
             intent=plan.intent,
             plan_focus=plan.plan_focus,

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from pydantic import BaseModel
 from pydantic_ai.messages import ModelMessage
@@ -29,8 +30,9 @@ from loopworks.llm.structured import Answered, ask
 from loopworks.prompts.catalog import AgentDefinition
 from loopworks.schemas.contexts import CONTEXTS, RoleContext
 from loopworks.schemas.roles import Role
-from loopworks.schemas.steps import ARTIFACT_PATH, STEP_OF_ROLE, ModelStep, call_name
+from loopworks.schemas.steps import ARTIFACT_PATH, STEP_OF_ROLE, ModelOutput, ModelStep, call_name
 from loopworks.service.tracing import model_span, record_usage
+from loopworks.workspace.call_records import CallRecords
 
 Answer = TypeVar("Answer", bound=BaseModel)
 
@@ -78,26 +80,90 @@ async def consult(
     return answered
 
 
+class _Record(NamedTuple):
+    """A call's record, and where it goes when it is put on its ref."""
+
+    origin: str
+    run_id: str
+    name: str
+    text: str
+    when: datetime
+
+
+class CarriedCalls:
+    """The records of the single-shot calls an activity makes for a step that carries
+    them (`ModelStep.carry_calls`): handed back in the step's result (`ModelOutput.calls`)
+    for the run's next commit, instead of a push each (docs/observability.md#the-trajectory).
+    What cannot be handed back (the activity failed, or its result is no model step's) is
+    put on the calls' refs as any other record is: no record is lost either way."""
+
+    def __init__(self, workspaces: CallRecords) -> None:
+        self._workspaces = workspaces
+        self._records: dict[str, _Record] = {}
+
+    def take(self, record: _Record) -> None:
+        self._records[record.name] = record  # a call repeated within the step: its latest
+
+    async def handed_back(self, result: object) -> object:
+        """`result`, carrying the records when it is a model step's answer."""
+        if not self._records:
+            return result
+        if isinstance(result, ModelOutput):
+            calls = {**result.calls, **{name: r.text for name, r in self._records.items()}}
+            return result.model_copy(update={"calls": calls})
+        await self.put_on_refs()
+        return result
+
+    async def put_on_refs(self) -> None:
+        """Each record on its call's ref; those bound for one origin share a push."""
+        record = self._workspaces.record_call
+        await asyncio.gather(*(asyncio.to_thread(record, *r) for r in self._records.values()))
+        self._records.clear()
+
+
+# The current activity's carried calls (set around each activity by the worker,
+# worker/carried_calls.py); None outside one.
+CARRIED: ContextVar[CarriedCalls | None] = ContextVar("carried_calls", default=None)
+
+# A record past this goes to its ref even for a step that carries its calls: a carried one
+# is in workflow history twice (the step's result, the next commit's input), and history
+# holds every payload whole.
+CARRIED_CALL_CAP = 64 << 10
+
+
 async def _record(
     deps: StepDeps,
     step: ModelStep,
     call: ModelCall,
     instructions: str,
     messages: Sequence[ModelMessage],
+    *,
+    carried: bool = True,
 ) -> None:
-    """The call's conversation, on the run's origin as a trajectory file of its own: a
-    single-shot call changes no file of the run, so it waits on a ref of its own until
-    the run's close commits it with the run's record (workspace/call_records.py). A
-    retried call rewrites its own record; one that cannot be recorded fails the step, as
-    an agent's commit that cannot be published does."""
+    """The call's conversation, as a trajectory file of its own for the run's record: a
+    single-shot call changes no file of the run. On an origin the service did not create,
+    a step that carries its calls hands it back for the run's next commit (`CarriedCalls`);
+    otherwise it waits on a ref of its own on the run's origin until the run's close
+    commits it (workspace/call_records.py). `carried=False`: put on its ref whatever the
+    step, for a call whose step fails. A retried call rewrites its own record; one that
+    cannot be recorded fails the step, as an agent's commit that cannot be published does."""
     if not step.origin:
         return  # a step sent before every call was recorded
     call_step = STEP_OF_ROLE[call.role]
     text = to_jsonl(trajectory(messages, call, instructions, call_step))
     name = call_name(step.iteration, call_step, step.call_index)
-    when = datetime.now(UTC)
-    record = deps.workspaces.record_call
-    await asyncio.to_thread(record, step.origin, step.run_id, name, text, when)
+    record = _Record(step.origin, step.run_id, name, text, datetime.now(UTC))
+    carrier = CARRIED.get()
+    if (
+        carried
+        and step.carry_calls
+        and carrier is not None
+        and len(text) <= CARRIED_CALL_CAP
+        and not deps.workspaces.records_in_place(step.origin)
+    ):
+        carrier.take(record)
+        return
+    await asyncio.to_thread(deps.workspaces.record_call, *record)
 
 
 async def _record_failed(
@@ -109,7 +175,7 @@ async def _record_failed(
     if not invalid.messages:
         return
     try:
-        await _record(deps, step, call, instructions, invalid.messages)
+        await _record(deps, step, call, instructions, invalid.messages, carried=False)
     except Exception as exc:  # the step's own failure is the one to report
         activity.logger.warning("could not record the failed %s call: %s", call.role.value, exc)
 

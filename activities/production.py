@@ -25,7 +25,6 @@ from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult, run_agent, step_meter
 from loopworks.agent.trajectory import AgentStep, to_jsonl
-from loopworks.checks.redaction import redacted
 from loopworks.llm.budget import Meter
 from loopworks.schemas.actions import BLOCKED_PATH
 from loopworks.schemas.contexts import PlannerContext, ProducerContext, RefinerContext
@@ -40,6 +39,7 @@ from loopworks.schemas.steps import (
     PlanOutput,
     ProduceInput,
     RefineInput,
+    SavedLog,
     Timing,
     trajectory_path,
 )
@@ -155,7 +155,7 @@ class ProductionActivities:
             files.write_text(workdir, trajectory, to_jsonl(outcome.records))
             if block is not None:
                 files.write_text(workdir, BLOCKED_PATH, block.report)
-            saved_seq = write_run_log(workdir, redacted(step.log)) if step.log else 0
+            saved = write_run_log(workdir, step.log) if step.log else SavedLog()
             artifact_hash = files.sha256(workdir, ARTIFACT_PATH) or ""
         summary = _first_line(outcome.final_text)
         if block is not None:
@@ -167,7 +167,8 @@ class ProductionActivities:
         await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
         return ArtifactOutput(
             commit=commit,
-            saved_seq=saved_seq,
+            saved_seq=saved.saved_seq,
+            saved_calls=saved.saved_calls,
             artifact_hash=artifact_hash,
             previous_artifact_hash=previous_hash,
             changed=changed,

@@ -10,7 +10,6 @@ from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.checks import proof
-from loopworks.checks.redaction import redacted
 from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
@@ -19,6 +18,7 @@ from loopworks.schemas.proof import PROOF_FILE, ProofFound
 from loopworks.schemas.steps import (
     CloseOutput,
     RecordAndCloseInput,
+    SavedLog,
     WorkspaceInfo,
     WorkspaceRequest,
 )
@@ -108,14 +108,12 @@ class RepositoryActivities:
         workdir = await asyncio.to_thread(
             workspaces.checkout, request.run_id, request.origin, request.commit
         )
-        commit, saved_seq = request.commit, 0
+        commit, saved = request.commit, SavedLog()
         if request.log is not None and request.committed_at is not None:
             with refusing_unsafe_paths():
                 if request.reflection and request.insights:
                     write_reflection(workdir, request.reflection, request.insights)
-                # The state holds the task as a client wrote it: a worker secret pasted
-                # there must not reach the branch (docs/workspace.md#redaction).
-                saved_seq = write_run_log(workdir, redacted(request.log))
+                saved = write_run_log(workdir, request.log)
                 # The single-shot calls' records join it; push_branch drops their refs.
                 await asyncio.to_thread(
                     workspaces.link_calls, workdir, request.origin, request.run_id, request.calls
@@ -132,5 +130,6 @@ class RepositoryActivities:
             commit=commit,
             remote_commit=remote,
             verified=remote == commit,
-            saved_seq=saved_seq,
+            saved_seq=saved.saved_seq,
+            saved_calls=saved.saved_calls,
         )

@@ -84,6 +84,17 @@ async def read_state(
     return redaction.served(await _read_state(handle, description))
 
 
+async def read_carried_calls(handle: LoopHandle, state: RunState) -> dict[str, str]:
+    """The records of single-shot calls a live run holds for its next commit (none once
+    it has concluded: its close committed them); none when it cannot be asked."""
+    if state.status.is_terminal:
+        return {}
+    try:
+        return await handle.query(LoopWorkflow.carried_calls, rpc_timeout=QUERY_TIMEOUT)
+    except QUERY_FAILURES:
+        return {}
+
+
 async def _read_state(
     handle: LoopHandle, description: WorkflowExecutionDescription | None
 ) -> RunState:

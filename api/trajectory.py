@@ -27,16 +27,20 @@ from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GitError
 
 
-def run_trajectory(workspaces: GitWorkspaces, state: RunState) -> str:
+def run_trajectory(
+    workspaces: GitWorkspaces, state: RunState, carried: dict[str, str] | None = None
+) -> str:
     """Every trajectory file of the run, agents' and single-shot calls', as one text: a
     call is there once, from its ref when it is still on one (its latest record), else
-    from the branch its close linked it onto."""
+    from the branch a commit of the run's put it on; `carried`: the records the live run
+    holds for its next commit (`LoopWorkflow.carried_calls`)."""
     texts: dict[str, str] = {}
     if state.origin:
         commit = latest_commit(workspaces, state)
         if commit:
             texts.update(read_trajectory(workspaces, state.origin, commit))
         texts.update(workspaces.call_records(state.origin, state.run_id))
+    texts.update(carried or {})
     return _joined(list(texts.values()))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import BaseModel, Field
 
 from loopworks.schemas.evaluation import CheckResult, Evaluation
@@ -37,6 +39,11 @@ class RunMemory(BaseModel):
         default_factory=list,
         description="the names of the single-shot calls made (`01-plan-002`): their records "
         "wait on refs of their own until the close commits them (workspace/call_records.py)",
+    )
+    carried_calls: dict[str, str] = Field(
+        default_factory=dict,
+        description="the records of single-shot calls git lacks, by name: the steps handed "
+        "them back (ModelStep.carry_calls) and the run's next commit holds them",
     )
     commit: str = Field(default="", description="the run's latest commit (its workspace)")
     iteration_start: str = Field(
@@ -86,9 +93,12 @@ class RunMemory(BaseModel):
         self.tail.append(event)
         self._trim()
 
-    def saved(self, seq: int) -> None:
-        """Git's history.jsonl now holds every event up to `seq`."""
+    def saved(self, seq: int, calls: Iterable[str] = ()) -> None:
+        """Git's history.jsonl now holds every event up to `seq`, and the run's branch the
+        records of `calls`."""
         self.saved_seq = max(self.saved_seq, seq)
+        for name in calls:
+            self.carried_calls.pop(name, None)
         self._trim()
 
     def _trim(self) -> None:

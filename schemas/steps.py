@@ -113,10 +113,24 @@ RUN_STATE_PATH = f"{RECORDS_DIR}/run.json"
 class RunLog(BaseModel):
     """What a committing step adds to the run's record in git: the events git lacks (it
     appends only those with a higher seq than its file's last, so a retry adds nothing
-    twice) and the run's state for run.json."""
+    twice), the run's state for run.json, and the records of single-shot calls the
+    workflow carries (each written whole, so a retry writes the same file again)."""
 
     state: RunState
     events: list[Event] = Field(default_factory=list)
+    calls: dict[str, str] = Field(
+        default_factory=dict,
+        description="call records git lacks, by call name: `.loops/trajectory/<name>.jsonl`",
+    )
+
+
+class SavedLog(BaseModel):
+    """What a committing step's commit holds of the `RunLog` it was given."""
+
+    saved_seq: int = Field(default=0, description="the run log's last seq in this commit")
+    saved_calls: list[str] = Field(
+        default_factory=list, description="the carried call records this commit holds"
+    )
 
 
 class Timing(BaseModel):
@@ -144,14 +158,24 @@ class ModelStep(BaseModel):
     # What the step may spend, every model request it makes together (docs/loop.md#budgets);
     # None: no limit (a run without a budget, or a step sent before steps carried one).
     allowance: Allowance | None = None
+    carry_calls: bool = Field(
+        default=False,
+        description="on an origin the service did not create, hand the single-shot calls' "
+        "records back in the step's result for the run's next commit, instead of pushing "
+        "each to a ref of its own (workspace/call_records.py)",
+    )
 
 
 class ModelOutput(BaseModel):
-    """Fields every model-backed step answers with: what it cost, and the feedback each
-    repaired answer was sent back with (empty when the first answer was valid)."""
+    """Fields every model-backed step answers with: what it cost, the feedback each
+    repaired answer was sent back with (empty when the first answer was valid), and the
+    records of its single-shot calls when the step was asked to carry them."""
 
     usage: TokenUsage = Field(default_factory=TokenUsage)
     repairs: list[str] = Field(default_factory=list)
+    calls: dict[str, str] = Field(
+        default_factory=dict, description="call records for the run's next commit, by name"
+    )
 
 
 class GitLocation(BaseModel):
@@ -224,12 +248,11 @@ class RecordAndCloseInput(CloseInput):
     )
 
 
-class CloseOutput(BaseModel):
+class CloseOutput(SavedLog):
     branch: str
     commit: str
     remote_commit: str
     verified: bool
-    saved_seq: int = 0
 
 
 # --- hydration and critic ------------------------------------------------------------
@@ -356,9 +379,8 @@ class WorkBlock(BaseModel):
     report: str
 
 
-class ArtifactOutput(ModelOutput):
+class ArtifactOutput(ModelOutput, SavedLog):
     commit: str
-    saved_seq: int = Field(default=0, description="the run log's last seq in this commit")
     artifact_hash: str
     previous_artifact_hash: str | None = None
     changed: list[str] = Field(default_factory=list)
@@ -490,11 +512,10 @@ class ReflectInput(ModelStep):
     committed_at: datetime
 
 
-class ReflectOutput(ModelOutput):
+class ReflectOutput(ModelOutput, SavedLog):
     reflection: FrameworkReflection
     insights: SessionInsights
     commit: str
-    saved_seq: int = 0
     playbook_tags: list[ItemTag] = Field(default_factory=list)
 
 

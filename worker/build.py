@@ -38,6 +38,7 @@ from loopworks.playbook.delivery import PlaybookDeliveryActivities
 from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.prompts.catalog import load_agents, load_templates
 from loopworks.schemas.settings import LLMProvider, Settings
+from loopworks.worker.carried_calls import CarriedCallsInterceptor
 from loopworks.worker.failures import PermanentFailures
 from loopworks.worker.redacting import RedactingInterceptor
 from loopworks.worker.sandboxing import choose_sandbox
@@ -175,10 +176,15 @@ def build_worker(
         task_queue=task_queue or settings.task_queue,
         workflows=list(WORKFLOWS),
         activities=activities_of(deps, client),
-        # Outermost first: every activity's result and failure enters history redacted of
-        # the worker's secrets (worker/redacting.py), after the errors no retry can help
-        # are made non-retryable (worker/failures.py).
-        interceptors=[RedactingInterceptor(), PermanentFailures()],
+        # Outermost first: the calls' records a step carries join its result
+        # (worker/carried_calls.py) once every activity's result and failure has been
+        # redacted of the worker's secrets (worker/redacting.py), after the errors no
+        # retry can help are made non-retryable (worker/failures.py).
+        interceptors=[
+            CarriedCallsInterceptor(deps.workspaces),
+            RedactingInterceptor(),
+            PermanentFailures(),
+        ],
         # Git and check commands block; they run in threads via asyncio.to_thread.
         activity_executor=ThreadPoolExecutor(max_workers=8),
         # On SIGTERM, let running steps finish (or heartbeat their cancellation) first.

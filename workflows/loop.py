@@ -82,6 +82,12 @@ class LoopWorkflow:
         """Events after `after` that the workflow still holds; older ones are in git."""
         return self._record.events(after)
 
+    @workflow.query
+    def carried_calls(self) -> dict[str, str]:
+        """The records of single-shot calls the run's next commit will hold, by name: its
+        trajectory's newest calls, not yet on its origin."""
+        return self._memory.carried_calls
+
     @workflow.signal
     def stop(self, reason: str | None = None) -> None:
         """Cancel in-flight work; the run still reflects and pushes what it has."""

@@ -233,7 +233,7 @@ class LoopSteps(OnRecord):
                 return output
             memory = self.memory
             memory.commit = output.commit
-            self.record.saved(output.saved_seq)
+            self.record.saved(output)
             audit = block.audit
             self.steering.block(
                 ev.BlockedPayload(
@@ -485,7 +485,7 @@ class LoopSteps(OnRecord):
             self.record.emit(EventName.FAILED, payload, status="error")
             return None
         memory.commit = reflected.commit
-        self.record.saved(reflected.saved_seq)
+        self.record.saved(reflected)
         return reflected
 
     async def close(self, reflected: ReflectOutput | None) -> None:
@@ -519,7 +519,7 @@ class LoopSteps(OnRecord):
             self.record.fail(f"push failed: {describe(err)}")
             return
         self.memory.commit = closed.commit
-        self.record.saved(closed.saved_seq)
+        self.record.saved(closed)
         self.record.emit(EventName.PUSHED, ev.PushedPayload(**closed.model_dump()))
 
     def accept_artifact(self, output: ArtifactOutput, event: EventName) -> None:
@@ -528,10 +528,13 @@ class LoopSteps(OnRecord):
         self.memory.commit = output.commit
         self.memory.last_artifact = output
         self.record.accept_artifact(output, event)
-        self.record.saved(output.saved_seq)
+        self.record.saved(output)
         if output.budget_exhausted is not None:
             raise Finished(StopReason.BUDGET_EXHAUSTED, output.budget_exhausted)
 
     def log(self, state: RunState | None = None) -> RunLog:
         """The events git lacks, and the state for run.json, for a step that commits."""
-        return RunLog(state=state or self.state, events=self.memory.unsaved())
+        memory = self.memory
+        return RunLog(
+            state=state or self.state, events=memory.unsaved(), calls=dict(memory.carried_calls)
+        )

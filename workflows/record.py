@@ -37,7 +37,13 @@ with workflow.unsafe.imports_passed_through():
         StopReason,
         TokenUsage,
     )
-    from loopworks.schemas.steps import ARTIFACT_PATH, ArtifactOutput, GitLocation, ModelOutput
+    from loopworks.schemas.steps import (
+        ARTIFACT_PATH,
+        ArtifactOutput,
+        GitLocation,
+        ModelOutput,
+        SavedLog,
+    )
     from loopworks.schemas.summary import IterationSummary, render_summary
     from loopworks.workflows import decisions
     from loopworks.workflows.search_attributes import (
@@ -93,9 +99,9 @@ class RunRecord:
         self.memory.remember(event)  # type: ignore[arg-type]
         self.touch()
 
-    def saved(self, seq: int) -> None:
-        """Git's history.jsonl now holds every event up to `seq`."""
-        self.memory.saved(seq)
+    def saved(self, saved: SavedLog) -> None:
+        """A commit now holds the events and call records a committing step reports."""
+        self.memory.saved(saved.saved_seq, saved.saved_calls)
 
     def events(self, after: int) -> list[Event]:
         return [event for event in self.memory.tail if event.seq > after]
@@ -119,8 +125,13 @@ class RunRecord:
         self.state.usage = self.state.usage + usage
 
     def add_output(self, output: ModelOutput) -> None:
-        """A model step's answer: count its usage, and show any repair it needed."""
+        """A model step's answer: count its usage, show any repair it needed, and keep the
+        call records it carries for the run's next commit (taken off the output, which may
+        be kept too: a record is held once)."""
         self.add_usage(output.usage)
+        if output.calls:
+            self.memory.carried_calls.update(output.calls)
+            output.calls = {}
         if output.repairs:
             repairs = [repair[:REPAIR_TEXT_CAP] for repair in output.repairs]
             self.emit(EventName.OUTPUT_REPAIRED, RepairedPayload(repairs=repairs))

@@ -104,7 +104,9 @@ class StepRunner:
         if allowance is not None:
             self.held[hold] = allowance
         try:
-            fields = {**self.fields(role), "allowance": allowance}
+            # Its single-shot calls' records come back in its answer (`add_output`), for
+            # the run's next commit (docs/observability.md#the-trajectory).
+            fields = {**self.fields(role), "allowance": allowance, "carry_calls": True}
             output = await self.activity(method, build(fields), policy, summary, gated=gated)
         except InvalidOutput as err:
             # The repair inside the step was the one retry: this is the second miss.

@@ -81,10 +81,18 @@ class _Lone(NamedTuple):
 
 
 def call_path(name: str) -> str:
+    """Where call `name`'s record is a file; a name no call has (a path, `..`) is refused."""
+    if not CALL_NAME.match(name):
+        raise ValueError(f"{name!r} is not a call's name")
     return f"{CALL_FILE_DIR}/{name}.jsonl"
 
 
 class CallRecords(OriginReader):
+    def records_in_place(self, origin: str) -> bool:
+        """Whether a call's record on `origin` is written in place (the service's own
+        origin) rather than pushed there."""
+        return own_origin_store(self._local_origin(origin, reached_next=True)) is not None
+
     def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
         """Put `text` on origin as the trajectory of call `name` of the run; the object
         the call's ref then holds (a blob on the service's own origin, else a commit)."""

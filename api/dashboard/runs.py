@@ -258,8 +258,10 @@ async def _run_context(
     }
 
 
-def _records(workspaces: GitWorkspaces, state: RunState) -> list[dict[str, Any]]:
-    text = run_trajectory(workspaces, state)
+def _records(
+    workspaces: GitWorkspaces, state: RunState, carried: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    text = run_trajectory(workspaces, state, carried)
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
@@ -299,7 +301,8 @@ async def trajectory_page(
     """Every model call of the run, by step and role, with its tokens and cost; one call's
     messages with `call`."""
     state = await run_handles.read_state(handle)
-    records, error = await _git(_records, workspaces, state)
+    carried = await run_handles.read_carried_calls(handle, state)
+    records, error = await _git(_records, workspaces, state, carried)
     calls = run_view.model_calls(records or [], settings.prices)
     steps = sorted({c.step for c in calls})
     roles = sorted({c.role for c in calls if c.role})

@@ -227,8 +227,9 @@ async def get_trajectory(
     state = await run_handles.read_state(handle)
     if not state.usage.calls and not state.artifact_commit:
         raise ArtifactMissing(f"run {handle.id} has no trajectory yet")  # no model call yet
+    carried = await run_handles.read_carried_calls(handle, state)
     return await served(
-        lambda: run_trajectory(workspaces, state),
+        lambda: run_trajectory(workspaces, state, carried),
         f"run {handle.id}",
         f"run {handle.id} has no trajectory yet",
         loop_type,

@@ -9,8 +9,8 @@ import pytest
 
 from loopworks.schemas.events import EVENT
 from loopworks.schemas.loop import EVENT_TAIL, LoopInput
-from loopworks.schemas.run import RunRequest
-from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
+from loopworks.schemas.run import RunRequest, RunState
+from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, TRAJECTORY_DIR, RunLog
 from loopworks.workspace.run_log import last_seq, parse_history, write_run_log
 
 pytestmark = pytest.mark.unit
@@ -46,10 +46,10 @@ def test_the_git_log_appends_only_what_it_lacks(tmp_path: Path) -> None:
         .first_memory()
         .state
     )
-    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])).saved_seq == 3
     # A retry hands the same events again, and the next step some it already has.
-    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])) == 3
-    assert write_run_log(tmp_path, RunLog(state=state, events=events[1:])) == 5
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[:3])).saved_seq == 3
+    assert write_run_log(tmp_path, RunLog(state=state, events=events[1:])).saved_seq == 5
     logged = parse_history((tmp_path / HISTORY_PATH).read_text())
     assert [e.seq for e in logged] == [1, 2, 3, 4, 5]
     assert last_seq(tmp_path) == 5
@@ -69,3 +69,36 @@ def test_the_tail_keeps_the_latest_events_and_all_that_git_lacks() -> None:
     assert [e.seq for e in memory.unsaved()] == list(range(EVENT_TAIL + 1, EVENT_TAIL + 11))
     memory.saved(3)  # an older step's answer never moves the mark back
     assert memory.saved_seq == EVENT_TAIL
+
+
+def _state() -> RunState:
+    request = RunRequest(task="t")
+    return LoopInput(run_id="r", alias="r", request=request, created_at="").first_memory().state
+
+
+def test_the_git_log_writes_the_carried_calls_records_and_says_which(tmp_path: Path) -> None:
+    calls = {"01-plan-001": '{"kind": "system"}\n', "00-hydrate-001": '{"kind": "user"}\n'}
+    saved = write_run_log(tmp_path, RunLog(state=_state(), calls=calls))
+    assert saved.saved_calls == ["00-hydrate-001", "01-plan-001"]
+    for name, text in calls.items():
+        assert (tmp_path / TRAJECTORY_DIR / f"{name}.jsonl").read_text() == text
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "01-plan-001/../../x", ".git/config"])
+def test_a_carried_record_named_as_no_call_is_refused(tmp_path: Path, name: str) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    with pytest.raises(ValueError, match="not a call's name"):
+        write_run_log(workspace, RunLog(state=_state(), calls={name: "x"}))
+    assert not any(tmp_path.rglob("*escaped*")) and not (tmp_path / "x").exists()
+    assert not (workspace / ".git" / "config").exists()
+
+
+def test_the_memory_drops_a_carried_record_once_a_commit_holds_it() -> None:
+    memory = LoopInput(
+        run_id="r", alias="r", request=RunRequest(task="t"), created_at=""
+    ).first_memory()
+    memory.carried_calls = {"01-plan-001": "a", "01-evaluate-001": "b"}
+    # A commit that took its log before the evaluator's record came back holds the plan's.
+    memory.saved(0, ["01-plan-001"])
+    assert memory.carried_calls == {"01-evaluate-001": "b"}
