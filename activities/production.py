@@ -24,6 +24,7 @@ from loopworks.activities.audit import WorkAuditor
 from loopworks.activities.deps import StepDeps, now
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult, run_agent, step_meter
+from loopworks.activities.repository import redacted_log
 from loopworks.agent.trajectory import AgentStep, to_jsonl
 from loopworks.llm.budget import Meter
 from loopworks.schemas.actions import BLOCKED_PATH
@@ -155,7 +156,7 @@ class ProductionActivities:
             files.write_text(workdir, trajectory, to_jsonl(outcome.records))
             if block is not None:
                 files.write_text(workdir, BLOCKED_PATH, block.report)
-            saved = write_run_log(workdir, step.log) if step.log else SavedLog()
+            saved = write_run_log(workdir, redacted_log(step.log)) if step.log else SavedLog()
             artifact_hash = files.sha256(workdir, ARTIFACT_PATH) or ""
         summary = _first_line(outcome.final_text)
         if block is not None:

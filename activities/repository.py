@@ -10,6 +10,7 @@ from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.checks import proof
+from loopworks.checks.redaction import redacted
 from loopworks.checks.runner import sandboxed
 from loopworks.llm.provenance import model_source
 from loopworks.schemas.playbook import playbook_name
@@ -18,12 +19,22 @@ from loopworks.schemas.proof import PROOF_FILE, ProofFound
 from loopworks.schemas.steps import (
     CloseOutput,
     RecordAndCloseInput,
+    RunLog,
     SavedLog,
     WorkspaceInfo,
     WorkspaceRequest,
 )
 from loopworks.workspace.default_origin import ensure_default_origin
 from loopworks.workspace.run_log import write_reflection, write_run_log
+
+
+def redacted_log(log: RunLog) -> RunLog:
+    """`log` for the run's branch: its state and events hold what clients wrote (a run's
+    task), and a worker secret pasted there must not reach the branch
+    (docs/workspace.md#redaction). Its call records were redacted as they were made
+    (`agent.trajectory.to_jsonl`): not scanned again."""
+    clean = redacted({"state": log.state, "events": log.events})
+    return log.model_copy(update=clean)
 
 
 def run_branch(run_id: str) -> str:
@@ -113,7 +124,7 @@ class RepositoryActivities:
             with refusing_unsafe_paths():
                 if request.reflection and request.insights:
                     write_reflection(workdir, request.reflection, request.insights)
-                saved = write_run_log(workdir, request.log)
+                saved = write_run_log(workdir, redacted_log(request.log))
                 # The single-shot calls' records join it; push_branch drops their refs.
                 await asyncio.to_thread(
                     workspaces.link_calls, workdir, request.origin, request.run_id, request.calls

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loopworks.checks.redaction import redacted
 from loopworks.schemas.events import EVENT, Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
 from loopworks.schemas.steps import HISTORY_PATH, RECORDS_DIR, RUN_STATE_PATH, RunLog, SavedLog
@@ -27,20 +26,16 @@ def write_run_log(workdir: Path, log: RunLog) -> SavedLog:
     """Append the events the file lacks, rewrite run.json, write the carried call records;
     what the workspace then holds of `log`.
 
-    The state and events hold what clients wrote (a run's task): a worker secret pasted
-    there must not reach the branch (docs/workspace.md#redaction), so they are redacted
-    here. The call records were redacted as they were made (`agent.trajectory.to_jsonl`).
     The records are the worker's own: a symlink at or on the way to a file is refused
     (`files.Refused`), never written through."""
-    state, events = redacted((log.state, log.events))
     held = files.read_bytes(workdir, HISTORY_PATH, RECORD_CAP_BYTES, follow=False, missing=b"")
     last = _last_seq(held.decode("utf-8", errors="replace"))
-    fresh = [event for event in events if event.seq > last]
+    fresh = [event for event in log.events if event.seq > last]
     if fresh:
         added = "".join(event.model_dump_json() + "\n" for event in fresh)
         files.write_bytes(workdir, HISTORY_PATH, held + added.encode("utf-8"))
         last = fresh[-1].seq
-    files.write_text(workdir, RUN_STATE_PATH, state.model_dump_json(indent=2) + "\n")
+    files.write_text(workdir, RUN_STATE_PATH, log.state.model_dump_json(indent=2) + "\n")
     for name, text in log.calls.items():
         files.write_text(workdir, call_path(name), text)
     return SavedLog(saved_seq=last, saved_calls=sorted(log.calls))
