@@ -22,11 +22,15 @@ every run. A retried close finds what the earlier attempt moved onto the work re
 commit's tree. A call the workflow did not name (a task graph's own, a run's made before
 runs named them) stays on its ref, and is read from there.
 
-Any other origin is pushed to, so each record stays what it was: a parentless commit
-holding the one file, pushed to the call's ref from a scratch repository, and left there
-(a busy origin holds tens of thousands of them: the caches of a remote origin that steps
-and the API read from fetch its branches and work refs without them, workspace/origin.py;
-reading a run's trajectory fetches that run's call refs alone). Call refs are kept on
+Any other origin is pushed to, so a run's steps hand their calls' records back to the
+workflow instead, which commits them with the run's next commit (RunLog.calls,
+activities/model_calls.py): none comes here but a record too large to carry in workflow
+history, one of a step that failed, and a task graph's or a skill session's own. Each of
+those stays what it was: a parentless commit holding the one file, pushed to the call's
+ref from a scratch repository, and left there (a busy origin holds thousands of them: the
+caches of a remote origin that steps and the API read from fetch its branches and work
+refs without them, workspace/origin.py; reading a run's trajectory fetches that run's
+call refs alone). Call refs are kept on
 origin as the run's work refs are (docs/operations.md#retention). A push is several git
 processes, so the records a worker has for one origin while a push to it runs go
 together in the next one (workspace/group_commit.py).
@@ -188,7 +192,8 @@ class CallRecords(OriginReader):
         still on their refs (the workflow names every call it made: no listing of
         origin's refs, which grow with every run), and those an earlier attempt of the
         close put on the work ref (it also dropped their refs). Only on the service's own
-        origin: anywhere else the records stay on their refs. The names written, sorted."""
+        origin: anywhere else the run's commits carry them (RunLog.calls). The names written,
+        sorted."""
         store = own_origin_store(self._local_origin(origin))
         if store is None:
             return []

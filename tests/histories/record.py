@@ -641,6 +641,18 @@ async def _admitted(client: Client, settings: Settings) -> tuple[WorkflowHandle,
     return run, slot
 
 
+async def _record_carried_calls_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """The full run on a user's repository: its single-shot calls' records come back in
+    their steps' results and go with the run's next commits."""
+    with tempfile.TemporaryDirectory() as repos:
+        remote = bare_remote(Path(repos))
+        # The origin admitted as an operator admits a local repository.
+        settings = settings.model_copy(update={"local_roots": os.path.realpath(repos)})
+        return await _record_blocked_run(
+            client, settings, "recorded-carried-calls", repo=str(remote)
+        )
+
+
 async def _record_admitted_run(client: Client, settings: Settings) -> WorkflowHistory:
     run, _ = await _admitted(client, settings)
     return await run.fetch_history()
@@ -672,6 +684,7 @@ RECORDERS = {
     "encrypted_run": _record_encrypted_run,
     "proven_run": _record_proven_run,
     "retention_gc": _record_retention_gc,
+    "carried_calls_run": _record_carried_calls_run,
     "admitted_run": _record_admitted_run,
     "admission_slot": _record_admission_slot,
     # Last: on the test server, time skipping stops once a workflow has signalled another.

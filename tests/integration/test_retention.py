@@ -29,6 +29,7 @@ pytestmark = pytest.mark.integration
 ADMIN = "ops-0123456789abcdef"
 USER = "alice-0123456789abcdef"
 CALLS = "refs/loopworks/_trajectory/"
+SKILLED_TASK = "Write a short guide [skill:count_words]"
 
 
 def _refs(origin: Path) -> list[str]:
@@ -89,26 +90,34 @@ def loops(stack: Stack, base_url: str, *args: str, token: str = ADMIN) -> str:
     return proc.stdout
 
 
-def test_gc_removes_a_finished_runs_records_and_nothing_else(stack: Stack, remote: Path) -> None:
-    stack.start_worker(LOOPS_RETENTION_DAYS="0", LOOPS_OFFLINE_LATENCY_MS="50")
+def test_gc_removes_a_finished_runs_records_and_nothing_else(
+    stack: Stack, remote: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"custodiet": {"*": {"verdict": "BLOCK", "reason": "held"}}}))
+    stack.start_worker(
+        LOOPS_RETENTION_DAYS="0", LOOPS_OFFLINE_LATENCY_MS="50", LOOPS_OFFLINE_SCRIPT=str(script)
+    )
     _, base_url = stack.start_api(
         LOOPS_API_TOKENS=f"alice:{USER}", LOOPS_API_ADMIN_TOKENS=f"ops:{ADMIN}"
     )
     api = Api(base_url)
 
-    finished = api.start(remote)
-    pinned = api.start(remote)
-    waiting = api.start(remote, mode="interactive")
+    # A skill session's calls are pushed to refs of their own: records the gc removes.
+    finished = api.start(remote, task=SKILLED_TASK)
+    pinned = api.start(remote, task=SKILLED_TASK)
+    # Open, held by its audit's BLOCK, with its work so far on its work ref.
+    waiting = api.start(remote, audit_probability=1)
     for run_id in (finished, pinned):
         api.wait(run_id, lambda found, _: found["finished"], "finished")
-    api.wait(waiting, lambda _, state: state["status"] == "awaiting_approval", "waited")
+    api.wait(waiting, lambda _, state: state["status"] == "blocked", "blocked")
     before = _refs(remote)
     for run_id in (finished, pinned):
         held = _of(before, run_id)
         assert f"refs/loopworks/{run_id}" in held and f"refs/heads/loops/{run_id}" in held
         assert any(ref.startswith(CALLS) for ref in held), held
     waiting_refs = _of(before, waiting)
-    assert any(ref.startswith(CALLS) for ref in waiting_refs), before  # its hydration's call
+    assert f"refs/loopworks/{waiting}" in waiting_refs, before
     assert f"refs/heads/{PLAYBOOK_BRANCH}" in before
     clones = stack.data_dir / "workspaces"
     assert (clones / finished / ".git").is_dir()

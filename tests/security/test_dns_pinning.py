@@ -110,8 +110,9 @@ def test_git_reaches_an_http_origin_only_at_the_addresses_the_check_admitted(
     git("push", "--quiet", "origin", "HEAD:refs/heads/task", cwd=scratch)
     later = git("rev-parse", "HEAD", cwd=scratch).strip()
     assert (store.checkout("run-1", origin, later) / "notes.txt").exists()  # fetch
-    store.record_call(origin, "run-1", "c-1", "{}\n", WHEN)  # push from a scratch repository
-    assert store.call_records(origin, "run-1") == {"c-1": "{}\n"}
+    # A call record: pushed from a scratch repository.
+    store.record_call(origin, "run-1", "01-plan-001", "{}\n", WHEN)
+    assert store.call_records(origin, "run-1") == {"01-plan-001": "{}\n"}
     # Playbook versions: pushed with a lease, and fetched by another writer.
     store.write_version(origin, Playbook(name="p", version=1), "b1", "a person", WHEN)
     other = PlaybookStore.of(workspaces_for(_settings(tmp_path, "other", served.port)))
