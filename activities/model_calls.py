@@ -101,8 +101,14 @@ class CarriedCalls:
         self._workspaces = workspaces
         self._records: dict[str, _Record] = {}
 
-    def take(self, record: _Record) -> None:
+    def take(self, record: _Record) -> bool:
+        """Keep `record` for the step's result; False when the result is full (its
+        records past CARRIED_STEP_CAP) and the record is to go to its ref."""
+        held = sum(len(r.text.encode()) for n, r in self._records.items() if n != record.name)
+        if held + len(record.text.encode()) > CARRIED_STEP_CAP:
+            return False
         self._records[record.name] = record  # a call repeated within the step: its latest
+        return True
 
     async def handed_back(self, result: object) -> object:
         """`result`, carrying the records when it is a model step's answer."""
@@ -125,10 +131,13 @@ class CarriedCalls:
 # worker/carried_calls.py); None outside one.
 CARRIED: ContextVar[CarriedCalls | None] = ContextVar("carried_calls", default=None)
 
-# A record past this goes to its ref even for a step that carries its calls: a carried one
-# is in workflow history twice (the step's result, the next commit's input), and history
-# holds every payload whole.
+# A record past this goes to its ref even for a step that carries its calls, and so do
+# those past the second bound in one step's result (a PRODUCE audited at every tool call
+# makes many): a carried record is in workflow history at least twice (the step's result,
+# the next commit's input), and Temporal refuses a payload past 2 MB. The workflow bounds
+# what it holds itself (workflows/steps.py). In bytes of UTF-8.
 CARRIED_CALL_CAP = 64 << 10
+CARRIED_STEP_CAP = 256 << 10
 
 
 async def _record(
@@ -158,10 +167,11 @@ async def _record(
         carried
         and step.carry_calls
         and carrier is not None
-        and len(text) <= CARRIED_CALL_CAP
-        and not deps.workspaces.records_in_place(step.origin)
+        and len(text.encode()) <= CARRIED_CALL_CAP
+        # Checking the origin may look its host up: not on the event loop.
+        and not await asyncio.to_thread(deps.workspaces.records_in_place, step.origin)
+        and carrier.take(record)
     ):
-        carrier.take(record)
         return
     await asyncio.to_thread(deps.workspaces.record_call, *record)
 

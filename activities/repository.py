@@ -112,7 +112,29 @@ class RepositoryActivities:
         insights, last events and final state in one commit, push the run branch and verify
         the remote has it."""
         async with heartbeating():
-            return await self._close(request)
+            try:
+                return await self._close(request)
+            except BaseException:
+                await self._calls_on_refs(request)
+                raise
+
+    async def _calls_on_refs(self, request: RecordAndCloseInput) -> None:
+        """A close that failed: the call records the run held for it on their refs, as a
+        failed step's are (activities/model_calls.py), so none goes with a run whose close
+        never succeeds. The close's own failure is the one to report."""
+        when = request.committed_at
+        if request.log is None or when is None:
+            return
+        record, origin, run_id = self.deps.workspaces.record_call, request.origin, request.run_id
+        try:
+            await asyncio.gather(
+                *(
+                    asyncio.to_thread(record, origin, run_id, name, text, when)
+                    for name, text in request.log.calls.items()
+                )
+            )
+        except Exception as exc:
+            activity.logger.warning("could not record the calls of a failed close: %s", exc)
 
     async def _close(self, request: RecordAndCloseInput) -> CloseOutput:
         workspaces = self.deps.workspaces

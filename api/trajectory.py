@@ -39,7 +39,11 @@ def run_trajectory(
         commit = latest_commit(workspaces, state)
         if commit:
             texts.update(read_trajectory(workspaces, state.origin, commit))
-        texts.update(workspaces.call_records(state.origin, state.run_id))
+        for name, text in workspaces.call_records(state.origin, state.run_id).items():
+            # A call both on its ref and committed: the later record (a failed attempt's
+            # stays on its ref, and the retry's is committed).
+            if name not in texts or _finished(text) >= _finished(texts[name]):
+                texts[name] = text
     texts.update(carried or {})
     return _joined(list(texts.values()))
 

@@ -37,6 +37,10 @@ with workflow.unsafe.imports_passed_through():
 T = TypeVar("T")
 Output = TypeVar("Output", bound=ModelOutput)
 
+# What the run holds of its calls' records at most before its steps stop handing them back:
+# each commit's input and a continue-as-new carry them all, under Temporal's 2 MB a payload.
+HELD_CALLS_CAP = 512 << 10
+
 # What a model step announces once its answer is in: an event, or nothing.
 Announce = Callable[[Output], tuple[EventName, Payload] | None]
 
@@ -79,6 +83,14 @@ class StepRunner:
             "origin": memory.state.origin or None,
         }
 
+    def carries(self) -> bool:
+        """Whether the next model step hands its single-shot calls' records back in its
+        answer (`add_output`) for the run's next commit (docs/observability.md#the-trajectory):
+        while the run holds less than HELD_CALLS_CAP of them; past it, they go to their
+        refs until a commit has taken what is held."""
+        held = self.record.memory.carried_calls.values()
+        return sum(len(text.encode()) for text in held) < HELD_CALLS_CAP
+
     async def model_step(
         self,
         step: Step,
@@ -104,9 +116,7 @@ class StepRunner:
         if allowance is not None:
             self.held[hold] = allowance
         try:
-            # Its single-shot calls' records come back in its answer (`add_output`), for
-            # the run's next commit (docs/observability.md#the-trajectory).
-            fields = {**self.fields(role), "allowance": allowance, "carry_calls": True}
+            fields = {**self.fields(role), "allowance": allowance, "carry_calls": self.carries()}
             output = await self.activity(method, build(fields), policy, summary, gated=gated)
         except InvalidOutput as err:
             # The repair inside the step was the one retry: this is the second miss.

@@ -86,7 +86,7 @@ class _Lone(NamedTuple):
 
 def call_path(name: str) -> str:
     """Where call `name`'s record is a file; a name no call has (a path, `..`) is refused."""
-    if not CALL_NAME.match(name):
+    if not CALL_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a call's name")
     return f"{CALL_FILE_DIR}/{name}.jsonl"
 

@@ -13,7 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from loopworks.activities.model_calls import (
+    CARRIED_CALL_CAP,
+    CARRIED_STEP_CAP,
+    CarriedCalls,
+    _Record,
+)
+from loopworks.activities.repository import RepositoryActivities
+from loopworks.api.trajectory import run_trajectory
+from loopworks.schemas.loop import LoopInput
+from loopworks.schemas.run import RunRequest
+from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import RecordAndCloseInput, RunLog
+from loopworks.worker.build import build_deps
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
 from tests.integration.stack import GitCalls, bare_remote, git
@@ -213,3 +227,59 @@ def test_on_any_other_origin_calls_recorded_together_share_a_push(tmp_path: Path
         assert git(f"--git-dir={origin}", "rev-parse", f"{_CALLS}{name}") == commit
     records = ws.call_records(str(origin), "run-1")
     assert records == {names[0]: HYDRATE, **{name: f"{name}\n" for name in names[1:]}}
+
+
+async def test_a_close_that_fails_puts_the_calls_it_held_on_their_refs(tmp_path: Path) -> None:
+    """A run on a user's repository holds its last calls' records for its close: a close
+    that fails (here: a commit origin lacks) leaves them on their refs, not nowhere."""
+    origin = str(bare_remote(tmp_path))
+    settings = Settings(LOOPS_DATA_DIR=tmp_path / "data", LOOPS_LLM="offline")
+    activities = RepositoryActivities(build_deps(settings))
+    state = LoopInput(run_id="run-1", alias="r", request=RunRequest(task="t"), created_at="")
+    request = RecordAndCloseInput(
+        run_id="run-1",
+        origin=origin,
+        branch="loops/run-1",
+        commit="0" * 40,
+        log=RunLog(state=state.first_memory().state, calls={"02-reflect-001": HYDRATE}),
+        committed_at=WHEN,
+    )
+    with pytest.raises(Exception, match="0000000"):
+        await ActivityEnvironment().run(activities.record_and_close_run, request)
+    assert _call_refs(origin, "run-1") == {"02-reflect-001": "commit"}
+    assert _ws(tmp_path, "reader").call_records(origin, "run-1") == {"02-reflect-001": HYDRATE}
+
+
+def test_a_step_hands_back_no_more_than_its_bound(tmp_path: Path) -> None:
+    """Past CARRIED_STEP_CAP a step's records go to their refs: Temporal refuses a result
+    past 2 MB, and a PRODUCE audited at every tool call makes many."""
+    carried = CarriedCalls(_ws(tmp_path))
+    text = "x" * (CARRIED_CALL_CAP - 1)
+    taken = [carried.take(_Record("o", "r", f"01-audit-{n:03d}", text, WHEN)) for n in range(8)]
+    assert taken == [True] * (CARRIED_STEP_CAP // CARRIED_CALL_CAP) + [False] * 4
+    # The same call again replaces its own record: it is not counted twice.
+    assert carried.take(_Record("o", "r", "01-audit-000", text, WHEN))
+
+
+def test_a_failed_attempts_record_on_its_ref_yields_to_the_retrys_committed_one(
+    tmp_path: Path,
+) -> None:
+    """On a user's repository a step that failed left its call's record on the call's
+    ref, and its retry's record of the same call went with a commit: the later is served."""
+    origin = str(bare_remote(tmp_path))
+    ws = _ws(tmp_path)
+    base = ws.resolve_base(origin, None)[1]
+    failed = '{"ts":"2024-05-01T11:59:00","step":"plan","attempt":1}\n'
+    ws.record_call(origin, "run-1", "01-plan-001", failed, WHEN)
+    workdir = ws.checkout("run-1", origin, base)
+    (workdir / ".loops" / "trajectory").mkdir(parents=True)
+    (workdir / ".loops" / "trajectory" / "01-plan-001.jsonl").write_text(PLAN)
+    ws.publish(workdir, "run-1", ws.commit(workdir, "iteration 1 · produce", WHEN))
+    state = (
+        LoopInput(
+            run_id="run-1", alias="r", request=RunRequest(task="t", repo=origin), created_at=""
+        )
+        .first_memory()
+        .state
+    )
+    assert run_trajectory(_ws(tmp_path, "reader"), state) == PLAN
