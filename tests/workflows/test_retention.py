@@ -91,15 +91,17 @@ async def test_without_a_policy_nothing_is_visited(harness: LoopHarness, tmp_pat
 
 
 async def test_an_open_run_is_kept(harness: LoopHarness, tmp_path: Path) -> None:
+    """A run held by its audit's BLOCK, its work so far on its work ref: the gc keeps it."""
     remote = bare_remote(tmp_path / "remote")
-    async with harness.worker(LOOPS_RETENTION_DAYS=0):
-        handle = await harness.start(task="Write a guide", repo=str(remote), mode="interactive")
+    block = {"custodiet": {"*": {"verdict": "BLOCK", "reason": "held"}}}
+    async with harness.worker(block, LOOPS_RETENTION_DAYS=0):
+        handle = await harness.start(task="Write a guide", repo=str(remote), audit_probability=1)
         for _ in range(300):
-            if (await harness.status(handle)).status.value == "awaiting_approval":
+            if (await harness.status(handle)).status.value == "blocked":
                 break
             await asyncio.sleep(0.1)
-        assert (await harness.status(handle)).status.value == "awaiting_approval"
-        # Real time: a skip past the approval's wait would end the run before the gc looks.
+        assert (await harness.status(handle)).status.value == "blocked"
+        # Real time: a skip past the block's wait would end the run before the gc looks.
         with harness.env.auto_time_skipping_disabled():
             report = await _gc(harness, RetentionInput(repo=str(remote)))
             await handle.terminate("test over")
