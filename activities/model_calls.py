@@ -5,7 +5,7 @@ the conversation in the run's trajectory (docs/observability.md#the-trajectory).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,7 +80,7 @@ async def consult(
     return answered
 
 
-class _Record(NamedTuple):
+class CallRecord(NamedTuple):
     """A call's record, and where it goes when it is put on its ref."""
 
     origin: str
@@ -99,9 +99,9 @@ class CarriedCalls:
 
     def __init__(self, workspaces: CallRecords) -> None:
         self._workspaces = workspaces
-        self._records: dict[str, _Record] = {}
+        self._records: dict[str, CallRecord] = {}
 
-    def take(self, record: _Record) -> bool:
+    def take(self, record: CallRecord) -> bool:
         """Keep `record` for the step's result; False when the result is full (its
         records past CARRIED_STEP_CAP) and the record is to go to its ref."""
         held = sum(len(r.text.encode()) for n, r in self._records.items() if n != record.name)
@@ -117,14 +117,30 @@ class CarriedCalls:
         if isinstance(result, ModelOutput):
             calls = {**result.calls, **{name: r.text for name, r in self._records.items()}}
             return result.model_copy(update={"calls": calls})
-        await self.put_on_refs()
+        await put_on_refs(self._workspaces, self._records.values())
         return result
 
-    async def put_on_refs(self) -> None:
-        """Each record on its call's ref; those bound for one origin share a push."""
-        record = self._workspaces.record_call
-        await asyncio.gather(*(asyncio.to_thread(record, *r) for r in self._records.values()))
-        self._records.clear()
+    async def failed(self) -> None:
+        """The activity failed: its records on their refs."""
+        await put_on_refs_after_failure(self._workspaces, self._records.values(), "step")
+
+
+async def put_on_refs(workspaces: CallRecords, records: Iterable[CallRecord]) -> None:
+    """Each record on its call's ref; those bound for one origin share a push."""
+    record = workspaces.record_call
+    await asyncio.gather(*(asyncio.to_thread(record, *r) for r in records))
+
+
+async def put_on_refs_after_failure(
+    workspaces: CallRecords, records: Iterable[CallRecord], failed: str
+) -> None:
+    """`put_on_refs` for the records of a `failed` step, whose results never reach a
+    commit; the step's own failure is the one to report, so records that cannot be put
+    there are logged, not raised in its place."""
+    try:
+        await put_on_refs(workspaces, records)
+    except Exception as exc:
+        activity.logger.warning("could not record the calls of a failed %s: %s", failed, exc)
 
 
 # The current activity's carried calls (set around each activity by the worker,
@@ -161,7 +177,7 @@ async def _record(
     call_step = STEP_OF_ROLE[call.role]
     text = to_jsonl(trajectory(messages, call, instructions, call_step))
     name = call_name(step.iteration, call_step, step.call_index)
-    record = _Record(step.origin, step.run_id, name, text, datetime.now(UTC))
+    record = CallRecord(step.origin, step.run_id, name, text, datetime.now(UTC))
     carrier = CARRIED.get()
     if (
         carried

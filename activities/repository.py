@@ -9,6 +9,7 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import failing_at_once_when_origin_lacks, refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
+from loopworks.activities.model_calls import CallRecord, put_on_refs_after_failure
 from loopworks.checks import proof
 from loopworks.checks.redaction import redacted
 from loopworks.checks.runner import sandboxed
@@ -120,21 +121,13 @@ class RepositoryActivities:
 
     async def _calls_on_refs(self, request: RecordAndCloseInput) -> None:
         """A close that failed: the call records the run held for it on their refs, as a
-        failed step's are (activities/model_calls.py), so none goes with a run whose close
-        never succeeds. The close's own failure is the one to report."""
+        failed step's are, so none goes with a run whose close never succeeds."""
         when = request.committed_at
         if request.log is None or when is None:
             return
-        record, origin, run_id = self.deps.workspaces.record_call, request.origin, request.run_id
-        try:
-            await asyncio.gather(
-                *(
-                    asyncio.to_thread(record, origin, run_id, name, text, when)
-                    for name, text in request.log.calls.items()
-                )
-            )
-        except Exception as exc:
-            activity.logger.warning("could not record the calls of a failed close: %s", exc)
+        origin, run_id = request.origin, request.run_id
+        held = (CallRecord(origin, run_id, n, text, when) for n, text in request.log.calls.items())
+        await put_on_refs_after_failure(self.deps.workspaces, held, "close")
 
     async def _close(self, request: RecordAndCloseInput) -> CloseOutput:
         workspaces = self.deps.workspaces

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from loopworks.activities.model_calls import CARRIED, CarriedCalls
@@ -37,17 +36,8 @@ class _CarryingActivity(ActivityInboundInterceptor):
         try:
             result = await self.next.execute_activity(input)
         except BaseException:
-            await _put_on_refs(carried)
+            await carried.failed()
             raise
         finally:
             CARRIED.reset(token)
         return await carried.handed_back(result)
-
-
-async def _put_on_refs(carried: CarriedCalls) -> None:
-    """The records of a failed activity on their refs; the activity's own failure is the
-    one to report, so one that cannot be put there is logged, not raised in its place."""
-    try:
-        await carried.put_on_refs()
-    except Exception as exc:
-        activity.logger.warning("could not record the calls of a failed step: %s", exc)

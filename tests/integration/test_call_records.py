@@ -18,8 +18,8 @@ from temporalio.testing import ActivityEnvironment
 from loopworks.activities.model_calls import (
     CARRIED_CALL_CAP,
     CARRIED_STEP_CAP,
+    CallRecord,
     CarriedCalls,
-    _Record,
 )
 from loopworks.activities.repository import RepositoryActivities
 from loopworks.api.trajectory import run_trajectory
@@ -255,10 +255,10 @@ def test_a_step_hands_back_no_more_than_its_bound(tmp_path: Path) -> None:
     past 2 MB, and a PRODUCE audited at every tool call makes many."""
     carried = CarriedCalls(_ws(tmp_path))
     text = "x" * (CARRIED_CALL_CAP - 1)
-    taken = [carried.take(_Record("o", "r", f"01-audit-{n:03d}", text, WHEN)) for n in range(8)]
+    taken = [carried.take(CallRecord("o", "r", f"01-audit-{n:03d}", text, WHEN)) for n in range(8)]
     assert taken == [True] * (CARRIED_STEP_CAP // CARRIED_CALL_CAP) + [False] * 4
     # The same call again replaces its own record: it is not counted twice.
-    assert carried.take(_Record("o", "r", "01-audit-000", text, WHEN))
+    assert carried.take(CallRecord("o", "r", "01-audit-000", text, WHEN))
 
 
 def test_a_failed_attempts_record_on_its_ref_yields_to_the_retrys_committed_one(
