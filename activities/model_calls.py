@@ -166,10 +166,9 @@ async def _record(
     carried: bool = True,
 ) -> None:
     """The call's conversation, as a trajectory file of its own for the run's record: a
-    single-shot call changes no file of the run. On an origin the service did not create,
-    a step that carries its calls hands it back for the run's next commit (`CarriedCalls`);
-    otherwise it waits on a ref of its own on the run's origin until the run's close
-    commits it (workspace/call_records.py). `carried=False`: put on its ref whatever the
+    single-shot call changes no file of the run. A step that carries its calls hands it
+    back for the run's next commit (`CarriedCalls`); otherwise it goes to a ref of its own
+    on the run's origin (workspace/call_records.py). `carried=False`: put on its ref whatever the
     step, for a call whose step fails. A retried call rewrites its own record; one that
     cannot be recorded fails the step, as an agent's commit that cannot be published does."""
     if not step.origin:
@@ -184,8 +183,6 @@ async def _record(
         and step.carry_calls
         and carrier is not None
         and len(text.encode()) <= CARRIED_CALL_CAP
-        # Checking the origin may look its host up: not on the event loop.
-        and not await asyncio.to_thread(deps.workspaces.records_in_place, step.origin)
         and carrier.take(record)
     ):
         return

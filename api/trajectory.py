@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from fastapi import Response
 
@@ -22,6 +21,7 @@ from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.schemas.graph import GraphState
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import TRAJECTORY_DIR
+from loopworks.workspace.call_records import finished_later, record_finished
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
 from loopworks.workspace.runner import GitError
@@ -42,7 +42,7 @@ def run_trajectory(
         for name, text in workspaces.call_records(state.origin, state.run_id).items():
             # A call both on its ref and committed: the later record (a failed attempt's
             # stays on its ref, and the retry's is committed).
-            if name not in texts or _finished(text) >= _finished(texts[name]):
+            if name not in texts or finished_later(text, texts[name]):
                 texts[name] = text
     texts.update(carried or {})
     return _joined(list(texts.values()))
@@ -59,7 +59,8 @@ def graph_trajectory(workspaces: GitWorkspaces, state: GraphState) -> str:
 def _joined(texts: list[str]) -> str:
     """The files as one text, in the order their calls finished."""
     ordered = sorted(
-        (text if text.endswith("\n") else f"{text}\n" for text in texts if text), key=_finished
+        (text if text.endswith("\n") else f"{text}\n" for text in texts if text),
+        key=record_finished,
     )
     return "".join(ordered)
 
@@ -73,17 +74,6 @@ def read_trajectory(workspaces: GitWorkspaces, origin: str, commit: str) -> dict
             name = path.removeprefix(f"{TRAJECTORY_DIR}/").removesuffix(".jsonl")
             found[name] = workspaces.read_file(origin, commit, path) or ""
     return found
-
-
-def _finished(text: str) -> datetime:
-    """When a file's call finished: its first line's time (every line of a call is written
-    when it ends)."""
-    first = text.split("\n", 1)[0]
-    try:
-        when = datetime.fromisoformat(json.loads(first)["ts"])
-    except (ValueError, KeyError, TypeError):
-        return datetime.min.replace(tzinfo=UTC)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def latest_commit(workspaces: GitWorkspaces, state: RunState) -> str | None:

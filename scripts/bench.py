@@ -119,7 +119,7 @@ FAILING_RULES = [
         "severity": "fail",
         "check": {
             "kind": "command",
-            "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+            "command": "test $(( $(ls .loops/trajectory/*-produce.jsonl | wc -l) % 2 )) -eq 1",
         },
     },
 ]

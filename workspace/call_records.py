@@ -39,10 +39,11 @@ together in the next one (workspace/group_commit.py).
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tempfile
 from collections.abc import Hashable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
@@ -72,6 +73,9 @@ CALL_FILE_DIR = TRAJECTORY_DIR
 # A call's name, `<iteration>-<step>-<call>` (activities/model_calls.py): what tells a
 # call's file from an agent step's in that folder.
 CALL_NAME = re.compile(r"^[0-9]+-[a-z_]+-[0-9]+$")
+# A call's file is read back only to weigh it against another record of the call; a
+# record on a ref has no bound but the origin's.
+CALL_FILE_CAP = 64 << 20
 
 
 class _Lone(NamedTuple):
@@ -92,11 +96,6 @@ def call_path(name: str) -> str:
 
 
 class CallRecords(OriginReader):
-    def records_in_place(self, origin: str) -> bool:
-        """Whether a call's record on `origin` is written in place (the service's own
-        origin) rather than pushed there."""
-        return own_origin_store(self._local_origin(origin, reached_next=True)) is not None
-
     def record_call(self, origin: str, run_id: str, name: str, text: str, when: datetime) -> str:
         """Put `text` on origin as the trajectory of call `name` of the run; the object
         the call's ref then holds (a blob on the service's own origin, else a commit)."""
@@ -187,35 +186,53 @@ class CallRecords(OriginReader):
     def link_calls(
         self, workdir: Path, origin: str, run_id: str, names: Iterable[str]
     ) -> list[str]:
-        """Write the run's call records into its clone at `workdir`, for the commit that
-        closes the run, as `.loops/trajectory/<name>.jsonl`: those of the calls `names`
-        still on their refs (the workflow names every call it made: no listing of
-        origin's refs, which grow with every run), and those an earlier attempt of the
-        close put on the work ref (it also dropped their refs). Only on the service's own
-        origin: anywhere else the run's commits carry them (RunLog.calls). The names written,
-        sorted."""
+        """Write the run's call records still on their refs into its clone at `workdir`,
+        for the commit that closes the run, as `.loops/trajectory/<name>.jsonl`: those of
+        the calls `names` (the workflow names every call it made: no listing of origin's
+        refs, which grow with every run), and those an earlier attempt of the close put on
+        the work ref (it also dropped their refs). Where the clone already holds a call's
+        record (a commit of the run's carried it), the later of the two is kept
+        (`finished_later`). Only on the service's own origin: anywhere else a call's ref
+        stays where it is and is read from there. The names whose record the clone then
+        holds from here, sorted."""
         store = own_origin_store(self._local_origin(origin))
         if store is None:
             return []
         repo = open_repository(store.parent)
         linked = tree_of(repo, work_ref(run_id))
-        blobs = {} if linked is None else _call_files(repo, linked)
+        clone = open_repository(workdir)
+        in_clone = tree_of(clone, "HEAD")
+        committed = {} if in_clone is None else _call_files(clone, in_clone)
+        GIT_IN_PROCESS.add(["cat-file"])
+        found = {
+            name: repo[blob].read_raw()
+            for name, blob in ({} if linked is None else _call_files(repo, linked)).items()
+            if committed.get(name) != blob  # the clone's commit has it already
+        }
         prefix = calls_prefix(run_id)
         GIT_IN_PROCESS.add(["for-each-ref"])
         for name in names:
             ref = repo.references.get(f"{prefix}{name}") if CALL_NAME.match(name) else None
             blob = None if ref is None else _record_blob(repo, ref, name)
             if blob is not None:
-                # A call's ref is its latest record (a retried call moves it): it wins.
-                blobs[name] = blob
-        GIT_IN_PROCESS.add(["cat-file"])
-        for name, blob in sorted(blobs.items()):
-            files.write_bytes(workdir, call_path(name), repo[blob].read_raw())
-        return sorted(blobs)
+                text = repo[blob].read_raw()
+                if name not in found or finished_later(text, found[name]):
+                    found[name] = text
+        held_here = []
+        for name, text in sorted(found.items()):
+            path = call_path(name)
+            held = files.read_bytes(workdir, path, CALL_FILE_CAP, follow=False, missing=b"")
+            if held != text and (not held or finished_later(text, held)):
+                files.write_bytes(workdir, path, text)
+                held = text
+            if held == text:
+                held_here.append(name)
+        return held_here
 
     def linked_call_refs(self, repo: pygit2.Repository, run_id: str, commit: str) -> list[str]:
-        """The run's call refs whose record `commit` holds as the run's close links it:
-        the refs its branch's move may drop."""
+        """The run's call refs that `commit` makes redundant as the run's close links them:
+        those whose record it holds, or a later one of (a failed attempt's record, left on
+        its ref, and its retry's, committed). The refs its branch's move may drop."""
         tree = tree_of(repo, commit)
         if tree is None:
             return []
@@ -224,9 +241,33 @@ class CallRecords(OriginReader):
         dropped = []
         for name, blob in _call_files(repo, tree).items():
             found = repo.references.get(f"{prefix}{name}")
-            if found is not None and _record_blob(repo, found, name) == blob:
-                dropped.append(found.name)
+            on_ref = None if found is None else _record_blob(repo, found, name)
+            if found is None or on_ref is None:
+                continue
+            if on_ref != blob and finished_later(repo[on_ref].read_raw(), repo[blob].read_raw()):
+                continue  # the ref's is the later record: it stays to be read
+            dropped.append(found.name)
         return dropped
+
+
+def finished_later(one: str | bytes, other: str | bytes) -> bool:
+    """Whether record `one` of a call finished no earlier than `other` of the same call: a
+    failed attempt's record is left on its ref and its retry's committed, so both may be
+    found, and the later is the call's."""
+    return record_finished(one) >= record_finished(other)
+
+
+def record_finished(text: str | bytes) -> datetime:
+    """When a call's record was written: its first line's time (every line of a call is
+    written as it ends); the earliest time for a record that has none."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    first = text.split("\n", 1)[0]
+    try:
+        when = datetime.fromisoformat(json.loads(first)["ts"])
+    except (ValueError, KeyError, TypeError):
+        return datetime.min.replace(tzinfo=UTC)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _call_refs(repo: pygit2.Repository, prefix: str) -> dict[str, pygit2.Oid]:

@@ -66,6 +66,8 @@ from tests.integration.stack import bare_remote
 from tests.workflows.conftest import commit_all
 
 HERE = Path(__file__).parent
+# How many iterations a run's workspace shows: PRODUCE's trajectory is a file an iteration.
+PRODUCED = "ls .loops/trajectory/*-produce.jsonl | wc -l"
 log = logging.getLogger(__name__)
 
 # Touches every branch a run can take in one history: a REVISE from the critic, a
@@ -177,7 +179,10 @@ TWO_GROUP_RULES: list[dict[str, Any]] = [
         "id": "second-draft",
         "description": "Fails the first iteration",
         "severity": "fail",
-        "check": {"kind": "command", "command": "test $(ls .loops/trajectory | wc -l) -ge 3"},
+        "check": {
+            "kind": "command",
+            "command": "test $(ls .loops/trajectory/*-produce.jsonl | wc -l) -ge 2",
+        },
     },
     {
         "id": "reads-well",
@@ -321,7 +326,7 @@ async def _record_continued_run(client: Client, settings: Settings) -> WorkflowH
                     "description": "holds on odd iterations",
                     "check": {
                         "kind": "command",
-                        "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+                        "command": f"test $(( $({PRODUCED}) % 2 )) -eq 1",
                     },
                 },
             ],

@@ -283,3 +283,33 @@ def test_a_failed_attempts_record_on_its_ref_yields_to_the_retrys_committed_one(
         .state
     )
     assert run_trajectory(_ws(tmp_path, "reader"), state) == PLAN
+
+
+def test_on_the_own_origin_the_close_keeps_the_later_of_a_ref_and_a_committed_record(
+    tmp_path: Path,
+) -> None:
+    """A step that failed left its call's record on the call's ref; its retry's record of
+    the same call went with the run's next commit. The close keeps the retry's and drops
+    the stale ref; a ref newer than what was committed wins."""
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    failed = '{"ts":"2024-05-01T11:59:00","step":"plan","attempt":1}\n'
+    ws.record_call(origin, "run-1", "01-plan-001", failed, WHEN)
+    newer = HYDRATE.replace("12:00:00", "12:05:00")
+    ws.record_call(origin, "run-1", "00-hydrate-001", newer, WHEN)
+    workdir = ws.checkout("run-1", origin, base)
+    (workdir / ".loops" / "trajectory").mkdir(parents=True)
+    (workdir / ".loops" / "trajectory" / "01-plan-001.jsonl").write_text(PLAN)
+    (workdir / ".loops" / "trajectory" / "00-hydrate-001.jsonl").write_text(HYDRATE)
+    produced = ws.commit(workdir, "iteration 1 · produce", WHEN)
+    ws.publish(workdir, "run-1", produced)
+
+    closed = _close(_ws(tmp_path, "closer"), origin, "run-1", produced)
+
+    def committed(name: str) -> str:
+        return git(f"--git-dir={origin}", "show", f"{closed}:.loops/trajectory/{name}.jsonl")
+
+    assert f"{committed('01-plan-001')}\n" == PLAN
+    assert f"{committed('00-hydrate-001')}\n" == newer
+    assert _call_refs(origin, "run-1") == {}

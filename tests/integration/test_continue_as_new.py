@@ -27,7 +27,7 @@ RULES = [
         "description": "holds on odd iterations",
         "check": {
             "kind": "command",
-            "command": "test $(( $(ls .loops/trajectory | wc -l) % 4 )) -eq 1",
+            "command": "test $(( $(ls .loops/trajectory/*-produce.jsonl | wc -l) % 2 )) -eq 1",
         },
     },
 ]

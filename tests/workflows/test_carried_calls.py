@@ -1,6 +1,7 @@
-"""On a user's repository, a run's single-shot calls come back in their steps' results and
-are committed with the run's next commit: no push and no ref of their own. Until then the
-workflow holds them, and the run's trajectory serves them from there."""
+"""A run's single-shot calls come back in their steps' results and are committed with the
+run's next commit, on the service's own origin as on a user's repository: no ref of their
+own, and there no push. Until then the workflow holds them, and the run's trajectory
+serves them from there."""
 
 from __future__ import annotations
 
@@ -36,13 +37,16 @@ def _call_files(repo: Path, branch: str) -> set[str]:
     return {name.removesuffix(".jsonl") for name in listed if CALL_NAME.match(name[:-6])}
 
 
-async def test_a_run_on_a_users_repository_commits_its_calls_with_its_work(
-    harness: LoopHarness, repo: Path
+@pytest.mark.parametrize("origin", ["own", "users"])
+async def test_a_run_commits_its_calls_with_its_work(
+    harness: LoopHarness, repo: Path, origin: str
 ) -> None:
+    if origin == "own":
+        repo = harness.origin  # the embedded default: no `repo` given
     async with harness.worker():
         handle = await harness.start(
             task="Write a guide",
-            repo=str(repo),
+            repo=str(repo) if origin == "users" else None,
             rules=[TITLE_RULE, CLEAR_RULE],
             max_iterations=1,
             mode="interactive",
