@@ -1,10 +1,9 @@
 """A run's trajectory: every model call's JSON lines (docs/observability.md#the-trajectory).
 
 The agents' (PRODUCE, REFINE, QA, the skill generator) are committed with their work on the
-run's branch. The single-shot calls' join them: on the service's own origin each waits on a
-ref of its own until the run's close commits it; on any other a live run holds them for its
-next commit (the workflow answers them to a query), and those too large to hold, or of a
-step that failed, stay on their refs (workspace/call_records.py). Served as one text, a
+run's branch. The single-shot calls' join them: a live run holds them for its next commit
+(the workflow answers them to a query), and those too large to hold, or of a step that
+failed, wait on refs of their own (workspace/call_records.py). Served as one text, a
 file at a time in the order the calls finished (each file's first line's time),
 `loop_type: task` and `loop_type: skill` alike. A task graph's own calls (its task
 planner's) are recorded under the graph's id."""

@@ -160,9 +160,9 @@ class ModelStep(BaseModel):
     allowance: Allowance | None = None
     carry_calls: bool = Field(
         default=False,
-        description="on an origin the service did not create, hand the single-shot calls' "
-        "records back in the step's result for the run's next commit, instead of pushing "
-        "each to a ref of its own (workspace/call_records.py)",
+        description="hand the single-shot calls' records back in the step's result for "
+        "the run's next commit, instead of putting each on a ref of its own "
+        "(workspace/call_records.py)",
     )
 
 

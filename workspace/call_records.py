@@ -1,39 +1,38 @@
-"""The trajectories of single-shot model calls, kept on the run's origin beside its work.
+"""The trajectories of single-shot model calls that no commit of the run's carries.
 
 A structured call (the hydrator, the evaluator, the critics, ...) changes no file of the
-run, so no commit of the run's is there to carry it when it ends. Its record waits on a
-ref of its own, `refs/loopworks/_trajectory/<run id>/_/<name>`, until the run's close
-commits it with the rest of the run's record (`link_calls`). The ref is named by the call
-(iteration, step, the role's call count), so a retried call moves its own ref and no two
-calls touch the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be
-run ids or their segments (those start with a letter or digit), so these refs never
-collide with a run's work ref.
+run. Its step hands its record back to the workflow, which commits it with the run's next
+commit (RunLog.calls, activities/model_calls.py). What cannot go that way comes here: a
+record too large to carry in workflow history, one of a step that failed (its result
+never reaches a commit), and a task graph's or a skill session's own. Each waits on a ref
+of its own, `refs/loopworks/_trajectory/<run id>/_/<name>`, named by the call (iteration,
+step, the role's call count), so a retried call moves its own ref and no two calls touch
+the same one: concurrent calls need no lock. `_trajectory` and `_` cannot be run ids or
+their segments (those start with a letter or digit), so these refs never collide with a
+run's work ref.
 
-On the origin this service created (the embedded default, workspace/stores.py) a call's
-record is one blob written in place and its ref points at it: no tree, no commit, no
-push. The ref keeps it reachable however long the run then waits (an approval, a pause, a
-block), where an object no ref reaches is git's to prune two weeks on (`gc --auto`, which
-the close runs there). The workflow names every call it makes (RunMemory.recorded_calls)
-and hands the names to the run's close, which writes those records into the commit it
-closes with, as `.loops/trajectory/<name>.jsonl` beside the agents' files, and drops their
-refs in the same ref transaction that moves the run's branch (workspace/commits.py): a
-finished run leaves no call ref there, and nothing lists origin's refs, which grow with
-every run. A retried close finds what the earlier attempt moved onto the work ref in that
-commit's tree. A call the workflow did not name (a task graph's own, a run's made before
-runs named them) stays on its ref, and is read from there.
+On the origin this service created (the embedded default, workspace/stores.py) a record
+is one blob written in place and its ref points at it: no tree, no commit, no push. The
+ref keeps it reachable however long the run then waits (an approval, a pause, a block),
+where an object no ref reaches is git's to prune two weeks on (`gc --auto`, which the
+close runs there). The workflow names every call it makes (RunMemory.recorded_calls) and
+hands the names to the run's close, which writes those still on refs into the commit it
+closes with, beside the carried ones, and drops their refs in the same ref transaction
+that moves the run's branch (workspace/commits.py): a finished run leaves no call ref
+there, and nothing lists origin's refs, which grow with every run. A retried close finds
+what the earlier attempt moved onto the work ref in that commit's tree. A call both on a
+ref and committed (a failed attempt's, then its retry's) is the later of the two
+(`finished_later`). A call the workflow did not name (a task graph's own, a run's made
+before runs named them) stays on its ref, and is read from there.
 
-Any other origin is pushed to, so a run's steps hand their calls' records back to the
-workflow instead, which commits them with the run's next commit (RunLog.calls,
-activities/model_calls.py): none comes here but a record too large to carry in workflow
-history, one of a step that failed, and a task graph's or a skill session's own. Each of
-those stays what it was: a parentless commit holding the one file, pushed to the call's
-ref from a scratch repository, and left there (a busy origin holds thousands of them: the
-caches of a remote origin that steps and the API read from fetch its branches and work
-refs without them, workspace/origin.py; reading a run's trajectory fetches that run's
-call refs alone). Call refs are kept on
-origin as the run's work refs are (docs/operations.md#retention). A push is several git
-processes, so the records a worker has for one origin while a push to it runs go
-together in the next one (workspace/group_commit.py).
+Any other origin is pushed to: a record is a parentless commit holding the one file,
+pushed to the call's ref from a scratch repository, and left there (a busy origin holds
+thousands of them: the caches of a remote origin that steps and the API read from fetch
+its branches and work refs without them, workspace/origin.py; reading a run's trajectory
+fetches that run's call refs alone). Call refs are kept on origin as the run's work refs
+are (docs/operations.md#retention). A push is several git processes, so the records a
+worker has for one origin while a push to it runs go together in the next one
+(workspace/group_commit.py).
 """
 
 from __future__ import annotations
