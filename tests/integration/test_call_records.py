@@ -28,6 +28,7 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import RecordAndCloseInput, RunLog
 from loopworks.worker.build import build_deps
+from loopworks.workspace import files
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
 from tests.integration.stack import GitCalls, bare_remote, git
@@ -313,3 +314,23 @@ def test_on_the_own_origin_the_close_keeps_the_later_of_a_ref_and_a_committed_re
     assert f"{committed('01-plan-001')}\n" == PLAN
     assert f"{committed('00-hydrate-001')}\n" == newer
     assert _call_refs(origin, "run-1") == {}
+
+
+def test_the_close_neither_reads_nor_writes_through_a_link_where_a_record_goes(
+    tmp_path: Path,
+) -> None:
+    """A command of the run's left a symlink where a call's record is to be linked, to a
+    forged record that would win on its time: the close refuses it."""
+    ws = _ws(tmp_path)
+    origin = ws.ensure_default_origin(tmp_path / "data" / "origin.git")
+    _, base = ws.resolve_base(origin, None)
+    ws.record_call(origin, "run-1", "01-plan-001", PLAN, WHEN)
+    forged = '{"ts":"2999-01-01T00:00:00","step":"forged"}\n'
+    workdir = ws.checkout("run-1", origin, base)
+    (workdir / ".loops" / "trajectory").mkdir(parents=True)
+    (workdir / "forged.jsonl").write_text(forged)
+    (workdir / ".loops" / "trajectory" / "01-plan-001.jsonl").symlink_to("../../forged.jsonl")
+
+    with pytest.raises(files.Refused):
+        ws.link_calls(workdir, origin, "run-1", NAMES)
+    assert (workdir / "forged.jsonl").read_text() == forged
