@@ -365,6 +365,7 @@ async def one_run(client: Client, queue: str, repo: str | None = None) -> RunFig
 @dataclass
 class HistoryFigures:
     events: int
+    size: int  # bytes of its events as the server stores them (payloads as encoded)
     activities: Counter[str]  # activities run, by type
     local: Counter[str]  # those of them run as local activities
 
@@ -374,6 +375,7 @@ async def read_history(client: Client, run_id: str) -> HistoryFigures:
     ran = activities_run(history)
     return HistoryFigures(
         events=len(history.events),
+        size=sum(event.ByteSize() for event in history.events),
         activities=Counter(name for name, _ in ran),
         local=Counter(name for name, local in ran if local),
     )
@@ -579,6 +581,7 @@ async def main(
     print(f"run latency median   {statistics.median(latencies):.2f} s")
     print(f"run latency max      {latencies[-1]:.2f} s")
     print(f"history events/run   {statistics.mean(h.events for h in histories):.0f}")
+    print(f"history size/run     {statistics.mean(h.size for h in histories) / 1024:.0f} KiB")
     activities = sum((h.activities for h in histories), Counter[str]())
     local = sum((h.local for h in histories), Counter[str]()).total() / runs
     print(

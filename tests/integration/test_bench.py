@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 
 FIGURES = [
     "history events/run",
+    "history size/run",
     "activities/run",
     "one run alone",
     "slowdown (median)",
