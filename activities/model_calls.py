@@ -93,7 +93,8 @@ class CallRecord(NamedTuple):
 class CarriedCalls:
     """The records of the single-shot calls an activity makes for a step that carries
     them (`ModelStep.carry_calls`): handed back in the step's result (`ModelOutput.calls`)
-    for the run's next commit, instead of a push each (docs/observability.md#the-trajectory).
+    for the run's next commit, instead of a ref (and off the service's own origin, a push)
+    each (docs/observability.md#the-trajectory).
     What cannot be handed back (the activity failed, or its result is no model step's) is
     put on the calls' refs as any other record is: no record is lost either way."""
 
@@ -168,8 +169,8 @@ async def _record(
     """The call's conversation, as a trajectory file of its own for the run's record: a
     single-shot call changes no file of the run. A step that carries its calls hands it
     back for the run's next commit (`CarriedCalls`); otherwise it goes to a ref of its own
-    on the run's origin (workspace/call_records.py). `carried=False`: put on its ref whatever the
-    step, for a call whose step fails. A retried call rewrites its own record; one that
+    on the run's origin (workspace/call_records.py). `carried=False`: put on its ref
+    whatever the step, for a call whose step fails. A retried call rewrites its own record; one that
     cannot be recorded fails the step, as an agent's commit that cannot be published does."""
     if not step.origin:
         return  # a step sent before every call was recorded

@@ -37,8 +37,8 @@ class RunMemory(BaseModel):
     calls: dict[Role, int] = Field(default_factory=dict, description="model calls per role")
     recorded_calls: list[str] = Field(
         default_factory=list,
-        description="the names of the single-shot calls made (`01-plan-002`): their records "
-        "wait on refs of their own until the close commits them (workspace/call_records.py)",
+        description="the names of the single-shot calls made (`01-plan-002`): the close "
+        "looks up those still on refs of their own (workspace/call_records.py)",
     )
     carried_calls: dict[str, str] = Field(
         default_factory=dict,
