@@ -415,6 +415,34 @@ async def test_stopping_a_graph_stops_its_loops_and_they_still_push(
         assert git_show(harness, loop.state.branch, ".loops/insights.json")  # still pushed
 
 
+async def test_a_stopped_graph_starts_no_task_when_its_history_is_long(
+    harness: LoopHarness,
+) -> None:
+    """The stopped loop ends with no other running and the history past its limit: the
+    graph must finish stopped there, not continue as new and start the next task."""
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
+        handle = await start_graph(
+            harness,
+            [task("T-001"), task("T-002")],
+            continue_as_new_after_events=10,
+            max_parallel=1,
+        )
+        while not any(t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        await handle.signal(TaskGraphWorkflow.stop, "enough")
+        # Until it ends or starts the other task (the query follows a new execution).
+        for _ in range(600):
+            state = await handle.query(TaskGraphWorkflow.status)
+            if state.status.is_terminal or all(t.run_ids for t in state.tasks):
+                break
+            await asyncio.sleep(0.1)
+
+    assert [t for t in state.tasks if not t.run_ids], "a task started after the graph was stopped"
+    assert state.status == GraphStatus.STOPPED, state.message
+    assert state.message == "a stop was requested: enough"
+
+
 async def test_a_stop_that_arrives_while_the_graph_saves_its_ledger_stops_its_loops(
     harness: LoopHarness,
 ) -> None:

@@ -243,9 +243,13 @@ class TaskGraphWorkflow:
         while True:
             limit = self._params.continue_as_new_after_events
             if not self._running and self._record.notifier.idle and history_is_long(limit):
-                # No loop is running: the graph's whole memory goes to a fresh history.
+                # No loop is running: the graph's whole memory goes to a fresh history. A
+                # stopped graph ends here instead: a fresh history would not know of the stop.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._params.model_copy(update={"memory": self._memory}))
+                if not (self._stop_requested and workflow.patched("graph-stop-ends-it-here")):
+                    workflow.continue_as_new(
+                        self._params.model_copy(update={"memory": self._memory})
+                    )
             if not self._stop_requested and not self._memory.paused:
                 for task_id in decide.startable(
                     [t.task for t in state.tasks],
