@@ -157,6 +157,7 @@ class LoopWorkflow:
 
         # Every run that got a workspace reflects and pushes what it has, stopped or not.
         self._steering.finalizing = True
+        self._steering.end_holds()
         if memory.commit:
             reflected = await self._do.reflect()
             await self._do.learning.learn(reflected)

@@ -74,6 +74,7 @@ class Steering(OnRecord):
         return self.state
 
     def check_clear_block(self) -> None:
+        self._refuse_once_ending()
         if not self.state.blocked:
             raise ValueError(f"run is not blocked (status {self.state.status.value})")
 
@@ -84,7 +85,8 @@ class Steering(OnRecord):
         return self.state
 
     def check_pause(self) -> None:
-        if self.memory.paused or self.stop_requested or self.state.status.is_terminal:
+        self._refuse_once_ending()
+        if self.memory.paused or self.state.status.is_terminal:
             raise ValueError(f"run cannot be paused (status {self.state.status.value})")
 
     def resume(self) -> RunState:
@@ -96,8 +98,18 @@ class Steering(OnRecord):
         return self.state
 
     def check_resume(self) -> None:
+        self._refuse_once_ending()
         if not self.memory.paused:
             raise ValueError(f"run is not paused (status {self.state.status.value})")
+
+    def _refuse_once_ending(self) -> None:
+        """Once a stop is asked for or the loop has ended, nothing is held again or
+        released: the run reflects and pushes what it has (docs/loop.md#control)."""
+        if self.stop_requested or self.finalizing:
+            raise ValueError(
+                f"run is ending (status {self.state.status.value}): it reflects and pushes "
+                "what it has, then stops"
+            )
 
     def approve(self, approval: Approval) -> RunState:
         """Interactive mode: confirm criteria and max iterations, possibly edited."""
@@ -185,6 +197,21 @@ class Steering(OnRecord):
             raise Stopped()
         if self.state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
             self.record.set_status(RunStatus.RUNNING)
+
+    def end_holds(self) -> None:
+        """The loop has ended: a block or a pause it was held in holds it no longer, while
+        it reflects and pushes. The block's write-up stays, in `block`, no longer live."""
+        held = self.state.blocked or self.state.status in (RunStatus.BLOCKED, RunStatus.PAUSED)
+        # Its status and search attributes change: commands a run before did not give.
+        if not (held and workflow.patched("holds-end-with-the-loop")):
+            return
+        self.state.blocked = False
+        self.state.block = self.state.block.model_copy(update={"blocked": False})
+        self.wait_at(None)
+        if self.state.status in (RunStatus.BLOCKED, RunStatus.PAUSED):
+            self.record.set_status(RunStatus.RUNNING)
+        else:
+            self.record.sync_search_attributes()
 
     def wait_at(self, gate: Gate | None) -> None:
         """Show the gate the run waits at (None: it waits at none); only the state

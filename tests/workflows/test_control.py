@@ -10,7 +10,9 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from loopworks.schemas.run import Approval, RunStatus, StopReason
 from loopworks.workflows.loop import LoopWorkflow
+from loopworks.workflows.search_attributes import LOOP_BLOCKED
 from tests.workflows.conftest import LoopHarness, names
+from tests.workflows.test_audit import BLOCK
 from tests.workflows.test_loop import IMPOSSIBLE_RULE, TITLE_RULE, wait_for
 
 pytestmark = pytest.mark.workflow
@@ -131,3 +133,62 @@ async def test_long_run_continues_as_new_and_keeps_status_and_events(
     )
     assert flow.count("evaluation_done") == 3
     assert state.usage.calls > 0
+
+
+async def test_a_stop_while_blocked_ends_the_block_and_nothing_holds_the_run_again(
+    harness: LoopHarness,
+) -> None:
+    """Stopped while the custodiet's block holds it, a run reads `running` while it
+    reflects and pushes, then `stopped`, no longer blocked (its write-up kept); a
+    `clear_block` or `pause` then is refused, as is a `pause` once the loop has ended."""
+    script = {"custodiet": {"1": BLOCK}, "reflector": {"1": {"delay_ms": 3000}}}
+    async with harness.worker(script):
+        handle = await harness.start(task="Write a guide", audit_probability=1.0)
+
+        async def blocked() -> bool:
+            return (await harness.status(handle)).status == RunStatus.BLOCKED
+
+        await wait_for(blocked)
+        await handle.signal(LoopWorkflow.stop, "not worth it")
+
+        async def reflecting() -> bool:
+            return (await harness.status(handle)).current_step.value == "REFLECT"
+
+        await wait_for(reflecting)
+        during = await harness.status(handle)
+        for update in (LoopWorkflow.clear_block, LoopWorkflow.pause):
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await (
+                    handle.execute_update(update, "late")
+                    if update is LoopWorkflow.clear_block
+                    else handle.execute_update(update)
+                )
+            assert "run is ending" in str(refused.value.cause)
+        final = (await handle.result()).state
+        listed = (await handle.describe()).typed_search_attributes.get(LOOP_BLOCKED)
+        events = names(await harness.events(handle))
+
+    assert during.status == RunStatus.RUNNING and not during.blocked
+    assert final.status == RunStatus.STOPPED and final.stop_reason == StopReason.USER_STOP
+    assert not final.blocked and not final.block.blocked
+    assert final.block.reason  # the write-up a person reads is still there
+    assert listed is False
+    assert "block_cleared" not in events and "paused" not in events
+
+
+async def test_pause_is_refused_once_the_loop_has_ended(harness: LoopHarness) -> None:
+    async with harness.worker({"reflector": {"1": {"delay_ms": 3000}}}):
+        handle = await harness.start(task="Write a guide")
+
+        async def reflecting() -> bool:
+            return (await harness.status(handle)).current_step.value == "REFLECT"
+
+        await wait_for(reflecting)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(LoopWorkflow.pause)
+        final = (await handle.result()).state
+        events = names(await harness.events(handle))
+
+    assert "run is ending" in str(refused.value.cause)
+    assert final.status == RunStatus.COMPLETED
+    assert "paused" not in events
