@@ -35,6 +35,9 @@ class RuleOwner(StrEnum):
 
 # A rule that sets no weight weighs by its severity (docs/loop.md#scoring).
 DEFAULT_WEIGHT: dict[Severity, float] = {Severity.FAIL: 2.0, Severity.WARN: 1.0, Severity.INFO: 0.0}
+# The most a rule may weigh: a score is a ratio of sums of weights, which a weight near the
+# largest float would make infinite over infinite, no score at all.
+MAX_WEIGHT = 100.0
 
 
 # What a rule id may hold; any other id is slugified by `normalise_rule_id`.
@@ -197,9 +200,10 @@ class Rule(BaseModel):
     weight: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_WEIGHT,
         description="The rule's share of the score (score = weight of the passed active "
-        "rules / weight of all active rules). Null derives it from severity: `fail` 2, "
-        "`warn` 1, `info` 0.",
+        "rules / weight of all active rules), at most 100. Null derives it from severity: "
+        "`fail` 2, `warn` 1, `info` 0.",
     )
     phase: Phase = Field(
         default=Phase.A,

@@ -277,3 +277,37 @@ async def test_a_422_does_not_echo_a_large_value_whole(api: httpx.AsyncClient) -
     # Small values are echoed as they were.
     small = await api.post("/runs", json={"task": "t", "max_iterations": 21})
     assert small.json()["detail"][0]["input"] == 21
+
+
+def _rule(rule_id: str, weight: str) -> str:
+    return (
+        f'{{"id": "{rule_id}", "description": "has a title", "weight": {weight},'
+        ' "check": {"kind": "pattern", "file": "artifact.md", "pattern": "#"}}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        pytest.param("/runs", '{"task": "t", "thresholds": {"A": NaN}}', "body.thresholds.A"),
+        pytest.param("/runs", '{"task": "t", "thresholds": {"A": Infinity}}', "body.thresholds.A"),
+        pytest.param("/runs", '{"task": "t", "audit_probability": -Infinity}', "body.audit"),
+        pytest.param("/graphs", '{"goal": "g", "audit_probability": NaN}', "body.audit"),
+        # Two rules of the largest weights would score inf / inf: a run stuck for good.
+        pytest.param(
+            "/runs",
+            f'{{"task": "t", "rules": [{_rule("a", "1e308")}, {_rule("b", "1e308")}]}}',
+            "body.rules",
+        ),
+        pytest.param(
+            "/runs", f'{{"task": "t", "rules": [{_rule("a", "Infinity")}]}}', "body.rules"
+        ),
+    ],
+)
+async def test_numbers_json_has_not_or_no_score_can_hold_are_a_422(
+    api: httpx.AsyncClient, path: str, body: str, field: str
+) -> None:
+    """NaN and Infinity are no JSON, though Python's parser reads them: a 422 that echoes
+    them as sent, never a 500 for a response that cannot hold them."""
+    response = await api.post(path, content=body, headers={"Content-Type": "application/json"})
+    _assert_names(response, field)
