@@ -168,7 +168,9 @@ async def resume(handle: GraphHandle) -> GraphState:
 
 
 async def approve(handle: GraphHandle, approval: GraphApproval) -> GraphState:
-    return await _update(handle, "approve", TaskGraphWorkflow.approve, approval)
+    return await _update(
+        handle, "approve", TaskGraphWorkflow.approve, redaction.graph_approval(approval)
+    )
 
 
 async def _update(handle: GraphHandle, action: str, update: Any, *args: Any) -> GraphState:

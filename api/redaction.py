@@ -27,8 +27,8 @@ from typing import TypeVar, overload
 
 from loopworks.api.tokens import ApiToken
 from loopworks.checks.redaction import redact, redacted, remember, settings_secrets, worker_secrets
-from loopworks.schemas.graph import GraphRequest
-from loopworks.schemas.run import RunRequest
+from loopworks.schemas.graph import GraphApproval, GraphRequest
+from loopworks.schemas.run import Approval, RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import Task
 
@@ -77,6 +77,18 @@ def graph_request(request: GraphRequest) -> GraphRequest:
     secrets = worker_secrets()
     tasks = None if request.tasks is None else [_task(task, secrets) for task in request.tasks]
     return request.model_copy(update={"goal": redact(request.goal, secrets), "tasks": tasks})
+
+
+def approval(approval: Approval) -> Approval:
+    """A run's approval with its note redacted (its rules and commands as written)."""
+    return approval.model_copy(update={"note": prose(approval.note)})
+
+
+def graph_approval(approval: GraphApproval) -> GraphApproval:
+    """A graph's approval with its note and each edited task's texts redacted."""
+    secrets = worker_secrets()
+    tasks = None if approval.tasks is None else [_task(task, secrets) for task in approval.tasks]
+    return approval.model_copy(update={"note": prose(approval.note), "tasks": tasks})
 
 
 def _task(task: Task, secrets: frozenset[str]) -> Task:

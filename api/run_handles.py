@@ -299,8 +299,9 @@ async def resume(handle: LoopHandle) -> RunState:
 
 
 async def approve(handle: LoopHandle, approval: Approval) -> RunState:
+    redacted = redaction.approval(approval)
     return await update(
         handle,
         "approve",
-        lambda: handle.execute_update(LoopWorkflow.approve, approval, rpc_timeout=UPDATE_TIMEOUT),
+        lambda: handle.execute_update(LoopWorkflow.approve, redacted, rpc_timeout=UPDATE_TIMEOUT),
     )
