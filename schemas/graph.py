@@ -5,8 +5,9 @@ dependency order, with one ledger and one merge queue. The request, the graph's 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from loopworks.schemas.notify import NotifyPlan, NotifyRequest
 from loopworks.schemas.payloads import NotifyFailedPayload
@@ -24,8 +25,23 @@ def task_loop_id(graph_id: str, task_id: str, attempt: int) -> str:
     return f"{graph_id}/{task_id}/{attempt}"
 
 
+class RequestedTask(Task):
+    """A task as a client writes it: a field `Task` does not know is a mistake to name
+    (a 422), not one to drop without a word."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, value: Any) -> Any:
+        # A `Task` a program hands over (the CLI's edit, a test) is one as written too.
+        return value.model_dump() if isinstance(value, Task) else value
+
+
 class GraphRequest(BaseModel):
     """`POST /graphs`: a goal, and optionally the tasks already split."""
+
+    model_config = ConfigDict(extra="forbid")
 
     goal: str = Field(min_length=1, max_length=20_000, description="what the graph achieves")
     repo: str | None = Field(default=None, description="URL or path of a git repository")
@@ -34,7 +50,7 @@ class GraphRequest(BaseModel):
     mode: Mode = Field(
         default=Mode.AUTO, description="`interactive`: wait for approve before any task"
     )
-    tasks: list[Task] | None = Field(
+    tasks: list[RequestedTask] | None = Field(
         default=None, description="the tasks, validated like a planner's; none: plan them"
     )
     prep_package: PrepUpload | None = Field(
@@ -149,7 +165,9 @@ class GraphState(BaseModel):
 class GraphApproval(BaseModel):
     """Interactive mode: start the tasks, possibly an edited list of them."""
 
-    tasks: list[Task] | None = None
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[RequestedTask] | None = None
     note: str | None = Field(default=None, max_length=2000)
 
 

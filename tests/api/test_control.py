@@ -139,6 +139,34 @@ async def test_bad_approval_is_422_naming_the_field(body: dict[str, Any], field:
     assert fake.handle(RUN).updates == []
 
 
+_TASK = {
+    "id": "T-001",
+    "title": "Write part one",
+    "description": "Write part one of the guide.",
+    "acceptance_criteria": ["Part one is written"],
+    "verification_command": "test -f artifact.md",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # A mistyped edit would approve the plan unedited.
+        ({"taks": [_TASK]}, "body.taks"),
+        ({"tasks": [{**_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"),
+    ],
+)
+async def test_a_graph_approval_with_a_field_it_does_not_know_is_422(
+    body: dict[str, Any], field: str
+) -> None:
+    fake = FakeClient()
+    async for http in _http(fake):
+        response = await http.post("/graphs/graph-1/approve", json=body)
+        assert response.status_code == 422, response.text
+        assert field in response.json()["message"]
+    assert fake.handle("graph-1").updates == []
+
+
 # --- Idempotency-Key ----------------------------------------------------------------
 
 

@@ -311,3 +311,26 @@ async def test_numbers_json_has_not_or_no_score_can_hold_are_a_422(
     them as sent, never a 500 for a response that cannot hold them."""
     response = await api.post(path, content=body, headers={"Content-Type": "application/json"})
     _assert_names(response, field)
+
+
+_TASK = {
+    "id": "T-001",
+    "title": "Write part one",
+    "description": "Write part one of the guide.",
+    "acceptance_criteria": ["Part one is written"],
+    "verification_command": "test -f artifact.md",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # Mistyped, a limit the client set would be the operator's default instead.
+        pytest.param({"goal": "g", "totl_budget": {"max_cost_usd": 5}}, "body.totl_budget"),
+        pytest.param({"goal": "g", "tasks": [{**_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"),
+    ],
+)
+async def test_a_graph_request_with_a_field_it_does_not_know_is_422(
+    api: httpx.AsyncClient, body: dict[str, Any], field: str
+) -> None:
+    _assert_names(await api.post("/graphs", json=body), field)
