@@ -212,10 +212,24 @@ _RPC_STATUS = {
 }
 
 
+# How Temporal refuses a workflow's input, or a message, over its payload limit (2 MB by
+# default): what the client sent is too large, which no retry mends.
+_OVER_BLOB_LIMIT = "Blob data size exceeds limit"
+TOO_LARGE_FOR_TEMPORAL = (
+    "the request is more than Temporal holds in one workflow input or message (2 MB by "
+    "default): send less (fewer or shorter criteria, rules or tasks, a smaller prep package)"
+)
+
+
 async def _rpc_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RPCError)
     if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
         return await _api_error(request, TemporalBusy())
+    if exc.status == RPCStatusCode.INVALID_ARGUMENT and _OVER_BLOB_LIMIT in exc.message:
+        return JSONResponse(
+            status_code=status.HTTP_413_CONTENT_TOO_LARGE,
+            content={"detail": TOO_LARGE_FOR_TEMPORAL},
+        )
     code, message = _RPC_STATUS.get(
         exc.status, (status.HTTP_502_BAD_GATEWAY, f"Temporal error: {exc.message}")
     )

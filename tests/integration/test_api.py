@@ -288,6 +288,18 @@ def test_messages_to_a_running_run(service: Service) -> None:
     assert again.status_code == 409, again.text
 
 
+def test_a_request_too_large_for_temporal_is_413_and_starts_nothing(service: Service) -> None:
+    """Within the API's body limit (8 MiB) but over what the dev server holds as a
+    workflow's input (2 MB): Temporal's refusal, as a 413 the client can act on."""
+    criteria = [f"Criterion {i}: " + "x" * 60_000 for i in range(50)]
+    response = service.http.post(
+        "/runs", json={"task": "Write a guide with these criteria", "acceptance_criteria": criteria}
+    )
+    assert response.status_code == 413, response.text[:500]
+    assert "more than Temporal holds" in response.json()["detail"]
+    assert "Write a guide with these" not in service.http.get("/runs").text
+
+
 UNKNOWN = "no-such-run-20250101-000000-abcdef"
 
 
