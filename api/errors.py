@@ -19,6 +19,8 @@ from temporalio.client import RPCTimeoutOrCancelledError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from loopworks.checks.redaction import redacted, worker_secrets
+
 log = logging.getLogger("loopworks.api")
 
 
@@ -162,10 +164,9 @@ async def _validation(request: Request, exc: Exception) -> JSONResponse:
         {**error, "input": _echoed(error["input"])} if "input" in error else error
         for error in jsonable_encoder(errors)
     ]
-    return JSONResponse(
-        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-        content={"detail": detail, "message": message},
-    )
+    # What was sent comes back redacted like any answer: a pasted token, a URL's password.
+    content = redacted({"detail": detail, "message": message}, worker_secrets())
+    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content=content)
 
 
 # FastAPI echoes each invalid value whole (for a missing field, the whole body): a 3 MB
@@ -196,7 +197,7 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return JSONResponse(
         status_code=exc.status_code,
-        content={"detail": exc.message, **exc.fields},
+        content=redacted({"detail": exc.message, **exc.fields}, worker_secrets()),
         headers=exc.headers or None,
     )
 
