@@ -176,6 +176,19 @@ def decide(
     return Decision(Next.REFINE, stagnation_count=count)
 
 
+def stop_message(reason: StopReason, evaluation: Evaluation, max_iterations: int) -> str:
+    """Why a loop that did not pass stopped, and where it stood: the run's `stop.message`
+    and its `stopped` event's."""
+    where = f"phase {evaluation.phase.value} scored {evaluation.score} of {evaluation.threshold}"
+    blockers = evaluation.failed_blockers
+    failing = f", failing {', '.join(blockers)}" if blockers else ""
+    if reason == StopReason.ITERATION_LIMIT:
+        return f"the iteration limit ({max_iterations}) was reached: {where}{failing}"
+    if reason == StopReason.STAGNATION:
+        return f"no progress in {STAGNATION_LIMIT} evaluations in a row: {where}{failing}"
+    return f"{reason.value}: {where}{failing}"
+
+
 def is_success(reason: StopReason) -> bool:
     """A stop that completes the run (and so goes to QA first)."""
     return STATUS_FOR_REASON[reason] == RunStatus.COMPLETED

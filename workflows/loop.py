@@ -280,7 +280,10 @@ class LoopWorkflow:
             if decision.next == decisions.Next.STOP:
                 assert decision.reason is not None
                 if not decisions.is_success(decision.reason):
-                    raise Finished(decision.reason)
+                    why = decisions.stop_message(
+                        decision.reason, evaluation, self._state.max_iterations
+                    )
+                    raise Finished(decision.reason, why)
                 # A pass goes to QA; its issues come back as the next refine's critique.
                 critique = await self._do.verify(evaluation, decision.reason)
             else:

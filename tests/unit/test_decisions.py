@@ -20,6 +20,7 @@ from loopworks.workflows.decisions import (
     next_stagnation_count,
     score_results,
     should_audit,
+    stop_message,
 )
 
 pytestmark = pytest.mark.unit
@@ -508,3 +509,19 @@ def test_alias_keeps_the_start_of_a_very_long_first_word() -> None:
 def test_only_threshold_and_no_major_issues_are_successes(reason: StopReason) -> None:
     expected = reason in (StopReason.THRESHOLD_REACHED, StopReason.NO_MAJOR_ISSUES)
     assert is_success(reason) is expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "said"),
+    [
+        (StopReason.ITERATION_LIMIT, "the iteration limit (4) was reached"),
+        (StopReason.STAGNATION, f"no progress in {STAGNATION_LIMIT} evaluations in a row"),
+    ],
+)
+def test_a_stop_short_of_a_pass_says_why_and_where_the_loop_stood(
+    reason: StopReason, said: str
+) -> None:
+    stuck = evaluation(Phase.B, score=0.5, blockers=("b1", "b2"))
+    assert stop_message(reason, stuck, max_iterations=4) == (
+        f"{said}: phase B scored 0.5 of 0.9, failing b1, b2"
+    )

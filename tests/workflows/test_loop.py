@@ -113,6 +113,7 @@ async def test_iteration_limit_reports_distance_to_success(harness: LoopHarness)
 
     assert state.status == RunStatus.STOPPED
     assert state.stop_reason == StopReason.ITERATION_LIMIT
+    assert state.stop.message.startswith("the iteration limit (2) was reached: phase ")
     assert state.iteration == 2
     distance = state.stop.distance_to_success
     assert distance is not None
@@ -128,6 +129,7 @@ async def test_stagnation_stops_a_loop_that_does_not_improve(harness: LoopHarnes
         )
         state = (await handle.result()).state
     assert state.stop_reason == StopReason.STAGNATION
+    assert state.stop.message.startswith("no progress in 2 evaluations in a row: phase ")
     assert state.status == RunStatus.STOPPED
     assert state.iteration == 3 and state.stagnation_count == 2
 
