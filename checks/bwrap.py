@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopworks.workspace.stores import borrowed_stores
+from loopworks.workspace.stores import borrowed_stores, own_origin_store
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +170,17 @@ def mount_args(policy: SandboxPolicy, uid: int, gid: int) -> tuple[list[str], li
     return args, skipped
 
 
+def lent_by_loopworks(store: Path, workdir: Path) -> bool:
+    """Whether `store` is one loopworks has a clone borrow: a service's own origin's, or,
+    for an evaluation slot (`<run>.<slot>` beside `<run>`), its run's clone's."""
+    if store.name == "objects" and own_origin_store(str(store.parent)) is not None:
+        return True
+    run, dot, _ = workdir.name.rpartition(".")
+    lent = workdir.parent / run / ".git" / "objects"
+    # Either path may reach the data directory through a symlink.
+    return bool(dot) and os.path.realpath(store) == os.path.realpath(lent)
+
+
 def bwrap_args(
     command: str, workdir: Path, policy: SandboxPolicy, bwrap: str
 ) -> tuple[list[str], list[str]]:
@@ -190,7 +201,11 @@ def bwrap_args(
         # A slot borrows its run's clone's objects: git inside needs them to read history.
         if not store.is_dir():
             continue
-        if reachable(store, uid, gid):
+        if not lent_by_loopworks(store, Path(workspace)):
+            # An alternates line loopworks did not write names any directory at all (`/`):
+            # bound, every command of the run would read it.
+            logger.warning("not binding %s into the sandbox: no store loopworks lends", store)
+        elif reachable(store, uid, gid):
             git_internals += ["--ro-bind", str(store), str(store)]
         else:
             logger.warning("the sandbox cannot reach %s: git inside reads no history", store)

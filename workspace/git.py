@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import ClassVar
 
+from loopworks.schemas.git_names import is_url
 from loopworks.schemas.steps import GitLocation
 from loopworks.workspace import files, playbook_files
 from loopworks.workspace.changes import FileChange, changes_between
@@ -365,7 +366,13 @@ class GitWorkspaces(CommitPublisher):
                 # as long as its run, and each would spawn one more process. No template
                 # either: its sample hooks never run here, and copying them is a good part of a
                 # clone's cost (docs/benchmarks.md#figures-behind-individual-choices).
-                clone = self._reaching(url, "clone", "--quiet", "--no-checkout", "--template=")
+                # A path is cloned as a URL would be (`--no-local`): git's shortcut for one
+                # copies its alternates, which could lend the clone, and the sandbox, any
+                # directory on the machine; this way the clone holds every object itself.
+                local = [] if is_url(url) else ["--no-local"]
+                clone = self._reaching(
+                    url, "clone", "--quiet", "--no-checkout", "--template=", *local
+                )
                 args = [*clone, "-c", "maintenance.auto=false", url, str(staging)]
                 self._git_capped(args, staging, f"origin {redact(url)}")
                 source, copied = url, True

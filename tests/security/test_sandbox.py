@@ -531,3 +531,39 @@ def test_git_reads_an_evaluation_slots_borrowed_objects_inside(
         assert result.output.startswith("Initial commit\n"), result.output
         assert "Read-only file system" in result.output
     assert not (origin_store / "x").exists()
+
+
+def test_a_local_origins_alternates_lend_the_sandbox_nothing(
+    workdir: Path, other_workspace: Path
+) -> None:
+    """Exploit: a repository on this machine (under LOOPS_LOCAL_ROOTS) whose
+    objects/info/alternates names another directory, `/` even. git's shortcut for cloning
+    a path copied that line into the run's clone, and the sandbox bound every directory it
+    named: each command of the run read them. The clone is made as from a URL now, holding
+    its objects itself; and a line loopworks did not write, in a clone made before, is not
+    bound."""
+    hostile = workdir / "hostile.git"
+    subprocess.run(
+        ["git", "init", "-q", "--bare", "--initial-branch=main", str(hostile)], check=True
+    )
+    scratch = workdir / "scratch"
+    subprocess.run(["git", "init", "-q", str(scratch)], check=True)
+    (scratch / "README.md").write_text("hi\n")
+    commit = ["git", "-c", "user.name=x", "-c", "user.email=x@x", "commit", "-qam", "init"]
+    subprocess.run(["git", "add", "-A"], cwd=scratch, check=True)
+    subprocess.run(commit, cwd=scratch, check=True)
+    subprocess.run(
+        ["git", "push", "-q", str(hostile), "HEAD:refs/heads/main"], cwd=scratch, check=True
+    )
+    (hostile / "objects" / "info" / "alternates").write_text(f"{other_workspace}\n/\n")
+    ws = GitWorkspaces(workdir / "data", "loopworks-test", "loops@example.com")
+    _, sha = ws.resolve_base(str(hostile), None)
+    clone = ws.checkout("run-1", str(hostile), sha)
+
+    assert not (clone / ".git" / "objects" / "info" / "alternates").exists()
+    assert _run("git log -1 --format=%s", clone).output == "init\n"
+    # A clone carrying such a line anyway: nothing of it is bound.
+    (clone / ".git" / "objects" / "info" / "alternates").write_text(f"{other_workspace}\n/\n")
+    result = _run(f"cat {other_workspace}/secret.txt; ls /", clone)
+    assert SECRET not in result.output
+    assert "boot" not in result.output.split()
