@@ -27,7 +27,7 @@ from loopworks.workspace.origin_policy import (
 )
 from loopworks.workspace.refs import redact
 from loopworks.workspace.runner import GitError
-from loopworks.workspace.stores import own_origin_store
+from loopworks.workspace.stores import own_origin_store, reached_by_git
 
 # What GitRunner calls before it hands git an origin: raises OriginRefusedError, else
 # returns what git is to be given before its subcommand (`pin_args`).
@@ -61,12 +61,14 @@ def verdict_for(origin: str, rules: OriginRules, resolver: Resolver | None = Non
     addresses: tuple[str, ...] = ()
     real_path = None
     marked = False
+    reaches: tuple[str, ...] = ()
     if location.local:
         real_path = os.path.realpath(os.path.expanduser(location.path))
         marked = own_origin_store(real_path) is not None
+        reaches = tuple(reached_by_git(real_path))
     elif needs_addresses(location, rules):
         addresses = resolver(location.host, location.port)
-    verdict = admit(origin, rules, addresses, real_path, marked)
+    verdict = admit(origin, rules, addresses, real_path, marked, reaches)
     if not verdict or location.scheme not in PINNED_SCHEMES or _is_address(location.host):
         return verdict
     # A host admitted by name (LOOPS_ALLOWED_ORIGINS, the service's own origin) is looked

@@ -154,6 +154,7 @@ def admit(
     addresses: tuple[str, ...] = (),
     real_path: str | None = None,
     marked: bool = False,
+    reaches: tuple[str, ...] = (),
 ) -> Verdict:
     """Whether runs may use `origin`, and if not, why and which setting would admit it.
 
@@ -161,7 +162,9 @@ def admit(
     that resolves to nothing is refused. `real_path`: a local origin's path with symlinks
     resolved (default: the path as given, made absolute). `marked`: a local origin carries
     the mark of a service's own origin (workspace/stores.py), which lets clones write into
-    its store directly: only this service's own origin may, never one a client names."""
+    its store directly: only this service's own origin may, never one a client names.
+    `reaches`: where git goes besides a local origin's path when it opens it (the git dir
+    of a `.git` file, a common dir, alternates; `stores.reached_by_git`), resolved."""
     if origin in rules.own or (real_path is not None and real_path in rules.own):
         return ADMITTED
     location = parse_origin(origin)
@@ -170,11 +173,13 @@ def admit(
     if location.local and marked:
         return _refused("it carries the mark of a loopworks service's own origin, not this one's")
     if location.local:
-        return _admit_local(location, rules, real_path)
+        return _admit_local(location, rules, real_path, reaches)
     return _admit_url(origin, location, rules, addresses)
 
 
-def _admit_local(location: Location, rules: OriginRules, real_path: str | None) -> Verdict:
+def _admit_local(
+    location: Location, rules: OriginRules, real_path: str | None, reaches: tuple[str, ...] = ()
+) -> Verdict:
     if location.scheme == "file":
         if location.host not in ("", "localhost"):
             return _refused(f"file:// URLs name no host, not {location.host!r}")
@@ -185,6 +190,12 @@ def _admit_local(location: Location, rules: OriginRules, real_path: str | None) 
         return _refused(
             f"{real} is inside the service's own data or workspaces directory: never an origin"
         )
+    for reached in reaches:
+        if any(_under(reached, private) for private in rules.private_dirs):
+            return _refused(
+                f"{real} has git read {reached} (its .git file, commondir or alternates name "
+                "it), inside the service's own data or workspaces directory: never an origin"
+            )
     if not rules.local_roots:
         return _refused("local repositories are not allowed", LOCAL_ROOTS)
     if not any(_under(real, root) for root in rules.local_roots):

@@ -49,6 +49,44 @@ def borrowed_stores(git_dir: Path) -> list[Path]:
     return found
 
 
+# The most of a `.git` file or a `commondir` file read: a path, not a document.
+_POINTER_BYTES = 4096
+
+
+def reached_by_git(repository: str) -> list[str]:
+    """Where git and libgit2 go besides the repository at `repository` (a work tree or a
+    git dir, its path resolved) when they open it, each resolved: the git dir its `.git`
+    file names, the common dir a `commondir` file names, and the object stores its
+    alternates name, theirs too. A repository on this machine is judged by these as well
+    as by its own path (workspace/origin_policy.py)."""
+    root = Path(repository)
+    git_dir = root
+    dotgit = root / ".git"
+    if dotgit.is_file():
+        named = _pointer(dotgit)
+        if named is not None and named.startswith("gitdir:"):
+            git_dir = root / named.removeprefix("gitdir:").strip()
+    elif dotgit.is_dir():
+        git_dir = dotgit
+    common = git_dir
+    if (git_dir / "commondir").is_file():
+        named = _pointer(git_dir / "commondir")
+        if named:
+            common = git_dir / named
+    reached = [git_dir, common, *borrowed_stores(common)]
+    real = dict.fromkeys(os.path.realpath(path) for path in reached)
+    return [path for path in real if path not in (str(root), os.path.join(root, ".git"))]
+
+
+def _pointer(path: Path) -> str | None:
+    """The first line of a small pointer file, or None when it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(_POINTER_BYTES).decode("utf-8", "replace").splitlines()[0].strip()
+    except (OSError, IndexError):
+        return None
+
+
 def _alternates(objects: Path) -> list[Path]:
     try:
         lines = (objects / "info" / "alternates").read_text().splitlines()

@@ -1,7 +1,8 @@
 """Finding: any repository a client named was fetched and pushed to (SSRF). A run on
 `http://169.254.169.254/...`, an internal service, compose's unauthenticated git daemon,
 `ext::sh -c ...` (git runs the command), or any directory on the host (`/home/alice/proj`,
-the service's own data directory) was accepted by the API and used by the worker.
+the service's own data directory, or a repository under a local root whose `.git` file,
+common dir or alternates send git there) was accepted by the API and used by the worker.
 
 Now an origin is admitted only by the operator's settings (workspace/origin_policy.py): the
 API answers 422 naming the setting that would admit it, before anything is fetched, and
@@ -67,6 +68,15 @@ def _refused_origins(tmp_path: Path, seeker: Seeker) -> list[tuple[str, str | No
     # store and write into it directly (workspace/stores.py), whatever it borrows in turn.
     marked = bare_remote(tmp_path / "projects" / "marked")
     mark_own_origin(marked)
+    # Under a root, but with git sent into the data directory all the same: by a `.git`
+    # file (a worktree's kind), by a common dir, by alternates.
+    gitfile = tmp_path / "projects" / "gitfile"
+    gitfile.mkdir()
+    (gitfile / ".git").write_text(f"gitdir: {inside_data}\n")
+    common = bare_remote(tmp_path / "projects" / "common")
+    (common / "commondir").write_text(f"{inside_data}\n")
+    borrows = bare_remote(tmp_path / "projects" / "borrows")
+    (borrows / "objects" / "info" / "alternates").write_text(f"{inside_data}/objects\n")
     return [
         (seeker.url(), "LOOPS_ALLOWED_SCHEMES"),
         (f"https://127.0.0.1:{seeker.port}/r.git", "LOOPS_ALLOWED_ORIGINS"),
@@ -79,6 +89,9 @@ def _refused_origins(tmp_path: Path, seeker: Seeker) -> list[tuple[str, str | No
         (outside.as_uri(), "LOOPS_ALLOWED_SCHEMES"),
         (str(inside_data), None),
         (str(marked), None),
+        (str(gitfile), None),
+        (str(common), None),
+        (str(borrows), None),
         (f"https://x-access-token:{TOKEN}@github.com/acme/app.git", "LOOPS_GIT_CREDENTIALS"),
     ]
 
