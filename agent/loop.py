@@ -53,6 +53,7 @@ from loopworks.agent.trajectory import (
     text_of,
     trajectory,
 )
+from loopworks.checks.output import stop_commands_in
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.budget import BudgetGuard, BudgetSpent, Meter
@@ -343,6 +344,11 @@ def _done(
     )
 
 
+# How long a cancelled step waits for its tool's thread once the command is killed (the
+# output's drain is 2 s).
+STOPPED_TOOL_WAIT_SECONDS = 10.0
+
+
 async def _execute(
     workspace: Path,
     name: str,
@@ -353,13 +359,22 @@ async def _execute(
     """A tool's result, redacted (`checks.redaction`): what a tool read (a file holding a
     key, a URL with a token) goes back to the model, and into the trajectory, without the
     worker's secrets."""
-    try:
-        result = await asyncio.to_thread(
+    call = asyncio.ensure_future(
+        asyncio.to_thread(
             functools.partial(execute, graph_task=graph_task, graph_base=graph_base),
             workspace,
             name,
             arguments,
         )
+    )
+    try:
+        result = await asyncio.shield(call)
+    except asyncio.CancelledError:
+        # The step is cancelled (a stop, a timeout) while its tool runs: the command it
+        # started must not outlive it, writing into the clone the run's close works in.
+        stop_commands_in(workspace)
+        await asyncio.wait([call], timeout=STOPPED_TOOL_WAIT_SECONDS)
+        raise
     except Exception as exc:  # `execute` never raises by contract; a model must not crash us
         result = ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")
     return redacted(result)

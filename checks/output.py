@@ -9,7 +9,8 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO
 
 from loopworks.checks.redaction import redact
@@ -71,3 +72,38 @@ def collect(proc: subprocess.Popen[bytes], cap: int, timeout_s: float) -> tuple[
     else:
         proc.stdout.close()
     return tail, timed_out
+
+
+# The commands running now, by the directory they run in (its real path): a step cancelled
+# while a thread of its waits on one stops it with `stop_commands_in`, so nothing the step
+# started goes on writing into a clone the run's next step (its close) works in.
+_running: dict[str, set[subprocess.Popen[bytes]]] = {}
+_running_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def running_in(workdir: Path, proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Known to `stop_commands_in(workdir)` while it runs (its own process group)."""
+    key = os.path.realpath(workdir)
+    with _running_lock:
+        _running.setdefault(key, set()).add(proc)
+    try:
+        yield
+    finally:
+        with _running_lock:
+            procs = _running.get(key, set())
+            procs.discard(proc)
+            if not procs:
+                _running.pop(key, None)
+
+
+def stop_commands_in(workdir: Path) -> int:
+    """Kill the process group of every command running in `workdir`; how many there were.
+    The threads waiting on them return as they would after a timeout."""
+    with _running_lock:
+        # A command already reaped is left alone: its process group id may be reused.
+        procs = [p for p in _running.get(os.path.realpath(workdir), ()) if p.returncode is None]
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    return len(procs)

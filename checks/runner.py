@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from loopworks.checks.output import collect
+from loopworks.checks.output import collect, running_in
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
 from loopworks.schemas.patterns import (
@@ -95,7 +95,8 @@ def run_command_check(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    tail, timed_out = collect(proc, output_cap, check.timeout_seconds)
+    with running_in(workdir, proc):
+        tail, timed_out = collect(proc, output_cap, check.timeout_seconds)
     output = tail.render(worker_secrets() if secrets is None else secrets)
     return _outcome(check, None if timed_out else proc.returncode, output, "process group")
 

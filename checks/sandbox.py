@@ -54,7 +54,7 @@ from loopworks.checks.bwrap import (
     sandbox_ids,
     set_limits,
 )
-from loopworks.checks.output import collect
+from loopworks.checks.output import collect, running_in
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,8 @@ def run_sandboxed(
             preexec_fn=functools.partial(set_limits, limits),
         )
         # Killing bwrap's group kills its pid namespace and everything in it.
-        tail, timed_out = collect(proc, policy.output_cap_bytes, timeout_s)
+        with running_in(workdir, proc):
+            tail, timed_out = collect(proc, policy.output_cap_bytes, timeout_s)
     code = None if timed_out else proc.returncode
     signalled = code is not None and code > 128 and (code - 128) in _LIMIT_SIGNALS
     return SandboxResult(

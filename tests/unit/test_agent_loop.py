@@ -549,3 +549,21 @@ async def test_a_gate_that_fails_fails_the_step(tmp_path: Path) -> None:
         await run_agent(model, model_call(), INSTRUCTIONS, tmp_path, 12, "produce", gate=Failing(9))
     assert raised.value.role == Role.CUSTODIET
     assert not (tmp_path / "x").exists()
+
+
+async def test_a_step_cancelled_while_its_command_runs_ends_with_the_command(
+    tmp_path: Path,
+) -> None:
+    """A stop cancels PRODUCE while the agent's command runs: the step must not end
+    (and the run's close start in the same clone) while that command still writes there."""
+    from loopworks.agent.loop import _execute
+
+    command = "sleep 2; echo late > late.txt"
+    call = asyncio.create_task(_execute(tmp_path, "run_command", {"command": command}))
+    await asyncio.sleep(0.5)  # the command is running
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.sleep(2.5)  # past the moment it would have written
+
+    assert not (tmp_path / "late.txt").exists()
