@@ -4,6 +4,7 @@ in place, a remote one through a bare cache under the data directory."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from loopworks.workspace.runner import (
     _rmtree,
 )
 from loopworks.workspace.sweep import used
+
+logger = logging.getLogger(__name__)
 
 # What a cache of a remote origin fetches: its branches and the runs' work refs, but not
 # the single-shot calls' refs beside them (tens of thousands on a busy origin, read only
@@ -138,6 +141,13 @@ class OriginReader(GitRunner):
             out = self._git([f"--git-dir={git_dir}", "log", "--format=%s", ref, "--"]).stdout
         return out.splitlines()
 
+    def _fetch_into(self, cache: Path, fetch: list[str], origin: str) -> None:
+        try:
+            self._git_capped(fetch, cache, f"origin {redact(origin)}")
+        except CloneTooLargeError:
+            _rmtree(cache)
+            raise
+
     @contextmanager
     def _origin_git_dir(
         self, origin: str, commit: str | None, refspecs: tuple[str, ...] = WORK_REFSPECS
@@ -167,12 +177,26 @@ class OriginReader(GitRunner):
                     *refspecs,
                 ]
                 try:
-                    self._git_capped(fetch, cache, f"origin {redact(origin)}")
-                except CloneTooLargeError:
-                    _rmtree(cache)
-                    raise
+                    self._fetch_into(cache, fetch, origin)
+                except GitError:
+                    # A git killed mid-fetch (a worker's crash, a timeout's kill) leaves
+                    # its ref locks, and each fails every later fetch: none is held now
+                    # (this process holds the cache's lock), so they go, and it is tried
+                    # once more.
+                    if not _clear_stale_locks(cache):
+                        raise
+                    logger.warning("cleared stale git locks in %s after a failed fetch", cache)
+                    self._fetch_into(cache, fetch, origin)
             used(self.root, cache)
             yield str(cache)
+
+
+def _clear_stale_locks(git_dir: Path) -> int:
+    """Remove the lock files in a git dir no git works in now; how many there were."""
+    stale = [path for path in git_dir.rglob("*.lock") if path.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
 
 
 def _text(path: str | None, found: tuple[str, bytes] | None) -> str | Absent:

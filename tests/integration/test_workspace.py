@@ -344,6 +344,30 @@ def test_read_file_through_url_cache(tmp_path: Path, origin: str) -> None:
     assert ws.branch_log(url, "main") == ["Initial commit"]
 
 
+def test_a_url_cache_with_a_killed_fetchs_locks_reads_on(tmp_path: Path, origin: str) -> None:
+    """A git killed while it held ref locks in the cache (a worker's crash, a timeout's
+    kill) left them there, and every later fetch failed on them, after restarts too."""
+    ws = _ws(tmp_path)
+    url = f"file://{origin}"
+    _, base = ws.resolve_base(url, None)
+    workdir = ws.checkout("run-9", url, base)
+    (workdir / "artifact.md").write_text("v1\n")
+    first = ws.commit(workdir, "v1", WHEN)
+    ws.publish(workdir, "run-9", first)
+    reader = _ws(tmp_path, "api")
+    assert reader.commit_at_ref(url, work_ref("run-9")) == first
+    [cache] = [head.parent for head in (tmp_path / "api" / ".cache").glob("*/HEAD")]
+    for ref in (work_ref("run-9"), "refs/heads/main"):
+        (cache / f"{ref}.lock").parent.mkdir(parents=True, exist_ok=True)
+        (cache / f"{ref}.lock").write_text(f"{first}\n")
+    (workdir / "artifact.md").write_text("v2\n")
+    second = ws.commit(workdir, "v2", WHEN)
+    ws.publish(workdir, "run-9", second)
+
+    assert _ws(tmp_path, "api").commit_at_ref(url, work_ref("run-9")) == second
+    assert not list(cache.rglob("*.lock"))
+
+
 def test_non_bare_origin_by_path(tmp_path: Path) -> None:
     repo = tmp_path / "user-repo"
     git("init", "--quiet", "--initial-branch=trunk", str(repo))
