@@ -20,6 +20,7 @@ from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.activities.model_calls import consult, run_agent
 from loopworks.agent.trajectory import to_jsonl
+from loopworks.checks.output import stoppable
 from loopworks.checks.runner import run_command_check
 from loopworks.schemas.contexts import (
     AcceptedFile,
@@ -113,7 +114,7 @@ class SkillActivities:
                     continue
                 review = reviews.get(path)
                 helper = path in step.helper_paths
-                why, output = await asyncio.to_thread(_judge, review, helper, workdir)
+                why, output = await stoppable(workdir, _judge, review, helper, workdir)
                 if why is None and review is not None:
                     accepted.append(
                         AcceptedFile(review=review, content=step.files[path], check_output=output)

@@ -21,7 +21,6 @@ ending not with prose but with the forced answer tool (`run_answering_agent`).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -53,7 +52,7 @@ from loopworks.agent.trajectory import (
     text_of,
     trajectory,
 )
-from loopworks.checks.output import stop_commands_in
+from loopworks.checks.output import stoppable
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import InvalidOutput, ModelCall, ModelSource, usage_of, user_prompt
 from loopworks.llm.budget import BudgetGuard, BudgetSpent, Meter
@@ -344,11 +343,6 @@ def _done(
     )
 
 
-# How long a cancelled step waits for its tool's thread once the command is killed (the
-# output's drain is 2 s).
-STOPPED_TOOL_WAIT_SECONDS = 10.0
-
-
 async def _execute(
     workspace: Path,
     name: str,
@@ -359,22 +353,14 @@ async def _execute(
     """A tool's result, redacted (`checks.redaction`): what a tool read (a file holding a
     key, a URL with a token) goes back to the model, and into the trajectory, without the
     worker's secrets."""
-    call = asyncio.ensure_future(
-        asyncio.to_thread(
+    try:
+        result = await stoppable(
+            workspace,
             functools.partial(execute, graph_task=graph_task, graph_base=graph_base),
             workspace,
             name,
             arguments,
         )
-    )
-    try:
-        result = await asyncio.shield(call)
-    except asyncio.CancelledError:
-        # The step is cancelled (a stop, a timeout) while its tool runs: the command it
-        # started must not outlive it, writing into the clone the run's close works in.
-        stop_commands_in(workspace)
-        await asyncio.wait([call], timeout=STOPPED_TOOL_WAIT_SECONDS)
-        raise
     except Exception as exc:  # `execute` never raises by contract; a model must not crash us
         result = ToolResult(ok=False, content=f"{name} failed: {type(exc).__name__}: {exc}")
     return redacted(result)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Lock
 
+from loopworks.checks.output import stoppable
 from loopworks.checks.runner import CheckOutcome, match_pattern, run_command_check
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 from loopworks.workspace.origin import Absent
@@ -92,7 +93,7 @@ async def command_within(check: CommandCheck, workdir: Path, budget: CheckBudget
         return budget.spent()
     cut = remaining < check.timeout_seconds
     run = check.model_copy(update={"timeout_seconds": remaining}) if cut else check
-    outcome = await asyncio.to_thread(run_command_check, run, workdir)
+    outcome = await stoppable(workdir, run_command_check, run, workdir)
     if cut and outcome.timed_out:
         # The runner's detail is "timed out after ...\n<output>": keep the output.
         return budget.spent(outcome.detail.partition("\n")[2])

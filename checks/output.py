@@ -3,15 +3,16 @@ while it runs so a flood cannot fill memory, and how many bytes there were in al
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 from loopworks.checks.redaction import redact
 
@@ -19,6 +20,10 @@ logger = logging.getLogger(__name__)
 
 # After the command is killed, how long to wait for output still in the pipe.
 DRAIN_SECONDS = 2.0
+# How long a cancelled step waits for its thread once the commands it ran are killed.
+STOPPED_WAIT_SECONDS = 10.0
+
+Result = TypeVar("Result")
 
 
 class OutputTail:
@@ -107,3 +112,17 @@ def stop_commands_in(workdir: Path) -> int:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
     return len(procs)
+
+
+async def stoppable(workdir: Path, fn: Callable[..., Result], *args: Any) -> Result:
+    """`fn(*args)` in a thread, as `asyncio.to_thread`. Cancelled (a stop, a timeout), it
+    kills the commands running in `workdir` and waits for the thread before the step
+    ends: a command must not outlive its step, writing into a clone that the run's next
+    step (its close) works in."""
+    call = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        stop_commands_in(workdir)
+        await asyncio.wait([call], timeout=STOPPED_WAIT_SECONDS)
+        raise

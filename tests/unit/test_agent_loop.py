@@ -23,7 +23,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from loopworks.agent.actions import commands_run
-from loopworks.agent.loop import NUDGE, AgentOutcome, run_agent
+from loopworks.agent.loop import NUDGE, AgentOutcome, _execute, run_agent
 from loopworks.agent.tools import TOOLS
 from loopworks.agent.trajectory import RECORD_TEXT_CAP, from_jsonl, to_jsonl
 from loopworks.checks import redaction
@@ -556,8 +556,6 @@ async def test_a_step_cancelled_while_its_command_runs_ends_with_the_command(
 ) -> None:
     """A stop cancels PRODUCE while the agent's command runs: the step must not end
     (and the run's close start in the same clone) while that command still writes there."""
-    from loopworks.agent.loop import _execute
-
     command = "sleep 2; echo late > late.txt"
     call = asyncio.create_task(_execute(tmp_path, "run_command", {"command": command}))
     await asyncio.sleep(0.5)  # the command is running

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
 
 import pytest
 
+from loopworks.checks.budget import CheckBudget, command_within
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.schemas.rules import CommandCheck, PatternCheck
 
@@ -176,3 +178,19 @@ def test_pattern_symlink_escape(tmp_path: Path) -> None:
     outcome = run_pattern_check(PatternCheck(pattern="secret", path="link.md"), workdir)
     assert not outcome.passed
     assert "outside the workspace" in outcome.detail
+
+
+async def test_a_check_cancelled_while_its_command_runs_ends_with_the_command(
+    tmp_path: Path,
+) -> None:
+    """An evaluation's command check (under the check budget) cancelled with its step:
+    the command goes too, before the step ends."""
+    check = CommandCheck(command="sleep 2; echo late > late.txt")
+    call = asyncio.create_task(command_within(check, tmp_path, CheckBudget(60)))
+    await asyncio.sleep(0.5)  # the command is running
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.sleep(2.5)  # past the moment it would have written
+
+    assert not (tmp_path / "late.txt").exists()
