@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections import Counter
@@ -95,18 +96,43 @@ def wait_for_port(port: int, timeout: float = 60.0, process: Process | None = No
 
 
 def wait_for_http(url: str, timeout: float = 60.0, process: Process | None = None) -> None:
-    """Until `url` answers below 500; with `process`, as `wait_for_port`."""
+    """Until `url` answers below 500; with `process`, as `wait_for_port`, and only once
+    `process` is what answers: another test's server that took the port first answers
+    too (its API with tokens: our requests got its 401s), while ours fails to bind."""
+    port = urllib.parse.urlsplit(url).port
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status < 500:
+                ours = process is None or port is None or _listening(process, port)
+                if response.status < 500 and ours:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         _check_alive(process, url)
         time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def _listening(process: Process, port: int) -> bool:
+    """Whether `process` holds a socket listening on TCP `port` (from /proc)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local address (hex ip:port), state (0A: LISTEN), inode
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    fds = Path(f"/proc/{process.popen.pid}/fd")
+    try:
+        links = [os.readlink(fd) for fd in fds.iterdir()]
+    except OSError:
+        return False
+    return any(link.startswith("socket:[") and link[8:-1] in inodes for link in links)
 
 
 def _check_alive(process: Process | None, where: str) -> None:
