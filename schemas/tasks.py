@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+import re
 from collections.abc import Collection, Sequence
 from enum import StrEnum
 from typing import Annotated
@@ -31,6 +32,7 @@ MAX_EXISTING_FILES = 3
 # `T-` and at least three digits, and the fix tasks the orchestrator adds for a failed one
 # (docs/graphs.md#failures-and-fix-tasks).
 TASK_ID_PATTERN = r"^T-\d{3,}(-fix-\d+)?$"
+FIX_SUFFIX = re.compile(r"-fix-\d+$")
 
 NonBlank = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
@@ -301,7 +303,8 @@ def _cycle_path(start: str, members: set[str], edges: dict[str, list[str]]) -> l
 def graph_errors(tasks: Sequence[Task], existing_files: Collection[str] | None = None) -> list[str]:
     """Every problem of a task graph, each message naming its task; [] when it can run.
 
-    Checked: an empty graph, duplicate ids, a `requires` naming no task of the graph,
+    Checked: an empty graph, duplicate ids, an id named as a fix task (`T-001-fix-1`: only
+    the graph adds those), a `requires` naming no task of the graph,
     cycles (the tasks on each, with one path through them), a blank verification command,
     and the atomic rule: a task whose `context.files` include more than 3 of
     `existing_files` (the repository's paths at the base commit) must be split. With
@@ -323,6 +326,13 @@ def graph_errors(tasks: Sequence[Task], existing_files: Collection[str] | None =
             errors.append(f"{task_id} is defined {times} times: task ids must be unique")
     existing = None if existing_files is None else set(existing_files)
     for task in tasks:
+        if FIX_SUFFIX.search(task.id):
+            # A fix counts for the task it fixes (its dependants start once it merges):
+            # only the graph names one, for a task that failed.
+            errors.append(
+                f"{task.id} is named as a fix task, which only the graph adds for a failed "
+                "task: give it an id of its own (T- and digits)"
+            )
         for required in dict.fromkeys(task.requires):
             if required not in known:
                 errors.append(f"{task.id} requires {required}, which is not a task of the graph")

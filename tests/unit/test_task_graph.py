@@ -195,6 +195,14 @@ def test_a_missing_requirement_is_named() -> None:
     assert errors == ["T-002 requires T-009, which is not a task of the graph"]
 
 
+def test_a_given_task_named_as_a_fix_is_refused() -> None:
+    """`T-001-fix-1` counts for T-001 (its dependants start once it merges): a client's
+    task so named let T-002 start and complete while T-001 was still failing."""
+    tasks = [task("T-001"), task("T-001-fix-1"), task("T-002", ("T-001",))]
+    [error] = graph_errors(tasks)
+    assert error.startswith("T-001-fix-1 is named as a fix task")
+
+
 def test_a_cycle_names_every_task_on_it() -> None:
     tasks = [
         task("T-001"),

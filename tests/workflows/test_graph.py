@@ -40,7 +40,7 @@ from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import ArtifactOutput, ProduceInput
 from loopworks.schemas.tasks import LEDGER_PATH, Task, TaskStatus, ledger_lines
-from loopworks.worker.build import activities_of, build_deps, build_worker
+from loopworks.worker.build import WORKFLOWS, activities_of, build_deps, build_worker
 from loopworks.workflows.graph.workflow import TaskGraphWorkflow
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workflows.search_attributes import (
@@ -520,3 +520,92 @@ async def test_a_prep_package_sent_with_the_request_stands_in_for_planning(
     assert state.status == GraphStatus.COMPLETED, state.message
     assert state.source.startswith("prep package (uploaded-prep, sha256 ")
     assert [t.task.id for t in state.tasks] == ["T-001"] and state.prep_rejected == []
+
+
+async def _status(handle: WorkflowHandle[TaskGraphWorkflow, GraphResult], wanted: str) -> None:
+    while (await handle.query(TaskGraphWorkflow.status)).status != wanted:
+        await asyncio.sleep(0.1)
+
+
+async def test_a_graph_paused_while_it_awaits_approval_is_approved_paused_and_resumes(
+    harness: LoopHarness,
+) -> None:
+    """Paused before its approval, it read `paused` and refused the approval it waited
+    for: nothing could ever start it again."""
+    async with harness.worker():
+        handle = await start_graph(harness, [task("T-001")], mode="interactive")
+        await _status(handle, GraphStatus.AWAITING_APPROVAL)
+        paused = await handle.execute_update(TaskGraphWorkflow.pause)
+        assert paused.status == GraphStatus.AWAITING_APPROVAL
+        approved = await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
+        assert approved.status == GraphStatus.PAUSED
+        await asyncio.sleep(1.0)
+        held = await handle.query(TaskGraphWorkflow.status)
+        assert [t.run_ids for t in held.tasks] == [[]], "a task started while paused"
+        await handle.execute_update(TaskGraphWorkflow.resume)
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+
+    assert result.state.status == GraphStatus.COMPLETED, result.state.message
+
+
+async def test_a_graph_is_approved_once(harness: LoopHarness) -> None:
+    """A second approval, sent while the first one's ledger was being saved (the graph
+    still read `awaiting_approval`), replaced the approved tasks."""
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    deps = build_deps(settings, OfflineModels())
+    real_ledger = IntegrationActivities(deps).record_ledger
+    held, release = asyncio.Event(), asyncio.Event()
+
+    @activity.defn(name="record_ledger")
+    async def held_record_ledger(request: LedgerRequest) -> LedgerOutput:
+        if not release.is_set():
+            held.set()
+            await release.wait()
+        return await real_ledger(request)
+
+    activities: list[Callable[..., Any]] = [
+        *(a for a in activities_of(deps, harness.env.client) if a.__name__ != "record_ledger"),
+        held_record_ledger,
+    ]
+    async with Worker(
+        harness.env.client,
+        task_queue=harness.task_queue,
+        workflows=list(WORKFLOWS),
+        activities=activities,
+    ):
+        handle = await start_graph(harness, [task("T-001")], mode="interactive")
+        await _status(handle, GraphStatus.AWAITING_APPROVAL)
+        await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
+        await asyncio.wait_for(held.wait(), timeout=60)
+        edited = GraphApproval(tasks=[Task.model_validate(task("T-007"))])
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(TaskGraphWorkflow.approve, edited)
+        release.set()
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+
+    assert "not awaiting approval" in str(refused.value.cause)
+    assert [t.task.id for t in result.state.tasks] == ["T-001"]
+    assert result.state.status == GraphStatus.COMPLETED, result.state.message
+
+
+async def test_a_pause_between_two_starts_holds_the_rest(harness: LoopHarness) -> None:
+    """Three tasks start one after another; a pause answered after the first must hold
+    the others (they started all the same)."""
+    async with harness.worker(PRODUCING_FOR_TWO_MINUTES):
+        handle = await start_graph(
+            harness, [task("T-001"), task("T-002"), task("T-003")], max_parallel=3
+        )
+        while not any(t.run_ids for t in (await handle.query(TaskGraphWorkflow.status)).tasks):
+            pass
+        await handle.execute_update(TaskGraphWorkflow.pause)
+        started = [
+            t.task.id for t in (await handle.query(TaskGraphWorkflow.status)).tasks if t.run_ids
+        ]
+        await asyncio.sleep(2.0)
+        later = [
+            t.task.id for t in (await handle.query(TaskGraphWorkflow.status)).tasks if t.run_ids
+        ]
+        await handle.signal(TaskGraphWorkflow.stop, "done")
+        await asyncio.wait_for(handle.result(), timeout=60)
+
+    assert later == started, "a task started after the pause was answered"

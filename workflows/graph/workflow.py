@@ -115,9 +115,13 @@ class TaskGraphWorkflow:
 
     @workflow.update
     async def pause(self) -> GraphState:
-        """Hold new starts; running task loops go on."""
+        """Hold new starts; running task loops go on. A graph awaiting approval goes on
+        awaiting it (the approval then leaves it paused)."""
         self._memory.paused = True
-        self._record.set_status(GraphStatus.PAUSED)
+        awaiting = self._state.status == GraphStatus.AWAITING_APPROVAL and not self._memory.approved
+        # Read `paused`, it would have refused the approval it waits for, for good.
+        if not (awaiting and workflow.patched("graph-pause-awaits-approval")):
+            self._record.set_status(GraphStatus.PAUSED)
         return self._state
 
     @pause.validator
@@ -154,7 +158,8 @@ class TaskGraphWorkflow:
 
     @approve.validator
     def _approve_applies(self, approval: GraphApproval) -> None:
-        if self._state.status != GraphStatus.AWAITING_APPROVAL:
+        # Approved, it reads awaiting_approval until its tasks are set up: once is all.
+        if self._memory.approved or self._state.status != GraphStatus.AWAITING_APPROVAL:
             raise ValueError(f"graph is not awaiting approval (status {self._state.status})")
         if approval.tasks is not None:
             validated_graph(approval.tasks)  # GraphError is a ValueError: the update fails
@@ -258,6 +263,10 @@ class TaskGraphWorkflow:
                     state.max_parallel,
                 ):
                     if self._budget.spent:  # held by running loops, or spent
+                        break
+                    # A stop or a pause that came while the last one started holds the rest.
+                    held = self._stop_requested or self._memory.paused
+                    if held and workflow.patched("graph-holds-mid-batch"):
                         break
                     await self._start(task_id)
                 await self._save_ledger()
