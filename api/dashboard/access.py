@@ -20,7 +20,9 @@ from pydantic import BaseModel, Field
 from loopworks.api import sessions, tokens
 from loopworks.api.dashboard import render
 from loopworks.api.errors import Forbidden, Unauthorized
+from loopworks.api.same_origin import own_origin
 from loopworks.api.security import Caller, authenticated, bearer, require_token, session_of
+from loopworks.schemas.settings import Settings, web_origins
 
 HOME = "/ui/runs"
 SIGN_IN = "/ui/sign-in"
@@ -95,8 +97,14 @@ def same_site(request: Request) -> None:
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         raise Forbidden("sign in from the dashboard's own page")
     origin = request.headers.get("origin")
-    if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
-        raise Forbidden("sign in from the dashboard's own page")
+    # Judged as every change is (api/same_origin.py): the Host the browser addressed, or
+    # an origin LOOPS_API_TRUSTED_ORIGINS names (a proxy that ends TLS or rewrites Host).
+    settings: Settings = request.app.state.settings
+    trusted = web_origins(settings.api_trusted_origins)
+    if origin is not None:
+        normal = origin.strip().lower().rstrip("/")
+        if normal not in trusted and not own_origin(normal, request.headers.get("host", "")):
+            raise Forbidden("sign in from the dashboard's own page")
 
 
 @router.post("/ui/session", status_code=status.HTTP_204_NO_CONTENT)
@@ -114,7 +122,9 @@ async def sign_in(request: Request, body: SignIn, response: Response) -> None:
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # Behind a proxy that ends TLS the API sees http; the browser's page was https.
+        secure=request.url.scheme == "https"
+        or request.headers.get("origin", "").lower().startswith("https://"),
     )
 
 

@@ -89,7 +89,10 @@ def _when(value: str | datetime | None) -> str:
         except ValueError:
             return value
     if when.tzinfo is not None:
-        when = when.astimezone(UTC)
+        try:
+            when = when.astimezone(UTC)
+        except OverflowError:  # the calendar's first or last day, a zone away from UTC
+            return value if isinstance(value, str) else when.isoformat()
     return when.strftime("%Y-%m-%d %H:%M:%S")
 
 

@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
+from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.llm.pricing import cost_usd
 from loopworks.schemas.events import EvaluationDone, Event
 from loopworks.schemas.rules import Phase, Rule, Severity
@@ -198,6 +201,23 @@ class CommandRun:
 
 
 EXIT_CODE = re.compile(r"exit code (-?\d+)")
+
+
+def trajectory_records(text: str) -> list[dict[str, Any]]:
+    """A run's trajectory (JSON lines) as the pages read it: each line a record in the
+    records' shape, as written. A line in another shape (the repository's file, or a
+    command's, under .loops/trajectory/) is left out: the JSON route serves it as it
+    is, and a page must not fail on it."""
+    records = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = TrajectoryRecord.model_validate_json(line)
+        except ValidationError:
+            continue
+        records.append(record.model_dump(mode="json", exclude_unset=True))
+    return records
 
 
 def qa_commands(records: Sequence[dict[str, Any]]) -> list[CommandRun]:

@@ -261,8 +261,7 @@ async def _run_context(
 def _records(
     workspaces: GitWorkspaces, state: RunState, carried: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    text = run_trajectory(workspaces, state, carried)
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return run_view.trajectory_records(run_trajectory(workspaces, state, carried))
 
 
 @router.get("/runs/{run_id:run_id}")

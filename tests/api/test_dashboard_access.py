@@ -106,6 +106,47 @@ async def test_another_site_cannot_sign_a_browser_in(
     assert sessions.COOKIE not in http.cookies
 
 
+@pytest.mark.parametrize(
+    ("host", "origin", "trusted"),
+    [
+        ("loops.example.com", "https://loops.example.com", None),  # a proxy ends TLS
+        ("api:8000", "https://loops.example.com", "https://loops.example.com"),  # and Host
+    ],
+    ids=["tls-ended-at-a-proxy", "host-rewritten-origin-trusted"],
+)
+async def test_sign_in_works_behind_a_proxy_as_every_change_does(
+    fake: FakeClient, host: str, origin: str, trusted: str | None
+) -> None:
+    """Signing in compared Origin with the URL the API saw (http://api:8000): behind the
+    proxy SECURITY.md recommends, nobody could sign in, while every other change passed."""
+    settings = Settings(
+        LOOPS_API_TOKENS=f"alice:{WRITER}",
+        LOOPS_API_ALLOWED_HOSTS=host.split(":")[0],
+        LOOPS_API_TRUSTED_ORIGINS=trusted,
+    )
+    app = create_app(settings, client=cast(Client, fake))
+    async for http in _http(app):
+        response = await http.post(
+            "/ui/session", json={"token": WRITER}, headers={"Host": host, "Origin": origin}
+        )
+        assert response.status_code == 204, response.text
+        # The page was https, though the API saw http: the cookie only goes back there.
+        assert "secure" in response.headers["set-cookie"].lower()
+        foreign = await http.post(
+            "/ui/session", json={"token": WRITER}, headers={"Host": host, "Origin": "https://evil"}
+        )
+        assert foreign.status_code == 403, foreign.text
+
+
+async def test_the_sign_in_form_never_sends_the_token_in_a_url(http: httpx.AsyncClient) -> None:
+    """Submitted before its script ran (or with scripts off) the form fell back to GET,
+    and the token went into the address bar, the history and the access log."""
+    page = await http.get("/ui/sign-in")
+    form = re.search(r"<form[^>]*data-sign-in[^>]*>", page.text)
+    assert form is not None, page.text
+    assert 'method="post"' in form.group(0)
+
+
 async def test_a_change_with_the_session_needs_its_csrf_header(
     http: httpx.AsyncClient, fake: FakeClient
 ) -> None:

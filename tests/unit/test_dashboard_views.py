@@ -4,11 +4,12 @@ artifact's markdown (docs/dashboard.md)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from loopworks.api.dashboard import dag, markdown, run_view
+from loopworks.api.dashboard import dag, markdown, render, run_view
 from loopworks.api.dashboard.graphs import node_status
 from loopworks.api.models import RunSummary
 from loopworks.llm.pricing import DEFAULT_PRICES
@@ -323,3 +324,36 @@ def test_markdown_keeps_its_own_structure() -> None:
         'href="https://x.test"',
     ):
         assert kept in html, html
+
+
+def test_a_trajectory_line_in_another_shape_is_left_out_of_the_pages() -> None:
+    """A repository (or a command) may put its own file under .loops/trajectory/: a page
+    answered 500 on a line that was not an object, or whose fields had other types."""
+    ours = {
+        "run_id": "r",
+        "step": "qa",
+        "iteration": 1,
+        "turn": 1,
+        "kind": "tool_call",
+        "tool": "run_command",
+        "input": {"command": "pytest"},
+        "ts": "2025-01-01T00:00:00Z",
+    }
+    text = "\n".join(
+        [
+            '["x"]',
+            json.dumps({**ours, "iteration": "one"}),
+            "not json at all",
+            json.dumps(ours),
+        ]
+    )
+
+    [record] = run_view.trajectory_records(text)
+    assert record["tool"] == "run_command" and record["iteration"] == 1
+    assert "loop_type" not in record  # as written: no default filled in
+
+
+@pytest.mark.parametrize("edge", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_at_the_calendars_edge_is_shown_as_given(edge: str) -> None:
+    """`?before=` at the edge of the calendar made the runs page answer 500."""
+    assert render._when(edge) == edge
