@@ -31,7 +31,8 @@ def install(app: FastAPI) -> None:
 
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        if not request.url.path.startswith("/ui/"):
+        # A page is what a browser GETs; the sign-in's POST answers its script, in JSON.
+        if not request.url.path.startswith("/ui/") or request.method not in ("GET", "HEAD"):
             answered = answer_json(request, exc)
             return await answered if inspect.isawaitable(answered) else answered
         caller = Caller(OPEN_ACCESS_NAME, read_only=True)

@@ -91,6 +91,10 @@ async def test_a_wrong_token_signs_nobody_in(http: httpx.AsyncClient) -> None:
     response = await http.post("/ui/session", json={"token": WRITER + "x"})
     assert response.status_code == 401
     assert sessions.COOKIE not in http.cookies
+    # Its answer is for the sign-in page's script, which shows `detail` (it showed an
+    # error page's HTML), with the challenge a 401 carries.
+    assert response.json()["detail"] == "that is not a token of this API"
+    assert response.headers["www-authenticate"].startswith("Bearer")
 
 
 @pytest.mark.parametrize(
