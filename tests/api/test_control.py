@@ -19,6 +19,7 @@ from loopworks.schemas.run import RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.workflows.loop import LoopWorkflow
 from tests.api.fake_temporal import FakeClient, FakeDescription, FakeHandle, FakeStarted
+from tests.api.test_validation import GRAPH_TASK
 
 pytestmark = pytest.mark.unit
 
@@ -139,21 +140,12 @@ async def test_bad_approval_is_422_naming_the_field(body: dict[str, Any], field:
     assert fake.handle(RUN).updates == []
 
 
-_TASK = {
-    "id": "T-001",
-    "title": "Write part one",
-    "description": "Write part one of the guide.",
-    "acceptance_criteria": ["Part one is written"],
-    "verification_command": "test -f artifact.md",
-}
-
-
 @pytest.mark.parametrize(
     ("body", "field"),
     [
         # A mistyped edit would approve the plan unedited.
-        ({"taks": [_TASK]}, "body.taks"),
-        ({"tasks": [{**_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"),
+        ({"taks": [GRAPH_TASK]}, "body.taks"),
+        ({"tasks": [{**GRAPH_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"),
     ],
 )
 async def test_a_graph_approval_with_a_field_it_does_not_know_is_422(

@@ -313,7 +313,7 @@ async def test_numbers_json_has_not_or_no_score_can_hold_are_a_422(
     _assert_names(response, field)
 
 
-_TASK = {
+GRAPH_TASK = {
     "id": "T-001",
     "title": "Write part one",
     "description": "Write part one of the guide.",
@@ -327,7 +327,9 @@ _TASK = {
     [
         # Mistyped, a limit the client set would be the operator's default instead.
         pytest.param({"goal": "g", "totl_budget": {"max_cost_usd": 5}}, "body.totl_budget"),
-        pytest.param({"goal": "g", "tasks": [{**_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"),
+        pytest.param(
+            {"goal": "g", "tasks": [{**GRAPH_TASK, "verfy": "true"}]}, "body.tasks.0.verfy"
+        ),
     ],
 )
 async def test_a_graph_request_with_a_field_it_does_not_know_is_422(

@@ -36,6 +36,7 @@ from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
+from tests.unit.late_commands import LATE_COMMAND, cancelled_before_it_writes
 
 pytestmark = pytest.mark.unit
 
@@ -556,12 +557,5 @@ async def test_a_step_cancelled_while_its_command_runs_ends_with_the_command(
 ) -> None:
     """A stop cancels PRODUCE while the agent's command runs: the step must not end
     (and the run's close start in the same clone) while that command still writes there."""
-    command = "sleep 2; echo late > late.txt"
-    call = asyncio.create_task(_execute(tmp_path, "run_command", {"command": command}))
-    await asyncio.sleep(0.5)  # the command is running
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await asyncio.sleep(2.5)  # past the moment it would have written
-
-    assert not (tmp_path / "late.txt").exists()
+    call = asyncio.create_task(_execute(tmp_path, "run_command", {"command": LATE_COMMAND}))
+    assert not await cancelled_before_it_writes(call, tmp_path)

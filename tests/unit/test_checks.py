@@ -10,6 +10,7 @@ import pytest
 from loopworks.checks.budget import CheckBudget, command_within
 from loopworks.checks.runner import run_command_check, run_pattern_check
 from loopworks.schemas.rules import CommandCheck, PatternCheck
+from tests.unit.late_commands import LATE_COMMAND, cancelled_before_it_writes
 
 pytestmark = pytest.mark.unit
 
@@ -185,12 +186,6 @@ async def test_a_check_cancelled_while_its_command_runs_ends_with_the_command(
 ) -> None:
     """An evaluation's command check (under the check budget) cancelled with its step:
     the command goes too, before the step ends."""
-    check = CommandCheck(command="sleep 2; echo late > late.txt")
+    check = CommandCheck(command=LATE_COMMAND)
     call = asyncio.create_task(command_within(check, tmp_path, CheckBudget(60)))
-    await asyncio.sleep(0.5)  # the command is running
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await asyncio.sleep(2.5)  # past the moment it would have written
-
-    assert not (tmp_path / "late.txt").exists()
+    assert not await cancelled_before_it_writes(call, tmp_path)
