@@ -527,22 +527,29 @@ async def _status(handle: WorkflowHandle[TaskGraphWorkflow, GraphResult], wanted
         await asyncio.sleep(0.1)
 
 
-async def test_a_graph_paused_while_it_awaits_approval_is_approved_paused_and_resumes(
-    harness: LoopHarness,
+@pytest.mark.parametrize("resumed_first", [False, True], ids=["approved-paused", "resumed-first"])
+async def test_a_graph_paused_while_it_awaits_approval_still_takes_the_approval(
+    harness: LoopHarness, resumed_first: bool
 ) -> None:
-    """Paused before its approval, it read `paused` and refused the approval it waited
-    for: nothing could ever start it again."""
+    """Paused before its approval, it refused the approval it waited for, and resumed
+    it read `running` and refused it still: nothing could ever start it again."""
     async with harness.worker():
         handle = await start_graph(harness, [task("T-001")], mode="interactive")
         await _status(handle, GraphStatus.AWAITING_APPROVAL)
         paused = await handle.execute_update(TaskGraphWorkflow.pause)
-        assert paused.status == GraphStatus.AWAITING_APPROVAL
-        approved = await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
-        assert approved.status == GraphStatus.PAUSED
-        await asyncio.sleep(1.0)
-        held = await handle.query(TaskGraphWorkflow.status)
-        assert [t.run_ids for t in held.tasks] == [[]], "a task started while paused"
-        await handle.execute_update(TaskGraphWorkflow.resume)
+        assert paused.status == GraphStatus.PAUSED
+        if resumed_first:
+            resumed = await handle.execute_update(TaskGraphWorkflow.resume)
+            assert resumed.status == GraphStatus.AWAITING_APPROVAL
+            approved = await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
+            assert approved.status == GraphStatus.RUNNING
+        else:
+            approved = await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
+            assert approved.status == GraphStatus.PAUSED
+            await asyncio.sleep(1.0)
+            held = await handle.query(TaskGraphWorkflow.status)
+            assert [t.run_ids for t in held.tasks] == [[]], "a task started while paused"
+            await handle.execute_update(TaskGraphWorkflow.resume)
         result = await asyncio.wait_for(handle.result(), timeout=120)
 
     assert result.state.status == GraphStatus.COMPLETED, result.state.message

@@ -80,6 +80,8 @@ class TaskGraphWorkflow:
         self._stop_requested = False
         self._stop_note = ""
         self._stops_sent = False
+        # At the approval gate (interactive mode), paused there or not.
+        self._awaiting = False
         self._woken = False
         self._record = GraphRecord(self._memory, params.notify)
         self._budget = GraphBudget(self._memory)
@@ -115,13 +117,10 @@ class TaskGraphWorkflow:
 
     @workflow.update
     async def pause(self) -> GraphState:
-        """Hold new starts; running task loops go on. A graph awaiting approval goes on
-        awaiting it (the approval then leaves it paused)."""
+        """Hold new starts; running task loops go on. A graph paused while it awaits
+        approval still takes the approval, which leaves it paused."""
         self._memory.paused = True
-        awaiting = self._state.status == GraphStatus.AWAITING_APPROVAL and not self._memory.approved
-        # Read `paused`, it would have refused the approval it waits for, for good.
-        if not (awaiting and workflow.patched("graph-pause-awaits-approval")):
-            self._record.set_status(GraphStatus.PAUSED)
+        self._record.set_status(GraphStatus.PAUSED)
         return self._state
 
     @pause.validator
@@ -134,7 +133,8 @@ class TaskGraphWorkflow:
         self._memory.paused = False
         self._woken = True
         if self._state.status == GraphStatus.PAUSED:
-            self._record.set_status(GraphStatus.RUNNING)
+            going_on = GraphStatus.AWAITING_APPROVAL if self._awaiting else GraphStatus.RUNNING
+            self._record.set_status(going_on)
         return self._state
 
     @resume.validator
@@ -159,7 +159,7 @@ class TaskGraphWorkflow:
     @approve.validator
     def _approve_applies(self, approval: GraphApproval) -> None:
         # Approved, it reads awaiting_approval until its tasks are set up: once is all.
-        if self._memory.approved or self._state.status != GraphStatus.AWAITING_APPROVAL:
+        if self._memory.approved or not self._awaiting:
             raise ValueError(f"graph is not awaiting approval (status {self._state.status})")
         if approval.tasks is not None:
             validated_graph(approval.tasks)  # GraphError is a ValueError: the update fails
@@ -223,7 +223,9 @@ class TaskGraphWorkflow:
         state.tasks = [TaskState(task=task) for task in tasks]
         if request.mode == Mode.INTERACTIVE:
             self._record.set_status(GraphStatus.AWAITING_APPROVAL)
+            self._awaiting = True
             await workflow.wait_condition(lambda: self._memory.approved or self._stop_requested)
+            self._awaiting = False
             # An edited list was checked when approved; now against the repository too.
             validated_graph([t.task for t in state.tasks], info.files)
         for task_state in state.tasks:
