@@ -15,6 +15,7 @@ import inspect
 
 from fastapi import FastAPI, Request, Response
 
+from loopworks.api import redaction
 from loopworks.api.dashboard import access, graphs, playbooks, render, runs
 from loopworks.api.dashboard.states import RunStates
 from loopworks.api.errors import ApiError
@@ -36,7 +37,8 @@ def install(app: FastAPI) -> None:
             answered = answer_json(request, exc)
             return await answered if inspect.isawaitable(answered) else answered
         caller = Caller(OPEN_ACCESS_NAME, read_only=True)
-        context = {"status_code": exc.status_code, "message": exc.message}
+        # Redacted as the JSON errors are: a message may quote what was asked for.
+        context = {"status_code": exc.status_code, "message": redaction.served(exc.message)}
         return render.page(request, "error.html", caller, context, exc.status_code)
 
     app.add_exception_handler(ApiError, api_error)

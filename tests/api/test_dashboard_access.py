@@ -248,6 +248,14 @@ async def test_an_unknown_run_is_a_page_saying_so(http: httpx.AsyncClient) -> No
     assert "run no..such-run not found" in response.text
 
 
+async def test_an_error_page_quotes_no_secret(http: httpx.AsyncClient) -> None:
+    """The page quotes the id asked for, as the JSON error does; both are redacted."""
+    await sign_in(http, WRITER)
+    response = await http.get(f"/ui/runs/x..{READER}")
+    assert response.status_code == 404
+    assert READER not in response.text and "[REDACTED]" in response.text
+
+
 @pytest.mark.parametrize(
     ("asked", "sent_to"),
     [
