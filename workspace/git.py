@@ -42,7 +42,7 @@ from loopworks.workspace.runner import (
     OriginLacksError,
     _rmtree,
 )
-from loopworks.workspace.stores import borrowed_stores, own_origin_store
+from loopworks.workspace.stores import borrowed_stores, own_origin_store, reached_by_git
 from loopworks.workspace.sweep import used
 
 logger = logging.getLogger(__name__)
@@ -366,10 +366,14 @@ class GitWorkspaces(CommitPublisher):
                 # as long as its run, and each would spawn one more process. No template
                 # either: its sample hooks never run here, and copying them is a good part of a
                 # clone's cost (docs/benchmarks.md#figures-behind-individual-choices).
-                # A path is cloned as a URL would be (`--no-local`): git's shortcut for one
-                # copies its alternates, which could lend the clone, and the sandbox, any
-                # directory on the machine; this way the clone holds every object itself.
-                local = [] if is_url(url) else ["--no-local"]
+                # A path that sends git elsewhere (alternates above all) is cloned as a URL
+                # would be (`--no-local`): git's shortcut for a path, hard links, copies
+                # its alternates, which could lend the clone, and the sandbox, any directory
+                # on the machine; this way the clone holds every object itself. Any other
+                # path keeps the shortcut: packing a repository costs a second a run where
+                # linking it costs nothing.
+                elsewhere = not is_url(url) and reached_by_git(os.path.realpath(url))
+                local = ["--no-local"] if elsewhere else []
                 clone = self._reaching(
                     url, "clone", "--quiet", "--no-checkout", "--template=", *local
                 )
