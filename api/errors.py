@@ -175,22 +175,18 @@ ECHO_CHARS = 300
 
 
 def _echoed(value: Any) -> Any:
-    text = value if isinstance(value, str) else json.dumps(value)
-    if not isinstance(value, str) and not _strict_json(value):
-        # NaN or Infinity, which Python's parser reads but JSON has no number for: echoed
-        # as the text sent, since a response cannot hold them.
-        value = text
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError:
+            # NaN or Infinity, which Python's parser reads but JSON has no number for:
+            # echoed as the text sent, since a response cannot hold them.
+            text = value = json.dumps(value)
     if len(text) <= ECHO_CHARS:
         return value
     return f"{text[:ECHO_CHARS]}… ({len(text)} characters in all)"
-
-
-def _strict_json(value: Any) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        return False
-    return True
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:

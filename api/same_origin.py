@@ -63,6 +63,14 @@ def own_origin(origin: str, host_header: str) -> bool:
     return same_name and sent_port == addressed_port
 
 
+def origin_admitted(origin: str, host_header: str, trusted: Iterable[str]) -> bool:
+    """Whether a page of `origin` (an `Origin` header) may change things here: the API's
+    own, by the Host it addressed, or one of the `trusted` origins (a proxy that ends TLS
+    or rewrites Host: LOOPS_API_TRUSTED_ORIGINS)."""
+    normal = origin.strip().lower().rstrip("/")
+    return normal in trusted or own_origin(normal, host_header)
+
+
 def media_type(content_type: str) -> str:
     return content_type.partition(";")[0].strip().lower()
 
@@ -76,15 +84,13 @@ def refusal(method: str, headers: dict[str, str], trusted: Iterable[str] = ()) -
             403, "a page of another site may not change anything here (Sec-Fetch-Site: cross-site)"
         )
     origin = headers.get("origin")
-    if origin is not None:
-        normal = origin.strip().lower().rstrip("/")
-        if normal not in trusted and not own_origin(normal, headers.get("host", "")):
-            shown = origin[:ECHO_CHARS]
-            return Refusal(
-                403,
-                f"a page of {shown!r} may not change anything here: only the API's own pages,"
-                f" and those of the origins {TRUSTED_ORIGINS} names, may",
-            )
+    if origin is not None and not origin_admitted(origin, headers.get("host", ""), trusted):
+        shown = origin[:ECHO_CHARS]
+        return Refusal(
+            403,
+            f"a page of {shown!r} may not change anything here: only the API's own pages,"
+            f" and those of the origins {TRUSTED_ORIGINS} names, may",
+        )
     if method.upper() in BODY_METHODS:
         given = headers.get("content-type", "")
         if media_type(given) != JSON:

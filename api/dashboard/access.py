@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from loopworks.api import sessions, tokens
 from loopworks.api.dashboard import render
 from loopworks.api.errors import Forbidden, Unauthorized
-from loopworks.api.same_origin import own_origin
+from loopworks.api.same_origin import origin_admitted
 from loopworks.api.security import Caller, authenticated, bearer, require_token, session_of
 from loopworks.schemas.settings import Settings, web_origins
 
@@ -97,14 +97,12 @@ def same_site(request: Request) -> None:
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         raise Forbidden("sign in from the dashboard's own page")
     origin = request.headers.get("origin")
-    # Judged as every change is (api/same_origin.py): the Host the browser addressed, or
-    # an origin LOOPS_API_TRUSTED_ORIGINS names (a proxy that ends TLS or rewrites Host).
+    # Judged as every change is (api/same_origin.py).
     settings: Settings = request.app.state.settings
     trusted = web_origins(settings.api_trusted_origins)
-    if origin is not None:
-        normal = origin.strip().lower().rstrip("/")
-        if normal not in trusted and not own_origin(normal, request.headers.get("host", "")):
-            raise Forbidden("sign in from the dashboard's own page")
+    host = request.headers.get("host", "")
+    if origin is not None and not origin_admitted(origin, host, trusted):
+        raise Forbidden("sign in from the dashboard's own page")
 
 
 @router.post("/ui/session", status_code=status.HTTP_204_NO_CONTENT)
