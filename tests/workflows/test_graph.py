@@ -595,6 +595,33 @@ async def test_a_graph_is_approved_once(harness: LoopHarness) -> None:
     assert result.state.status == GraphStatus.COMPLETED, result.state.message
 
 
+async def test_an_edit_that_breaks_the_atomic_rule_is_refused_at_approval(
+    harness: LoopHarness, tmp_path: Any
+) -> None:
+    """The approval's validator did not know the repository's files: an edit listing four
+    existing files was approved, then failed the whole graph once the approval was taken."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("a.py", "b.py", "c.py", "d.py"):
+        (repo / name).write_text(f"# {name}\n")
+    commit_all(repo)
+    wide = {**task("T-001"), "context": {"files": ["a.py", "b.py", "c.py", "d.py"]}}
+
+    async with harness.worker():
+        handle = await start_graph(harness, [task("T-001")], mode="interactive", repo=str(repo))
+        await _status(handle, GraphStatus.AWAITING_APPROVAL)
+        edited = GraphApproval(tasks=[Task.model_validate(wide)])
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(TaskGraphWorkflow.approve, edited)
+        waiting = await handle.query(TaskGraphWorkflow.status)
+        await handle.execute_update(TaskGraphWorkflow.approve, GraphApproval())
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+
+    assert "T-001 modifies 4 existing files" in str(refused.value.cause)
+    assert waiting.status == GraphStatus.AWAITING_APPROVAL
+    assert result.state.status == GraphStatus.COMPLETED, result.state.message
+
+
 async def test_a_pause_between_two_starts_holds_the_rest(harness: LoopHarness) -> None:
     """Three tasks start one after another; a pause answered after the first must hold
     the others (they started all the same)."""

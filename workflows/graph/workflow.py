@@ -82,6 +82,8 @@ class TaskGraphWorkflow:
         self._stops_sent = False
         # At the approval gate (interactive mode), paused there or not.
         self._awaiting = False
+        # The repository's paths at the base commit, for the atomic rule on an edited list.
+        self._base_files: list[str] | None = None
         self._woken = False
         self._record = GraphRecord(self._memory, params.notify)
         self._budget = GraphBudget(self._memory)
@@ -162,7 +164,8 @@ class TaskGraphWorkflow:
         if self._memory.approved or not self._awaiting:
             raise ValueError(f"graph is not awaiting approval (status {self._state.status})")
         if approval.tasks is not None:
-            validated_graph(approval.tasks)  # GraphError is a ValueError: the update fails
+            # GraphError is a ValueError: the update fails, and the graph still awaits one.
+            validated_graph(approval.tasks, self._base_files)
 
     # --- the graph ---------------------------------------------------------------------
 
@@ -223,10 +226,11 @@ class TaskGraphWorkflow:
         state.tasks = [TaskState(task=task) for task in tasks]
         if request.mode == Mode.INTERACTIVE:
             self._record.set_status(GraphStatus.AWAITING_APPROVAL)
-            self._awaiting = True
+            self._awaiting, self._base_files = True, info.files
             await workflow.wait_condition(lambda: self._memory.approved or self._stop_requested)
             self._awaiting = False
-            # An edited list was checked when approved; now against the repository too.
+            # The approval's validator checked an edited list against the repository; an
+            # edit approved by a worker from before it did not, and fails the graph here.
             validated_graph([t.task for t in state.tasks], info.files)
         for task_state in state.tasks:
             self._record.note(task_state.task.id, TaskStatus.PENDING, f"from the {state.source}")
