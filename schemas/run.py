@@ -17,6 +17,7 @@ from loopworks.schemas.playbook import PlaybookUse
 from loopworks.schemas.prep import PrepUpload
 from loopworks.schemas.proof import PROOF_FILE, ProofCommands, RunProof, is_proof_rule_id
 from loopworks.schemas.rules import Phase, Rule, RuleOwner, normalise_rules
+from loopworks.schemas.tasks import MAX_CRITERIA, MAX_DECLARED_FILES
 
 
 class Mode(StrEnum):
@@ -159,7 +160,7 @@ class RunRequest(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     acceptance_criteria: list[str] = Field(
         default_factory=list,
-        max_length=50,
+        max_length=MAX_CRITERIA,
         description="criteria the run must meet, kept word for word; hydration may add more",
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
@@ -182,7 +183,7 @@ class RunRequest(BaseModel):
     )
     declared_files: list[str] = Field(
         default_factory=list,
-        max_length=200,
+        max_length=MAX_DECLARED_FILES,
         description="the files the task may touch (a graph's task: its context.files); the "
         "custodiet is shown every change outside them. Empty: the task declares none",
     )

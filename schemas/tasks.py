@@ -28,6 +28,9 @@ ARCHIVE_PATH = "docs/tasks/ARCHIVE.jsonl"
 ARCHIVE_AFTER = 10
 # The atomic rule: a task may modify at most this many existing files (docs/graphs.md#tasks).
 MAX_EXISTING_FILES = 3
+# A run's request holds at most these; a task's loop is a run, so a task holds no more.
+MAX_CRITERIA = 50
+MAX_DECLARED_FILES = 200
 
 # `T-` and at least three digits, and the fix tasks the orchestrator adds for a failed one
 # (docs/graphs.md#failures-and-fix-tasks).
@@ -67,6 +70,7 @@ class TaskContext(BaseModel):
 
     files: list[str] = Field(
         default_factory=list,
+        max_length=MAX_DECLARED_FILES,
         description="The files the task reads or modifies, relative to the repository root "
         "(e.g. `app/src/lib/pb.js`); new files it creates too. At most 3 of them may already "
         "exist in the repository. Tasks sharing a file never run at the same time.",
@@ -111,6 +115,7 @@ class Task(BaseModel):
     )
     acceptance_criteria: list[NonBlank] = Field(
         min_length=1,
+        max_length=MAX_CRITERIA,
         description="Observable criteria that together mean the task is done, one per item.",
     )
     verification_command: str = Field(

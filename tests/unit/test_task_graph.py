@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
+    MAX_CRITERIA,
+    MAX_DECLARED_FILES,
     GraphError,
     LedgerLine,
     Task,
@@ -24,6 +27,7 @@ from loopworks.schemas.tasks import (
     task_json,
     validated_graph,
 )
+from loopworks.workflows.graph.inputs import loop_request
 
 pytestmark = pytest.mark.unit
 
@@ -118,6 +122,32 @@ def test_every_task_field_is_described_for_a_planner() -> None:
     context = schema["$defs"]["TaskContext"]["properties"]
     assert all("description" in field for field in context.values())
     assert "relative to the repository root" in context["files"]["description"]
+
+
+def test_a_task_holds_no_more_than_its_loop_takes() -> None:
+    """A task's loop is a run: a task past the run request's bounds made its loop's
+    request fail inside the graph's workflow, whose task then failed forever and hung the
+    graph. Refused as a task, it is a 422 for a client and a repair for the planner."""
+    graph = GraphState(graph_id="g", goal="g", origin="/repo", integration_branch="graphs/g")
+    widest = {
+        **DOCUMENTED_TASK,
+        "description": "x" * 30_000,
+        "acceptance_criteria": [f"criterion {n}" for n in range(MAX_CRITERIA)],
+        "context": {"files": [f"src/f{n}.py" for n in range(MAX_DECLARED_FILES)]},
+    }
+    loop = loop_request(TaskState(task=Task.model_validate(widest)), GraphRequest(goal="g"), graph)
+    assert len(loop.acceptance_criteria) == MAX_CRITERIA
+    assert len(loop.declared_files) == MAX_DECLARED_FILES
+
+    for field, past in (
+        ("acceptance_criteria", [f"criterion {n}" for n in range(MAX_CRITERIA + 1)]),
+        ("context", {"files": [f"src/f{n}.py" for n in range(MAX_DECLARED_FILES + 1)]}),
+    ):
+        with pytest.raises(ValidationError, match="at most"):
+            Task.model_validate({**widest, field: past})
+    schema = json.dumps(Task.model_json_schema())
+    assert f'"maxItems": {MAX_CRITERIA}' in schema, "the planner is not told"
+    assert f'"maxItems": {MAX_DECLARED_FILES}' in schema, "the planner is not told"
 
 
 def test_task_file_paths() -> None:

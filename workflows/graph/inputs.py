@@ -23,7 +23,14 @@ from loopworks.schemas.prep import (
 from loopworks.schemas.proof import proof_commands
 from loopworks.schemas.rules import CommandCheck, Rule, Severity
 from loopworks.schemas.run import Budget, RunRequest
-from loopworks.schemas.tasks import LEDGER_PATH, TASKS_DIR, GraphError, Task, validated_graph
+from loopworks.schemas.tasks import (
+    LEDGER_PATH,
+    MAX_CRITERIA,
+    TASKS_DIR,
+    GraphError,
+    Task,
+    validated_graph,
+)
 from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
 # What tells a graph's loop that it is one (its producer's prompt says what follows).
@@ -31,9 +38,8 @@ GRAPH_TASK_NOTE = (
     f"This task is one of a task graph's: do not change the graph's ledger `{LEDGER_PATH}` "
     f"or its task files under `{TASKS_DIR}/`; they belong to the graph's orchestrator alone."
 )
-# A loop's task text stays within RunRequest's bound, and its criteria within theirs.
+# A loop's task text stays within RunRequest's bound (its criteria: MAX_CRITERIA).
 TASK_TEXT_MAX = 20_000
-CRITERIA_MAX = 50
 # Each task loop's iteration limit when neither the request nor a prep package sets one.
 DEFAULT_MAX_ITERATIONS = 4
 
@@ -207,7 +213,7 @@ def run_from_prep(request: RunRequest, prepared: PrepOutcome) -> tuple[RunReques
         update={
             "task": text[:TASK_TEXT_MAX],
             "rules": [*request.rules, *rules],
-            "acceptance_criteria": criteria[:CRITERIA_MAX],
+            "acceptance_criteria": criteria[:MAX_CRITERIA],
             "max_iterations": request.max_iterations or prepared.max_iterations,
             # Used: the run carries what it made of it, not the files.
             "prep_package": None,
