@@ -36,13 +36,13 @@ from loopworks.schemas.integration import (
     MergeRequest,
 )
 from loopworks.schemas.prep import PREP_PACKAGE_PATH, PREP_TASKS_PATH
-from loopworks.schemas.rules import CommandCheck
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
     orchestrator_owned,
     orchestrator_refusal,
     task_file,
     task_json,
+    verification_check,
 )
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace.default_origin import ensure_default_origin
@@ -61,9 +61,6 @@ from loopworks.workspace.integration import (
 
 T = TypeVar("T")
 
-# A task's verification command may run a test suite: longer than a rule's command check
-# (60s by default), still bounded so a hung command cannot hold the merge queue.
-VERIFY_TIMEOUT_SECONDS = 300.0
 # Output kept for the hash: the hash covers this much of the end of it.
 VERIFY_OUTPUT_CAP = 1 << 20
 # ApplicationError types the workflow can tell apart; neither is retried.
@@ -290,7 +287,7 @@ def verify(command: str, workdir: Path, head: str) -> MergeOutcome:
     """Run a task's verification command in the merged tree: `verification_failed` at the
     unchanged `head`, with the exit code (None: timed out), the output's hash and its tail;
     exit 0 is `merged`, the caller then sets the commit and the files."""
-    check = CommandCheck(command=command, timeout_seconds=VERIFY_TIMEOUT_SECONDS)
+    check = verification_check(command)
     outcome = run_command_check(check, workdir, output_cap=VERIFY_OUTPUT_CAP)
     # The detail is a status line ("exit code 1", "timed out after ...") then the output.
     output = outcome.detail.partition("\n")[2]

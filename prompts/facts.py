@@ -11,6 +11,7 @@ from loopworks.agent.tools import TOOLS
 from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
 from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
+from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR
 
@@ -25,6 +26,8 @@ def prompt_facts() -> dict[str, str]:
         # The atomic rule, as the task graph's validator counts it (docs/graphs.md#tasks).
         "max_existing_files": str(MAX_EXISTING_FILES),
         "task_planner_files_cap": str(TASK_PLANNER_FILES_CAP),
+        # A task's verification command's one limit, wherever it runs (docs/graphs.md).
+        "verification_timeout_seconds": str(int(PROOF_TIMEOUT_SECONDS)),
         # A task graph's own record, which its loops' tools refuse to write
         # (docs/graphs.md#the-ledger).
         "ledger_path": LEDGER_PATH,

@@ -18,8 +18,9 @@ from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationEr
 PROOF_FILE = ".loops/verify"
 # The proof's rules are `proof-1`, `proof-2`, ... in the order of the commands.
 PROOF_RULE_PREFIX = "proof-"
-# A proof may run a whole test suite: longer than a rule's command check by default, as a
-# graph task's verification command (activities/integration.py).
+# A proof may run a whole test suite: longer than a rule's command check by default. A
+# graph task's verification command has this one limit wherever it runs (its loop's rule,
+# its loop's proof, the merge queue), so a command its loop passes the merge passes too.
 PROOF_TIMEOUT_SECONDS = 600.0
 MAX_PROOF_COMMANDS = 10
 PROOF_COMMAND_MAX_CHARS = 20_000

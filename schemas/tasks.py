@@ -20,6 +20,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints, field_validator
 
+from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
+from loopworks.schemas.rules import CommandCheck
+
 LEDGER_PATH = "docs/current/task-status.jsonl"
 TASKS_DIR = "docs/tasks"
 ARCHIVE_PATH = "docs/tasks/ARCHIVE.jsonl"
@@ -120,8 +123,15 @@ class Task(BaseModel):
     )
     verification_command: str = Field(
         description="A non-interactive shell command, run from the repository root, that "
-        "exits 0 exactly when the task is done (e.g. `pytest tests/test_pb.py -q`)."
+        "exits 0 exactly when the task is done (e.g. `pytest tests/test_pb.py -q`). It is "
+        f"killed, and fails, after {int(PROOF_TIMEOUT_SECONDS)} seconds."
     )
+
+
+def verification_check(command: str) -> CommandCheck:
+    """A task's verification command as a check: one limit wherever it runs (its loop's
+    rule and proof, the merge queue), so a command its loop passes, the merge passes too."""
+    return CommandCheck(command=command, timeout_seconds=PROOF_TIMEOUT_SECONDS)
 
 
 class LedgerLine(BaseModel):

@@ -47,6 +47,7 @@ from loopworks.schemas.playbook import (
     TagDelta,
     UpdateDelta,
 )
+from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import (
@@ -296,6 +297,7 @@ def test_task_planner_states_the_graph_rules_the_code_checks(
         f"more than {MAX_EXISTING_FILES} existing files",
         "must be split",
         "exits 0 when the task is done and not before",
+        f"killed, and fails, after {int(PROOF_TIMEOUT_SECONDS)} seconds",
         "runs from the repository root",
         "no network",
         "run at the same time",

@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
+from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
     MAX_CRITERIA,
@@ -26,6 +27,7 @@ from loopworks.schemas.tasks import (
     task_file,
     task_json,
     validated_graph,
+    verification_check,
 )
 from loopworks.workflows.graph.inputs import loop_request
 
@@ -148,6 +150,19 @@ def test_a_task_holds_no_more_than_its_loop_takes() -> None:
     schema = json.dumps(Task.model_json_schema())
     assert f'"maxItems": {MAX_CRITERIA}' in schema, "the planner is not told"
     assert f'"maxItems": {MAX_DECLARED_FILES}' in schema, "the planner is not told"
+
+
+def test_a_verification_command_has_one_limit_wherever_it_runs() -> None:
+    """Its loop's rule took a command check's default 60 s while its proof took 600 and
+    the merge queue 300: a suite of two minutes never passed its loop, and one of six
+    minutes passed its loop and then failed at merge. The planner is told the limit."""
+    graph = GraphState(graph_id="g", goal="g", origin="/repo", integration_branch="graphs/g")
+    given = Task.model_validate(DOCUMENTED_TASK)
+    loop = loop_request(TaskState(task=given), GraphRequest(goal="g"), graph)
+    [rule] = loop.rules
+    assert rule.check == verification_check(given.verification_command)
+    assert verification_check("pytest -q").timeout_seconds == PROOF_TIMEOUT_SECONDS
+    assert f"after {int(PROOF_TIMEOUT_SECONDS)} seconds" in json.dumps(Task.model_json_schema())
 
 
 def test_task_file_paths() -> None:

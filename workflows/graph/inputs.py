@@ -21,7 +21,7 @@ from loopworks.schemas.prep import (
     prep_tasks,
 )
 from loopworks.schemas.proof import proof_commands
-from loopworks.schemas.rules import CommandCheck, Rule, Severity
+from loopworks.schemas.rules import Rule, Severity
 from loopworks.schemas.run import Budget, RunRequest
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
@@ -30,6 +30,7 @@ from loopworks.schemas.tasks import (
     GraphError,
     Task,
     validated_graph,
+    verification_check,
 )
 from loopworks.workflows.search_attributes import LOOP_GRAPH, LOOP_STARTED_BY
 
@@ -63,7 +64,7 @@ def loop_request(task_state: TaskState, request: GraphRequest, graph: GraphState
         id="verification",
         description=f"The task's verification command `{task.verification_command}` exits 0",
         severity=Severity.FAIL,
-        check=CommandCheck(command=task.verification_command),
+        check=verification_check(task.verification_command),
     )
     return RunRequest(
         task=text[:TASK_TEXT_MAX],
@@ -200,7 +201,7 @@ def run_from_prep(request: RunRequest, prepared: PrepOutcome) -> tuple[RunReques
             id=task.id,
             description=f"{task.id}'s verification command `{task.verification_command}` exits 0",
             severity=Severity.FAIL,
-            check=CommandCheck(command=task.verification_command),
+            check=verification_check(task.verification_command),
         )
         for task in prepared.tasks
         if task.id not in given
