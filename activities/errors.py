@@ -10,7 +10,7 @@ from pathlib import Path
 from temporalio.exceptions import ApplicationError
 
 from loopworks.llm.base import InvalidOutput
-from loopworks.llm.budget import BudgetSpent
+from loopworks.llm.budget import BudgetSpent, Meter
 from loopworks.schemas.steps import (
     BUDGET_EXHAUSTED,
     INVALID_OUTPUT,
@@ -26,13 +26,15 @@ WORKSPACE_LOST = "WorkspaceLost"
 
 
 @contextlib.contextmanager
-def final_when_invalid_output() -> Iterator[None]:
+def final_when_invalid_output(meter: Meter | None = None) -> Iterator[None]:
     """A model's answer still invalid after its repair leaves the step as a non-retryable
-    error: the workflow retries the step once, and the repair was that retry."""
+    error: the workflow retries the step once, and the repair was that retry. It carries
+    what the step's requests spent (`meter`, priced), so the run counts it."""
     try:
         yield
     except InvalidOutput as exc:
-        raise ApplicationError(str(exc), type=INVALID_OUTPUT, non_retryable=True) from exc
+        spent = [] if meter is None else [meter.used.model_dump(mode="json")]
+        raise ApplicationError(str(exc), *spent, type=INVALID_OUTPUT, non_retryable=True) from exc
 
 
 def budget_exhausted(spent: BudgetSpent) -> ApplicationError:

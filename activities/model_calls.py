@@ -62,7 +62,7 @@ async def consult(
     meter = meter or step_meter(deps, step)
     # Invalid output leaves the span as a non-retryable error for the workflow's retry-once.
     span_of_call = model_span(deps.tracer, "llm", role, step, call.model)
-    with span_of_call as span, final_when_invalid_output():
+    with span_of_call as span, final_when_invalid_output(meter if own else None):
         async with heartbeating():
             try:
                 answered = await ask(deps.models, call, agent.prompt, answer_type, check, meter)
@@ -207,8 +207,6 @@ async def _record_failed(
 def step_meter(deps: StepDeps, step: ModelStep) -> Meter | None:
     """What the step's model calls spend from: its allowance (docs/loop.md#budgets), at the
     settings' prices; None when it has none."""
-    if step.allowance is None:
-        return None
     return Meter(step.allowance, deps.settings.prices)
 
 
@@ -260,7 +258,8 @@ async def run_agent(
     (`AgentOutcome.budget_exhausted`)."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
-    with span_of_agent as span, final_when_invalid_output():
+    meter = meter or step_meter(deps, step)
+    with span_of_agent as span, final_when_invalid_output(meter):
         # The agent runs for minutes: heartbeats carry a stop's cancellation to it.
         async with heartbeating():
             try:
@@ -275,7 +274,7 @@ async def run_agent(
                     graph_task=graph_task,
                     graph_base=graph_base,
                     gate=gate,
-                    meter=meter or step_meter(deps, step),
+                    meter=meter,
                 )
             except Exception:
                 still_a_clone(workdir)
@@ -310,7 +309,8 @@ async def run_answering_agent(
     the forced answer tool; priced and traced as `run_agent`."""
     agent, call = for_role(deps, role, step, context)
     span_of_agent = model_span(deps.tracer, "agent", role, step, call.model)
-    with span_of_agent as span, final_when_invalid_output():
+    meter = step_meter(deps, step)
+    with span_of_agent as span, final_when_invalid_output(meter):
         async with heartbeating():
             try:
                 outcome = await answering_loop(
@@ -321,7 +321,7 @@ async def run_answering_agent(
                     deps.settings.qa_max_turns,
                     verb,
                     answer_type,
-                    step_meter(deps, step),
+                    meter,
                 )
             except BudgetSpent as spent:
                 price(spent.usage, call.model, deps.settings)

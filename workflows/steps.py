@@ -159,6 +159,8 @@ class StepRunner:
                 raise Stopped() from err
             cause = getattr(err, "cause", None)
             if isinstance(cause, ApplicationError) and cause.type == INVALID_OUTPUT:
+                # What the step's requests spent before it gave up counts, as a budget's end.
+                self.record.add_usage(_spent(cause))
                 raise InvalidOutput(cause.message) from err
             if isinstance(cause, ApplicationError) and cause.type == BUDGET_EXHAUSTED:
                 # A call the budget refused or cut: what the step spent first still counts.

@@ -24,6 +24,7 @@ from loopworks.workflows.loop import LoopWorkflow
 from tests.fakes.spending import SpendingModels
 from tests.workflows.conftest import LoopHarness
 from tests.workflows.test_graph import git_show, start_graph, task
+from tests.workflows.test_run_budget import NO_ARTIFACT, recorded
 
 pytestmark = pytest.mark.workflow
 
@@ -203,3 +204,20 @@ async def test_a_graph_whose_loops_ended_before_a_run_out_loop_spent_it_replays(
     assert result.state.usage.total_tokens <= TOTAL_TOKENS
     replayer = Replayer(workflows=[TaskGraphWorkflow], data_converter=pydantic_data_converter)
     assert (await replayer.replay_workflow(history)).replay_failure is None
+
+
+async def test_loops_that_end_in_invalid_output_spend_within_the_graphs_total(
+    harness: LoopHarness,
+) -> None:
+    """The graph charges a loop what the loop reports: a loop ending in invalid output
+    reported none of its last step's spending, so each retry started with nearly the whole
+    total again and the loops were billed past it."""
+    total = 40_000
+    models = SpendingModels(wants={Role.PRODUCER: 5_000}, script=NO_ARTIFACT)
+    async with harness.worker(models=models):
+        handle = await start_graph(harness, [task("T-001")], total_budget={"max_tokens": total})
+        result = await handle.result()
+
+    assert result.state.status == GraphStatus.FAILED
+    assert recorded(models) == result.state.usage.total_tokens
+    assert recorded(models) <= total

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 
+from loopworks.llm.offline.model import OfflineScript
 from loopworks.schemas.events import EventName
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import Allowance, RunStatus, Step, StopReason
@@ -172,3 +173,24 @@ async def test_a_skill_sub_loop_out_of_budget_keeps_nothing_unreviewed_and_count
     listed = ["git", "ls-tree", "-r", "--name-only", state.branch]
     files = subprocess.run(listed, cwd=repo, capture_output=True, text=True, check=True)
     assert helper not in files.stdout.split()
+
+
+# The producer answers in text and never writes artifact.md: reminded once, it answers in
+# text again, and the step ends as invalid output (docs/loop.md#invalid-answers).
+NO_ARTIFACT = OfflineScript.model_validate({"producer": {"*": "I am done."}})
+
+
+async def test_a_step_that_ends_in_invalid_output_counts_what_it_spent(
+    harness: LoopHarness,
+) -> None:
+    """The step's requests were billed, but its failure carried no usage: the run, and so
+    its graph's total and its client's day, counted none of them."""
+    models = SpendingModels(wants={Role.PRODUCER: 10_000}, script=NO_ARTIFACT)
+    async with harness.worker(models=models):
+        handle = await harness.start(task="Write a guide", budget={"max_tokens": 100_000})
+        state = (await handle.result()).state
+
+    assert (state.status, state.stop_reason) == (RunStatus.FAILED, StopReason.PHASE_ERROR)
+    producer = sum(s.input_tokens + s.output_tokens for s in models.for_role(Role.PRODUCER))
+    assert producer > 20_000  # both of the producer's requests were answered, and billed
+    assert state.usage.total_tokens == recorded(models)
