@@ -240,7 +240,7 @@ class NotificationActivities:
 
 async def _post(
     client: httpx.AsyncClient,
-    url: str,
+    url: str | httpx.URL,
     addresses: tuple[str, ...],
     data: bytes,
     headers: dict[str, str],
@@ -248,17 +248,33 @@ async def _post(
     """POST to one of `addresses`, the ones the check admitted for the URL's host, in turn
     until one takes the connection: the URL's host replaced by the address, while the
     Host header and TLS's server name (SNI, and the name the certificate must carry) stay
-    the host's. None to pin (a URL naming an address): the URL as it is."""
+    the host's. None to pin (a URL naming an address): the URL as it is. Only the answer's
+    status is read: its body, which the receiver chooses, is never read into memory."""
     if not addresses:
-        return await client.post(url, content=data, headers=headers)
+        return await _status_only(client, url, data, headers, {})
     target = httpx.URL(url)
     named = {**headers, "Host": target.netloc.decode("ascii")}
     sni = {"sni_hostname": target.raw_host.decode("ascii")}
     for address in addresses[:-1]:
         try:
             pinned = target.copy_with(host=address)
-            return await client.post(pinned, content=data, headers=named, extensions=sni)
+            return await _status_only(client, pinned, data, named, sni)
         except httpx.ConnectError:
             continue
     pinned = target.copy_with(host=addresses[-1])
-    return await client.post(pinned, content=data, headers=named, extensions=sni)
+    return await _status_only(client, pinned, data, named, sni)
+
+
+async def _status_only(
+    client: httpx.AsyncClient,
+    url: str | httpx.URL,
+    data: bytes,
+    headers: dict[str, str],
+    extensions: dict[str, str],
+) -> httpx.Response:
+    request = client.build_request(
+        "POST", url, content=data, headers=headers, extensions=extensions
+    )
+    answer = await client.send(request, stream=True)
+    await answer.aclose()
+    return answer
