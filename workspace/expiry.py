@@ -175,9 +175,17 @@ def _held_back(
         return KeptBecause.PINNED
     if status.status == Status.OPEN:
         return KeptBecause.OPEN
-    if status.status == Status.UNKNOWN and (held is None or held.branch_time is None):
+    # A run's branch is made as it ends; a graph's integration branch at its start, moved
+    # with its ledger, says nothing of whether the graph (another deployment's) has ended.
+    if status.status == Status.UNKNOWN and (
+        held is None or held.branch_time is None or _is_graph(held)
+    ):
         return KeptBecause.UNKNOWN
     return None
+
+
+def _is_graph(held: Records) -> bool:
+    return held.branch is not None and held.branch.startswith(GRAPH_BRANCH_PREFIX)
 
 
 def _finished_at(held: Records | None, status: Known) -> datetime:

@@ -26,6 +26,7 @@ import pygit2
 
 from loopworks.schemas.git_names import is_url
 from loopworks.schemas.playbook import PLAYBOOK_BRANCH
+from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.workspace import files
 from loopworks.workspace.call_records import CallRecords
 from loopworks.workspace.expiry import GRAPH_BRANCH_PREFIX, RUN_BRANCH_PREFIX, Records, Removal
@@ -132,7 +133,8 @@ class RunRecords(CallRecords):
 
     def branch_times(self, origin: str, refs: Sequence[str]) -> dict[str, datetime]:
         """When the tip of each of `refs` (branches) was committed; a remote origin's read
-        from its cache (workspace/origin.py), brought up to date first."""
+        from its cache (workspace/origin.py), brought up to date first. A `loops/` branch
+        whose tip holds no run's history has none: the repository's own, no run's result."""
         if not refs:
             return {}
         with self._origin_git_dir(origin, commit=None) as git_dir:
@@ -145,6 +147,8 @@ class RunRecords(CallRecords):
                 try:
                     commit = reference.peel(pygit2.Commit)
                 except (pygit2.GitError, ValueError, KeyError):
+                    continue
+                if ref.startswith(RUN_BRANCH_PREFIX) and HISTORY_PATH not in commit.tree:
                     continue
                 found[ref] = datetime.fromtimestamp(commit.commit_time, UTC)
         return found

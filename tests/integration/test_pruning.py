@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.workspace.default_origin import create_default_origin
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.pruning import PIN_FILE, PUSH_BATCH, RunRecords
@@ -48,6 +49,8 @@ def _finished_run(ws: GitWorkspaces, origin: str, run_id: str, calls: int = 2) -
     _, base = ws.resolve_base(origin, None)
     workdir = ws.checkout(run_id, origin, base)
     (workdir / "artifact.md").write_text(f"{run_id}\n")
+    (workdir / HISTORY_PATH).parent.mkdir(exist_ok=True)
+    (workdir / HISTORY_PATH).write_text("{}\n")
     sha = ws.commit(workdir, "produce", WHEN)
     ws.publish(workdir, run_id, sha)
     ws.checkout(run_id, origin, sha, slot="eval-1")
@@ -89,9 +92,12 @@ def test_a_survey_names_each_runs_refs_pins_and_clones(tmp_path: Path, form: str
         "g1/task-a/1": ["g1/task-a/1", "g1/task-a/1.eval-1"],
     }
     assert all(c.bytes > 0 for clones in survey.clones.values() for c in clones)
-    # The branches' tips, when Temporal no longer knows a run: their commits' time.
-    times = records.branch_times(origin, ["refs/heads/loops/run-1", "refs/heads/nope"])
-    assert times == {"refs/heads/loops/run-1": WHEN}
+    # The branches' tips, when Temporal no longer knows a run: their commits' time. A
+    # `loops/` branch holding no run's history is the repository's own: it has none, so
+    # the gc never takes it for a forgotten run's result.
+    git(f"--git-dir={bare}", "update-ref", "refs/heads/loops/experiment", sha)
+    branches = ["refs/heads/loops/run-1", "refs/heads/loops/experiment", "refs/heads/nope"]
+    assert records.branch_times(origin, branches) == {"refs/heads/loops/run-1": WHEN}
 
 
 @pytest.mark.parametrize("form", FORMS)

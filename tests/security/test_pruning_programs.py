@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.schemas.steps import HISTORY_PATH
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.pruning import RunRecords
 from loopworks.workspace.refs import work_ref
@@ -36,6 +37,8 @@ def test_the_gc_runs_none_of_the_origins_programs(
     _, base = ws.resolve_base(repo, None)
     workdir = ws.checkout("run-1", repo, base)
     (workdir / "artifact.md").write_text("draft\n")
+    (workdir / HISTORY_PATH).parent.mkdir(exist_ok=True)
+    (workdir / HISTORY_PATH).write_text("{}\n")
     sha = ws.commit(workdir, "produce: draft", WHEN)
     ws.publish(workdir, "run-1", sha)
     ws.push_branch(workdir, "loops/run-1", sha, "run-1")

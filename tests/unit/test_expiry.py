@@ -183,6 +183,20 @@ def test_task_loops_follow_their_graph() -> None:
     assert plan.kept == {"g/b/1": KeptBecause.PINNED}
 
 
+def test_a_graph_temporal_does_not_know_is_kept_with_its_loops() -> None:
+    """Its integration branch is made at its start, so its tip time said nothing of its
+    end: a graph in flight (another deployment's on a shared origin) lost its task
+    loops' records as the gc took it for finished."""
+    records = {
+        "g": Records(branch="refs/heads/graphs/g", branch_time=ago(1 / 24)),
+        "g/a/1": run(),
+        **{f"run-{n}": run(branch_days=n / 1440) for n in range(3)},
+    }
+    plan = decide(records, {}, set(), RetentionPolicy(keep_per_repo=3), NOW)
+    assert removed(plan) == []
+    assert plan.kept["g/a/1"] == KeptBecause.UNKNOWN
+
+
 def test_a_pinned_graph_keeps_its_task_loops() -> None:
     records = {"g/a/1": run(), "g": Records(call_refs=3)}
     plan = decide(records, {"g": Known.closed(ago(90))}, {"g"}, DAYS_30, NOW)
