@@ -85,6 +85,12 @@ class SandboxPolicy(BaseModel):
     bwrap: str | None = None
 
 
+# Set for every command, sandboxed or not. Python writes no bytecode into the workspace:
+# `git add -A` took a producer's test run's `__pycache__/` for work, and QA's run of the
+# same tests on a fresh checkout rewrote those files, which rejects QA's verdict.
+COMMAND_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
+
+
 class SandboxUnavailable(RuntimeError):
     """No bwrap, or the workspace cannot be handed to the sandbox."""
 
@@ -252,6 +258,7 @@ def bwrap_args(
         "--setenv",
         "LANG",
         policy.lang,
+        *(arg for name, value in COMMAND_ENV.items() for arg in ("--setenv", name, value)),
         "--",
         "bash",
         "-c",

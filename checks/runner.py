@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from loopworks.checks.bwrap import COMMAND_ENV
 from loopworks.checks.output import collect, running_in
 from loopworks.checks.redaction import worker_secrets
 from loopworks.checks.sandbox import SandboxPolicy, run_sandboxed
@@ -50,6 +51,7 @@ def _scrubbed_env(workdir: Path) -> dict[str, str]:
         "PATH": os.environ.get("PATH", os.defpath),
         "HOME": str(workdir),
         "LANG": "C.UTF-8",
+        **COMMAND_ENV,
     }
 
 

@@ -4,8 +4,8 @@
 uts, cgroup and network namespaces (loopback only), user namespaces disabled inside, every
 capability dropped, a new session, read-only system directories, a private /proc and /dev,
 a size-capped tmpfs /tmp, the workspace as the only writable bind mount and an environment
-of PATH, HOME (the workspace) and LANG only. Resource limits are rlimits set in the child
-before bwrap is exec'd; bwrap and everything it starts inherit them.
+of PATH, HOME (the workspace), LANG and `COMMAND_ENV` only. Resource limits are rlimits set
+in the child before bwrap is exec'd; bwrap and everything it starts inherit them.
 
 Never root inside: when the worker runs as root, the child drops to `policy.uid`/`policy.gid`
 (default `nobody`) before exec'ing bwrap, so bwrap runs unprivileged and its user namespace

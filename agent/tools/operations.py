@@ -355,7 +355,8 @@ def _search_file(root: Path, path: str, regex: CompiledPattern, deadline: float)
 
 def run_command(guard: ToolGuard, args: RunCommandArgs) -> ToolResult:
     # The checks runner runs it in the sandbox (or, with LOOPS_SANDBOX=off, as the worker's user)
-    # with an environment of PATH, HOME and LANG only, and kills all it started on timeout.
+    # with an environment of PATH, HOME, LANG and COMMAND_ENV only, and kills all it started
+    # on timeout.
     check = CommandCheck(command=guard.command(args.command), timeout_seconds=args.timeout_seconds)
     records = guard.graph_records()
     try:

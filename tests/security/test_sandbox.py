@@ -229,7 +229,15 @@ def test_no_secret_in_any_environment_inside(workdir: Path) -> None:
     assert "LOOPS_FAKE_API_KEY" not in result.output
     assert SECRET not in result.output
     env_names = {line.split("=", 1)[0] for line in result.output.splitlines() if "=" in line}
-    assert env_names <= {"PATH", "HOME", "LANG", "PWD", "SHLVL", "_"}
+    assert env_names <= {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PWD", "SHLVL", "_"}
+
+
+def test_python_leaves_no_bytecode_in_the_workspace(workdir: Path) -> None:
+    """Bytecode in the workspace is committed as work, and rewritten by a later run."""
+    (workdir / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    result = _run("python3 -c 'import calc; print(calc.add(1, 2))'", workdir)
+    assert result.output.strip() == "3"
+    assert not (workdir / "__pycache__").exists()
 
 
 def test_cannot_write_outside_the_workspace(workdir: Path, other_workspace: Path) -> None:

@@ -95,6 +95,16 @@ def test_environment_is_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "PATH=" in outcome.detail
 
 
+def test_python_leaves_no_bytecode_in_the_workspace(tmp_path: Path) -> None:
+    """A producer's test run left `__pycache__/` in the clone, committed as work; QA's run
+    of the same tests on a fresh checkout rewrote it, and its verdict was refused for
+    changing the work."""
+    (tmp_path / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    check = CommandCheck(command="python3 -c 'import calc; assert calc.add(1, 2) == 3'")
+    assert run_command_check(check, tmp_path).passed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calc.py"]
+
+
 def test_stdin_is_closed(tmp_path: Path) -> None:
     outcome = run_command_check(CommandCheck(command="cat", timeout_seconds=5), tmp_path)
     assert outcome.passed
