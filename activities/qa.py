@@ -17,8 +17,9 @@ from temporalio import activity
 from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import run_answering_agent
-from loopworks.agent.actions import commands_run as commands_ran
 from loopworks.agent.trajectory import TrajectoryRecord, to_jsonl
+from loopworks.checks.redaction import redacted
+from loopworks.schemas.actions import last_cited_runs
 from loopworks.schemas.contexts import QAVerifierContext
 from loopworks.schemas.roles import QAReport, Role
 from loopworks.schemas.steps import QAInput, QAOutput, trajectory_path
@@ -39,9 +40,9 @@ QA_SLOT = "qa"
 RUN_COMMAND = "run_command"
 # The stat lists this many files; the rest are counted (the totals are of all).
 STAT_MAX_FILES = 500
-# QA's output keeps its last commands (and the checkout's changed files) up to this many:
-# enough to check any verdict, bounded in the run's history.
-MAX_COMMANDS_KEPT = 100
+# QA's output keeps the checkout's changed files up to this many: enough to say why a
+# verdict does not stand, bounded in the run's history.
+MAX_CHANGED_KEPT = 100
 
 
 class QAActivities:
@@ -90,16 +91,22 @@ class QAActivities:
         after = await asyncio.to_thread(changed_paths, workdir, untracked=False)
         checkout_changed = [path for path in after if path not in given]
         commit = await self._record(step, outcome.records)
+        # The evidence is compared with the commands as the tool kept them, whole and
+        # redacted (agent/loop.py): the report is redacted alike here, so a cited command
+        # holding a secret still matches its run, whatever the result's own redaction.
+        report = redacted(outcome.answer)
         return QAOutput(
-            report=outcome.answer,
+            report=report,
             usage=outcome.usage,
             repairs=outcome.repairs,
             commit=commit,
             turns=outcome.turns,
             commands=commands_run(outcome.records),
-            ran=commands_ran(outcome.records)[-MAX_COMMANDS_KEPT:],
+            # Only what a verdict is checked against: the cited commands' last runs, as
+            # many as the evidence may name, however many commands ran before them.
+            ran=last_cited_runs(report.evidence, outcome.commands),
             code_changed=code_changed,
-            checkout_changed=checkout_changed[:MAX_COMMANDS_KEPT],
+            checkout_changed=checkout_changed[:MAX_CHANGED_KEPT],
         )
 
     async def _change(self, step: QAInput, workdir: Path) -> list[FileChange]:

@@ -42,6 +42,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.run import AgentRun
 from pydantic_ai.usage import UsageLimits
 
+from loopworks.agent.actions import RUN_COMMAND, ended
 from loopworks.agent.tools import TOOLS, ToolResult, ToolSpec, execute
 from loopworks.agent.trajectory import (
     AgentStep,
@@ -65,6 +66,7 @@ from loopworks.llm.structured import (
     not_answered,
     repairs_in,
 )
+from loopworks.schemas.actions import CommandRun
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import ARTIFACT_PATH
@@ -255,6 +257,10 @@ class _Workspace:
     step: AgentStep = "produce"
     done: list[TrajectoryRecord] = field(default_factory=list)
     refusal: str = ""
+    # Every command the command tool was asked to run, whole, with how it ended: the
+    # trajectory caps a call's arguments, and a verifier's evidence is checked against
+    # the commands exactly as they ran.
+    commands: list[CommandRun] = field(default_factory=list)
 
 
 # Building the agent makes every tool's schema; it holds nothing of a run (model,
@@ -299,6 +305,11 @@ def _tool(spec: ToolSpec[Any]) -> Tool[_Workspace]:
                 deps.root, spec.name, arguments, deps.graph_task, deps.graph_base
             )
         _done(ctx, spec.name, arguments, result)
+        command = arguments.get("command")
+        if spec.name == RUN_COMMAND and isinstance(command, str):
+            # Redacted as the trajectory redacts the call's arguments: this text leaves the
+            # worker in the step's result.
+            deps.commands.append(ended(deps.step, redacted(command), result.content))
         if not result.ok:
             raise ToolFailed(result.content)
         path = arguments.get("path")
@@ -396,6 +407,8 @@ class AnsweredOutcome(Generic[Answer]):
     usage: TokenUsage
     records: list[TrajectoryRecord]
     repairs: list[str] = field(default_factory=list)
+    # The commands it ran, in order, each whole and redacted, with how it ended.
+    commands: list[CommandRun] = field(default_factory=list)
 
 
 async def run_answering_agent(
@@ -417,7 +430,7 @@ async def run_answering_agent(
     phase_error. Each request is held to what `meter` has left: one it refuses, or cuts,
     raises `BudgetSpent`.
     """
-    deps = _Workspace(call.role, workspace, None)
+    deps = _Workspace(call.role, workspace, None, step=step_label)
     guard = BudgetGuard(meter, call.model) if meter is not None else None
     with model_errors(call.role):
         try:
@@ -449,6 +462,7 @@ async def run_answering_agent(
         usage=usage_of(agent_run.usage),
         records=records,
         repairs=repairs_in(messages),
+        commands=list(deps.commands),
     )
 
 

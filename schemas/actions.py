@@ -1,8 +1,9 @@
 """What an agent did, as the gates are shown it (agent/actions.py reads it from a
-trajectory)."""
+trajectory), and what of QA's commands its verdict is checked against."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -26,6 +27,20 @@ class CommandRun(BaseModel):
     note: str = Field(
         default="", description="Why there is no exit code, when there is none: the result's line."
     )
+
+
+def as_cited(command: str) -> str:
+    """A command as cited or run, compared: surrounding blanks and backticks apart."""
+    return command.strip().strip("`").strip()
+
+
+def last_cited_runs(evidence: Sequence[str], ran: Sequence[CommandRun]) -> list[CommandRun]:
+    """The last run of each command `evidence` cites, in the order they ran: what a
+    verdict's evidence is checked against (the last run is the one that counts), bounded by
+    the evidence, not by how many commands ran."""
+    cited = {as_cited(command) for command in evidence} - {""}
+    last = {as_cited(run.command): run for run in ran if as_cited(run.command) in cited}
+    return [run for run in ran if last.get(as_cited(run.command)) is run]
 
 
 class PendingCall(BaseModel):

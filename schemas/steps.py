@@ -490,10 +490,11 @@ class QAOutput(ModelOutput):
     commit: str = ""
     turns: int = 0
     commands: int = 0
-    # What QA's verdict is checked against (docs/loop.md#qas-evidence): the commands it
-    # ran with their exit codes, read from its trajectory; the paths besides the artifact
-    # and records the run changed (None: the change could not be read); the tracked files
-    # its commands changed in its checkout.
+    # What QA's verdict is checked against (docs/loop.md#qas-evidence): the last run of
+    # each command its evidence cites, whole and redacted, with how it ended, as its
+    # command tool ran it (a trajectory caps a call's arguments); the paths besides the
+    # artifact and records the run changed (None: the change could not be read); the
+    # tracked files its commands changed in its checkout.
     ran: list[CommandRun] = Field(default_factory=list)
     code_changed: list[str] | None = None
     checkout_changed: list[str] = Field(default_factory=list)

@@ -1,7 +1,7 @@
 """QA's verdict against what QA did (docs/loop.md#qas-evidence): a `VERIFIED` names the
-commands that support it, and they are checked against the commands QA really ran (read
-from its trajectory, with their exit codes), the tree they ran on, and the orchestrator's
-own proof. Plain functions: the workflow calls them, the tests call them alone.
+commands that support it, and they are checked against the commands QA really ran (as
+its command tool ran them, whole, with their exit codes), the tree they ran on, and the
+orchestrator's own proof. Plain functions: the workflow calls them, the tests call them alone.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loopworks.schemas.actions import CommandRun
+from loopworks.schemas.actions import CommandRun, as_cited
 from loopworks.schemas.roles import Issue, QAReport, QAVerdict
 
 # The rule id of a problem with QA's own evidence (as QA's issues outside every rule).
@@ -61,8 +61,8 @@ def judge(
             "not the work the run pushes, and nothing you change is ever the run's; verify "
             "the work as it is, without changing it",
         )
-    last = {_normal(run.command): run for run in ran}
-    cited = [c for c in (_normal(e) for e in report.evidence) if c]
+    last = {as_cited(run.command): run for run in ran}
+    cited = [c for c in (as_cited(e) for e in report.evidence) if c]
     unknown = [c for c in cited if c not in last]
     if unknown:
         return Judgement(
@@ -101,11 +101,6 @@ def as_issues(report: QAReport, reason: str) -> QAReport:
     return report.model_copy(
         update={"verdict": QAVerdict.ISSUES, "issues": [*report.issues, issue], "summary": summary}
     )
-
-
-def _normal(command: str) -> str:
-    """A command as cited or run, compared: surrounding blanks and backticks apart."""
-    return command.strip().strip("`").strip()
 
 
 def _listed(items: Sequence[str], quote: str = "") -> str:

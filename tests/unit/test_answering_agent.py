@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolReturnPart
 
 from loopworks.agent.loop import READ_ONLY_TOOLS, run_answering_agent
+from loopworks.agent.trajectory import RECORD_TEXT_CAP
+from loopworks.checks.redaction import REDACTED
 from loopworks.llm.base import InvalidOutput
 from loopworks.llm.facts import ANSWER_TOOL
+from loopworks.schemas.actions import CommandRun
 from loopworks.schemas.roles import QAReport, QAVerdict, Role
 from tests.unit.test_agent_loop import INSTRUCTIONS, ScriptedModels, calls, model_call, says
 
@@ -22,7 +26,7 @@ ISSUES = {
 }
 
 
-async def answer(source: ScriptedModels, workspace: Path, max_turns: int = 6) -> object:
+async def answer(source: ScriptedModels, workspace: Path, max_turns: int = 6) -> Any:
     return await run_answering_agent(
         source,
         model_call(role=Role.QA_VERIFIER),
@@ -103,3 +107,28 @@ async def test_a_refusal_ends_the_run_at_once(tmp_path: Path) -> None:
     with pytest.raises(InvalidOutput, match="the model refused to answer"):
         await answer(model, tmp_path)
     assert len(model.seen) == 1
+
+
+async def test_the_commands_it_ran_are_kept_whole_and_redacted_with_how_they_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A verifier's evidence is checked against the commands it ran exactly as it ran
+    them: an inline script longer than a trajectory keeps of a call's arguments is kept
+    whole by the tool, with its exit code, and redacted as the trajectory is."""
+    secret = "sk-ant-api03-" + "q" * 40
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    script = f"echo checked # {secret} " + "x" * RECORD_TEXT_CAP
+    model = ScriptedModels(
+        calls(("run_command", {"command": script}), ("run_command", {"command": "exit 3"})),
+        calls((ANSWER_TOOL, ISSUES)),
+    )
+    outcome = await answer(model, tmp_path)
+
+    whole = script.replace(secret, REDACTED)
+    assert outcome.commands == [
+        CommandRun(step="qa", command=whole, exit_code=0),
+        CommandRun(step="qa", command="exit 3", exit_code=3),
+    ]
+    # What its trajectory keeps of the same call is cut.
+    [first, _] = [r for r in outcome.records if r.kind == "tool_call" and r.tool == "run_command"]
+    assert first.input["command"] != script and len(first.input["command"]) < len(script)

@@ -1,5 +1,6 @@
-"""QA's verdict against what QA did (workflows/evidence.py), and what QA's activity reads
-of it from a trajectory (agent/actions.py)."""
+"""QA's verdict against what QA did (workflows/evidence.py), what QA's activity keeps of
+the commands it ran (schemas/actions.py), and what the gates read of them from a
+trajectory (agent/actions.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 from loopworks.agent.actions import commands_run
 from loopworks.agent.trajectory import TrajectoryRecord
-from loopworks.schemas.actions import CommandRun
+from loopworks.schemas.actions import CommandRun, last_cited_runs
 from loopworks.schemas.roles import QAReport, QAVerdict
 from loopworks.workflows.evidence import as_issues, judge
 
@@ -87,9 +88,24 @@ def test_a_verdict_that_did_not_stand_counts_as_issues_with_its_reason() -> None
     assert "no command" in report.summary
 
 
-def test_the_commands_qa_ran_are_read_from_its_trajectory_with_their_exit_codes() -> None:
-    """QA's activity hands the workflow the commands of its trajectory: the call and its
-    result, paired by id; a call whose result went missing has no exit code."""
+def test_an_early_cited_run_is_kept_however_many_commands_ran_after_it() -> None:
+    """QA's activity keeps, of the commands QA ran, the last run of each its evidence
+    cites: a test run early in a long session is still what its verdict is checked
+    against, and the commands it does not cite are not carried in the history."""
+    session = [ran(TESTS, 1), ran(TESTS, 0), *(ran(f"cat f{n}.py", 0) for n in range(150))]
+    session.append(ran("make lint", 2))
+    kept = last_cited_runs([f"`{TESTS}`", "make lint", ""], session)
+    assert kept == [ran(TESTS, 0), ran("make lint", 2)]
+    assert judge(verified(TESTS), kept, ["calc.py"], [], []).accepted
+    judged = judge(verified(TESTS, "make lint"), kept, ["calc.py"], [], [])
+    assert not judged.accepted and "`make lint` (exit code 2)" in judged.reason
+    # A cited command it never ran is left for the judge to name.
+    assert last_cited_runs(["pytest"], session) == []
+
+
+def test_the_commands_an_agent_ran_are_read_from_its_trajectory_with_their_exit_codes() -> None:
+    """The gates read an agent's commands from its trajectory: the call and its result,
+    paired by id; a call whose result went missing has no exit code."""
 
     def line(kind: str, tool_use_id: str, **fields: object) -> TrajectoryRecord:
         return TrajectoryRecord.model_validate(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from loopworks.agent.trajectory import RECORD_TEXT_CAP
 from loopworks.llm.anthropic import AnthropicModels
 from loopworks.prompts.catalog import load_agents
 from loopworks.schemas.curation import CuratorPayload
@@ -265,13 +266,11 @@ async def test_a_literal_qa_agent_runs_the_command_it_is_told_and_its_verdict_en
     assert "qa-ran-this" in saved and '"step":"qa"' in saved
 
 
-async def test_a_literal_verifier_cites_the_tests_it_ran_and_a_proven_change_completes(
-    harness: LoopHarness, api: LiteralMessagesAPI, tmp_path: Path
-) -> None:
-    """On a repository with tests, a literal producer writes the module its task names (a
-    code change), the run's proof is the tests the repository plainly uses, and a literal
-    QA verifier, told to run them, runs them and names them in its evidence, as its prompt
-    and schema ask: its VERIFIED stands and the run completes."""
+CALC_TASK = "Write `notes.py` with notes on add."
+
+
+def calc_repo(tmp_path: Path) -> Path:
+    """A repository with a module and the tests it plainly runs (`unittest`)."""
     repo = tmp_path / "calc"
     (repo / "tests").mkdir(parents=True)
     (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
@@ -281,14 +280,22 @@ async def test_a_literal_verifier_cites_the_tests_it_ran_and_a_proven_change_com
     )
     (repo / ".gitignore").write_text("__pycache__/\n")
     commit_all(repo)
+    return repo
+
+
+async def test_a_literal_verifier_cites_the_tests_it_ran_and_a_proven_change_completes(
+    harness: LoopHarness, api: LiteralMessagesAPI, tmp_path: Path
+) -> None:
+    """On a repository with tests, a literal producer writes the module its task names (a
+    code change), the run's proof is the tests the repository plainly uses, and a literal
+    QA verifier, told to run them, runs them and names them in its evidence, as its prompt
+    and schema ask: its VERIFIED stands and the run completes."""
+    repo = calc_repo(tmp_path)
     tests = "python3 -m unittest discover -s tests"
     api.agent_commands = [tests]
     async with literal_worker(harness, api):
         handle = await harness.start(
-            task="Write `notes.py` with notes on add.",
-            repo=str(repo),
-            rules=[TITLE_RULE],
-            max_iterations=1,
+            task=CALC_TASK, repo=str(repo), rules=[TITLE_RULE], max_iterations=1
         )
         state = (await handle.result()).state
         events = await harness.events(handle)
@@ -298,4 +305,32 @@ async def test_a_literal_verifier_cites_the_tests_it_ran_and_a_proven_change_com
     assert state.proof.changed_code == ["notes.py"]
     [verdict] = [e.payload for e in events if e.event.value == "qa_verdict"]
     assert (verdict.verdict, verdict.evidence, verdict.accepted) == ("VERIFIED", [tests], True)
+    assert state.status == RunStatus.COMPLETED, state.stop
+
+
+async def test_a_verified_citing_an_inline_script_longer_than_a_trajectory_keeps_stands(
+    harness: LoopHarness, api: LiteralMessagesAPI, tmp_path: Path
+) -> None:
+    """QA writes no file, so a check beyond the repository's tests is a script inline in
+    its command: one longer than a trajectory keeps of a call's arguments, which QA ran
+    and which exited 0, cited exactly as QA ran it, is evidence for its VERIFIED."""
+    lines = ["python3 - <<'EOF'", "from calc import add"]
+    lines += [f"assert add({n}, {n + 1}) == {2 * n + 1}, 'add({n}, {n + 1})'" for n in range(100)]
+    lines += ["print('all additions hold')", "EOF"]
+    script = "\n".join(lines)
+    assert len(script) > RECORD_TEXT_CAP
+    repo = calc_repo(tmp_path)
+    api.agent_commands = [script]
+    async with literal_worker(harness, api):
+        handle = await harness.start(
+            task=CALC_TASK, repo=str(repo), rules=[TITLE_RULE], max_iterations=1
+        )
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert "phase_error" not in names(events), [e.payload for e in events]
+    verifier = [r for r in api.requests if "You are the QA verifier" in r.system_text]
+    assert "exit code 0\\nall additions hold" in str(verifier[-1].messages)
+    [verdict] = [e.payload for e in events if e.event.value == "qa_verdict"]
+    assert (verdict.verdict, verdict.evidence, verdict.accepted) == ("VERIFIED", [script], True)
     assert state.status == RunStatus.COMPLETED, state.stop
