@@ -36,10 +36,15 @@ from loopworks.schemas.learning import (
     GenerateSkillsOutput,
     ReviewSkillsInput,
     ReviewSkillsOutput,
+    fits,
+    kept_files,
+    marked_cut,
+    without_missing_files,
 )
 from loopworks.schemas.playbook import FILE_MAX_CHARS, ItemKind
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import CommandCheck
+from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import trajectory_path
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace import playbook_files
@@ -48,6 +53,10 @@ from loopworks.workspace.files import UnsafePath
 # A helper's check gets this long; a helper is a small script, not a test suite.
 CHECK_TIMEOUT_SECONDS = 60
 FILE_CHARS = FILE_MAX_CHARS
+TOO_LONG = (
+    f"it is too long: a skill file must be shorter than {FILE_MAX_CHARS:,} characters, the "
+    "most the playbook stores"
+)
 
 
 class SkillActivities:
@@ -95,15 +104,23 @@ class SkillActivities:
         """The reflector's verdicts, then each accepted helper's check command; the
         rejected files leave the commit."""
         deps, workspaces = self.deps, self.deps.workspaces
-        context = SkillReflectorContext(
-            task=step.task,
-            helper_paths=step.helper_paths,
-            reference_paths=step.reference_paths,
-            files=step.files,
-            generator_summary=step.generator_summary,
-        )
-        answered = await consult(deps, Role.SKILL_REFLECTOR, step, context, SkillReview)
-        reviews = {review.path: review for review in answered.answer.reviews}
+        # The reflector is shown each file whole, as its prompt says: one too long to keep
+        # (carried cut and marked) is rejected unread.
+        whole = {path: text for path, text in step.files.items() if fits(text)}
+        reviews: dict[str, HelperReview] = {}
+        usage = TokenUsage()
+        repairs: list[str] = []
+        if whole:
+            context = SkillReflectorContext(
+                task=step.task,
+                helper_paths=step.helper_paths,
+                reference_paths=step.reference_paths,
+                files=whole,
+                generator_summary=step.generator_summary,
+            )
+            answered = await consult(deps, Role.SKILL_REFLECTOR, step, context, SkillReview)
+            reviews = {review.path: review for review in answered.answer.reviews}
+            usage, repairs = answered.usage, answered.repairs
         accepted: list[AcceptedFile] = []
         rejected: dict[str, str] = {}
         async with heartbeating():
@@ -112,12 +129,15 @@ class SkillActivities:
                 if path not in step.files:
                     rejected[path] = "the generator did not write it"
                     continue
+                if path not in whole:
+                    rejected[path] = TOO_LONG
+                    continue
                 review = reviews.get(path)
                 helper = path in step.helper_paths
                 why, output = await stoppable(workdir, _judge, review, helper, workdir)
                 if why is None and review is not None:
                     accepted.append(
-                        AcceptedFile(review=review, content=step.files[path], check_output=output)
+                        AcceptedFile(review=review, content=whole[path], check_output=output)
                     )
                 else:
                     rejected[path] = why or "not reviewed"
@@ -139,8 +159,8 @@ class SkillActivities:
             commit=commit,
             accepted=accepted,
             rejected=rejected,
-            usage=answered.usage,
-            repairs=answered.repairs,
+            usage=usage,
+            repairs=repairs,
         )
 
     @activity.defn(name="curate_skills")
@@ -148,23 +168,30 @@ class SkillActivities:
         items = await current_items(self.deps, step.playbook)
         context = SkillCuratorContext(task=step.task, accepted=step.accepted, playbook_items=items)
         answered = await consult(self.deps, Role.SKILL_CURATOR, step, context, SkillCuration)
-        return CurateSkillsOutput(
-            curation=answered.answer, usage=answered.usage, repairs=answered.repairs
-        )
+        curation = answered.answer
+        deltas, dropped = without_missing_files(curation.deltas, kept_files(step.accepted), items)
+        if dropped:
+            activity.logger.warning("skill curator's deltas dropped: %s", "; ".join(dropped))
+            curation = curation.model_copy(update={"deltas": deltas})
+        return CurateSkillsOutput(curation=curation, usage=answered.usage, repairs=answered.repairs)
 
 
 def _read_files(workdir: Path, paths: list[str]) -> dict[str, str]:
-    """The asked-for files the generator wrote, capped for the reflector's context: regular
-    files only, through no symlink (a link is not a helper the generator wrote)."""
+    """The asked-for files the generator wrote: regular files only, through no symlink (a
+    link is not a helper the generator wrote); each whole, or, too long to keep, its start
+    marked as cut (`marked_cut`)."""
     found = {}
     for path in paths:
         try:
+            # Enough bytes for FILE_CHARS characters of any width: a read cut short
+            # decodes to at least that many, so it is never taken for whole.
             data = workspace_files.read_bytes(
                 workdir, path, FILE_CHARS * 4, follow=False, truncate=True
             )
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnsafePath):
             continue
-        found[path] = data.decode("utf-8", errors="replace")[:FILE_CHARS]
+        text = data.decode("utf-8", errors="replace")
+        found[path] = text if fits(text) else marked_cut(text)
     return found
 
 

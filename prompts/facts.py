@@ -11,6 +11,7 @@ from loopworks.agent.tools import TOOLS
 from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
 from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
+from loopworks.schemas.playbook import FILE_MAX_CHARS
 from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR
@@ -37,6 +38,8 @@ def prompt_facts() -> dict[str, str]:
         "skills_dir": SKILLS_DIR,
         "references_dir": REFERENCES_DIR,
         "self_test_flag": SELF_TEST_FLAG,
+        # A skill file is kept only when shorter than this (schemas/learning.py `fits`).
+        "skill_file_max_chars": f"{FILE_MAX_CHARS:,}",
     }
     facts.update({name: name for name in TOOLS})
     return facts

@@ -33,6 +33,9 @@ SKILLS_DIR = ".loops/skills"
 REFERENCES_DIR = ".loops/references"
 FILE_PATH_PATTERN = r"^\.loops/(skills|references)/[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 FILE_MAX_CHARS = 20_000
+# A file's path as an item's content names it: the pattern unanchored, up to the first
+# character a path cannot hold (a backtick, a blank); a sentence's full stop is not its.
+_NAMED_FILE = re.compile(r"\.loops/(?:skills|references)/[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_BATCH_FILES = 10
 
 
@@ -74,6 +77,12 @@ class PlaybookItem(BaseModel):
         """Its line of PLAYBOOK_PATH; an item without files is written as before they
         existed, so a playbook's older lines never change for it."""
         return self.model_dump_json(exclude=None if self.files else {"files"})
+
+
+def files_named(content: str) -> list[str]:
+    """The paths of the playbook's files (under SKILLS_DIR or REFERENCES_DIR) that
+    `content` names, each once, in order."""
+    return list(dict.fromkeys(m.group().rstrip(".") for m in _NAMED_FILE.finditer(content)))
 
 
 def blob_id(text: str) -> str:

@@ -1,18 +1,21 @@
 """The files a playbook keeps with its items (docs/playbook.md#files), as pure logic: which
 item a batch's file goes with, what a version holds, what its commit must add, what a
-rollback brings back, and what a batch may carry."""
+rollback brings back, what a batch may carry, and what of the skill sub-loop's files and
+deltas reaches it."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from loopworks.activities.skills import _read_files
 from loopworks.playbook.deltas import apply_batch, new_contents, restore
 from loopworks.schemas.contexts import AcceptedFile
 from loopworks.schemas.curation import HelperReview, HelperVerdict
-from loopworks.schemas.learning import kept_files
+from loopworks.schemas.learning import CUT_NOTE, fits, kept_files, without_missing_files
 from loopworks.schemas.playbook import (
     FILE_MAX_CHARS,
     AddDelta,
@@ -22,8 +25,11 @@ from loopworks.schemas.playbook import (
     PlaybookItem,
     PlaybookLimits,
     RemoveDelta,
+    Tag,
+    TagDelta,
     UpdateDelta,
     blob_id,
+    files_named,
 )
 
 pytestmark = pytest.mark.unit
@@ -172,10 +178,65 @@ def test_a_batch_file_is_capped() -> None:
         DeltaBatch(batch_id="b", source="s", files={HELPER: "x" * (FILE_MAX_CHARS + 1)})
 
 
-def test_a_file_the_generators_read_may_have_cut_is_not_stored() -> None:
-    def accepted(path: str, content: str) -> AcceptedFile:
-        review = HelperReview(path=path, verdict=HelperVerdict.ACCEPT)
-        return AcceptedFile(review=review, content=content)
+def accepted(path: str, content: str) -> AcceptedFile:
+    review = HelperReview(path=path, verdict=HelperVerdict.ACCEPT)
+    return AcceptedFile(review=review, content=content)
 
+
+def test_a_file_the_generators_read_may_have_cut_is_not_stored() -> None:
     cut = "x" * FILE_MAX_CHARS
     assert kept_files([accepted(HELPER, CODE), accepted(NOTE, cut)]) == {HELPER: CODE}
+
+
+def test_a_file_too_long_to_store_is_carried_marked_as_cut(tmp_path: Path) -> None:
+    """The sub-loop carries a generated file whole when the playbook could store it, and
+    otherwise its start with a note saying it was cut: never a cut file posing as whole."""
+    (tmp_path / ".loops/skills").mkdir(parents=True)
+    short, longest = CODE, "x" * (FILE_MAX_CHARS - 1)
+    long = "".join(f"print({n})\n" for n in range(FILE_MAX_CHARS // 5))
+    for name, text in (("short.py", short), ("longest.py", longest), ("long.py", long)):
+        (tmp_path / ".loops/skills" / name).write_text(text)
+    paths = [f".loops/skills/{name}" for name in ("short.py", "longest.py", "long.py")]
+
+    read = _read_files(tmp_path, paths)
+
+    assert read[paths[0]] == short and read[paths[1]] == longest
+    assert read[paths[2]] == long[:FILE_MAX_CHARS] + CUT_NOTE
+    assert f"shorter than {FILE_MAX_CHARS:,} characters" in CUT_NOTE
+    assert [fits(text) for text in read.values()] == [True, True, False]
+    assert kept_files([accepted(path, text) for path, text in read.items()]) == {
+        paths[0]: short,
+        paths[1]: longest,
+    }
+
+
+def test_the_skill_curators_deltas_naming_a_file_later_runs_would_not_get_are_dropped() -> None:
+    """An item is given the batch's files its content names, and an updated one keeps its
+    own: a delta naming any other helper or note would send later runs to a missing file."""
+    other = ".loops/skills/check_links.py"
+    item = PlaybookItem(
+        id="pb-1-1",
+        kind=ItemKind.SKILL,
+        section="skills",
+        content=f"Run `{other}`.",
+        created_in=1,
+        updated_in=1,
+        files=[other],
+    )
+    deltas = [
+        skill(f"Count words with `python3 {HELPER} FILE`."),
+        skill(f"Check links with python3 {other}."),
+        UpdateDelta(item_id="pb-1-1", content=f"Run `python3 {other}` before `{HELPER}`."),
+        UpdateDelta(item_id="pb-1-1", content=f"Read {NOTE} first."),
+        TagDelta(item_id="pb-1-1", tag=Tag.HELPFUL),
+        skill("Run the tests with `python3 -m unittest` (helpers live in `.loops/skills/`)."),
+    ]
+
+    recorded, dropped = without_missing_files(deltas, {HELPER: CODE}, [item])
+
+    assert recorded == [deltas[0], deltas[2], deltas[4], deltas[5]]
+    assert dropped == [
+        f"ADD naming {other}: not a file kept",
+        f"UPDATE naming {NOTE}: not a file kept",
+    ]
+    assert files_named(f"See {NOTE}. Then `{HELPER}`, and {NOTE} again.") == [NOTE, HELPER]

@@ -38,7 +38,9 @@ from loopworks.schemas.curation import (
     SkillCuration,
     SkillReview,
 )
+from loopworks.schemas.learning import fits
 from loopworks.schemas.playbook import (
+    FILE_MAX_CHARS,
     AddDelta,
     ItemKind,
     PlaybookItem,
@@ -485,6 +487,27 @@ def test_skill_curator_states_every_delta_and_its_fields(
     assert "`python3 <path> --help`" in prompt
     assert "Use only ids that are in Playbook Items" in prompt
     assert "never a file the reviewer did not accept" in prompt
+
+
+def test_the_skill_roles_are_told_how_long_a_kept_file_may_be(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """A skill file is kept only when shorter than FILE_MAX_CHARS (schemas/learning.py
+    `fits`): the generator is told so, through the prompts' facts; the reflector that a
+    longer file is not among those it is shown whole; the curator that an item naming a
+    file it was not given is dropped (`without_missing_files`)."""
+    limit = f"{FILE_MAX_CHARS:,}"
+    assert prompt_facts()["skill_file_max_chars"] == limit
+    assert fits("x" * (FILE_MAX_CHARS - 1)) and not fits("x" * FILE_MAX_CHARS)
+    generator = agents[Role.SKILL_GENERATOR.value].prompt
+    assert f"Keep each file shorter than {limit} characters" in generator
+    assert "a longer one is thrown away unreviewed" in generator
+    reflector = agents[Role.SKILL_REFLECTOR.value].prompt
+    assert "to its whole content" in reflector
+    assert f"A file of {limit} characters or more is not among them" in reflector
+    curator = agents[Role.SKILL_CURATOR.value].prompt
+    assert f"Name no other file under `{SKILLS_DIR}/` or `{REFERENCES_DIR}/`" in curator
+    assert "neither in Accepted nor among its item's `files`, is dropped" in curator
 
 
 # --- every prompt ----------------------------------------------------------------------------

@@ -14,10 +14,16 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
 
 from loopworks.llm.base import ModelCall
-from loopworks.llm.offline.model import OfflineModels
+from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook import writer
 from loopworks.schemas.events import EventName
-from loopworks.schemas.playbook import PLAYBOOK_BRANCH, PLAYBOOK_PATH, ItemKind, playbook_name
+from loopworks.schemas.playbook import (
+    FILE_MAX_CHARS,
+    PLAYBOOK_BRANCH,
+    PLAYBOOK_PATH,
+    ItemKind,
+    playbook_name,
+)
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
@@ -104,3 +110,97 @@ async def test_a_kept_helper_reaches_later_runs_until_a_rollback_takes_it_away(
     assert models.seen[third.state.run_id] is None
     evaluated = of(third.log, EventName.EVALUATION_DONE)
     assert evaluated and all(e.payload.failed == ["imports-count-words"] for e in evaluated)
+
+
+NOTE = ".loops/references/01-how-tests-run.md"
+
+
+def long_helper() -> str:
+    """A working helper, its self-test passing, but longer than the playbook stores."""
+    head = f'''#!/usr/bin/env python3
+"""count_words: count the words of files. Run: python3 {HELPER} [FILE ...]"""
+
+import argparse
+import sys
+
+'''
+    tail = """
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("files", nargs="*")
+    parser.add_argument("--self-test", action="store_true")
+    args = parser.parse_args()
+    if args.self_test:
+        return 0 if len("a b".split()) == 2 else 1
+    for name in args.files:
+        print(name, len(open(name).read().split()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+    padding = "".join(f"# A word is what str.split() separates: note {n}.\n" for n in range(600))
+    text = head + padding + tail
+    assert len(text) > FILE_MAX_CHARS
+    return text
+
+
+async def test_a_helper_too_long_to_store_is_rejected_and_no_item_tells_of_it(
+    harness: LoopHarness, repo: Path
+) -> None:
+    """The playbook stores a file only under FILE_MAX_CHARS: a longer helper, though it
+    works, is rejected unreviewed (the reflector is shown whole files only) and leaves the
+    run's branch; the curator's ADD naming it anyway is dropped, since later runs given
+    that item would never get the helper; the note that fits is kept with its item."""
+    script = OfflineScript.model_validate(
+        {
+            "skill-generator": {
+                "*": {
+                    "files": [
+                        {"path": HELPER, "content": long_helper()},
+                        {"path": NOTE, "content": "# How tests run\n\n`python3 -m unittest`\n"},
+                    ],
+                    "summary": "Wrote the helper and the note.",
+                }
+            },
+            "skill-curator": {
+                "*": {
+                    "summary": "Recorded the helper and the note.",
+                    "deltas": [
+                        {
+                            "op": "ADD",
+                            "kind": "skill",
+                            "section": "skills",
+                            "content": f"Count words with `python3 {HELPER} FILE`.",
+                        },
+                        {
+                            "op": "ADD",
+                            "kind": "reference",
+                            "section": "references",
+                            "content": f"How the tests run: `{NOTE}`.",
+                        },
+                    ],
+                }
+            },
+        }
+    )
+    origin = str(repo)
+    async with worker(harness, OfflineModels(script=script)):
+        result = await run(
+            harness, repo, task=f"{TASK} [skill:count_words] [reference:how tests run]"
+        )
+
+    assert result.state.status == RunStatus.COMPLETED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert done.payload.accepted == [NOTE]
+    assert "too long" in done.payload.rejected[HELPER]
+    assert f"{FILE_MAX_CHARS:,}" in done.payload.rejected[HELPER]
+    branch = tree(repo, result.state.branch)
+    assert NOTE in branch and HELPER not in branch
+    playbook = store(harness).current(origin, playbook_name(origin))
+    assert playbook is not None
+    assert not [i for i in playbook.items if HELPER in i.content]
+    (note,) = [i for i in playbook.items if i.kind == ItemKind.REFERENCE]
+    assert note.files == [NOTE] and list(playbook.files) == [NOTE]
