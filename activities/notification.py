@@ -223,14 +223,21 @@ class NotificationActivities:
             IDEMPOTENCY_HEADER: notification.key,
             EVENT_HEADER: body.event.value,
         }
-        timeout = httpx.Timeout(settings.notify_attempt_seconds)
+        seconds = settings.notify_attempt_seconds
         try:
-            async with httpx.AsyncClient(
-                follow_redirects=False, timeout=timeout, trust_env=False
-            ) as client:
+            # httpx's timeout bounds each read, and a receiver that answers a byte at a time
+            # never meets it: the attempt as a whole is bounded too.
+            async with (
+                asyncio.timeout(seconds),
+                httpx.AsyncClient(
+                    follow_redirects=False, timeout=httpx.Timeout(seconds), trust_env=False
+                ) as client,
+            ):
                 answer = await _post(client, webhook.url, verdict.addresses, data, headers)
         except httpx.HTTPError as err:
             raise _not_sent(f"{where(webhook.url)}: {_reason(err, webhook.url)}", True) from None
+        except TimeoutError:
+            raise _not_sent(f"{where(webhook.url)}: no answer in {seconds:g}s", True) from None
         if not 200 <= answer.status_code < 300:
             # Its status only: a reply's body would make any host the origin rules admit a
             # POST target whose answers a client reads back in the run's events.
