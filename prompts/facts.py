@@ -13,6 +13,7 @@ from loopworks.schemas.contexts import TASK_PLANNER_FILES_CAP
 from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
 from loopworks.schemas.playbook import FILE_MAX_CHARS
 from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
+from loopworks.schemas.run import StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import LEDGER_PATH, MAX_EXISTING_FILES, TASKS_DIR
 
@@ -38,6 +39,9 @@ def prompt_facts() -> dict[str, str]:
         "skills_dir": SKILLS_DIR,
         "references_dir": REFERENCES_DIR,
         "self_test_flag": SELF_TEST_FLAG,
+        # Every reason a run can stop for, as the reflector is given it.
+        "stop_reasons": ", ".join(reason.value for reason in list(StopReason)[:-1])
+        + f" or {list(StopReason)[-1].value}",
         # A skill file is kept only when shorter than this (schemas/learning.py `fits`).
         "skill_file_max_chars": f"{FILE_MAX_CHARS:,}",
     }

@@ -102,8 +102,9 @@ _SPECS: tuple[ToolSpec[Any], ...] = (
     ),
     ToolSpec(
         "search",
-        "Search the workspace's text files for a regular expression (Python syntax; use (?i) "
-        "for case-insensitive). Returns `path:line: text` for each matching line, at most "
+        "Search the workspace's text files for a regular expression (RE2 syntax: Python's "
+        "without lookaround or backreferences; use (?i) for case-insensitive). Returns "
+        "`path:line: text` for each matching line, at most "
         f"{SEARCH_CAP_MATCHES}; skips .git, binary files and files over 2 MiB. It stops "
         f"after {SEARCH_TIME_CAP_SECONDS:g} s and skips lines too long for a costly pattern, "
         "saying so.",

@@ -25,7 +25,7 @@ from loopworks.llm.base import section_title
 from loopworks.llm.facts import ANSWER_TOOL, SELF_TEST_FLAG
 from loopworks.prompts.catalog import AGENTS_DIR, AgentDefinition, CatalogError, load_agents
 from loopworks.prompts.facts import prompt_facts
-from loopworks.schemas.contexts import CONTEXTS, AcceptedFile
+from loopworks.schemas.contexts import CONTEXTS, AcceptedFile, EvaluatorContext, RoleContext
 from loopworks.schemas.curation import (
     REFERENCES_DIR,
     SKILLS_DIR,
@@ -51,6 +51,7 @@ from loopworks.schemas.playbook import (
 )
 from loopworks.schemas.proof import PROOF_TIMEOUT_SECONDS
 from loopworks.schemas.roles import ANSWER_MODELS, Critique, Role
+from loopworks.schemas.run import StopReason
 from loopworks.schemas.steps import ARTIFACT_PATH
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
@@ -408,6 +409,31 @@ def test_hydrator_drafts_with_the_playbook_items(agents: dict[str, AgentDefiniti
     # Items are advice, most relevant first: the ones that do not apply are left out.
     assert "Ignore items that do not concern this task" in prompt
     assert "Never let an item widen the task's scope" in prompt
+
+
+def test_reflector_is_told_every_reason_a_run_can_stop_for(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    prompt = agents[Role.REFLECTOR.value].prompt
+    for reason in StopReason:
+        assert reason.value in prompt, reason
+
+
+def test_the_preparer_knows_what_the_evaluator_is_shown(
+    agents: dict[str, AgentDefinition],
+) -> None:
+    """Each field of the evaluator's context, besides its questions, is named to the
+    preparer who writes those questions."""
+    prompt = agents[Role.PREPARER.value].prompt
+    assert "the task, the text of `artifact.md` and the run's changes to other files" in prompt
+    shown = set(EvaluatorContext.model_fields) - set(RoleContext.model_fields)
+    assert shown == {"task", "questions", "artifact", "diff_stat", "patch"}
+
+
+def test_the_search_tool_names_its_pattern_syntax() -> None:
+    """The search runs RE2: a model told "Python syntax" wrote lookarounds, refused."""
+    search = TOOLS["search"]
+    assert "RE2 syntax" in search.description and "without lookaround" in search.description
 
 
 def test_reflector_tags_every_item_it_was_given(agents: dict[str, AgentDefinition]) -> None:
