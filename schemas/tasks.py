@@ -100,6 +100,7 @@ class Task(BaseModel):
 
     id: str = Field(
         pattern=TASK_ID_PATTERN,
+        examples=["T-001", "T-002"],
         description="`T-` and at least three digits (`T-001`), unique in the graph. Fix tasks "
         "the orchestrator adds for a failed task append `-fix-<n>` (`T-001-fix-1`).",
     )

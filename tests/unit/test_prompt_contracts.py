@@ -62,7 +62,7 @@ from loopworks.schemas.tasks import (
     orchestrator_restored,
 )
 from loopworks.workflows.graph.inputs import GRAPH_TASK_NOTE
-from tests.fakes.literal_messages_api import files_to_write
+from tests.fakes.literal_messages_api import answer_from_schema, files_to_write
 
 pytestmark = pytest.mark.unit
 
@@ -185,6 +185,18 @@ def answer_facts(role: Role) -> SchemaFacts:
     model = ANSWER_MODELS[role]
     assert model is not None
     return schema_facts(model)
+
+
+@pytest.mark.parametrize(
+    "role", [role for role, model in ANSWER_MODELS.items() if model is not None], ids=str
+)
+def test_a_model_told_only_the_schema_can_give_a_valid_answer(role: Role) -> None:
+    """The literal stand-in answers from a schema alone (required fields, first closed
+    value, examples, patterns, bounds). The task planner's ids had a pattern and no
+    example, so no answer it made was valid."""
+    model = ANSWER_MODELS[role]
+    assert model is not None
+    model.model_validate(answer_from_schema(model.model_json_schema()))
 
 
 def unexpected_names(role: Role, prompt: str) -> set[str]:
