@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
@@ -20,11 +19,12 @@ from loopworks.cli.mcp.facts import (
     Repo,
     notify_description,
 )
+from loopworks.cli.mcp.tools import Tools
 from loopworks.cli.mcp.views import GraphView, RunView, api_errors, graph_view, run_view
-from loopworks.schemas.graph import GraphState
+from loopworks.schemas.graph import GraphState, RequestedTask
 from loopworks.schemas.notify import NotifyRequest
 from loopworks.schemas.run import Budget, Mode, RunStatus
-from loopworks.schemas.tasks import TASK_ID_PATTERN, Task, TaskStatus
+from loopworks.schemas.tasks import TASK_ID_PATTERN, TaskStatus
 
 GraphId = Annotated[str, Field(min_length=1, description=GRAPH_ID)]
 
@@ -42,7 +42,7 @@ def blocked_loops(client: ApiClient, state: GraphState) -> set[str]:
 
 
 def add_graph_tools(
-    server: MCPServer,
+    tools: Tools,
     client: ApiClient,
     read: ToolAnnotations,
     change: ToolAnnotations,
@@ -53,7 +53,7 @@ def add_graph_tools(
     def graph(state: GraphState) -> GraphView:
         return graph_view(state, blocked_loops(client, state))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def start_graph(
         goal: Annotated[
             str,
@@ -96,19 +96,19 @@ def add_graph_tools(
         with api_errors():
             return graph(graphs.state(graphs.create(body).graph_id))
 
-    @server.tool(annotations=read, description=GRAPH_STATUS_TOOL)
+    @tools.tool(annotations=read, description=GRAPH_STATUS_TOOL)
     def graph_status(graph_id: GraphId) -> GraphView:
         with api_errors():
             return graph(graphs.state(graph_id))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def approve_graph(
         graph_id: GraphId,
         tasks: Annotated[
-            list[Task] | None,
+            list[RequestedTask] | None,
             Field(
-                description="An edited task list, replacing the planned one. Omitted: as "
-                "planned (graph_status lists them)."
+                description="An edited task list, replacing the planned one; a field a task "
+                "does not have is refused. Omitted: as planned (graph_status lists them)."
             ),
         ] = None,
         note: Annotated[str | None, Field(max_length=2000, description=NOTE)] = None,
@@ -123,7 +123,7 @@ def add_graph_tools(
         with api_errors():
             return graph(graphs.message(graph_id, "approve", body))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def clear_graph_block(
         graph_id: GraphId,
         task_id: Annotated[
@@ -141,21 +141,21 @@ def add_graph_tools(
         with api_errors():
             return run_view(graphs.clear_block(graph_id, task_id, note))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def pause_graph(graph_id: GraphId) -> GraphView:
         """Pause a graph: no new task starts (running task loops go on); it waits at gate
         `pause` until resume_graph."""
         with api_errors():
             return graph(graphs.message(graph_id, "pause"))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def resume_graph(graph_id: GraphId) -> GraphView:
         """Resume a graph waiting at gate `pause` (status `paused`): new tasks start
         again."""
         with api_errors():
             return graph(graphs.message(graph_id, "resume"))
 
-    @server.tool(annotations=ending)
+    @tools.tool(annotations=ending)
     def stop_graph(
         graph_id: GraphId,
         reason: Annotated[

@@ -37,6 +37,7 @@ from loopworks.cli.mcp.facts import (
     notify_description,
 )
 from loopworks.cli.mcp.graph_tools import add_graph_tools
+from loopworks.cli.mcp.tools import Tools
 from loopworks.cli.mcp.views import (
     ArtifactView,
     EventsPage,
@@ -58,12 +59,12 @@ RunId = Annotated[str, Field(min_length=1, description=RUN_ID)]
 
 def build_server(client: ApiClient) -> MCPServer:
     """The MCP server, its tools calling the API through `client`."""
-    server: MCPServer = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    tools = Tools()
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     change = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
     ending = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def list_runs(
         limit: Annotated[int, Field(ge=1, le=500, description="At most this many runs.")] = 20,
         status: Annotated[
@@ -75,7 +76,7 @@ def build_server(client: ApiClient) -> MCPServer:
         with api_errors():
             return [run_row(row) for row in client.list_runs(limit=limit, status=status)]
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def start_run(
         task: Annotated[
             str, Field(min_length=1, max_length=20_000, description="What the run should produce.")
@@ -143,12 +144,12 @@ def build_server(client: ApiClient) -> MCPServer:
             created = client.create_run(body, idempotency_key)
             return run_view(client.run_state(created.run_id))
 
-    @server.tool(annotations=read, description=RUN_STATUS_TOOL)
+    @tools.tool(annotations=read, description=RUN_STATUS_TOOL)
     def run_status(run_id: RunId) -> RunView:
         with api_errors():
             return run_view(client.run_state(resolve_run(client, run_id)))
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def run_events(
         run_id: RunId,
         after: Annotated[
@@ -172,7 +173,7 @@ def build_server(client: ApiClient) -> MCPServer:
             run_id = resolve_run(client, run_id)
             return events_page(run_id, client.events(run_id, after=after), after, limit)
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def run_artifact(run_id: RunId) -> ArtifactView:
         """The run's artifact (markdown): the final one once the run has ended, else its
         latest draft (`final` false). Long artifacts are cut (`truncated`)."""
@@ -190,7 +191,7 @@ def build_server(client: ApiClient) -> MCPServer:
             truncated=len(text) > MAX_ARTIFACT_CHARS,
         )
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def approve_run(
         run_id: RunId,
         max_iterations: Annotated[
@@ -238,7 +239,7 @@ def build_server(client: ApiClient) -> MCPServer:
         with api_errors():
             return run_view(client.message(resolve_run(client, run_id), "approve", body))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def clear_block(
         run_id: RunId,
         note: Annotated[str, Field(min_length=1, max_length=5000, description=NOTE)],
@@ -251,20 +252,20 @@ def build_server(client: ApiClient) -> MCPServer:
             resolved = resolve_run(client, run_id)
             return run_view(client.message(resolved, "clear-block", {"note": note}))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def pause_run(run_id: RunId) -> RunView:
         """Pause a live run: its current step finishes, then it waits at gate `pause`
         (status `paused`) until resume_run."""
         with api_errors():
             return run_view(client.message(resolve_run(client, run_id), "pause"))
 
-    @server.tool(annotations=change)
+    @tools.tool(annotations=change)
     def resume_run(run_id: RunId) -> RunView:
         """Resume a run waiting at gate `pause`. Refused (HTTP 409) when it is not paused."""
         with api_errors():
             return run_view(client.message(resolve_run(client, run_id), "resume"))
 
-    @server.tool(annotations=ending)
+    @tools.tool(annotations=ending)
     def stop_run(
         run_id: RunId,
         reason: Annotated[
@@ -278,9 +279,11 @@ def build_server(client: ApiClient) -> MCPServer:
         with api_errors():
             return run_view(client.message(resolve_run(client, run_id), "stop", body))
 
-    add_graph_tools(server, client, read, change, ending)
-    add_watch_tools(server, client, read)
-    return server
+    add_graph_tools(tools, client, read, change, ending)
+    add_watch_tools(tools, client, read)
+    return MCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", tools=tools.registered
+    )
 
 
 def serve(client: ApiClient, http_port: int | None) -> None:

@@ -9,13 +9,14 @@ import time
 from typing import Annotated, Any
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from loopworks.cli.client import ApiClient, CliError, run_path
 from loopworks.cli.graphs import GraphApi
 from loopworks.cli.mcp.facts import RUN_ID
+from loopworks.cli.mcp.tools import Tools
 from loopworks.cli.mcp.views import RunView, api_errors, run_view
 from loopworks.cli.playbook import PlaybookApi
 from loopworks.cli.resolve import resolve_run
@@ -106,11 +107,11 @@ def progress_of(state: RunState) -> str:
     )
 
 
-def add_watch_tools(server: MCPServer, client: ApiClient, read: ToolAnnotations) -> None:
+def add_watch_tools(tools: Tools, client: ApiClient, read: ToolAnnotations) -> None:
     graphs = GraphApi(client)
     playbooks = PlaybookApi(client)
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def list_graphs(
         limit: Annotated[int, Field(ge=1, le=500, description="At most this many graphs.")] = 20,
     ) -> list[GraphRow]:
@@ -127,7 +128,7 @@ def add_watch_tools(server: MCPServer, client: ApiClient, read: ToolAnnotations)
                 for row in graphs.listed(limit)
             ]
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     async def wait_for_run(
         run_id: RunId,
         ctx: Context,
@@ -163,7 +164,7 @@ def add_watch_tools(server: MCPServer, client: ApiClient, read: ToolAnnotations)
                 return view
             await anyio.sleep(WAIT_POLL_SECONDS)
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def run_trajectory(
         run_id: RunId,
         after: Annotated[
@@ -207,7 +208,7 @@ def add_watch_tools(server: MCPServer, client: ApiClient, read: ToolAnnotations)
             more=len(kept) > limit,
         )
 
-    @server.tool(annotations=read)
+    @tools.tool(annotations=read)
     def playbook(
         repo: Annotated[
             str,

@@ -181,7 +181,32 @@ async def test_arguments_outside_the_schema_are_refused_before_the_api(bridge: B
         assert "mode" in answer
         answer = await error(mcp, "start_run", task="x", max_iterations=21)
         assert "max_iterations" in answer
+        # A misspelt argument would have started the run without it.
+        answer = await error(mcp, "start_run", task="x", budjet={"max_cost_usd": 1})
+        assert "budjet" in answer and "Extra inputs are not permitted" in answer, answer
+        answer = await error(mcp, "pause_run", run_id=RUN_ID, reason="lunch")
+        assert "reason" in answer, answer
         assert bridge.requests == []
+
+
+async def test_approve_graph_refuses_a_task_field_the_api_does_not_know(bridge: Bridge) -> None:
+    """As the API does (`RequestedTask`): a mistyped `depends_on` (for `requires`) would
+    otherwise be dropped, and the edited graph approved without the dependency."""
+    task = {
+        "id": "T-002",
+        "title": "Export",
+        "description": "Add the CSV export",
+        "acceptance_criteria": ["exports"],
+        "verification_command": "true",
+        "depends_on": ["T-001"],
+    }
+    graph_id = "graph-add-export-20250101-000000-abcdef"
+    direct = bridge.http.post(f"/graphs/{graph_id}/approve", json={"tasks": [task]})
+    assert direct.status_code == 422 and "depends_on" in direct.text, direct.text
+    async with tools(bridge) as mcp:
+        answer = await error(mcp, "approve_graph", graph_id=graph_id, tasks=[task])
+    assert "depends_on" in answer and "Extra inputs are not permitted" in answer, answer
+    assert bridge.requests == []
 
 
 @pytest.fixture

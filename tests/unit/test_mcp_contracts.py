@@ -107,6 +107,14 @@ def test_every_parameter_is_described(tool: Tool) -> None:
 
 
 @pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool.name)
+def test_no_tool_takes_an_argument_outside_its_schema(tool: Tool) -> None:
+    """The schema says so (`additionalProperties: false`), as the server refuses such a
+    call: a misspelt argument is the model's mistake to hear of, not one to drop."""
+    assert tool.input_schema.get("type") == "object", tool.name
+    assert tool.input_schema.get("additionalProperties") is False, tool.name
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=lambda tool: tool.name)
 def test_every_enum_value_is_named_in_the_description(tool: Tool) -> None:
     """A closed parameter's values are in its schema; the model is also told what each
     means, so each is quoted in the parameter's or the tool's description."""
