@@ -137,6 +137,21 @@ BUDGETS = {
     ),
 }
 
+# Omitted, the API decides, as for any client: a prep package it plans from brings its own
+# limit (docs/api.md#the-run-request, docs/graphs.md#prep-packages).
+MAX_ITERATIONS = (
+    "{what} (1-20). Omitted: 4, unless {whose} from the repository's prep package "
+    "(`.workflow/.loop/`): then the package's own limit, 10 when it names none."
+)
+ITERATIONS = {
+    "run": MAX_ITERATIONS.format(
+        what="At most this many produce-evaluate-refine rounds", whose="the run takes its plan"
+    ),
+    "graph": MAX_ITERATIONS.format(
+        what="Each task loop's iteration limit", whose="the graph's tasks come"
+    ),
+}
+
 NOTE = "Free text for the next model step, e.g. what a person decided and why."
 
 INSTRUCTIONS = f"""\

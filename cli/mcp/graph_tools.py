@@ -13,6 +13,7 @@ from loopworks.cli.mcp.facts import (
     BUDGETS,
     GRAPH_ID,
     GRAPH_STATUS_TOOL,
+    ITERATIONS,
     MODES,
     NOTE,
     BaseBranch,
@@ -68,8 +69,8 @@ def add_graph_tools(
             int, Field(ge=1, le=10, description="At most this many task loops at once.")
         ] = 3,
         max_iterations: Annotated[
-            int, Field(ge=1, le=20, description="Each task loop's iteration limit.")
-        ] = 4,
+            int | None, Field(ge=1, le=20, description=ITERATIONS["graph"])
+        ] = None,
         notify: Annotated[
             NotifyRequest | None, Field(description=notify_description("graph"))
         ] = None,
@@ -83,9 +84,8 @@ def add_graph_tools(
             "goal": goal,
             "mode": mode.value,
             "max_parallel": max_parallel,
-            "max_iterations": max_iterations,
         }
-        optional = {"repo": repo, "base_branch": base_branch}
+        optional = {"repo": repo, "base_branch": base_branch, "max_iterations": max_iterations}
         body.update({name: value for name, value in optional.items() if value is not None})
         if notify is not None:
             body["notify"] = notify.model_dump(mode="json")

@@ -22,6 +22,7 @@ from loopworks.cli.mcp.facts import (
     ALLOW_UNVERIFIED,
     BUDGETS,
     INSTRUCTIONS,
+    ITERATIONS,
     MAX_ARTIFACT_CHARS,
     MODES,
     NOTE,
@@ -87,9 +88,8 @@ def build_server(client: ApiClient) -> MCPServer:
             Mode, Field(description=MODES.format(kind="run", tool="approve_run"))
         ] = Mode.AUTO,
         max_iterations: Annotated[
-            int,
-            Field(ge=1, le=20, description="At most this many produce-evaluate-refine rounds."),
-        ] = 4,
+            int | None, Field(ge=1, le=20, description=ITERATIONS["run"])
+        ] = None,
         audit_probability: Annotated[
             float,
             Field(
@@ -127,10 +127,14 @@ def build_server(client: ApiClient) -> MCPServer:
         body: dict[str, Any] = {
             "task": task,
             "mode": mode.value,
-            "max_iterations": max_iterations,
             "audit_probability": audit_probability,
         }
-        optional = {"repo": repo, "base_branch": base_branch, "template": template}
+        optional = {
+            "repo": repo,
+            "base_branch": base_branch,
+            "template": template,
+            "max_iterations": max_iterations,
+        }
         body.update({name: value for name, value in optional.items() if value is not None})
         if notify is not None:
             body["notify"] = notify.model_dump(mode="json")

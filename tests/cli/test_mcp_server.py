@@ -119,6 +119,22 @@ async def test_start_run_sends_the_request_and_answers_the_runs_view(
         assert view["gate"] is None and "later" in view["next_action"]
 
 
+@pytest.mark.parametrize(("tool", "field"), [("start_run", "task"), ("start_graph", "goal")])
+async def test_start_tools_leave_the_iteration_limit_to_the_api_unless_given(
+    fake: FakeClient, bridge: Bridge, tool: str, field: str
+) -> None:
+    """Unset, the API takes a prep package's limit when it plans from one (else 4): a
+    limit the tool filled in would override the package's."""
+    async with tools(bridge) as mcp:
+        # A graph's answer (its state) is more than the fake Temporal can give.
+        await mcp.call_tool(tool, {field: "Fix calc"})
+        await mcp.call_tool(tool, {field: "Fix calc", "max_iterations": 7})
+    unset, given = [body for method, _, body in bridge.requests if method == "POST"]
+    assert "max_iterations" not in unset, unset
+    assert given["max_iterations"] == 7, given
+    assert [start["params"].request.max_iterations for start in fake.starts] == [None, 7]
+
+
 async def test_events_are_read_in_pages_after_a_cursor(fake: FakeClient, bridge: Bridge) -> None:
     async with tools(bridge) as mcp:
         fake.handle(RUN_ID).events = [event(RUN_ID, seq) for seq in range(1, 6)]

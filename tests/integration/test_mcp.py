@@ -26,6 +26,7 @@ from mcp.types import CallToolResult, TextContent
 from loopworks.deploy.local import free_port
 from loopworks.schemas.run import TERMINAL_STATUSES
 from tests.integration.stack import ROOT, Stack, wait_for_port
+from tests.integration.test_graphs import make_remote
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -249,6 +250,32 @@ async def test_an_mcp_client_waits_with_progress_takes_aliases_and_reads_what_ru
                     break
             await anyio.sleep(0.5)
         assert learnt.get("origin") == origin and learnt["items"], learnt
+
+
+async def test_start_tools_keep_a_prep_packages_iteration_limit(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Left out, max_iterations is the API's to decide: a run or graph planned from the
+    repository's prep package takes the package's limit (10: it names none), as it does
+    for the API's other clients; the tools used to send 4."""
+    remote = make_remote(tmp_path, prep=True)
+    stack.start_worker()
+    _, base_url = stack.start_api()
+    asked = {"repo": str(remote), "mode": "interactive"}
+    async with Client(server(stack, base_url), read_timeout_seconds=180) as client:
+        run = await call(client, "start_run", task="Fix calc", **asked)
+        graph = await call(client, "start_graph", goal="Fix calc", **asked)
+        waiting = await wait_for(client, run["run_id"], "status", {"awaiting_approval"})
+        graph_id = graph["graph_id"]
+        deadline = time.monotonic() + 180
+        state: dict[str, Any] = {}
+        while time.monotonic() < deadline and state.get("status") != "awaiting_approval":
+            await anyio.sleep(0.5)
+            state = httpx.get(f"{base_url}/graphs/{graph_id}", timeout=30).json()
+        await call(client, "stop_run", run_id=run["run_id"])
+        await call(client, "stop_graph", graph_id=graph_id)
+    assert waiting["max_iterations"] == 10, waiting
+    assert (state.get("status"), state.get("max_iterations")) == ("awaiting_approval", 10), state
 
 
 async def test_loops_mcp_serves_streamable_http_on_loopback(

@@ -239,6 +239,18 @@ def test_notify_names_every_event_and_format(tool: str) -> None:
     assert "HTTP 422" in said and "`webhooks`" in said and "`events`" in said
 
 
+@pytest.mark.parametrize("tool", ["start_run", "start_graph"])
+def test_the_iteration_limit_says_what_omitting_it_means(tool: str) -> None:
+    """The API's rule (docs/api.md#the-run-request): 4, or a prep package's own limit
+    (10 when it names none) when the plan comes from one."""
+    schema = BY_NAME[tool].input_schema
+    assert "max_iterations" not in schema.get("required", [])
+    node = schema["properties"]["max_iterations"]
+    assert "default" not in node or node["default"] is None, node
+    said = node["description"]
+    assert "Omitted: 4" in said and "prep package" in said and "10 when" in said, said
+
+
 @pytest.mark.parametrize(
     ("tool", "field", "settings"),
     [
