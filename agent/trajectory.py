@@ -1,16 +1,16 @@
 """A run's trajectory: every model call's conversation as JSON lines, one per message
 part, tagged with the run, the step, the role, the loop and the iteration, capped, and
 redacted of the worker's secrets (`checks.redaction`) as they are written (`to_jsonl`):
-they are committed, pushed and served (docs/observability.md#the-trajectory)."""
+they are committed, pushed and served (docs/observability.md#the-trajectory). A line's
+shape (`TrajectoryRecord`) is in schemas/trajectory.py, for the readers of what is served."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -25,56 +25,15 @@ from pydantic_ai.messages import (
 from loopworks.checks.redaction import redacted
 from loopworks.llm.base import ModelCall, usage_of
 from loopworks.schemas.roles import Role
-from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import CallStep
+from loopworks.schemas.trajectory import AgentStep, RecordKind, TrajectoryRecord
 
-# The steps whose model works with tools: `skill` is the skill sub-loop's generator.
-AgentStep = Literal["produce", "refine", "skill", "qa"]
-LoopType = Literal["task", "skill"]
 # The skill sub-loop's roles: their lines are `loop_type: skill`, in the skill session's
 # own trajectory.
 SKILL_ROLES = frozenset({Role.SKILL_GENERATOR, Role.SKILL_REFLECTOR, Role.SKILL_CURATOR})
-# `limit`: the turn limit, or the run's budget, stopped the agent; `blocked`: a custodiet
-# block during the work did.
-RecordKind = Literal[
-    "system", "user", "assistant", "tool_call", "tool_result", "retry", "limit", "blocked"
-]
 
 # Texts in the trajectory are cut here: it records what happened, not every byte written.
 RECORD_TEXT_CAP = 4000
-
-
-class TrajectoryRecord(BaseModel):
-    """One line of a step's trajectory.
-
-    `input` is what went to the model or a tool (a message's text, a tool's arguments);
-    `output` what came back (the model's text, a tool's result); both are capped.
-    """
-
-    run_id: str
-    step: AgentStep | CallStep
-    # Lines written before every role was recorded name no role.
-    role: Role | None = None
-    # One trajectory per run: the task loop's lines carry the run id as `trajectory_id`;
-    # a skill session's lines (`loop_type: skill`) carry the session's own id and the
-    # run's as `parent_trajectory_id` (docs/observability.md#the-trajectory).
-    loop_type: LoopType = "task"
-    trajectory_id: str | None = None
-    parent_trajectory_id: str | None = None
-    iteration: int
-    turn: int
-    kind: RecordKind
-    tool: str | None = None
-    tool_use_id: str | None = None
-    input: Any = None
-    output: str | None = None
-    ok: bool | None = None
-    stop_reason: str | None = None
-    # An `assistant` line: the model asked and the tokens its answer took (priced by the
-    # reader's price table: the dashboard shows each call's cost).
-    model: str | None = None
-    usage: TokenUsage | None = None
-    ts: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
 def to_jsonl(records: list[TrajectoryRecord]) -> str:
@@ -178,6 +137,7 @@ def record(
         iteration=call.iteration,
         turn=turn,
         kind=kind,
+        ts=datetime.now(UTC),
         **fields,
     )
 

@@ -11,7 +11,6 @@ planner's) are recorded under the graph's id."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 
 from fastapi import Response
@@ -20,6 +19,7 @@ from loopworks.api.errors import ArtifactMissing, UpstreamError
 from loopworks.schemas.graph import GraphState
 from loopworks.schemas.run import RunState
 from loopworks.schemas.steps import TRAJECTORY_DIR
+from loopworks.schemas.trajectory import read_record
 from loopworks.workspace.call_records import finished_later, record_finished
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.refs import work_ref
@@ -86,13 +86,15 @@ def latest_commit(workspaces: GitWorkspaces, state: RunState) -> str | None:
 
 
 def of_loop_type(text: str, loop_type: str | None) -> str:
-    """Only the lines of one loop type; lines written before loop types were task lines."""
+    """Only the lines of one loop type, as written; lines written before loop types were
+    task lines. A line that is not a record (a repository's own file under
+    .loops/trajectory/) has no loop type, and is left out."""
     if loop_type is None:
         return text
     kept = [
         line
         for line in text.splitlines()
-        if line.strip() and json.loads(line).get("loop_type", "task") == loop_type
+        if (record := read_record(line)) is not None and record.loop_type == loop_type
     ]
     return "".join(f"{line}\n" for line in kept)
 

@@ -14,14 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
-from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.llm.pricing import cost_usd
 from loopworks.schemas.events import EvaluationDone, Event
 from loopworks.schemas.rules import Phase, Rule, Severity
 from loopworks.schemas.run import Thresholds, TokenUsage
 from loopworks.schemas.settings import ModelPrice
+from loopworks.schemas.trajectory import read_records
 
 
 @dataclass(frozen=True)
@@ -208,16 +206,7 @@ def trajectory_records(text: str) -> list[dict[str, Any]]:
     records' shape, as written. A line in another shape (the repository's file, or a
     command's, under .loops/trajectory/) is left out: the JSON route serves it as it
     is, and a page must not fail on it."""
-    records = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = TrajectoryRecord.model_validate_json(line)
-        except ValidationError:
-            continue
-        records.append(record.model_dump(mode="json", exclude_unset=True))
-    return records
+    return [record.model_dump(mode="json", exclude_unset=True) for record in read_records(text)]
 
 
 def qa_commands(records: Sequence[dict[str, Any]]) -> list[CommandRun]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 from mcp.server.mcpserver import Context
@@ -21,6 +21,7 @@ from loopworks.cli.mcp.views import RunView, api_errors, run_view
 from loopworks.cli.playbook import PlaybookApi
 from loopworks.cli.resolve import resolve_run
 from loopworks.schemas.run import RunState
+from loopworks.schemas.trajectory import TrajectoryRecord, read_records
 
 RunId = Annotated[str, Field(min_length=1, description=RUN_ID)]
 # How often wait_for_run reads the run, and the most it waits in one call.
@@ -38,7 +39,9 @@ class GraphRow(BaseModel):
 
 
 class TrajectoryLine(BaseModel):
-    n: int = Field(description="the line's place in the trajectory, from 1: the cursor")
+    n: int = Field(
+        description="the line's place among the trajectory's records, from 1: the cursor"
+    )
     step: str
     role: str | None
     iteration: int
@@ -75,26 +78,25 @@ class PlaybookView(BaseModel):
     items: list[PlaybookItemView]
 
 
-def _text(record: dict[str, Any]) -> str:
-    value = record.get("output") if record.get("output") else record.get("input")
+def _text(record: TrajectoryRecord) -> str:
+    value = record.output if record.output else record.input
     text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
     return text[:TRAJECTORY_TEXT_CHARS]
 
 
-def _line(n: int, record: dict[str, Any]) -> TrajectoryLine:
-    recorded = record.get("usage")
-    usage: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+def _line(n: int, record: TrajectoryRecord) -> TrajectoryLine:
+    usage = record.usage
     return TrajectoryLine(
         n=n,
-        step=str(record.get("step") or ""),
-        role=record.get("role"),
-        iteration=int(record.get("iteration") or 0),
-        turn=int(record.get("turn") or 0),
-        kind=str(record.get("kind") or ""),
-        tool=record.get("tool"),
-        model=record.get("model"),
-        input_tokens=usage.get("input_tokens"),
-        output_tokens=usage.get("output_tokens"),
+        step=record.step,
+        role=record.role.value if record.role else None,
+        iteration=record.iteration,
+        turn=record.turn,
+        kind=record.kind,
+        tool=record.tool,
+        model=record.model,
+        input_tokens=usage.input_tokens if usage else None,
+        output_tokens=usage.output_tokens if usage else None,
         text=_text(record),
     )
 
@@ -194,11 +196,14 @@ def add_watch_tools(tools: Tools, client: ApiClient, read: ToolAnnotations) -> N
         with api_errors():
             resolved = resolve_run(client, run_id)
             text = client.request("GET", run_path(resolved, "trajectory")).text
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        # The route serves a repository's own file under .loops/trajectory/ too: only
+        # the records are the run's model calls, and one line of another shape must not
+        # cost the model the whole trajectory.
+        records = read_records(text)
         kept = [
             (n, record)
             for n, record in enumerate(records, 1)
-            if n > after and (step is None or record.get("step") == step)
+            if n > after and (step is None or record.step == step)
         ]
         page = [_line(n, record) for n, record in kept[:limit]]
         return TrajectoryPage(

@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from loopworks.schemas.events import EVENT, Event, EventName
 from loopworks.schemas.rules import Phase
-from loopworks.schemas.run import RunState, Thresholds
+from loopworks.schemas.run import RunState, Thresholds, TokenUsage
 from loopworks.workflows.slot import SlotWorkflow
 
 
@@ -91,6 +91,22 @@ class FakeHandle:
             yield  # an async generator
 
         return unknown()
+
+
+@dataclass
+class CarryingHandle(FakeHandle):
+    """A live run that has made model calls and holds their trajectory files for its next
+    commit (`carried_calls`), by name; no origin, so the trajectory is those files only."""
+
+    carried: dict[str, str] = field(default_factory=dict)
+
+    async def query(self, query: Any, *args: Any, **options: Any) -> Any:
+        if query.__name__ == "carried_calls":
+            return self.carried
+        if query.__name__ == "status":
+            update = {"origin": "", "usage": TokenUsage(calls=len(self.carried))}
+            return run_state(self.id).model_copy(update=update)
+        return await super().query(query, *args, **options)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from loopworks.cli.mcp.server import build_server
 from loopworks.schemas.events import EventName
 from loopworks.schemas.run import Mode
 from loopworks.schemas.settings import Settings
-from tests.api.fake_temporal import FakeClient, event
+from tests.api.fake_temporal import CarryingHandle, FakeClient, event
 
 pytestmark = pytest.mark.unit
 
@@ -223,6 +223,53 @@ async def test_approve_graph_refuses_a_task_field_the_api_does_not_know(bridge: 
         answer = await error(mcp, "approve_graph", graph_id=graph_id, tasks=[task])
     assert "depends_on" in answer and "Extra inputs are not permitted" in answer, answer
     assert bridge.requests == []
+
+
+async def test_run_trajectory_reads_the_records_and_leaves_other_lines_out(
+    fake: FakeClient, bridge: Bridge
+) -> None:
+    """The route serves a repository's own file under .loops/trajectory/ as it is; one
+    line of it (not JSON, or JSON of another shape) failed the tool for the whole run."""
+    plan = {
+        "run_id": RUN_ID,
+        "step": "plan",
+        "role": "planner",
+        "iteration": 1,
+        "turn": 1,
+        "kind": "assistant",
+        "output": "the plan",
+        "model": "m",
+        "usage": {"input_tokens": 12, "output_tokens": 3},
+        "ts": "2025-01-01T00:00:00Z",
+    }
+    produce = {**plan, "step": "produce", "kind": "tool_call", "tool": "write_file"}
+    produce.update(input={"path": "a.md"}, output=None, ts="2025-01-01T00:01:00Z")
+    notes = "our own notes, not JSON\n" + '["a list"]\n' + json.dumps({"turn": "one"})
+    fake.handles[RUN_ID] = CarryingHandle(
+        RUN_ID,
+        carried={
+            "01-plan": json.dumps(plan) + "\n",
+            "notes": notes + "\n",
+            "01-produce": json.dumps(produce) + "\n",
+        },
+    )
+    async with tools(bridge) as mcp:
+        page = await call(mcp, "run_trajectory", run_id=RUN_ID)
+        produced = await call(mcp, "run_trajectory", run_id=RUN_ID, step="produce")
+    assert [(line["n"], line["step"], line["kind"]) for line in page["lines"]] == [
+        (1, "plan", "assistant"),
+        (2, "produce", "tool_call"),
+    ]
+    first = page["lines"][0]
+    assert (first["role"], first["text"], first["input_tokens"], first["output_tokens"]) == (
+        "planner",
+        "the plan",
+        12,
+        3,
+    )
+    assert page["lines"][1]["text"] == '{"path": "a.md"}'
+    assert (page["next_cursor"], page["more"]) == (2, False)
+    assert [line["n"] for line in produced["lines"]] == [2]
 
 
 @pytest.fixture

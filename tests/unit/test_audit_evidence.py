@@ -4,6 +4,7 @@ write-up a BLOCK commits."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -24,9 +25,13 @@ from loopworks.workspace.changes import (
 
 pytestmark = pytest.mark.unit
 
+TS = datetime(2025, 1, 1, tzinfo=UTC)
+
 
 def rec(kind: str, turn: int = 1, **fields: Any) -> TrajectoryRecord:
-    return TrajectoryRecord(run_id="r", step="produce", iteration=1, turn=turn, kind=kind, **fields)
+    return TrajectoryRecord(
+        run_id="r", step="produce", iteration=1, turn=turn, kind=kind, ts=TS, **fields
+    )
 
 
 def call(tool: str, uid: str, **args: Any) -> TrajectoryRecord:

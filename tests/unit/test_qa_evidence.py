@@ -117,6 +117,7 @@ def test_the_commands_an_agent_ran_are_read_from_its_trajectory_with_their_exit_
                 "kind": kind,
                 "tool": "run_command",
                 "tool_use_id": tool_use_id,
+                "ts": "2025-01-01T00:00:00Z",
                 **fields,
             }
         )
