@@ -26,6 +26,7 @@ from loopworks.api.models import (
 )
 from loopworks.cli.config import TOKEN_VARIABLE, CliConfig
 from loopworks.schemas.events import EVENT, EVENTS, Event
+from loopworks.schemas.git_names import redact_url_credentials
 from loopworks.schemas.run import RunState
 
 # Updates (pause, approve, clear-block) wait on the workflow; the API gives them 30 s.
@@ -146,7 +147,12 @@ class ApiClient:
         try:
             response = self._http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TransportError as err:
-            raise Unreachable(f"cannot reach the API at {self.base_url}: {err}") from err
+            # LOOPS_API_URL may carry a password (a proxy's basic auth): this sentence is
+            # printed, and `loops mcp` hands it to a model.
+            where = redact_url_credentials(self.base_url)
+            raise Unreachable(
+                f"cannot reach the API at {where}: {redact_url_credentials(str(err))}"
+            ) from err
         if response.is_error:
             raise ApiError(response.status_code, error_message(response))
         return response

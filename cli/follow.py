@@ -33,6 +33,7 @@ from loopworks.cli.render import (
     status_notes,
 )
 from loopworks.schemas.events import Event
+from loopworks.schemas.git_names import redact_url_credentials
 from loopworks.schemas.run import RunState, RunStatus
 from loopworks.schemas.summary import render_summary
 
@@ -231,7 +232,9 @@ class Follower:
                 except httpx.TransportError as err:
                     failures += 1
                     if failures > MAX_STREAM_FAILURES:
-                        raise CliError(f"{what} keeps failing: {err}") from err
+                        # The error may quote the URL, and LOOPS_API_URL a password.
+                        said = redact_url_credentials(str(err))
+                        raise CliError(f"{what} keeps failing: {said}") from err
                     time.sleep(min(0.25 * 2**failures, 5.0))
                     continue
                 # The stream ended without `end` (the API gave up or restarted).

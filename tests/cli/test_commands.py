@@ -460,6 +460,14 @@ def test_an_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cannot reach the API at http://127.0.0.1:9" in capsys.readouterr().err
 
 
+def test_a_password_in_the_api_url_is_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """LOOPS_API_URL may carry a proxy's basic auth; stderr is a terminal's, a CI log's."""
+    assert main(["--url", "http://loops:hunter2-secret@127.0.0.1:9", "list"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the API at http://***@127.0.0.1:9" in err, err
+    assert "hunter2-secret" not in err, err
+
+
 def test_flags_after_the_command_and_the_environment() -> None:
     args = build_parser().parse_args(["--url", "http://a", "list"])
     assert args.url == "http://a"

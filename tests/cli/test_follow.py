@@ -256,3 +256,23 @@ def test_an_event_this_cli_does_not_know_is_an_error_naming_it() -> None:
     follower = Follower(client, RUN_ID, Progress(console_for(io.StringIO())))
     with pytest.raises(CliError, match=r"unexpected event in the event stream of .*teleported"):
         follower.run()
+
+
+def test_a_stream_that_keeps_failing_does_not_print_the_urls_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An error that quotes the URL it failed on would print LOOPS_API_URL's password."""
+    monkeypatch.setattr("loopworks.cli.follow.MAX_STREAM_FAILURES", 0)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("follow"):
+            raise httpx.ConnectError(f"cannot connect to {request.url}", request=request)
+        return httpx.Response(200, json=wire(RUNNING))
+
+    config = CliConfig("http://loops:hunter2-secret@api.test", None)
+    client = ApiClient(config, transport=httpx.MockTransport(handler))
+    follower = Follower(client, RUN_ID, Progress(console_for(io.StringIO())))
+    with pytest.raises(CliError, match="keeps failing") as raised:
+        follower.run()
+    assert "hunter2-secret" not in str(raised.value), raised.value
+    assert "http://***@api.test" in str(raised.value), raised.value

@@ -272,6 +272,19 @@ async def test_run_trajectory_reads_the_records_and_leaves_other_lines_out(
     assert [line["n"] for line in produced["lines"]] == [2]
 
 
+async def test_a_password_in_the_api_url_does_not_reach_the_model() -> None:
+    """A tool's error quotes where the API could not be reached, without the password
+    LOOPS_API_URL may carry (a proxy's basic auth)."""
+    api = ApiClient(CliConfig("http://loops:hunter2-secret@127.0.0.1:9", None))
+    try:
+        async with Client(build_server(api)) as mcp:
+            answer = await error(mcp, "list_runs")
+    finally:
+        api.close()
+    assert "cannot reach the API at http://***@127.0.0.1:9" in answer, answer
+    assert "hunter2-secret" not in answer, answer
+
+
 @pytest.fixture
 def notifying_bridge(fake: FakeClient, tmp_path: Path) -> Iterator[Bridge]:
     """The app of a deployment that signs notifications and admits one webhook host."""
