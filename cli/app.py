@@ -318,7 +318,10 @@ def _budget_options(parser: argparse.ArgumentParser, flag: str, whom: str, caps:
 
 def _follow_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--follow", "-f", action="store_true", help="print iteration summaries until it ends"
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print iteration summaries until it ends; exit 0 if it completed, else 1",
     )
     parser.add_argument(
         "--poll", action="store_true", help="with --follow: poll instead of the live stream"

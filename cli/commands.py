@@ -94,11 +94,14 @@ def most_recent_run(client: ApiClient) -> str:
 
 
 def _follow(ctx: Context, run_id: str, use_stream: bool) -> int:
+    """Follow the run to its end: exit 0 when it completed, else 1, as `loops graph status
+    --follow` does, so that a script gating on the command stops after a run that did
+    not pass."""
     # The status thread gets a client of its own; the main one is busy reading the stream.
     poller = ApiClient(ctx.config)
     try:
         progress = Progress(ctx.console)
-        Follower(
+        final = Follower(
             ctx.client,
             run_id,
             progress,
@@ -107,7 +110,7 @@ def _follow(ctx: Context, run_id: str, use_stream: bool) -> int:
         ).run()
     finally:
         poller.close()
-    return 0
+    return 0 if final.status == RunStatus.COMPLETED else 1
 
 
 # --- commands ----------------------------------------------------------------------

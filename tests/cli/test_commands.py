@@ -21,6 +21,7 @@ from loopworks.cli.app import build_parser, main
 from loopworks.cli.client import ApiClient, ApiError, CliError
 from loopworks.cli.config import CliConfig
 from loopworks.schemas.events import EVENTS
+from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from tests.api.fake_temporal import FakeClient
 from tests.cli.sample import EVENTS as SAMPLE_EVENTS
@@ -167,6 +168,41 @@ def test_error_messages(status: int, body: Any, expected: str) -> None:
     with pytest.raises(ApiError, match=None) as raised:
         run(["stop", RUN_ID], api)
     assert str(raised.value) == expected
+
+
+def following(status: RunStatus) -> Recorder:
+    """An API whose run has already ended with `status`, its events all in."""
+    state = STATE.model_copy(update={"status": status})
+    return Recorder(
+        {
+            ("POST", "/runs"): CREATED,
+            ("GET", f"/runs/{RUN_ID}"): httpx.Response(200, json=wire(state)),
+            ("GET", f"/runs/{RUN_ID}/events"): httpx.Response(200, json=wire_list(SAMPLE_EVENTS)),
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (RunStatus.COMPLETED, 0),
+        (RunStatus.STOPPED, 1),
+        (RunStatus.FAILED, 1),
+        (RunStatus.HALTED, 1),
+    ],
+)
+@pytest.mark.parametrize(
+    "argv",
+    [["new", "x", "--auto", "--follow", "--poll"], ["status", RUN_ID, "--follow", "--poll"]],
+    ids=["new", "status"],
+)
+def test_following_a_run_exits_0_only_when_it_completed(
+    argv: list[str], status: RunStatus, code: int
+) -> None:
+    """As `loops graph status --follow` does: a script gating on the command must not go
+    on after a run that did not pass."""
+    exit_code, output = run(argv, following(status))
+    assert exit_code == code, output
 
 
 def test_stop_sends_the_reason() -> None:

@@ -191,7 +191,10 @@ def test_cli_stops_a_running_run_and_cleans_it_once_finished(stack: Stack, tmp_p
 
     stopped = loops("stop", run_id, "--reason", "enough")
     assert stopped.returncode == 0, stopped.stderr
-    followed = loops.ok("status", run_id, "--follow", timeout=FOLLOW_TIMEOUT)
+    # Following a run that did not complete exits 1, after its final summary.
+    ended = loops("status", run_id, "--follow", timeout=FOLLOW_TIMEOUT)
+    followed = ended.stdout
+    assert ended.returncode == 1, ended.stderr
     assert "Stop reason: user_stop" in followed and "Message: enough" in followed, followed
 
     line, note, model, *detail = loops.ok("status", run_id).splitlines()
