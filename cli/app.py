@@ -1,11 +1,13 @@
 """`loops` / `python -m loopworks.cli`: the command line, wired with argparse.
 
-Exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage, 130 interrupted.
+Exit codes: 0 ok, 1 failure (a sentence on stderr), 2 usage, 130 interrupted, 141 stdout
+closed by its reader.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,13 +18,17 @@ from loopworks.cli.config import DEFAULT_API_URL, CliConfig
 from loopworks.cli.mcp import command as mcp_command
 
 Command = Callable[[commands.Context, argparse.Namespace], int]
+# What a shell reports for a command SIGPIPE ended (128 + 13): Python ignores the signal,
+# so the closed pipe arrives as BrokenPipeError instead.
+EXIT_BROKEN_PIPE = 141
 
 EPILOG = f"""\
 environment:
   LOOPS_API_URL    the API (default {DEFAULT_API_URL})
   LOOPS_API_TOKEN  sent as "Authorization: Bearer <token>"
 
-exit codes: 0 ok, 1 failure (the API's message on stderr), 2 usage
+exit codes: 0 ok, 1 failure (a sentence on stderr), 2 usage, 130 interrupted,
+  141 the output's reader stopped reading
 """
 
 
@@ -51,6 +57,16 @@ def _above_zero(text: str) -> float:
     return value
 
 
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 1:  # refuses nan and the infinities too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loops",
@@ -74,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("--base-branch", help="branch of --repo to start from")
     new.add_argument("--template", help="workflow template id")
     new.add_argument("--max-iterations", type=_positive)
-    new.add_argument("--audit-probability", type=float, help="chance of a custodiet audit (0-1)")
+    new.add_argument(
+        "--audit-probability", type=_probability, help="chance of a custodiet audit (0-1)"
+    )
     new.add_argument("--rules-file", type=Path, help="rules (and thresholds) as JSON or YAML")
     _proof_options(new, "the repository's .loops/verify, else its detected test command")
     new.add_argument(
@@ -202,7 +220,9 @@ def _graph_parser(
     )
     new.add_argument("--max-parallel", type=_positive, help="task loops at once (API: 1-10)")
     new.add_argument("--max-iterations", type=_positive, help="each task loop's iterations")
-    new.add_argument("--audit-probability", type=float, help="each task loop's audit chance")
+    new.add_argument(
+        "--audit-probability", type=_probability, help="each task loop's audit chance (0-1)"
+    )
     _confirm_options(new, "loops graph approve")
     _notify_options(new, "graph")
     _budget_options(new, "budget", "each task loop", "LOOPS_RUN_BUDGET_*")
@@ -347,3 +367,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nloops: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away (`loops graph ledger G --json | head -1`): exit
+    quietly, as a command SIGPIPE ends does. stdout goes to /dev/null first, else
+    Python's own flush at exit fails on the closed pipe again, with a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a file (a test's capture): nothing will flush to the pipe
+    return EXIT_BROKEN_PIPE

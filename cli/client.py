@@ -24,7 +24,7 @@ from loopworks.api.models import (
     RunWorkspace,
     WorkspaceRemoved,
 )
-from loopworks.cli.config import TOKEN_VARIABLE, CliConfig
+from loopworks.cli.config import TOKEN_VARIABLE, URL_VARIABLE, CliConfig
 from loopworks.schemas.events import EVENT, EVENTS, Event
 from loopworks.schemas.git_names import redact_url_credentials
 from loopworks.schemas.run import RunState
@@ -118,9 +118,19 @@ class ApiClient:
         headers = {"Accept": "application/json", "User-Agent": "loops-cli"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
-        self._http = httpx.Client(
-            base_url=config.api_url, headers=headers, timeout=REQUEST_TIMEOUT, transport=transport
-        )
+        try:
+            self._http = httpx.Client(
+                base_url=config.api_url,
+                headers=headers,
+                timeout=REQUEST_TIMEOUT,
+                transport=transport,
+            )
+        except httpx.InvalidURL as err:
+            url = redact_url_credentials(config.api_url)
+            said = redact_url_credentials(str(err))
+            raise CliError(
+                f"not a valid API URL: {url} ({said}); check --url or {URL_VARIABLE}"
+            ) from err
 
     def close(self) -> None:
         self._http.close()

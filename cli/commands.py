@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from urllib.parse import quote
 
 import yaml
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, JsonValue, TypeAdapter, ValidationError
 from rich.table import Table
 
 from loopworks.api.models import ARTIFACT_COMMIT_HEADER, RUN_STATUS_HEADER
@@ -63,14 +63,49 @@ class Context:
         self.console.print(text)
 
 
-def read_document(path: Path) -> Any:
-    """A JSON or YAML file's data (YAML reads JSON too); the API validates what it holds."""
+# What a request body can carry. YAML reads more (dates, sets, binary, .nan and .inf), which
+# the request could not send; JSON itself has no NaN or infinity.
+JSON_DATA: TypeAdapter[JsonValue] = TypeAdapter(JsonValue, config=ConfigDict(allow_inf_nan=False))
+
+
+def read_document(path: Path) -> JsonValue:
+    """A JSON or YAML file's data (YAML reads JSON too), refused unless JSON can carry it;
+    the API validates what it holds."""
     try:
-        return yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise CliError(f"cannot read {path}: {err.strerror or err}") from err
+    except UnicodeDecodeError as err:
+        raise CliError(f"cannot read {path}: not UTF-8 text (byte {err.start})") from err
     except yaml.YAMLError as err:
         raise CliError(f"{path} is neither JSON nor YAML: {err}") from err
+    try:
+        return JSON_DATA.validate_python(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = first["loc"]
+        key = loc[-1:] == ("[key]",)
+        place, what = (_json_place(loc[:-2]), "has a key") if key else (_json_place(loc), "is")
+        raise CliError(
+            f"{path}: {place} {what} {first['input']!r}, which JSON "
+            "cannot carry (YAML reads dates, sets, numbers, .nan and .inf as such: quote it "
+            "to keep it as text)"
+        ) from err
+
+
+def _json_place(loc: tuple[int | str, ...]) -> str:
+    """Where in the document a `JSON_DATA` error is (`[0].weight`): its loc alternates the
+    kind of a value (`list`, `dict`) with the index or key inside it."""
+    place = ""
+    parts = iter(loc)
+    for kind in parts:
+        if kind not in ("list", "dict"):
+            break
+        inner = next(parts, None)
+        if inner is None:
+            break
+        place += f"[{inner}]" if kind == "list" else f".{inner}"
+    return place.lstrip(".") or "the document"
 
 
 def load_criteria(path: Path) -> dict[str, Any]:

@@ -250,6 +250,59 @@ def test_a_bad_rules_file_is_a_failure_before_any_request(tmp_path: Path) -> Non
     assert api.requests == []
 
 
+@pytest.mark.parametrize(
+    ("argv", "content", "said"),
+    [
+        (["new", "x", "--auto", "--rules-file"], "- {id: a, weight: .nan}\n", "[0].weight is nan"),
+        (
+            ["approve", RUN_ID, "--rules-file"],
+            "rules: [{id: a, description: 2025-01-01}]\n",
+            "rules[0].description is datetime.date(2025, 1, 1)",
+        ),
+        (
+            ["graph", "new", "g", "--auto", "--tasks-file"],
+            "- {id: T-001, context: {files: !!set {a: null}}}\n",
+            "[0].context.files is {'a'}",
+        ),
+        (["graph", "approve", "g", "--tasks-file"], "- {1: a}\n", "[0] has a key 1"),
+        (["new", "x", "--auto", "--rules-file"], b"\xff\xfe\x00r\x00u", "not UTF-8 text"),
+    ],
+    ids=["nan", "a date", "a set", "a number as a key", "not UTF-8"],
+)
+def test_a_document_json_cannot_carry_is_refused_in_a_line_before_any_request(
+    argv: list[str],
+    content: str | bytes,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """YAML reads dates, sets and .nan, which a request's JSON cannot hold (and a wrong
+    file may not be text at all): a traceback, where it is the file's to fix."""
+    path = tmp_path / "document.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    # Nothing listens there: a request would say "cannot reach".
+    assert main(["--url", "http://127.0.0.1:9", *argv, str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"loops: {path}") or err.startswith(f"loops: cannot read {path}"), err
+    assert said in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.1", "1.5", "half"])
+@pytest.mark.parametrize("command", [["new", "x"], ["graph", "new", "g"]], ids=["run", "graph"])
+def test_an_audit_probability_is_a_number_from_0_to_1(
+    command: list[str], value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["--url", "http://127.0.0.1:9", *command, "--auto", f"--audit-probability={value}"])
+    assert raised.value.code == 2
+    assert f"{value!r} is not a number from 0 to 1" in capsys.readouterr().err
+    args = build_parser().parse_args([*command, "--audit-probability", "0.25"])
+    assert args.audit_probability == 0.25
+
+
 def test_status_defaults_to_the_most_recent_run() -> None:
     latest = RUNS[0].run_id
     api = Recorder(
@@ -494,6 +547,15 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_an_unreachable_api_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--url", "http://127.0.0.1:9", "list"]) == 1
     assert "cannot reach the API at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+def test_an_api_url_that_is_not_one_exits_1_in_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--url", "http://loops:hunter2-secret@[::1", "list"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        "loops: not a valid API URL: http://***@[::1 (Invalid port: ':1'); check --url or "
+        "LOOPS_API_URL\n"
+    ), err
 
 
 def test_a_password_in_the_api_url_is_not_printed(capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,8 +5,12 @@ until the graph ends, with exit 0 only when it completed."""
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
+import subprocess
+import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -467,6 +471,45 @@ def test_ledger_json_is_the_lines_as_the_graph_wrote_them() -> None:
     )
     assert run(["ledger", GRAPH_ID, "--json"], api) == (0, LEDGER_TEXT)
     assert api.requests[0].headers["accept"] == "application/x-ndjson"
+
+
+class LongLedger(http.server.BaseHTTPRequestHandler):
+    """An API whose ledger is longer than a pipe holds."""
+
+    body = LEDGER_TEXT.encode() * 20_000
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/x-ndjson")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    """`loops graph ledger G --json | head -1`: the closed pipe was a traceback."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), LongLedger)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        loops = subprocess.Popen(
+            [sys.executable, "-m", "loopworks.cli", "--url", url, "graph", "ledger", "g", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert loops.stdout is not None and loops.stderr is not None
+        first = loops.stdout.readline()
+        loops.stdout.close()  # as `head -1` does
+        code = loops.wait(timeout=60)
+        err = loops.stderr.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert first.decode() == LEDGER_TEXT.splitlines(keepends=True)[0]
+    assert (code, err) == (141, ""), err
 
 
 def test_ledger_table() -> None:
