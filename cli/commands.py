@@ -9,7 +9,7 @@ import webbrowser
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import ConfigDict, JsonValue, TypeAdapter, ValidationError
@@ -368,8 +368,12 @@ LIVE_STATUSES = frozenset(status.value for status in RunStatus if not status.is_
 
 
 def dashboard_url(api_url: str, run_id: str | None = None) -> str:
-    """A run's page in the dashboard the API serves (docs/dashboard.md), or its run list."""
-    base = f"{api_url.rstrip('/')}/ui/runs"
+    """A run's page in the dashboard the API serves (docs/dashboard.md), or its run list;
+    without the API URL's user and password, which would be printed and kept in the
+    browser's history (the dashboard asks for what it needs)."""
+    parts = urlsplit(api_url)
+    bare = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+    base = f"{urlunsplit(bare).rstrip('/')}/ui/runs"
     return f"{base}/{quote(run_id, safe='/')}" if run_id else base
 
 

@@ -592,6 +592,14 @@ def test_open_prints_a_runs_dashboard_page_once_the_run_is_known(
     assert out == "http://api.test/ui/runs\n"
 
 
+def test_open_leaves_the_api_urls_password_out() -> None:
+    """Printed to a terminal and kept in the browser's history."""
+    assert commands.dashboard_url("https://loops:hunter2-secret@api.test:8443/base/", "r-1") == (
+        "https://api.test:8443/base/ui/runs/r-1"
+    )
+    assert commands.dashboard_url("http://[::1]:8000") == "http://[::1]:8000/ui/runs"
+
+
 def test_open_takes_an_alias_and_refuses_an_unknown_run(monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[str] = []
     monkeypatch.setattr(commands.webbrowser, "open", lambda url: opened.append(url) or True)
