@@ -88,13 +88,27 @@ def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
 
 
 def links(settings: Settings, body: NotificationBody, namespace: str) -> dict[str, str]:
-    """Where a person follows the run or graph: the API's route and the Temporal UI."""
-    api = (settings.public_api_url or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
-    found = {"api": f"{api}/{body.kind}s/{body.id}"}
+    """Where a person follows the run or graph: the API's route and the Temporal UI. With
+    no `LOOPS_PUBLIC_API_URL`, the API's own address, unless it listens on every address
+    (a container's 0.0.0.0): no person reaches that, so there is no API link then."""
+    found: dict[str, str] = {}
+    api = settings.public_api_url
+    if api is None and settings.api_host not in WILDCARD_HOSTS:
+        api = f"http://{_host(settings.api_host)}:{settings.api_port}"
+    if api is not None:
+        found["api"] = f"{api.rstrip('/')}/{body.kind}s/{body.id}"
     if settings.temporal_ui_url:
         ui = settings.temporal_ui_url.rstrip("/")
         found["temporal_ui"] = f"{ui}/namespaces/{namespace}/workflows/{body.id}"
     return found
+
+
+# Addresses a server listens on to take every interface's connections, that no one dials.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def encoded(body: NotificationBody, webhook: Webhook) -> bytes:

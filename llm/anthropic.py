@@ -39,8 +39,10 @@ def build_anthropic_client(settings: Settings) -> anthropic.AsyncAnthropic:
             settings.anthropic_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS
         ),
     )
-    if client.api_key is None and client.auth_token is None and client.credentials is None:
-        # Fail at worker start, not at the first model call of the first run.
+    blank = not (client.api_key or "").strip() and not (client.auth_token or "").strip()
+    if blank and client.credentials is None:
+        # Fail at worker start, not at the first model call of the first run: a key left
+        # blank (an env file's `ANTHROPIC_API_KEY=`, copied and not filled in) is none.
         raise ValueError(
             "LOOPS_LLM=anthropic needs a key: set ANTHROPIC_API_KEY (any value for a "
             "compatible server that ignores it), or LOOPS_LLM=offline for the offline model"

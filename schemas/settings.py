@@ -59,7 +59,11 @@ SECRET_FIELDS: tuple[str, ...] = (
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="", extra="ignore", populate_by_name=True)
+    # A refused value is not quoted in the error: the worker and the API log it as they
+    # exit, and a secret setting's cut head or tail is past what redaction knows.
+    model_config = SettingsConfigDict(
+        env_prefix="", extra="ignore", populate_by_name=True, hide_input_in_errors=True
+    )
 
     temporal_address: str = Field(default="127.0.0.1:7233", alias="TEMPORAL_ADDRESS")
     temporal_namespace: str = Field(default="default", alias="TEMPORAL_NAMESPACE")

@@ -286,6 +286,25 @@ def test_secrets_come_only_from_the_ignored_env_file(services: dict[str, Any]) -
     assert dotenv_ignored.returncode == 1, ".env (image versions) must stay committable"
 
 
+def test_the_deploy_readmes_compose_steps_make_every_env_file(
+    services: dict[str, Any], tmp_path: Path
+) -> None:
+    """Compose refuses a service whose env file is missing: the steps copied only the
+    shared one, so `docker compose up` stopped at `Couldn't find env file`."""
+    text = (REPO / "deploy" / "README.md").read_text()
+    block = text.split("## Compose", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    steps = "\n".join(line for line in block.splitlines() if not line.startswith("docker "))
+    copy = tmp_path / "checkout"
+    copy.mkdir()
+    for example in REPO.glob("loopworks.*.env.example"):
+        shutil.copy(example, copy / example.name)
+    done = subprocess.run(["sh", "-ec", steps], cwd=copy, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    wanted = {name for service in ("api", "worker") for name in services[service]["env_file"]}
+    assert wanted == {*ENV_FILES["api"], *ENV_FILES["worker"]}
+    assert sorted(name for name in wanted if not (copy / name).is_file()) == []
+
+
 def test_each_app_service_gets_only_its_own_secrets(services: dict[str, Any]) -> None:
     """The API never calls the model and the worker serves no HTTP: neither holds the
     other's secret. Both read origins, so both get the git credentials."""

@@ -23,6 +23,7 @@ from loopworks.checks.redaction import (
     redact_url_credentials,
     redacted,
 )
+from loopworks.schemas.settings import Settings
 from loopworks.worker.redacting import redacted_failure
 from loopworks.workspace import refs
 from loopworks.workspace.runner import GitError
@@ -180,3 +181,33 @@ def test_an_activity_failure_is_redacted_with_its_causes_and_flags() -> None:
     assert cause.message == "fetch of https://***@git.example.com/team/app.git failed"
     plain = RuntimeError("nothing secret")
     assert redacted_failure(plain, secrets) is plain
+
+
+PAYLOAD_KEY = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="  # 32 bytes, base64
+GIT_TOKEN = "ghp_R4nd0mT0kenV4lue1234567890abcdefXYZ"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "secret"),
+    [
+        ("LOOPS_PAYLOAD_KEYS", f"k1:{PAYLOAD_KEY},k2:not-base64!!", PAYLOAD_KEY),
+        (
+            "LOOPS_GIT_CREDENTIALS",
+            '{"github.com": {"origins": "https://github.com/acme/", "username": "x", '
+            f'"token": "{GIT_TOKEN}"}}}}',
+            GIT_TOKEN,
+        ),
+    ],
+    ids=["payload-keys", "git-credentials"],
+)
+def test_a_setting_refused_at_start_quotes_nothing_of_its_secret(
+    name: str, value: str, secret: str, tmp_path: Path
+) -> None:
+    """pydantic quoted a refused input's first and last 25 characters, and the worker and
+    the API log a refused setting as they exit: a third of an AES key, or a token's tail,
+    reached the start-up log, which redaction knew only whole."""
+    with pytest.raises(ValueError) as refused:
+        Settings(LOOPS_DATA_DIR=tmp_path, **{name: value})
+    said = str(refused.value)
+    pieces = {secret[i : i + 8] for i in range(len(secret) - 7)}
+    assert not [piece for piece in pieces if piece in said], said

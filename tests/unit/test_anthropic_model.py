@@ -865,6 +865,13 @@ def test_anthropic_without_any_key_fails_at_worker_start(
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ValueError, match="LOOPS_LLM=anthropic needs a key: set ANTHROPIC_API_KEY"):
         build_models(Settings(LOOPS_LLM="anthropic"))
+    # The worker's env file copied from its example and not filled in: a key left blank is
+    # none. The worker started, looked healthy, and every run failed at its first call.
+    for blank in ("", "  "):
+        monkeypatch.setenv("ANTHROPIC_API_KEY", blank)
+        monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", blank)
+        with pytest.raises(ValueError, match="LOOPS_LLM=anthropic needs a key"):
+            build_models(Settings(LOOPS_LLM="anthropic"))
 
 
 def test_no_default_model_is_one_the_sdk_calls_deprecated_and_each_has_a_price() -> None:

@@ -269,6 +269,13 @@ def test_links_follow_the_public_urls() -> None:
         "api": "https://loops.example/runs/r-1",
         "temporal_ui": "http://ui/namespaces/ns/workflows/r-1",
     }
+    # The image listens on every address: `http://0.0.0.0:8000/...` was no link anyone
+    # could follow, so there is none until the public URL is set.
+    for wildcard in ("0.0.0.0", "::"):
+        assert links(Settings(LOOPS_API_HOST=wildcard), body, "default") == {}
+    assert links(Settings(LOOPS_API_HOST="::1"), body, "default") == {
+        "api": "http://[::1]:8000/runs/r-1"
+    }
 
 
 def _rules(allowed: str | None = None, schemes: str = "https,ssh") -> OriginRules:
