@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pygit2
 import pytest
 from temporalio.client import Client, ScheduleActionStartWorkflow
 
@@ -201,6 +202,18 @@ async def test_the_worker_creates_the_gc_schedule(stack: Stack) -> None:
     assert "could not create the retention schedule" not in second.output()
 
 
+def _result_commit(remote: Path, parent: str) -> str:
+    """A commit as a run's result branch holds one: the run's history under `.loops/` (a
+    `loops/` branch without it is the repository's own, which the gc never takes)."""
+    repo = pygit2.Repository(str(remote))
+    records = repo.TreeBuilder()
+    records.insert("history.jsonl", repo.create_blob(b"{}\n"), pygit2.GIT_FILEMODE_BLOB)
+    root = repo.TreeBuilder(repo.get(parent).peel(pygit2.Tree))
+    root.insert(".loops", records.write(), pygit2.GIT_FILEMODE_TREE)
+    who = pygit2.Signature("t", "t@example.com")
+    return str(repo.create_commit(None, who, who, "a run's result", root.write(), [parent]))
+
+
 def test_a_run_temporal_forgot_expires_by_its_branch_and_is_pinned_by_its_repo(
     stack: Stack, remote: Path
 ) -> None:
@@ -210,16 +223,17 @@ def test_a_run_temporal_forgot_expires_by_its_branch_and_is_pinned_by_its_repo(
     stack.start_worker(LOOPS_RETENTION_DAYS="0")
     _, base_url = stack.start_api()
     sha = git(f"--git-dir={remote}", "rev-parse", "refs/heads/main")
-    for ref in (
-        "refs/loopworks/forgot-1",
-        "refs/heads/loops/forgot-1",
-        f"{CALLS}forgot-1/_/00-hydrate-001",
-        "refs/loopworks/forgot-2",
-        f"{CALLS}forgot-2/_/00-hydrate-001",
-        "refs/loopworks/forgot-3",
-        "refs/heads/loops/forgot-3",
+    result = _result_commit(remote, sha)
+    for ref, commit in (
+        ("refs/loopworks/forgot-1", sha),
+        ("refs/heads/loops/forgot-1", result),
+        (f"{CALLS}forgot-1/_/00-hydrate-001", sha),
+        ("refs/loopworks/forgot-2", sha),
+        (f"{CALLS}forgot-2/_/00-hydrate-001", sha),
+        ("refs/loopworks/forgot-3", sha),
+        ("refs/heads/loops/forgot-3", result),
     ):
-        git(f"--git-dir={remote}", "update-ref", ref, sha)
+        git(f"--git-dir={remote}", "update-ref", ref, commit)
     unknown = httpx.post(f"{base_url}/runs/forgot-9/pin", json={"repo": str(remote)}, timeout=60)
     assert unknown.status_code == 404, unknown.text
     assert "name its repository" in unknown.json()["detail"]
