@@ -15,6 +15,7 @@ as new when the server suggests it, once every handler has finished.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.playbook.deltas import apply_batch, new_contents, restore
     from loopworks.schemas.playbook import (
         AppliedBatch,
+        BatchRecord,
         DeltaBatch,
         Playbook,
         PlaybookInput,
@@ -36,10 +38,51 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.policies import GIT, execute
 
 
-# Batches remembered for exactly-once and for their senders' `applied` query (carried
-# through continue-as-new, so bounded): far more than could be in flight, or retried,
-# at once.
+# Batches remembered for exactly-once and for their senders' `applied` query: far more
+# than could be in flight, or retried, at once. They are carried through continue-as-new
+# beside the playbook, in one input Temporal refuses past 2 MiB (and a writer that cannot
+# continue as new fails every task after), so their size is bounded too, whatever their
+# batch ids and pruned ids: a slim record is 100 to 600 bytes.
 REMEMBERED_BATCHES = 500
+REMEMBERED_BYTES = 256 * 1024
+
+
+class BatchMemory:
+    """The batches a writer remembers, within `REMEMBERED_BATCHES` and `REMEMBERED_BYTES`
+    (of their JSON): the oldest go first, the newest always stays."""
+
+    def __init__(self, records: Iterable[BatchRecord] = ()) -> None:
+        self._records: dict[str, BatchRecord] = {}
+        self._sizes: dict[str, int] = {}
+        for record in records:
+            self.keep(record)
+
+    def __contains__(self, batch_id: str) -> bool:
+        return batch_id in self._records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, batch_id: str) -> BatchRecord | None:
+        return self._records.get(batch_id)
+
+    def records(self) -> dict[str, BatchRecord]:
+        """What continue-as-new carries, by batch id, oldest first."""
+        return dict(self._records)
+
+    def keep(self, record: BatchRecord) -> None:
+        self._forget(record.batch_id)
+        self._records[record.batch_id] = record
+        # As carried: the record, keyed by its batch id.
+        self._sizes[record.batch_id] = len(record.model_dump_json()) + len(record.batch_id) + 4
+        while len(self._records) > 1 and (
+            len(self._records) > REMEMBERED_BATCHES or sum(self._sizes.values()) > REMEMBERED_BYTES
+        ):
+            self._forget(next(iter(self._records)))
+
+    def _forget(self, batch_id: str) -> None:
+        self._records.pop(batch_id, None)
+        self._sizes.pop(batch_id, None)
 
 
 # The workflow's type: visibility queries name it (api/playbook_curation.py).
@@ -54,7 +97,7 @@ class PlaybookWorkflow:
     def __init__(self, params: PlaybookInput) -> None:
         self._params = params
         self._playbook = params.playbook
-        self._applied = dict(params.applied)
+        self._applied = BatchMemory(params.applied.values())
         self._lock = asyncio.Lock()
         # Batches delivered and not applied yet, by id, in arrival order: whichever handler
         # holds the lock next applies them all.
@@ -78,8 +121,10 @@ class PlaybookWorkflow:
 
     @workflow.query
     def applied(self, batch_id: str) -> AppliedBatch | None:
-        """What the batch `batch_id` did; None until it is applied."""
-        return self._applied.get(batch_id)
+        """What the batch `batch_id` did (each result's count, not each delta's outcome);
+        None until it is applied."""
+        record = self._applied.get(batch_id)
+        return record.answer() if record is not None else None
 
     @workflow.signal(name=DELIVER_SIGNAL)
     async def deliver(self, batch: DeltaBatch) -> None:
@@ -96,23 +141,25 @@ class PlaybookWorkflow:
             self._pending.setdefault(batch.batch_id, batch)
         async with self._lock:
             await self._loaded()
-            if batch.batch_id in self._applied:
-                # Sent again while it was being committed: applied once, and not again.
-                self._pending.pop(batch.batch_id, None)
-                return self._applied[batch.batch_id]
-            # Each group takes the oldest batches waiting, until this one's.
-            while batch.batch_id not in self._applied:
+            while True:
+                done = self._applied.get(batch.batch_id)
+                if done is not None:
+                    # Sent again while it was being committed: applied once, and not again.
+                    self._pending.pop(batch.batch_id, None)
+                    return done.answer()
+                # Each group takes the oldest batches waiting, until this one's.
                 self._pending.setdefault(batch.batch_id, batch)
-                await self._apply_pending(batch.batch_id)
-            return self._applied[batch.batch_id]
+                own = await self._apply_pending(batch.batch_id)
+                if own is not None:
+                    return own
 
-    async def _apply_pending(self, own: str) -> None:
+    async def _apply_pending(self, own: str) -> AppliedBatch | None:
         """Apply the batches waiting, oldest first, each a version of its own, and commit
         those versions in one push: when a hundred runs finish together, the writer makes
         a few pushes rather than a hundred in a row. A group stops at `limits.group_bytes`
         of playbooks (the activity's input). Should its commit fail, the handler of batch
         `own` answers with the failure and the group's other batches wait again, first in
-        line, for their own handlers."""
+        line, for their own handlers. What batch `own` did, whole, if the group held it."""
         playbook = await self._loaded()
         taken: list[DeltaBatch] = []
         writes: list[VersionWrite] = []
@@ -156,6 +203,7 @@ class PlaybookWorkflow:
             self._playbook = playbook
         for applied in results:
             self._remember(applied)
+        return next((applied for applied in results if applied.batch_id == own), None)
 
     @workflow.update
     async def rollback(self, version: int) -> AppliedBatch:
@@ -200,7 +248,9 @@ class PlaybookWorkflow:
             )
         )
         workflow.continue_as_new(
-            params.model_copy(update={"playbook": self._playbook, "applied": self._applied})
+            params.model_copy(
+                update={"playbook": self._playbook, "applied": self._applied.records()}
+            )
         )
 
     async def _loaded(self) -> Playbook:
@@ -238,7 +288,5 @@ class PlaybookWorkflow:
         return await execute(PlaybookActivities.commit_playbook_versions, write, GIT, summary)
 
     def _remember(self, applied: AppliedBatch) -> None:
-        self._applied[applied.batch_id] = applied
-        while len(self._applied) > REMEMBERED_BATCHES:
-            del self._applied[next(iter(self._applied))]
+        self._applied.keep(BatchRecord.of(applied))
         self._batches += 1

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loopworks.schemas.playbook import (
     CONTENT_MAX,
+    ITEM_ID_MAX,
     SECTION_MAX,
     AddDelta,
     Delta,
@@ -51,7 +52,7 @@ class ProposedUpdate(BaseModel):
 
     id: str = Field(
         min_length=1,
-        max_length=100,
+        max_length=ITEM_ID_MAX,
         description="For `update` and `remove`: the playbook item's id (`pb-…`). For "
         "`add`: a short label of your own; the playbook assigns the item's id.",
     )
@@ -150,11 +151,13 @@ class ItemTag(BaseModel):
 
 def tag_deltas(tags: list[ItemTag], given: list[str]) -> list[Delta]:
     """TAG deltas for the items the run was given; a tag on any other id is dropped (a
-    model must not score an item it never saw), and each item is tagged once."""
+    model must not score an item it never saw), as is one on an id longer than a delta
+    may name (an item written by hand), and each item is tagged once."""
     deltas: list[Delta] = []
     seen: set[str] = set()
     for tag in tags:
-        if tag.item_id in given and tag.item_id not in seen:
+        named = tag.item_id in given and len(tag.item_id) <= ITEM_ID_MAX
+        if named and tag.item_id not in seen:
             seen.add(tag.item_id)
             deltas.append(TagDelta(item_id=tag.item_id, tag=tag.tag))
     return deltas

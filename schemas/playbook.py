@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 PLAYBOOK_BRANCH = "loops/playbook"
 PLAYBOOK_PATH = ".loops/playbook.jsonl"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,79}$"
 BATCH_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,199}$"
+# How long an id a delta may name: far longer than the ids the writer mints
+# (`item_id`), as long as the task curator's (`ProposedUpdate.id`), so that every outcome,
+# which echoes it, is bounded. Not the minted ids' pattern: a delta naming another id
+# (a typo, an item written by hand) was always taken, and a writer whose recorded
+# signal no longer parses drops it on replay, so it could not replay its history.
+ITEM_ID_MAX = 100
 # Commit trailers on the playbook branch: which version a commit is, and what made it.
 VERSION_TRAILER = "Playbook-Version"
 BATCH_TRAILER = "Playbook-Batch"
@@ -116,6 +123,13 @@ def item_id(version: int, index: int) -> str:
 
 SECTION_MAX = 80
 CONTENT_MAX = 2000
+MAX_BATCH_DELTAS = 200
+
+ItemId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=ITEM_ID_MAX),
+    Field(description="The item's id (`pb-…`)."),
+]
 
 
 class AddDelta(BaseModel):
@@ -139,7 +153,7 @@ class UpdateDelta(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     op: Literal["UPDATE"] = Field(default="UPDATE", description="`UPDATE`: new content.")
-    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
+    item_id: ItemId
     content: str = Field(
         min_length=1, max_length=CONTENT_MAX, description="The item's whole new content."
     )
@@ -151,7 +165,7 @@ class TagDelta(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     op: Literal["TAG"] = Field(default="TAG", description="`TAG`: count one use.")
-    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
+    item_id: ItemId
     tag: Tag = Field(description="`helpful`, `harmful` or `neutral`.")
 
 
@@ -159,8 +173,8 @@ class RemoveDelta(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     op: Literal["REMOVE"] = Field(default="REMOVE", description="`REMOVE`: drop the item.")
-    item_id: str = Field(min_length=1, description="The item's id (`pb-…`).")
-    reason: str = Field(default="", description="Why it no longer holds.")
+    item_id: ItemId
+    reason: str = Field(default="", max_length=CONTENT_MAX, description="Why it no longer holds.")
 
 
 Delta = Annotated[AddDelta | UpdateDelta | TagDelta | RemoveDelta, Field(discriminator="op")]
@@ -175,7 +189,7 @@ class DeltaBatch(BaseModel):
     source: str = Field(
         min_length=1, max_length=200, description="The run id, or who curated by hand."
     )
-    deltas: list[Delta] = Field(default_factory=list, max_length=200)
+    deltas: list[Delta] = Field(default_factory=list, max_length=MAX_BATCH_DELTAS)
     files: dict[FilePath, FileText] = Field(
         default_factory=dict,
         max_length=MAX_BATCH_FILES,
@@ -194,6 +208,11 @@ class DeltaOutcome(BaseModel):
     item_id: str | None = Field(default=None, description="The item it touched, if any.")
 
 
+def count_results(outcomes: list[DeltaOutcome]) -> dict[DeltaResult, int]:
+    """How many deltas ended in each result, results in order."""
+    return dict(sorted(Counter(outcome.result for outcome in outcomes).items()))
+
+
 class AppliedBatch(BaseModel):
     """What applying a batch did. `version` is the version it made, or the current one
     when it changed nothing (then no version is made)."""
@@ -201,9 +220,66 @@ class AppliedBatch(BaseModel):
     batch_id: str
     version: int
     changed: bool
-    outcomes: list[DeltaOutcome] = Field(default_factory=list)
+    outcomes: list[DeltaOutcome] = Field(
+        default_factory=list,
+        description="Each delta's, in order: in the answer of the call that applied it. "
+        "The writer remembers only `results`, so a batch sent again has none.",
+    )
+    results: dict[DeltaResult, int] = Field(
+        default_factory=dict, description="How many deltas ended in each result."
+    )
     pruned: list[str] = Field(default_factory=list, description="Ids of the items pruned.")
     commit: str | None = Field(default=None, description="The version's commit on origin.")
+
+    @model_validator(mode="after")
+    def _counted(self) -> AppliedBatch:
+        # Answers recorded before `results` existed carry only their outcomes.
+        if self.outcomes and not self.results:
+            self.results = count_results(self.outcomes)
+        return self
+
+
+class BatchRecord(BaseModel):
+    """What the writer remembers of a batch it applied: what its senders read (the
+    `applied` query) and what tells a batch sent again from a new one. Carried through
+    continue-as-new, whose input Temporal bounds (2 MiB), so it keeps counts of the
+    deltas' results rather than their outcomes (up to 200 a batch, each naming an id)."""
+
+    batch_id: str
+    version: int
+    changed: bool
+    commit: str | None = None
+    results: dict[DeltaResult, int] = Field(default_factory=dict)
+    pruned: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_applied(cls, data: Any) -> Any:
+        # A writer from before records were slim carried whole answers, outcomes and all.
+        if isinstance(data, dict) and "outcomes" in data:
+            return cls.of(AppliedBatch.model_validate(data)).model_dump()
+        return data
+
+    @classmethod
+    def of(cls, applied: AppliedBatch) -> BatchRecord:
+        return cls(
+            batch_id=applied.batch_id,
+            version=applied.version,
+            changed=applied.changed,
+            commit=applied.commit,
+            results=applied.results,
+            pruned=applied.pruned,
+        )
+
+    def answer(self) -> AppliedBatch:
+        return AppliedBatch(
+            batch_id=self.batch_id,
+            version=self.version,
+            changed=self.changed,
+            commit=self.commit,
+            results=self.results,
+            pruned=self.pruned,
+        )
 
 
 class PlaybookLimits(BaseModel):
@@ -311,7 +387,7 @@ class PlaybookInput(BaseModel):
     origin: str = Field(description="The repository whose playbook branch holds it.")
     limits: PlaybookLimits = Field(default_factory=PlaybookLimits)
     playbook: Playbook | None = Field(default=None, description="None: load it from origin.")
-    applied: dict[str, AppliedBatch] = Field(
+    applied: dict[str, BatchRecord] = Field(
         default_factory=dict, description="The latest batches applied, by id."
     )
     # Tests lower it to see continue-as-new without a long history.

@@ -13,8 +13,6 @@ Used from inside `LoopWorkflow` only.
 
 from __future__ import annotations
 
-from collections import Counter
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
@@ -207,7 +205,6 @@ class Learning(OnRecord):
         except ActivityError as err:
             self._failed(err)
             return
-        results = Counter(outcome.result for outcome in applied.outcomes)
         self.record.emit(
             EventName.PLAYBOOK_UPDATED,
             ev.PlaybookUpdatedPayload(
@@ -215,7 +212,7 @@ class Learning(OnRecord):
                 batch_id=applied.batch_id,
                 version=applied.version,
                 changed=applied.changed,
-                results=dict(sorted(results.items())),
+                results=dict(applied.results),
                 pruned=applied.pruned,
             ),
         )

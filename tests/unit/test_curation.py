@@ -18,6 +18,7 @@ from loopworks.schemas.curation import (
     tag_deltas,
 )
 from loopworks.schemas.playbook import (
+    ITEM_ID_MAX,
     AddDelta,
     ItemKind,
     RemoveDelta,
@@ -131,6 +132,17 @@ def test_tags_count_only_for_items_the_run_was_given_and_once_each() -> None:
     assert tag_deltas(tags, ["pb-1-1", "pb-2-1"]) == [
         TagDelta(item_id="pb-1-1", tag=Tag.HELPFUL),
         TagDelta(item_id="pb-2-1", tag=Tag.NEUTRAL),
+    ]
+
+
+def test_an_item_whose_id_is_longer_than_a_delta_may_name_is_not_tagged() -> None:
+    """An item written by hand on the playbook's branch may have any id: building a TAG
+    naming a longer one than a delta takes would fail the run's workflow task."""
+    long = "use-tabs-" + "x" * ITEM_ID_MAX
+    tags = [ItemTag(item_id=ident, tag=Tag.HELPFUL) for ident in (long, "use-tabs", "pb-2-1")]
+    assert tag_deltas(tags, [long, "use-tabs", "pb-2-1"]) == [
+        TagDelta(item_id="use-tabs", tag=Tag.HELPFUL),
+        TagDelta(item_id="pb-2-1", tag=Tag.HELPFUL),
     ]
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from loopworks.playbook.deltas import apply_batch, restore
 from loopworks.playbook.selection import playbook_tokens
 from loopworks.playbook.similarity import most_similar, normalise, similarity
 from loopworks.schemas.playbook import (
+    CONTENT_MAX,
+    ITEM_ID_MAX,
     AddDelta,
     Delta,
     DeltaBatch,
@@ -148,6 +151,28 @@ def test_remove_drops_the_item() -> None:
     )
     assert [i.id for i in new.items] == ["pb-1-2"]
     assert applied.outcomes[0].result == "removed"
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        {"op": "TAG", "item_id": "pb-1-1-" + "x" * ITEM_ID_MAX, "tag": "helpful"},
+        {"op": "UPDATE", "item_id": "x" * (ITEM_ID_MAX + 1), "content": "x"},
+        {"op": "REMOVE", "item_id": "", "reason": "x"},
+        {"op": "REMOVE", "item_id": "pb-1-1", "reason": "x" * (CONTENT_MAX + 1)},
+    ],
+)
+def test_a_delta_names_an_id_and_a_reason_of_bounded_length(delta: dict[str, str]) -> None:
+    """Every outcome echoes the id its delta named: an id of any length would let one
+    batch make its answer, and what the writer kept of it, as large as it likes."""
+    with pytest.raises(ValidationError):
+        DeltaBatch.model_validate({"batch_id": "b-1", "source": "s", "deltas": [delta]})
+
+
+def test_an_answer_counts_its_results() -> None:
+    deltas = [TagDelta(item_id="pb-1-1", tag=Tag.HELPFUL), add(DOCS), RemoveDelta(item_id="pb-9-9")]
+    _, applied = apply_batch(playbook(item("pb-1-1", LINT)), batch(*deltas), LIMITS)
+    assert applied.results == {"added": 1, "tagged": 1, "unknown_item": 1}
 
 
 @pytest.mark.parametrize(

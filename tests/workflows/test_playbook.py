@@ -31,6 +31,7 @@ from loopworks.schemas.events import Event, EventName
 from loopworks.schemas.loop import LoopResult
 from loopworks.schemas.playbook import (
     AddDelta,
+    Delta,
     DeltaBatch,
     ItemKind,
     PlaybookInput,
@@ -114,6 +115,8 @@ async def test_the_second_run_hydrates_from_what_the_first_added(
         updated = of(first.log, EventName.PLAYBOOK_UPDATED)
         assert [e.payload.batch_id for e in updated] == [f"{first.state.run_id}:run"]
         assert updated[0].payload.version == 1
+        # Read from the writer's memory, which counts each batch's results.
+        assert updated[0].payload.results == {"added": 1}
 
         playbook = store(harness).current(str(repo), playbook_name(str(repo)))
         assert playbook is not None and playbook.version == 1
@@ -226,6 +229,43 @@ async def test_the_writer_continues_as_new_and_still_applies_each_batch_once(
     assert again.version == 1  # b1, remembered across continue-as-new
     assert state is not None and state.version == 5
     assert latest.run_id != first_run
+
+
+async def test_the_writer_carries_each_batch_s_results_not_its_outcomes(
+    harness: LoopHarness, repo: Path
+) -> None:
+    """Continue-as-new carries the writer's memory in one input, which Temporal refuses
+    past 2 MiB: a batch's outcomes (up to 200, each naming an id) would fill it in a few
+    hundred batches, so the writer keeps counts of them."""
+    name, origin = playbook_name(str(repo)), str(repo)
+    client = harness.env.client
+    deltas: list[Delta] = [
+        AddDelta(kind=ItemKind.REFERENCE, section="docs", content=distinct(n)) for n in range(150)
+    ]
+    deltas += [TagDelta(item_id=f"pb-9-{n}", tag=Tag.HARMFUL) for n in range(50)]
+    big = DeltaBatch(batch_id="big", source="test", deltas=deltas)
+    async with worker(harness):
+        handle = await client.start_workflow(
+            PlaybookWorkflow.run,
+            PlaybookInput(name=name, origin=origin, continue_after_batches=1),
+            id=workflow_id(name),
+            task_queue=harness.task_queue,
+        )
+        first = await writer.send_batch(client, settings(harness), name, origin, big)
+        while (await client.get_workflow_handle(workflow_id(name)).describe()).run_id == (
+            handle.result_run_id
+        ):
+            await asyncio.sleep(0.1)
+        history = await client.get_workflow_handle(workflow_id(name)).fetch_history()
+        again = await writer.send_batch(client, settings(harness), name, origin, big)
+    started = history.events[0].workflow_execution_started_event_attributes
+    (carried,) = await client.data_converter.decode(started.input.payloads, [PlaybookInput])
+    record = carried.applied["big"]
+    assert "outcomes" not in record.model_dump()
+    assert record.results == {"added": 150, "unknown_item": 50}
+    # The call that applied it answers each delta; the same batch sent again, the counts.
+    assert len(first.outcomes) == 200
+    assert (again.version, again.results, again.outcomes) == (1, record.results, [])
 
 
 async def test_a_rollback_makes_an_old_version_current_as_a_new_one(

@@ -20,11 +20,18 @@ from temporalio.worker import Worker
 from loopworks.playbook import writer
 from loopworks.playbook.activities import PlaybookActivities
 from loopworks.playbook.store import PlaybookStore
-from loopworks.playbook.workflow import PlaybookWorkflow
+from loopworks.playbook.workflow import (
+    REMEMBERED_BATCHES,
+    REMEMBERED_BYTES,
+    BatchMemory,
+    PlaybookWorkflow,
+)
 from loopworks.schemas.playbook import (
     AddDelta,
     AppliedBatch,
+    BatchRecord,
     DeltaBatch,
+    DeltaOutcome,
     ItemKind,
     PlaybookInput,
     PlaybookLimits,
@@ -177,3 +184,48 @@ async def test_a_group_stops_at_its_size(harness: LoopHarness, origin: str) -> N
 
     assert gated.calls == [["a"], ["b"], ["c"]]
     assert c.version == 3
+
+
+def test_the_writers_memory_is_bounded_in_bytes_as_well_as_in_batches() -> None:
+    """What continue-as-new carries beside the playbook stays far under Temporal's 2 MiB
+    whatever the batches were: 80 items each, and long ids with many items pruned."""
+    memory = BatchMemory()
+    for n in range(1, 601):
+        added = [DeltaOutcome(op="ADD", result="added", item_id=f"pb-{n}-{i}") for i in range(80)]
+        applied = AppliedBatch(
+            batch_id=f"{'run' * 60}-{n}",
+            version=n,
+            changed=True,
+            outcomes=added,
+            pruned=[f"pb-{n - 1}-{i}" for i in range(80)],
+            commit="ab" * 20,
+        )
+        memory.keep(BatchRecord.of(applied))
+    carried = PlaybookInput(name="app-12345678", origin="o", applied=memory.records())
+    assert len(carried.model_dump_json()) < REMEMBERED_BYTES + 1024
+    assert 0 < len(memory) < REMEMBERED_BATCHES
+    newest = memory.get(f"{'run' * 60}-600")
+    assert newest is not None and newest.answer().results == {"added": 80}
+    assert memory.get(f"{'run' * 60}-1") is None  # the oldest went first
+
+
+def test_a_writer_continued_from_one_that_kept_whole_answers_reads_them_as_records() -> None:
+    carried = {
+        "batch_id": "b",
+        "version": 3,
+        "changed": True,
+        "outcomes": [{"op": "TAG", "result": "tagged", "item_id": "pb-1-1"}] * 2,
+        "pruned": ["pb-1-2"],
+        "commit": "ab" * 20,
+    }
+    params = PlaybookInput.model_validate(
+        {"name": "app-12345678", "origin": "o", "applied": {"b": carried}}
+    )
+    assert params.applied["b"] == BatchRecord(
+        batch_id="b",
+        version=3,
+        changed=True,
+        commit="ab" * 20,
+        results={"tagged": 2},
+        pruned=["pb-1-2"],
+    )
