@@ -17,6 +17,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from loopworks.activities.curation import CurationActivities
     from loopworks.playbook.delivery import PlaybookDeliveryActivities
     from loopworks.schemas import events as ev
@@ -28,7 +30,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from loopworks.schemas.events import EventName
     from loopworks.schemas.learning import CurateInput, SkillLoopInput, SkillLoopResult
-    from loopworks.schemas.playbook import Delta, DeltaBatch, PlaybookDelivery, PlaybookRead
+    from loopworks.schemas.playbook import (
+        MAX_BATCH_DELTAS,
+        AddDelta,
+        Delta,
+        DeltaBatch,
+        PlaybookDelivery,
+        PlaybookRead,
+        UpdateDelta,
+    )
     from loopworks.schemas.roles import Role
     from loopworks.schemas.run import RunRequest, Step
     from loopworks.schemas.steps import HydrateOutput, ModelOutput, ReflectOutput
@@ -91,10 +101,15 @@ class Learning(OnRecord):
             return
         self.record.set_step(Step.CURATE)
         given = [item.id for item in self.memory.playbook_items]
-        deltas = tag_deltas(reflected.playbook_tags, given)
         payload = await self._curate(reflected, playbook.model_copy(update={"version": None}))
-        if payload is not None:
-            deltas += curated_deltas(payload)
+        try:
+            deltas = tag_deltas(reflected.playbook_tags, given)
+            if payload is not None:
+                deltas += curated_deltas(payload)
+        except ValidationError as err:
+            # Raised in a workflow, it would fail the run's task on every retry.
+            self._failed(err)
+            deltas = []
         await self._send("run", deltas)
         if payload is not None and (helper_names(payload) or payload.reference_requests):
             result = await self._skill_loop(payload, playbook)
@@ -182,18 +197,32 @@ class Learning(OnRecord):
     async def _send(
         self, part: str, deltas: list[Delta], files: dict[str, str] | None = None
     ) -> None:
-        """One batch to the playbook's workflow, id'd by the run: sent twice, applied once.
-        `files`: the skill sub-loop's kept files, stored with the items that name them."""
-        if not deltas:
-            return
-        state = self.state
-        batch = DeltaBatch(
-            batch_id=f"{state.run_id}:{part}",
-            source=state.run_id,
-            deltas=deltas,
-            files=files or {},
-        )
-        delivery = PlaybookDelivery(name=self.memory.playbook, origin=state.origin, batch=batch)
+        """The deltas to the playbook's workflow, in batches id'd by the run: sent twice,
+        applied once. `files`: the skill sub-loop's kept files, stored with the items that
+        name them.
+
+        A batch holds at most `MAX_BATCH_DELTAS`, and a run given more items than that
+        tags each of them: the deltas go in batches of that many, in order, the first
+        `<run id>:<part>` as a run's one batch always was, the next `<part>-2`, `<part>-3`."""
+        for number, start in enumerate(range(0, len(deltas), MAX_BATCH_DELTAS), start=1):
+            chunk = deltas[start : start + MAX_BATCH_DELTAS]
+            named = {path: text for path, text in (files or {}).items() if names(chunk, path)}
+            batch_id = f"{self.state.run_id}:{part}" + (f"-{number}" if number > 1 else "")
+            try:
+                batch = DeltaBatch(
+                    batch_id=batch_id, source=self.state.run_id, deltas=chunk, files=named
+                )
+                delivery = PlaybookDelivery(
+                    name=self.memory.playbook, origin=self.state.origin, batch=batch
+                )
+            except ValidationError as err:
+                # Raised in a workflow, it would fail the run's task on every retry.
+                self._failed(err)
+                return
+            await self._deliver(delivery)
+
+    async def _deliver(self, delivery: PlaybookDelivery) -> None:
+        deltas = delivery.batch.deltas
         try:
             applied = await self.runner.activity(
                 PlaybookDeliveryActivities.send_playbook_batch,
@@ -221,3 +250,9 @@ class Learning(OnRecord):
         error = describe(err) if isinstance(err, ActivityError) else str(err)
         payload = ev.FailedPayload(step=Step.CURATE.value, error=error)
         self.record.emit(EventName.FAILED, payload, status="error")
+
+
+def names(deltas: list[Delta], path: str) -> bool:
+    """Whether an ADD or UPDATE of `deltas` names the file `path`: the batch holding it
+    is the one to carry the file."""
+    return any(isinstance(d, AddDelta | UpdateDelta) and path in d.content for d in deltas)

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus
 from loopworks.schemas.settings import Settings
 from loopworks.worker.build import build_worker
+from loopworks.workflows.learning import Learning
 from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 from tests.workflows.conftest import LoopHarness
@@ -138,6 +140,56 @@ async def test_the_second_run_hydrates_from_what_the_first_added(
     after = store(harness).current(str(repo), playbook_name(str(repo)))
     assert after is not None and after.version == 2
     assert [(i.id, i.helpful) for i in after.items] == [(item.id, 1)]
+
+
+async def test_a_run_given_more_items_than_a_batch_holds_tags_them_all(
+    harness: LoopHarness, repo: Path
+) -> None:
+    """Small items fit the hydration budget (tokens) two hundred at a time and more, yet a
+    batch holds 200 deltas: the run's tags go in as many batches as they need."""
+    name, origin = playbook_name(str(repo)), str(repo)
+    tiny = [hashlib.sha256(str(n).encode()).hexdigest()[:6] for n in range(210)]  # 3 tokens
+    async with worker(harness):
+        client, config = harness.env.client, settings(harness)
+        for part, lessons in (("a", tiny[:150]), ("b", tiny[150:])):
+            deltas = [
+                AddDelta(kind=ItemKind.CLARIFICATION, section="s", content=c) for c in lessons
+            ]
+            batch = DeltaBatch(batch_id=f"seed-{part}", source="alice", deltas=deltas)
+            await writer.send_batch(client, config, name, origin, batch)
+        # Without the split, the run's task failed for good as it built its batch.
+        result = await asyncio.wait_for(run(harness, repo), 120)
+
+    assert result.state.status == RunStatus.COMPLETED
+    assert result.state.playbook is not None and len(result.state.playbook.item_ids) == 210
+    updated = [e.payload for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
+    run_id = result.state.run_id
+    assert [u.batch_id for u in updated] == [f"{run_id}:run", f"{run_id}:run-2"]
+    assert sum(u.results.get("tagged", 0) for u in updated) == 210
+    assert not of(result.log, EventName.FAILED)
+
+
+class EventsOnly:
+    """A run's record as `Learning` reads it, keeping the events it emits."""
+
+    def __init__(self, run_id: str) -> None:
+        self.state = SimpleNamespace(run_id=run_id, origin="/srv/app.git")
+        self.memory = SimpleNamespace(playbook=playbook_name("/srv/app.git"))
+        self.emitted: list[tuple[EventName, Any, str]] = []
+
+    def emit(self, name: EventName, payload: Any, status: str = "ok") -> None:
+        self.emitted.append((name, payload, status))
+
+
+async def test_a_batch_that_cannot_be_built_is_an_event_not_a_failed_task() -> None:
+    """Pydantic refusing a batch inside the run's workflow would fail its task on every
+    retry; the run records why and goes on (here, an id too long for a batch's)."""
+    record = EventsOnly("r" * 200)
+    learning = Learning(record, runner=None, request=None)  # type: ignore[arg-type]
+    await learning._send("run", [TagDelta(item_id="pb-1-1", tag=Tag.HELPFUL)])
+    ((name, payload, status),) = record.emitted
+    assert (name, status, payload.step) == (EventName.FAILED, "error", "CURATE")
+    assert "batch_id" in payload.error
 
 
 async def test_a_pinned_version_and_an_opt_out(harness: LoopHarness, repo: Path) -> None:
