@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.playbook.activities import PlaybookActivities
     from loopworks.playbook.deltas import apply_batch, new_contents, restore
     from loopworks.schemas.playbook import (
+        ERROR_MAX,
         AppliedBatch,
         BatchRecord,
         DeltaBatch,
@@ -57,14 +58,22 @@ class BatchMemory:
         for record in records:
             self.keep(record)
 
-    def __contains__(self, batch_id: str) -> bool:
-        return batch_id in self._records
-
     def __len__(self) -> int:
         return len(self._records)
 
     def get(self, batch_id: str) -> BatchRecord | None:
         return self._records.get(batch_id)
+
+    def done(self, batch_id: str) -> BatchRecord | None:
+        """The record of batch `batch_id` if it was applied (not if it failed)."""
+        record = self._records.get(batch_id)
+        return record if record is not None and record.error is None else None
+
+    def retry(self, batch_id: str) -> None:
+        """Forget that batch `batch_id` failed: it is sent again."""
+        record = self._records.get(batch_id)
+        if record is not None and record.error is not None:
+            self._forget(batch_id)
 
     def records(self) -> dict[str, BatchRecord]:
         """What continue-as-new carries, by batch id, oldest first."""
@@ -128,8 +137,24 @@ class PlaybookWorkflow:
 
     @workflow.signal(name=DELIVER_SIGNAL)
     async def deliver(self, batch: DeltaBatch) -> None:
-        """Apply `batch` once, without an update's limit on how many wait at once."""
-        await self._apply(batch)
+        """Apply `batch` once, without an update's limit on how many wait at once. Should
+        it fail, the `applied` query answers why, and the same batch sent again is tried
+        again."""
+        try:
+            await self._apply(batch)
+        except Exception as err:
+            # A signal's handler that raises fails the whole writer, and with it the
+            # batches waiting in it and its memory of those applied (a batch sent again
+            # would then apply twice); its sender, polling, would never learn why.
+            if not workflow.patched("playbook-signal-failure-answered"):
+                raise
+            reason = _reason(err)
+            workflow.logger.warning("playbook batch %s failed: %s", batch.batch_id, reason)
+            version = self._playbook.version if self._playbook is not None else 0
+            failed = BatchRecord(
+                batch_id=batch.batch_id, version=version, changed=False, error=reason
+            )
+            self._applied.keep(failed)
 
     @workflow.update
     async def apply(self, batch: DeltaBatch) -> AppliedBatch:
@@ -137,12 +162,23 @@ class PlaybookWorkflow:
         return await self._apply(batch)
 
     async def _apply(self, batch: DeltaBatch) -> AppliedBatch:
-        if batch.batch_id not in self._applied:
+        try:
+            return await self._apply_once(batch)
+        except Exception:
+            # Its sender learns it failed: it must not be committed later, in the group of
+            # whichever batch comes next.
+            if workflow.patched("playbook-failed-batch-not-pending"):
+                self._pending.pop(batch.batch_id, None)
+            raise
+
+    async def _apply_once(self, batch: DeltaBatch) -> AppliedBatch:
+        self._applied.retry(batch.batch_id)
+        if self._applied.done(batch.batch_id) is None:
             self._pending.setdefault(batch.batch_id, batch)
         async with self._lock:
             await self._loaded()
             while True:
-                done = self._applied.get(batch.batch_id)
+                done = self._applied.done(batch.batch_id)
                 if done is not None:
                     # Sent again while it was being committed: applied once, and not again.
                     self._pending.pop(batch.batch_id, None)
@@ -166,7 +202,7 @@ class PlaybookWorkflow:
         results: list[AppliedBatch] = []
         size = 0
         for batch in list(self._pending.values()):
-            if batch.batch_id in self._applied:  # sent again while it was being committed
+            if self._applied.done(batch.batch_id):  # sent again while it was being committed
                 del self._pending[batch.batch_id]
                 continue
             updated, applied = apply_batch(playbook, batch, self._params.limits)
@@ -290,3 +326,11 @@ class PlaybookWorkflow:
     def _remember(self, applied: AppliedBatch) -> None:
         self._applied.keep(BatchRecord.of(applied))
         self._batches += 1
+
+
+def _reason(err: Exception) -> str:
+    """What a failed batch's sender is told: the message of what failed (git's, for a
+    commit), not only that an activity did."""
+    cause = err.cause if isinstance(err, ActivityError) and err.cause is not None else err
+    message = getattr(cause, "message", None) or str(cause) or type(cause).__name__
+    return str(message)[:ERROR_MAX]

@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
@@ -34,6 +34,8 @@ from loopworks.schemas.settings import Settings
 POLL_SECONDS = 0.2
 POLL_SECONDS_MAX = 2.0
 START_ATTEMPTS = 3
+# The error type of a run's batch the writer could not apply.
+BATCH_FAILED = "PlaybookBatchFailed"
 
 
 def _start(
@@ -71,7 +73,12 @@ async def deliver_batch(
 ) -> AppliedBatch:
     """`send_batch` for runs: a signal-with-start, then the `applied` query until the
     batch is applied. A playbook admits ten updates in flight; signals queue instead, so a
-    hundred runs finishing at once all get their batches in (in arrival order)."""
+    hundred runs finishing at once all get their batches in (in arrival order).
+
+    A batch the writer could not apply (its commit failed past the writer's retries, or
+    origin could not be read) raises `ApplicationError` with the writer's reason, not to
+    be retried: the writer retried git already, as for a person's batch, which then
+    answers 502."""
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
             handle = await client.start_workflow(
@@ -95,9 +102,16 @@ async def deliver_batch(
         return await handle.query(PlaybookWorkflow.applied, batch.batch_id)
 
     try:
-        return await wait_until_applied(ask, timeout_seconds)
+        applied = await wait_until_applied(ask, timeout_seconds)
     except TimeoutError:
         raise TimeoutError(f"playbook {name} did not apply batch {batch.batch_id}") from None
+    if applied.error is not None:
+        raise ApplicationError(
+            f"playbook {name} did not apply batch {batch.batch_id}: {applied.error}",
+            type=BATCH_FAILED,
+            non_retryable=True,
+        )
+    return applied
 
 
 # What a query answers while the workflow cannot answer yet (wait_until_applied).

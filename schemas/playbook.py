@@ -230,6 +230,11 @@ class AppliedBatch(BaseModel):
     )
     pruned: list[str] = Field(default_factory=list, description="Ids of the items pruned.")
     commit: str | None = Field(default=None, description="The version's commit on origin.")
+    error: str | None = Field(
+        default=None,
+        description="Why a run's batch was not applied (its commit failed, or origin could "
+        "not be read): nothing of it is, and sent again it is tried again.",
+    )
 
     @model_validator(mode="after")
     def _counted(self) -> AppliedBatch:
@@ -239,11 +244,16 @@ class AppliedBatch(BaseModel):
         return self
 
 
+# What a remembered failure keeps of its message.
+ERROR_MAX = 1000
+
+
 class BatchRecord(BaseModel):
-    """What the writer remembers of a batch it applied: what its senders read (the
-    `applied` query) and what tells a batch sent again from a new one. Carried through
-    continue-as-new, whose input Temporal bounds (2 MiB), so it keeps counts of the
-    deltas' results rather than their outcomes (up to 200 a batch, each naming an id)."""
+    """What the writer remembers of a batch it applied, or of a run's batch it could not
+    (`error`): what its senders read (the `applied` query) and what tells a batch sent
+    again from a new one. Carried through continue-as-new, whose input Temporal bounds
+    (2 MiB), so it keeps counts of the deltas' results rather than their outcomes (up to
+    200 a batch, each naming an id)."""
 
     batch_id: str
     version: int
@@ -251,6 +261,7 @@ class BatchRecord(BaseModel):
     commit: str | None = None
     results: dict[DeltaResult, int] = Field(default_factory=dict)
     pruned: list[str] = Field(default_factory=list)
+    error: str | None = Field(default=None, max_length=ERROR_MAX)
 
     @model_validator(mode="before")
     @classmethod
@@ -269,6 +280,7 @@ class BatchRecord(BaseModel):
             commit=applied.commit,
             results=applied.results,
             pruned=applied.pruned,
+            error=applied.error[:ERROR_MAX] if applied.error is not None else None,
         )
 
     def answer(self) -> AppliedBatch:
@@ -279,6 +291,7 @@ class BatchRecord(BaseModel):
             commit=self.commit,
             results=self.results,
             pruned=self.pruned,
+            error=self.error,
         )
 
 

@@ -31,6 +31,7 @@ from temporalio.client import (
     WorkflowHistory,
     WorkflowUpdateFailedError,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from loopworks.deploy.binaries import find_binary
@@ -515,6 +516,34 @@ async def _record_playbook_unreadable_origin(client: Client, settings: Settings)
         return await handle.fetch_history()
 
 
+async def _record_playbook_failed_delivery(client: Client, settings: Settings) -> WorkflowHistory:
+    """The playbook's writer started by a run's batch (a signal) for an origin nobody
+    serves: the batch's read and the writer's own fail for good; the writer records the
+    batch's failure for its sender's query and lives on."""
+    port = free_port()
+    origin = f"http://127.0.0.1:{port}/nobody.git"
+    settings = settings.model_copy(
+        update={"allowed_schemes": "https,ssh,http", "allowed_origins": f"127.0.0.1:{port}"}
+    )
+    name = playbook_name(origin)
+    handle = client.get_workflow_handle(workflow_id(name))
+    async with build_worker(client, settings, models=OfflineModels()):
+        batch = DeltaBatch(batch_id="recorded-failed-delivery-1", source="recorder")
+        try:
+            await writer.deliver_batch(client, settings, name, origin, batch)
+        except ApplicationError:
+            pass  # told why, at once
+        else:
+            raise AssertionError("a batch for an origin nobody serves was applied")
+        for _ in range(300):  # until the writer's own read has failed too, and it lived on
+            events = (await handle.fetch_history()).events
+            failed = [e for e in events if e.HasField("activity_task_failed_event_attributes")]
+            if len(failed) == 2 and events[-1].HasField("workflow_task_completed_event_attributes"):
+                break
+            await asyncio.sleep(0.1)
+        return await handle.fetch_history()
+
+
 async def _record_playbook_grouped(client: Client, settings: Settings) -> WorkflowHistory:
     """The playbook's writer given six batches at once after a run's (signals): those that
     waited while a push ran are committed together."""
@@ -679,6 +708,7 @@ RECORDERS = {
     "playbook_writer": _record_playbook_writer,
     "playbook_grouped": _record_playbook_grouped,
     "playbook_unreadable_origin": _record_playbook_unreadable_origin,
+    "playbook_failed_delivery": _record_playbook_failed_delivery,
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "unprepared_run": _record_unprepared_run,

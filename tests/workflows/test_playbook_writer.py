@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from temporalio import activity
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -33,8 +33,10 @@ from loopworks.schemas.playbook import (
     DeltaBatch,
     DeltaOutcome,
     ItemKind,
+    Playbook,
     PlaybookInput,
     PlaybookLimits,
+    PlaybookRead,
     PlaybookVersionsWrite,
     playbook_name,
     workflow_id,
@@ -161,6 +163,71 @@ async def test_a_failed_group_fails_its_handler_and_the_others_wait_for_the_next
     assert gated.calls == [["q"], ["p", "r"], ["r"], ["p"]]
     assert (q.version, r.version, p, again.version) == (1, 2, None, 3)
     assert committed == [(2, "r"), (1, "q")]
+
+
+async def test_a_runs_batch_whose_commit_fails_is_answered_and_the_writer_lives_on(
+    harness: LoopHarness, origin: str
+) -> None:
+    """A run's batch is a signal, whose handler, should it raise, fails the whole writer:
+    the batches waiting behind it and the memory of those applied would go with it."""
+    name = playbook_name(origin)
+    async with gated_writer(harness) as (gated, settings):
+        client = harness.env.client
+        handle = client.get_workflow_handle_for(PlaybookWorkflow.run, workflow_id(name))
+        gated.fail_call = 1  # the origin refuses q's commit, past the writer's retries
+        first = asyncio.create_task(
+            writer.deliver_batch(client, settings, name, origin, batch("q"), timeout_seconds=60)
+        )
+        await gated.in_flight(1)
+        await handle.signal(PlaybookWorkflow.deliver, batch("r"))  # another run finishes
+        gated.gate.set()
+        with pytest.raises(ApplicationError, match="told to fail") as failed:
+            await first  # at once, not when the sender gives up waiting
+        q = await handle.query(PlaybookWorkflow.applied, "q")
+        r = await applied(handle, "r")
+        # Sent again, r is remembered; q is tried again.
+        r_again = await writer.send_batch(client, settings, name, origin, batch("r"))
+        q_again = await writer.deliver_batch(client, settings, name, origin, batch("q"))
+        status = (await handle.describe()).status
+
+    assert failed.value.non_retryable and "q" in failed.value.message
+    assert q is not None and q.error == "told to fail" and not q.changed
+    assert (r.version, r_again.version, q_again.version, q_again.error) == (1, 1, 2, None)
+    assert gated.calls == [["q"], ["r"], ["q"]]
+    assert versions(harness, origin) == [(2, "q"), (1, "r")]
+    assert status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_batch_that_failed_reading_origin_is_not_applied_later(
+    harness: LoopHarness, origin: str
+) -> None:
+    """A person's batch the writer could not apply (502) stays out of the next group,
+    which would commit it although its sender was told it failed."""
+    settings = Settings(LOOPS_DATA_DIR=harness.data_dir, LOOPS_TASK_QUEUE=harness.task_queue)
+    real = PlaybookActivities(build_deps(settings))
+    unreadable = {"reads": 2}  # the writer's own first read, then alice's batch's
+
+    @activity.defn(name="read_playbook")
+    async def read_playbook(read: PlaybookRead) -> Playbook | None:
+        if unreadable["reads"]:
+            unreadable["reads"] -= 1
+            raise ApplicationError("origin unreachable", non_retryable=True)
+        return await real.read_playbook(read)
+
+    name = playbook_name(origin)
+    async with Worker(
+        harness.env.client,
+        task_queue=harness.task_queue,
+        workflows=[PlaybookWorkflow],
+        activities=[read_playbook, real.commit_playbook_versions],
+    ):
+        client = harness.env.client
+        with pytest.raises(WorkflowUpdateFailedError):
+            await writer.send_batch(client, settings, name, origin, batch("alice-1"))
+        bob = await writer.send_batch(client, settings, name, origin, batch("bob-1"))
+
+    assert bob.version == 1
+    assert versions(harness, origin) == [(1, "bob-1")]
 
 
 async def test_a_group_stops_at_its_size(harness: LoopHarness, origin: str) -> None:
