@@ -10,7 +10,8 @@ Decisions, each for a reason:
 - An ADD that is a near-duplicate (`similarity >= limits.similarity`) of an item of the
   same kind is *merged*: the existing content stays (curated text does not churn
   because a run reworded it; UPDATE is how content changes), the batch's source joins
-  its sources, and its `updated_in` moves to the new version, since a lesson learnt
+  its sources (the first two and the latest three: the others are counted in
+  `more_sources`), and its `updated_in` moves to the new version, since a lesson learnt
   again is still in use. Its helpful count does not move: that counts uses that
   helped, and rediscovering a lesson is not using it.
 - An UPDATE, TAG or REMOVE of an unknown id changes nothing and the rest of the batch
@@ -37,6 +38,8 @@ from dataclasses import dataclass, field
 from loopworks.playbook.selection import item_tokens, playbook_tokens
 from loopworks.playbook.similarity import most_similar
 from loopworks.schemas.playbook import (
+    SOURCES_FIRST,
+    SOURCES_LATEST,
     AddDelta,
     AppliedBatch,
     DeltaBatch,
@@ -64,6 +67,7 @@ class _Draft:
     batch_files: dict[str, str] = field(default_factory=dict)
     added: int = 0
     written: set[str] = field(default_factory=set)
+    cap_sources: bool = True
 
     def attach(self, item: PlaybookItem, content: str) -> None:
         """Give `item` the batch's files its `content` names; it keeps those of its own
@@ -82,6 +86,10 @@ class _Draft:
         item.updated_in = self.version
         if sourced and self.source not in item.sources:
             item.sources.append(self.source)
+            kept = SOURCES_FIRST + SOURCES_LATEST
+            if self.cap_sources and len(item.sources) > kept:
+                item.more_sources += len(item.sources) - kept
+                item.sources = item.sources[:SOURCES_FIRST] + item.sources[-SOURCES_LATEST:]
 
     def next_id(self) -> str:
         """The next unused id of this version. Ids embed the version that added them and
@@ -231,9 +239,11 @@ def _prune(draft: _Draft, limits: PlaybookLimits) -> list[str]:
 
 
 def apply_batch(
-    playbook: Playbook, batch: DeltaBatch, limits: PlaybookLimits
+    playbook: Playbook, batch: DeltaBatch, limits: PlaybookLimits, *, cap_sources: bool = True
 ) -> tuple[Playbook, AppliedBatch]:
     """Apply `batch`'s deltas in order, then prune, making version `playbook.version + 1`.
+    `cap_sources`: False only to replay a writer's history from before sources were
+    capped.
 
     When the items come out exactly as they went in (an empty batch, only unknown ids,
     nothing to prune, or an ADD the budget evicted at once), no version is made: the
@@ -247,6 +257,7 @@ def apply_batch(
         items=[item.model_copy(deep=True) for item in playbook.items],
         files=dict(playbook.files),
         batch_files=dict(batch.files),
+        cap_sources=cap_sources,
     )
     outcomes: list[DeltaOutcome] = []
     for delta in batch.deltas:

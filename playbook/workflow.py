@@ -201,11 +201,15 @@ class PlaybookWorkflow:
         writes: list[VersionWrite] = []
         results: list[AppliedBatch] = []
         size = 0
+        # Capped sources make smaller versions, and a group is cut by its size.
+        cap_sources = workflow.patched("playbook-sources-capped")
         for batch in list(self._pending.values()):
             if self._applied.done(batch.batch_id):  # sent again while it was being committed
                 del self._pending[batch.batch_id]
                 continue
-            updated, applied = apply_batch(playbook, batch, self._params.limits)
+            updated, applied = apply_batch(
+                playbook, batch, self._params.limits, cap_sources=cap_sources
+            )
             if applied.changed:
                 contents = new_contents(updated, batch)
                 grows = len(updated.model_dump_json()) + sum(map(len, contents.values()))

@@ -71,7 +71,13 @@ class PlaybookItem(BaseModel):
     helpful: int = Field(default=0, ge=0)
     harmful: int = Field(default=0, ge=0)
     neutral: int = Field(default=0, ge=0)
-    sources: list[str] = Field(default_factory=list, description="Ids of the runs it came from.")
+    sources: list[str] = Field(
+        default_factory=list,
+        description="Ids of the runs it came from: the first two and the latest three.",
+    )
+    more_sources: int = Field(
+        default=0, ge=0, description="How many runs it came from besides those in `sources`."
+    )
     created_in: int = Field(ge=1, description="The version that added it.")
     updated_in: int = Field(ge=1, description="The last version that added, changed or tagged it.")
     files: list[str] = Field(
@@ -81,9 +87,12 @@ class PlaybookItem(BaseModel):
     )
 
     def to_line(self) -> str:
-        """Its line of PLAYBOOK_PATH; an item without files is written as before they
-        existed, so a playbook's older lines never change for it."""
-        return self.model_dump_json(exclude=None if self.files else {"files"})
+        """Its line of PLAYBOOK_PATH; an item without files, or without more sources than
+        it names, is written as before those existed, so a playbook's older lines never
+        change for it."""
+        unset = {"files"} if not self.files else set()
+        unset |= {"more_sources"} if not self.more_sources else set()
+        return self.model_dump_json(exclude=unset or None)
 
 
 def files_named(content: str) -> list[str]:
@@ -103,6 +112,13 @@ def blob_id(text: str) -> str:
 
 FilePath = Annotated[str, StringConstraints(pattern=FILE_PATH_PATTERN)]
 FileText = Annotated[str, StringConstraints(max_length=FILE_MAX_CHARS)]
+
+
+# Which runs an item's `sources` names: the first (where the lesson came from) and the
+# latest. The rest are counted: every run that learns a lesson again joins its sources,
+# which no budget counts, yet every prompt given the item carries them.
+SOURCES_FIRST = 2
+SOURCES_LATEST = 3
 
 
 class PlaybookFiles(BaseModel):

@@ -39,6 +39,7 @@ from loopworks.deploy.local import free_port
 from loopworks.deploy.search_attributes import register_search_attributes
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.playbook import writer
+from loopworks.playbook.workflow import PlaybookWorkflow
 from loopworks.schemas.admission import SlotInput
 from loopworks.schemas.graph import GraphInput, GraphRequest
 from loopworks.schemas.loop import LoopInput
@@ -544,6 +545,26 @@ async def _record_playbook_failed_delivery(client: Client, settings: Settings) -
         return await handle.fetch_history()
 
 
+async def _record_playbook_merged(client: Client, settings: Settings) -> WorkflowHistory:
+    """The playbook's writer given one lesson by eight sources (updates, by hand): merged
+    into one item, which names the first two and latest three and counts the rest."""
+    with tempfile.TemporaryDirectory() as repos:
+        origin = str(bare_remote(Path(repos)))
+        settings = settings.model_copy(update={"local_roots": os.path.realpath(repos)})
+        name = playbook_name(origin)
+        async with build_worker(client, settings, models=OfflineModels()):
+            for n in range(1, 9):
+                lesson = AddDelta(kind=ItemKind.CONSTRAINT, section="style", content="Use tabs")
+                batch = DeltaBatch(
+                    batch_id=f"recorded-merged-{n}", source=f"recorder-{n}", deltas=[lesson]
+                )
+                await writer.send_batch(client, settings, name, origin, batch)
+            handle = client.get_workflow_handle(workflow_id(name))
+            playbook = await handle.query(PlaybookWorkflow.current)
+            assert playbook is not None and playbook.items[0].more_sources == 3
+            return await handle.fetch_history()
+
+
 async def _record_playbook_grouped(client: Client, settings: Settings) -> WorkflowHistory:
     """The playbook's writer given six batches at once after a run's (signals): those that
     waited while a push ran are committed together."""
@@ -709,6 +730,7 @@ RECORDERS = {
     "playbook_grouped": _record_playbook_grouped,
     "playbook_unreadable_origin": _record_playbook_unreadable_origin,
     "playbook_failed_delivery": _record_playbook_failed_delivery,
+    "playbook_merged": _record_playbook_merged,
     "two_group_run": _record_two_group_run,
     "concrete_rules_run": _record_concrete_rules_run,
     "unprepared_run": _record_unprepared_run,

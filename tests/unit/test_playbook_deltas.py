@@ -208,6 +208,21 @@ def test_duplicate_add_merges_into_the_existing_item() -> None:
     assert [(o.result, o.item_id) for o in applied.outcomes] == [("merged", "pb-1-1")]
 
 
+def test_an_item_names_its_first_and_latest_sources_and_counts_the_rest() -> None:
+    """Every run that learns a lesson again joins its sources, which neither budget
+    counts, yet every prompt given the item carries them whole."""
+    current = playbook(item("pb-1-1", LINT))
+    for n in range(1, 2001):
+        merge = batch(add(LINT), source=f"run-{n:04d}", batch_id=f"b-{n}")
+        current, _ = apply_batch(current, merge, LIMITS)
+    (merged,) = current.items
+    assert merged.sources == ["run-0", "run-0001", "run-1998", "run-1999", "run-2000"]
+    assert merged.more_sources == 1996
+    assert len(merged.to_line()) < 500
+    # An item never merged into that often is written as it always was.
+    assert "more_sources" not in item("pb-1-2", DOCS).to_line()
+
+
 def test_duplicate_add_within_one_batch_merges_into_the_earlier_one() -> None:
     new, applied = apply_batch(
         playbook(version=0), batch(add(LINT), add(DOCS), add(LINT.upper().replace("`", ""))), LIMITS
