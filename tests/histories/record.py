@@ -508,13 +508,19 @@ async def _record_playbook_unreadable_origin(client: Client, settings: Settings)
         batch = DeltaBatch(batch_id="recorded-unreadable-1", source="by hand")
         with contextlib.suppress(WorkflowUpdateFailedError):
             await writer.send_batch(client, settings, name, origin, batch)
-        for _ in range(300):  # until the writer's own read has failed too, and it lived on
-            events = (await handle.fetch_history()).events
-            failed = [e for e in events if e.HasField("activity_task_failed_event_attributes")]
-            if len(failed) == 2 and events[-1].HasField("workflow_task_completed_event_attributes"):
-                break
-            await asyncio.sleep(0.1)
-        return await handle.fetch_history()
+        return await _once_both_reads_failed(handle)
+
+
+async def _once_both_reads_failed(handle: WorkflowHandle[Any, Any]) -> WorkflowHistory:
+    """The writer's history once the batch's read and the writer's own have failed, and
+    the writer lived on."""
+    for _ in range(300):
+        events = (await handle.fetch_history()).events
+        failed = [e for e in events if e.HasField("activity_task_failed_event_attributes")]
+        if len(failed) == 2 and events[-1].HasField("workflow_task_completed_event_attributes"):
+            break
+        await asyncio.sleep(0.1)
+    return await handle.fetch_history()
 
 
 async def _record_playbook_failed_delivery(client: Client, settings: Settings) -> WorkflowHistory:
@@ -536,13 +542,7 @@ async def _record_playbook_failed_delivery(client: Client, settings: Settings) -
             pass  # told why, at once
         else:
             raise AssertionError("a batch for an origin nobody serves was applied")
-        for _ in range(300):  # until the writer's own read has failed too, and it lived on
-            events = (await handle.fetch_history()).events
-            failed = [e for e in events if e.HasField("activity_task_failed_event_attributes")]
-            if len(failed) == 2 and events[-1].HasField("workflow_task_completed_event_attributes"):
-                break
-            await asyncio.sleep(0.1)
-        return await handle.fetch_history()
+        return await _once_both_reads_failed(handle)
 
 
 async def _record_playbook_merged(client: Client, settings: Settings) -> WorkflowHistory:
