@@ -27,6 +27,7 @@ from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.model_calls import consult
 from loopworks.agent.actions import commands_run, files_written, outside_declared
+from loopworks.agent.tools.guard import MAX_COMMAND_CHARS
 from loopworks.agent.trajectory import AgentStep, TrajectoryRecord, capped, from_jsonl
 from loopworks.llm.budget import Meter
 from loopworks.schemas.actions import (
@@ -246,7 +247,7 @@ class WorkAuditor:
         self.calls += 1
         if not audit_drawn(self.key, self.calls, self.probability):
             return None
-        pending = PendingCall(step=self.verb, tool=tool, input=capped(arguments))
+        pending = PendingCall(step=self.verb, tool=tool, input=shown_to_audit(arguments))
         audit, evidence = await self._audit(pending, done)
         self.verdicts.append(WorkAuditVerdict(before_call=pending.brief(), audit=audit))
         if audit.verdict != AuditVerdict.BLOCK:
@@ -303,3 +304,15 @@ class WorkAuditor:
         blocks (the step a block released was given its note too), each once."""
         notes = [*self.plan.cleared_notes, self.step.operator_note or ""]
         return "\n\n".join(dict.fromkeys(n for n in notes if n)) or None
+
+
+def shown_to_audit(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A pending call's arguments as the custodiet is shown them: a command whole, since
+    what a cut hides is its tail, where harm can wait behind thousands of harmless
+    characters (the guard refuses one past MAX_COMMAND_CHARS, so this bounds it); any
+    other long text cut, as the trajectory cuts it (a file's content can be megabytes)."""
+    shown = capped(arguments)
+    command = arguments.get("command")
+    if isinstance(command, str):
+        shown["command"] = command[:MAX_COMMAND_CHARS]
+    return shown

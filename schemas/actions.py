@@ -49,7 +49,9 @@ class PendingCall(BaseModel):
 
     step: str = Field(description="The step whose agent makes it: produce or refine.")
     tool: str = Field(description="The tool it calls.")
-    input: dict[str, Any] = Field(description="Its arguments, long texts cut.")
+    input: dict[str, Any] = Field(
+        description="Its arguments: a command whole, any other long text cut."
+    )
 
     def brief(self) -> str:
         """`tool: its main argument`, one line, for events, the write-up and the agent."""
