@@ -40,6 +40,7 @@ from loopworks.schemas.contexts import CustodietContext
 from loopworks.schemas.roles import Audit, AuditVerdict, Role
 from loopworks.schemas.run import TokenUsage
 from loopworks.schemas.steps import (
+    PATHS_LISTED,
     TRAJECTORY_DIR,
     AuditInput,
     AuditOutput,
@@ -47,6 +48,7 @@ from loopworks.schemas.steps import (
     RefineInput,
     WorkAuditVerdict,
     WorkBlock,
+    listed,
 )
 from loopworks.workspace import files
 from loopworks.workspace.changes import (
@@ -158,12 +160,12 @@ def _evidence(
     deleted = [c.path for c in work if c.status == "D"]
     touched = [c.path for c in work] + written
     return AuditEvidence(
-        diff_stat=diff_stat(work),
+        diff_stat=diff_stat(work, PATHS_LISTED),
         commands_run=commands_run(records),
-        files_written=written,
-        files_deleted=deleted,
+        files_written=listed(written),
+        files_deleted=listed(deleted),
         declared_files=declared,
-        outside_declared_files=outside_declared(touched, declared),
+        outside_declared_files=listed(outside_declared(touched, declared)),
     )
 
 

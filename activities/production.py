@@ -42,6 +42,7 @@ from loopworks.schemas.steps import (
     RefineInput,
     SavedLog,
     Timing,
+    listed,
     trajectory_path,
 )
 from loopworks.workspace import files
@@ -145,11 +146,13 @@ class ProductionActivities:
                 await asyncio.to_thread(_keep_graph_record, workdir, base)
             # What the agent changed, before the trajectory joins the tree: the record of
             # the work is not part of the work.
-            changed = [
-                path
-                for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
-                if not path.startswith(f"{TRAJECTORY_DIR}/")
-            ]
+            changed = listed(
+                [
+                    path
+                    for path in await asyncio.to_thread(workspaces.changed_paths, workdir)
+                    if not path.startswith(f"{TRAJECTORY_DIR}/")
+                ]
+            )
             trajectory = trajectory_path(
                 step.iteration, verb, step.attempt if block is not None else None
             )

@@ -56,6 +56,17 @@ ORIGIN_REFUSED = "OriginRefused"
 RECORDS_DIR = ".loops"
 # Each PRODUCE and REFINE commits its agent's trajectory here, one JSON-lines file a step.
 TRAJECTORY_DIR = f"{RECORDS_DIR}/trajectory"
+# A step's result lists at most this many paths, then how many more: a step that changes
+# thousands of files (a dependency install) made a result, and the run's events, past
+# what Temporal takes in one payload.
+PATHS_LISTED = 200
+
+
+def listed(paths: list[str], most: int = PATHS_LISTED) -> list[str]:
+    """The first `most` of `paths`, then `... and N more` for the rest."""
+    if len(paths) <= most:
+        return paths
+    return [*paths[:most], f"... and {len(paths) - most} more"]
 
 
 def trajectory_path(iteration: int, step: str, blocked_attempt: int | None = None) -> str:

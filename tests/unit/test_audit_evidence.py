@@ -14,6 +14,7 @@ from loopworks.agent.actions import commands_run, files_written, outside_declare
 from loopworks.agent.trajectory import TrajectoryRecord
 from loopworks.schemas.actions import AuditEvidence, CommandRun, PendingCall, blocked_report
 from loopworks.schemas.graph import GraphRequest, GraphState, TaskState
+from loopworks.schemas.steps import PATHS_LISTED, listed
 from loopworks.schemas.tasks import Task, TaskContext
 from loopworks.workflows.graph.inputs import loop_request
 from loopworks.workspace.changes import (
@@ -229,3 +230,11 @@ def test_the_custodiet_is_shown_a_pending_command_whole() -> None:
         .brief()
         .startswith("run_command: : '# preparing")
     )
+
+
+def test_a_steps_paths_are_listed_a_bounded_few() -> None:
+    """It goes into the run's events and a block's report: a step that changed thousands
+    of files listed them all."""
+    paths = [f"vendor/p{n}.js" for n in range(PATHS_LISTED + 50)]
+    assert listed(paths) == [*paths[:PATHS_LISTED], "... and 50 more"]
+    assert listed(paths[:3]) == paths[:3]

@@ -11,6 +11,7 @@ from loopworks.agent.trajectory import from_jsonl
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
+from loopworks.schemas.steps import PATHS_LISTED
 from loopworks.worker.build import build_worker
 from loopworks.workspace.call_records import CALL_NAME
 from tests.workflows.conftest import LoopHarness, names
@@ -157,3 +158,21 @@ async def test_the_turn_limit_ends_the_agent_and_its_work_is_kept(harness: LoopH
     )
     assert [r.kind for r in records][-3:] == ["tool_call", "tool_result", "limit"]
     assert remote_file(harness.origin, state.branch, "artifact.md").startswith("# Write")
+
+
+async def test_a_step_that_changes_thousands_of_files_lists_a_bounded_few(
+    harness: LoopHarness,
+) -> None:
+    """Its result listed every changed path, and the run's events kept them: two steps of
+    a dependency install's files took the run's result past what Temporal takes in one
+    payload, and its workflow task failed for good."""
+    written = [{"path": f"vendor/pkg{n:04d}/index.js", "content": "x"} for n in range(300)]
+    answer = {"files": [{"path": "artifact.md", "content": "# Guide\n"}, *written]}
+    async with harness.worker({"producer": {"*": answer}}):
+        handle = await harness.start(task="Write a guide", max_iterations=1)
+        await handle.result()
+        events = await harness.events(handle)
+
+    [created] = [e for e in events if e.event.value == "artifact_created"]
+    assert len(created.payload.changed) == PATHS_LISTED + 1
+    assert created.payload.changed[-1] == "... and 101 more"
