@@ -81,14 +81,14 @@ class QAActivities:
             rejected_verdict=step.rejected,
         )
         # What QA's commands leave in its checkout is never the run's (the checkout is
-        # thrown away); a tracked file they change means what they show is not the tree
+        # thrown away); a file they change or add means what they show is not the tree
         # the run pushes (docs/loop.md#qas-evidence). Measured against the checkout as QA
         # was given it (the playbook's files written beside the tree).
-        given = set(await asyncio.to_thread(changed_paths, workdir, untracked=False))
+        given = set(await asyncio.to_thread(changed_paths, workdir))
         outcome = await run_answering_agent(
             self.deps, Role.QA_VERIFIER, step, context, workdir, "qa", QAReport
         )
-        after = await asyncio.to_thread(changed_paths, workdir, untracked=False)
+        after = await asyncio.to_thread(changed_paths, workdir)
         checkout_changed = [path for path in after if path not in given]
         commit = await self._record(step, outcome.records)
         # The evidence is compared with the commands as the tool kept them, whole and

@@ -505,7 +505,7 @@ class QAOutput(ModelOutput):
     # each command its evidence cites, whole and redacted, with how it ended, as its
     # command tool ran it (a trajectory caps a call's arguments); the paths besides the
     # artifact and records the run changed (None: the change could not be read); the
-    # tracked files its commands changed in its checkout.
+    # files its commands changed, added or deleted in its checkout (any git does not ignore).
     ran: list[CommandRun] = Field(default_factory=list)
     code_changed: list[str] | None = None
     checkout_changed: list[str] = Field(default_factory=list)

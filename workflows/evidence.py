@@ -41,7 +41,7 @@ def judge(
 
     `ISSUES` always stands: it takes nothing on QA's word but more work. A `VERIFIED` does
     not when the orchestrator's proof failed on the same work (`proof_failed`), when QA's
-    commands changed a tracked file of its checkout (what they showed is not the tree the
+    commands changed or added a file of its checkout (what they showed is not the tree the
     run pushes), when a command it cites is not one it ran or did not exit 0, or when it
     cites none on a run that changed code (`code_changed`; None: not known, so changed).
     """

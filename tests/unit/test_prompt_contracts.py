@@ -384,8 +384,8 @@ def test_qa_verifier_is_told_what_its_verdict_must_carry(
         f"changed files besides `{ARTIFACT_PATH}`",
         "contradicted by the run's proof",
         "asked once more with the reason, and then it counts as `ISSUES`",
-        "a verdict given after your commands changed a tracked file of your checkout is not "
-        "accepted",
+        "a verdict given after your commands changed, added or deleted a file of your checkout "
+        "(one git does not ignore) is not accepted",
         "nothing your commands change is ever the run's",
     ):
         assert wording in prompt, wording

@@ -66,6 +66,8 @@ CORRECT = {
 }
 DOCUMENT = {"files": [{"path": "artifact.md", "content": "# Notes\n\nHow add works.\n"}]}
 FIX = "sed -i 's/a - b/a + b/' calc.py"
+# Not a change to a tracked file: a new module beside the tests, found first on their path.
+SHADOW = "printf 'def add(a, b):\\n    return a + b\\n' > tests/calc.py"
 
 
 @pytest.fixture
@@ -219,16 +221,25 @@ async def test_a_verified_without_a_command_is_asked_again_then_counts_as_issues
     assert {"01-qa.jsonl", "01-qa-2.jsonl"} <= set(qa_files)
 
 
-@pytest.mark.parametrize("proven", [True, False], ids=["proof", "qa-alone"])
+@pytest.mark.parametrize(
+    ("proven", "fix", "changed"),
+    [
+        (True, FIX, "calc.py"),
+        (False, FIX, "calc.py"),
+        # A file it adds beside the tests shadows the broken module on their path.
+        (False, SHADOW, "tests/calc.py"),
+    ],
+    ids=["proof", "qa-alone", "qa-alone-shadowing"],
+)
 async def test_a_verifier_that_fixes_the_code_in_its_checkout_never_completes(
-    harness: LoopHarness, calc_repo: Path, proven: bool
+    harness: LoopHarness, calc_repo: Path, proven: bool, fix: str, changed: str
 ) -> None:
     """QA "fixes" the broken code with a command, runs the tests (they pass, there) and
     cites them. Its fix is never pushed nor taken as the fix: the run's proof fails on the
     work; and without one, its commands changed the checkout, so its VERIFIED does not
     stand."""
     report = {**SAYS_VERIFIED, "evidence": [DETECTED]}
-    source, worker = verifier(harness, BROKEN, commands=[FIX, DETECTED], report=report)
+    source, worker = verifier(harness, BROKEN, commands=[fix, DETECTED], report=report)
     extra: dict[str, Any] = {} if proven else {"verify": [], "allow_unverified": True}
     state, events = await run(harness, worker, calc_repo, max_iterations=1, **extra)
 
@@ -240,7 +251,7 @@ async def test_a_verifier_that_fixes_the_code_in_its_checkout_never_completes(
     else:
         assert state.stop_reason == StopReason.QA_REJECTED
         assert all(not v.accepted for v in qa_verdicts(events))
-        assert "changed files of your checkout (`calc.py`)" in qa_verdicts(events)[0].rejected
+        assert f"changed files of your checkout (`{changed}`)" in qa_verdicts(events)[0].rejected
 
 
 async def test_a_correct_change_and_a_verifier_citing_a_passing_command_completes(
