@@ -46,7 +46,7 @@ from loopworks.schemas.steps import (
     trajectory_path,
 )
 from loopworks.workspace import files
-from loopworks.workspace.graph_records import record_changes, restore_record
+from loopworks.workspace.graph_records import keep_run_records, record_changes, restore_record
 from loopworks.workspace.origin import Absent
 from loopworks.workspace.run_log import write_run_log
 from loopworks.workspace.runner import GitError
@@ -142,6 +142,12 @@ class ProductionActivities:
                     type=INVALID_OUTPUT,
                     non_retryable=True,
                 )
+            # The run's records are the worker's: what a command did to them is undone
+            # before the worker writes its own, so none of it is committed, nor read back
+            # as the run's (a forged event, a changed proof declaration).
+            undone = await asyncio.to_thread(keep_run_records, workdir, workspace.commit)
+            if undone:
+                activity.logger.warning("put back the run's records a command changed: %s", undone)
             if base is not None:
                 await asyncio.to_thread(_keep_graph_record, workdir, base)
             # What the agent changed, before the trajectory joins the tree: the record of

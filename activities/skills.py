@@ -49,6 +49,7 @@ from loopworks.schemas.steps import trajectory_path
 from loopworks.workspace import files as workspace_files
 from loopworks.workspace import playbook_files
 from loopworks.workspace.files import UnsafePath
+from loopworks.workspace.graph_records import keep_run_records
 
 # A helper's check gets this long; a helper is a small script, not a test suite.
 CHECK_TIMEOUT_SECONDS = 60
@@ -82,6 +83,13 @@ class SkillActivities:
                 deps, Role.SKILL_GENERATOR, step, context, workdir, "skill", deliverable=None
             )
             with refusing_unsafe_paths():
+                # The run's records are the worker's: what a command did to them is undone
+                # (its helpers and notes beside them are its work, and stay).
+                undone = await asyncio.to_thread(keep_run_records, workdir, step.workspace.commit)
+                if undone:
+                    activity.logger.warning(
+                        "put back the run's records a command changed: %s", undone
+                    )
                 # A playbook's file the run was given, left as it was, is not the generator's.
                 given = playbook_files.unchanged(workdir)
                 asked = [*step.helper_paths, *step.reference_paths]

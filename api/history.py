@@ -34,5 +34,10 @@ async def with_history(
         text = await asyncio.to_thread(workspaces.read_file_at_ref, state.origin, ref, HISTORY_PATH)
     except GitError:
         text = None
-    older = [e for e in parse_history(text or "") if after < e.seq < fresh[0].seq]
+    # The run's own events only: the history its base commit held is another's, appended to.
+    older = [
+        e
+        for e in parse_history(text or "")
+        if after < e.seq < fresh[0].seq and e.run_id == state.run_id
+    ]
     return older + fresh

@@ -13,7 +13,14 @@ from loopworks.schemas.curation import ItemTag
 from loopworks.schemas.evaluation import CheckResult, Evaluation
 from loopworks.schemas.events import Event
 from loopworks.schemas.insights import FrameworkReflection, SessionInsights
-from loopworks.schemas.playbook import PlaybookFiles, PlaybookItem, PlaybookRead, PlaybookUse
+from loopworks.schemas.playbook import (
+    REFERENCES_DIR,
+    SKILLS_DIR,
+    PlaybookFiles,
+    PlaybookItem,
+    PlaybookRead,
+    PlaybookUse,
+)
 from loopworks.schemas.proof import ProofFound, RunProof
 from loopworks.schemas.roles import (
     Audit,
@@ -67,6 +74,24 @@ def listed(paths: list[str], most: int = PATHS_LISTED) -> list[str]:
     if len(paths) <= most:
         return paths
     return [*paths[:most], f"... and {len(paths) - most} more"]
+
+
+# Beside the records, what the agents may write there: the skill generator's helpers and
+# notes, which are its work.
+AGENT_WRITABLE_RECORDS = (SKILLS_DIR, REFERENCES_DIR)
+
+
+def run_owned(relpath: str) -> bool:
+    """Whether a repository path is the run's own record, which only the worker writes
+    (docs/workspace.md#the-runs-record-in-git): anything under `.loops/`, in any case of
+    spelling (a case-insensitive checkout has one directory for every spelling), but the
+    helpers and notes of `AGENT_WRITABLE_RECORDS`. `.loops/verify`, the repository's
+    proof declaration, is one: no step of a run writes it."""
+    parts = [part for part in relpath.replace("\\", "/").split("/") if part not in ("", ".")]
+    if not parts or parts[0].lower() != RECORDS_DIR:
+        return False
+    path = "/".join(parts)
+    return not any(path.startswith(f"{d}/") for d in AGENT_WRITABLE_RECORDS)
 
 
 def trajectory_path(iteration: int, step: str, blocked_attempt: int | None = None) -> str:
@@ -123,12 +148,20 @@ RUN_STATE_PATH = f"{RECORDS_DIR}/run.json"
 
 class RunLog(BaseModel):
     """What a committing step adds to the run's record in git: the events git lacks (it
-    appends only those with a higher seq than its file's last, so a retry adds nothing
-    twice), the run's state for run.json, and the records of single-shot calls the
-    workflow carries (each written whole, so a retry writes the same file again)."""
+    appends those after `saved_seq` to the history its start commit holds, so a retry,
+    which starts again from that commit, adds nothing twice), the run's state for
+    run.json, and the records of single-shot calls the workflow carries (each written
+    whole, so a retry writes the same file again)."""
 
     state: RunState
     events: list[Event] = Field(default_factory=list)
+    saved_seq: int | None = Field(
+        default=None,
+        ge=0,
+        description="the last seq the step's commit holds, as the workflow counts it: the "
+        "events are appended after it; None in a step sent before steps carried it (the "
+        "commit's last line is taken then)",
+    )
     calls: dict[str, str] = Field(
         default_factory=dict,
         description="call records git lacks, by call name: `.loops/trajectory/<name>.jsonl`",

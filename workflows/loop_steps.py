@@ -533,8 +533,12 @@ class LoopSteps(OnRecord):
             raise Finished(StopReason.BUDGET_EXHAUSTED, output.budget_exhausted)
 
     def log(self, state: RunState | None = None) -> RunLog:
-        """The events git lacks, and the state for run.json, for a step that commits."""
+        """The events git lacks, after the last one the run's commit holds, and the state
+        for run.json, for a step that commits."""
         memory = self.memory
         return RunLog(
-            state=state or self.state, events=memory.unsaved(), calls=dict(memory.carried_calls)
+            state=state or self.state,
+            events=memory.unsaved(),
+            saved_seq=memory.saved_seq,
+            calls=dict(memory.carried_calls),
         )

@@ -1,68 +1,84 @@
-"""A task graph's record in one of its task loops' workspaces, put back as the task's base
-commit has it (docs/graphs.md#the-ledger-is-the-orchestrators-alone).
+"""Records in a run's workspace that are not the agent's, put back as a commit has them:
+a task graph's record in one of its task loops, as the task's base commit has it
+(docs/graphs.md#the-ledger-is-the-orchestrators-alone), and the run's own records under
+`.loops/`, as the step's start commit has them (docs/workspace.md#the-runs-record-in-git).
 
-The ledger and everything under `docs/tasks/` are the graph's orchestrator's. A task loop's
-file tools refuse to write them, but its commands run in a sandbox that may write the
-whole workspace: what a command changed there is undone here, by the worker, before the
-work is committed and judged. The task's branch then never carries it, and its merge is
-never refused for it; the model is told what was undone, not asked to undo it.
+The ledger and everything under `docs/tasks/` are the graph's orchestrator's; `.loops/`
+is the worker's. An agent's file tools refuse to write them, but its commands run in a
+sandbox that may write the whole workspace: what a command changed there is undone here,
+by the worker, before the work is committed and judged. The run's branch then never
+carries it (a task's merge is never refused for it, a forged event never read back as
+the run's); the model is told what was undone of the graph's record, not asked to undo it.
 
-Only paths of the record (`schemas.tasks.orchestrator_owned`, in any case of spelling)
-are touched, and the directories on the way to the ledger when a command put something
-else in their place. Every read and write goes through workspace/files.py: no symlink a
-command left is followed. Plain synchronous code, like the rest of workspace/.
+Only paths the given `owned` says are the record's (`schemas.tasks.orchestrator_owned`,
+`schemas.steps.run_owned`, each in any case of spelling) are touched, and the
+directories on the way to them when a command put something else in their place. Every
+read and write goes through workspace/files.py: no symlink a command left is followed.
+Plain synchronous code, like the rest of workspace/.
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pygit2
 from pygit2.enums import FileMode, ObjectType
 
+from loopworks.schemas.steps import run_owned
 from loopworks.schemas.tasks import orchestrator_owned
 from loopworks.workspace import files
 from loopworks.workspace.objects import changed_paths, open_repository, tree_of
 from loopworks.workspace.runner import GitError
 
-__all__ = ["record_changes", "restore_record"]
+__all__ = ["keep_run_records", "record_changes", "restore_record"]
+
+# Which repository paths a record is made of.
+Owned = Callable[[str], bool]
 
 
-def record_changes(workdir: Path, base: str) -> list[str]:
-    """Paths of the graph's record that a commit of the workspace would record other than
-    `base` has them: changed since HEAD (as `git add -A` sees them), or changed between
-    `base` and HEAD. A superset at worst; `restore_record` tells what really differs."""
+def keep_run_records(workdir: Path, start: str) -> list[str]:
+    """The run's own records (`run_owned`) as the step's start commit has them, before the
+    worker writes its own and commits: what a command did to them is undone. Returns the
+    paths put back; raises as `restore_record` does (the step then fails rather than
+    commit records it did not write)."""
+    return restore_record(workdir, start, record_changes(workdir, start, run_owned), run_owned)
+
+
+def record_changes(workdir: Path, base: str, owned: Owned = orchestrator_owned) -> list[str]:
+    """Paths of the record (`owned`: the graph's unless told) that a commit of the
+    workspace would record other than `base` has them: changed since HEAD (as `git add -A`
+    sees them), or changed between `base` and HEAD. A superset at worst; `restore_record`
+    tells what really differs."""
     repo = open_repository(workdir)
     base_tree = _tree(repo, workdir, base)
-    found = {path for path in changed_paths(workdir) if orchestrator_owned(path)}
+    found = {path for path in changed_paths(workdir) if owned(path)}
     head = tree_of(repo, "HEAD")
     if head is not None and head.id != base_tree.id:
         for delta in base_tree.diff_to_tree(head).deltas:
-            found.update(
-                path
-                for path in (delta.old_file.path, delta.new_file.path)
-                if orchestrator_owned(path)
-            )
+            found.update(path for path in (delta.old_file.path, delta.new_file.path) if owned(path))
     return sorted(found)
 
 
-def restore_record(workdir: Path, base: str, paths: Iterable[str]) -> list[str]:
-    """Make each of `paths` (those of the graph's record; others are left alone) what it
-    is at `base`: the file written again, or whatever `base` lacks removed; a directory
-    on the way that something else replaced is a directory again. Returns the paths that
-    differed and were put back, sorted; a path already as `base` has it is not one.
+def restore_record(
+    workdir: Path, base: str, paths: Iterable[str], owned: Owned = orchestrator_owned
+) -> list[str]:
+    """Make each of `paths` (those of the record, `owned`: the graph's unless told; others
+    are left alone) what it is at `base`: the file written again, or whatever `base` lacks
+    removed; a directory on the way that something else replaced is a directory again.
+    Returns the paths that differed and were put back, sorted; a path already as `base`
+    has it is not one.
 
     GitError when the workspace lacks `base`; `files.UnsafePath` or OSError when a path
     cannot be written (the caller says the record is not restored)."""
     repo = open_repository(workdir)
     tree = _tree(repo, workdir, base)
-    owned = {path for path in paths if orchestrator_owned(path)}
+    kept = {path for path in paths if owned(path)}
     undone: list[str] = []
     # Parents first: a directory a command replaced is one again before its files return.
-    for path in sorted(owned, key=lambda p: (p.count("/"), p)):
+    for path in sorted(kept, key=lambda p: (p.count("/"), p)):
         undone += _restore(repo, tree, workdir, files.checked(path))
     return sorted(set(undone))
 

@@ -8,7 +8,9 @@ and everything it starts is killed with it. The guard keeps only what the sandbo
 - `ToolGuard.path`: the file tools (read, write, edit, list, search) run in the worker's own
   process, outside the sandbox, so their paths are held here: relative, no `..`, no symlink out
   of the workspace, nothing in `.git`; and `ToolGuard.writable` keeps writes out of the run's
-  records (`.loops/`), which the worker appends to and commits, and, in a task graph's loop
+  records (`.loops/`, `schemas.steps.run_owned`), which the worker appends to and commits
+  (what a command wrote there is put back after the step, before the worker writes them:
+  workspace/graph_records.py), and, in a task graph's loop
   (`graph_task`), out of the graph's ledger and task files, which its orchestrator alone
   writes (`schemas.tasks.orchestrator_owned`). The reads and writes
   themselves go through workspace/files.py, which checks the path again as it opens it, so a
@@ -36,8 +38,7 @@ from pathlib import Path, PurePosixPath
 
 from loopworks.agent.tools.denied import ToolDenied
 from loopworks.agent.tools.git_policy import check_git
-from loopworks.schemas.curation import REFERENCES_DIR, SKILLS_DIR
-from loopworks.schemas.steps import HISTORY_PATH
+from loopworks.schemas.steps import HISTORY_PATH, run_owned
 from loopworks.schemas.tasks import (
     LEDGER_PATH,
     TASKS_DIR,
@@ -52,7 +53,6 @@ logger = logging.getLogger(__name__)
 MAX_COMMAND_CHARS = 64 * 1024
 # The run's records in its workspace (history.jsonl, run.json, trajectories): the worker's.
 RECORDS_DIR = PurePosixPath(HISTORY_PATH).parts[0]
-AGENT_WRITABLE_RECORDS = (SKILLS_DIR, REFERENCES_DIR)
 # The directories that lead to a task graph's record (docs, docs/current), lower case.
 _ON_THE_WAY = frozenset(
     "/".join(path.split("/")[:depth])
@@ -125,10 +125,9 @@ class ToolGuard:
         target = self.path(p)
         parts = target.relative_to(self.root).parts
         relpath = PurePosixPath(*parts).as_posix() if parts else ""
-        # The skill generator's helpers and notes live beside the records, and are its work.
-        if any(relpath.startswith(f"{d}/") for d in AGENT_WRITABLE_RECORDS):
-            return target
-        if parts and parts[0].lower() == RECORDS_DIR:
+        # The skill generator's helpers and notes live beside the records, and are its work
+        # (`run_owned` leaves them out); a command's write there is undone after the step.
+        if run_owned(relpath):
             raise ToolDenied(
                 f"refusing: {p!r} is in {RECORDS_DIR}/, the run's records, which loopworks "
                 "writes and commits itself"

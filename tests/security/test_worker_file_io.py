@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from loopworks.activities.skills import _read_files
@@ -16,6 +17,7 @@ from loopworks.schemas.loop import LoopInput
 from loopworks.schemas.run import RunRequest
 from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, RunLog
 from loopworks.schemas.tasks import LEDGER_PATH, LedgerLine, TaskStatus
+from loopworks.workspace import files
 from loopworks.workspace.git import file_sha256
 from loopworks.workspace.integration import append_lines, write_task_file
 from loopworks.workspace.run_log import write_reflection, write_run_log
@@ -56,13 +58,16 @@ def _log() -> RunLog:
 
 
 def test_the_run_log_is_never_written_through_a_link(ws: Path, outside: Path) -> None:
+    # A clone with nothing committed: the log is the worker's to write, the links refuse it.
+    pygit2.init_repository(str(ws))
     (ws / ".loops").mkdir()
     (ws / RUN_STATE_PATH).symlink_to(outside / "secret.txt")
-    with pytest.raises(Exception):  # noqa: B017 - any refusal; what is outside is checked
+    with pytest.raises(files.Refused):
         write_run_log(ws, _log())
     (ws / RUN_STATE_PATH).unlink()
+    (ws / HISTORY_PATH).unlink(missing_ok=True)
     (ws / HISTORY_PATH).symlink_to(outside / "secret.txt")
-    with pytest.raises(Exception):  # noqa: B017 - any refusal; what is outside is checked
+    with pytest.raises(files.Refused):
         write_run_log(ws, _log())
     unchanged(outside)
 

@@ -18,6 +18,7 @@ import pytest
 from loopworks.agent.tools import ToolDenied, ToolGuard, execute, operations
 from loopworks.checks.runner import CheckOutcome
 from loopworks.schemas.rules import CommandCheck
+from loopworks.schemas.steps import run_owned
 
 pytestmark = pytest.mark.unit
 
@@ -299,6 +300,27 @@ def test_the_skill_generator_may_write_its_helpers_and_notes(
     assert (layout["ws"] / path).read_text() == "x\n"
     denied = execute(layout["ws"], "write_file", {"path": ".loops/run.json", "content": "{}"})
     assert not denied.ok
+
+
+@pytest.mark.parametrize(
+    ("path", "owned"),
+    [
+        (".loops/history.jsonl", True),
+        (".loops/verify", True),
+        ("./.LOOPS/run.json", True),  # one file on a case-insensitive checkout
+        (".loops", True),
+        (".loops/skills", True),  # the directory itself: a link there is no helper
+        (".loops/skills/count.py", False),
+        (".loops/references/01-tests.md", False),
+        ("src/.loops/history.jsonl", False),
+        ("artifact.md", False),
+    ],
+)
+def test_the_runs_records_are_what_the_file_tools_refuse_and_a_step_puts_back(
+    path: str, owned: bool
+) -> None:
+    # One rule for both (workspace/graph_records.py `keep_run_records`).
+    assert run_owned(path) is owned
 
 
 def test_the_run_records_are_readable(layout: dict[str, Path]) -> None:

@@ -6,9 +6,13 @@ import subprocess
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.models.function import AgentInfo
 
 from loopworks.agent.trajectory import from_jsonl
+from loopworks.llm.base import ModelCall
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
+from loopworks.schemas.roles import Role
 from loopworks.schemas.run import RunStatus, StopReason
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.steps import PATHS_LISTED
@@ -34,6 +38,26 @@ def branch_files(harness: LoopHarness, branch: str) -> list[str]:
 
 def is_call(path: str) -> bool:
     return bool(CALL_NAME.match(path.rsplit("/", 1)[-1].removesuffix(".jsonl")))
+
+
+class CommandFirst(OfflineModels):
+    """The offline model, whose producer (or `role`) runs `command` before it writes its
+    files, in every call: a command may write anywhere in the workspace, the run's records
+    too."""
+
+    def __init__(
+        self, command: str, script: dict[str, Any] | None = None, role: Role = Role.PRODUCER
+    ) -> None:
+        super().__init__(script=OfflineScript.model_validate(script or {}))
+        self.command, self.role = command, role
+
+    async def respond(
+        self, call: ModelCall, messages: list[ModelMessage], info: AgentInfo
+    ) -> ModelResponse:
+        if call.role == self.role and not any(isinstance(m, ModelResponse) for m in messages):
+            command = ToolCallPart("run_command", {"command": self.command}, tool_call_id="cmd")
+            return ModelResponse(parts=[command], model_name="offline")
+        return await super().respond(call, messages, info)
 
 
 async def test_each_step_commits_its_trajectory_and_changed_names_only_the_work(

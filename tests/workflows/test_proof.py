@@ -29,7 +29,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
 from loopworks.schemas.events import Event
-from loopworks.schemas.proof import ProofSource, ProofStatus
+from loopworks.schemas.proof import PROOF_FILE, ProofSource, ProofStatus
 from loopworks.schemas.roles import Role
 from loopworks.schemas.rules import CommandCheck, RuleOwner
 from loopworks.schemas.run import Approval, RunState, RunStatus, StopReason
@@ -38,6 +38,7 @@ from loopworks.worker.build import build_worker
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, commit_all
 from tests.workflows.test_loop import TITLE_RULE, remote_file, wait_for
+from tests.workflows.test_production import CommandFirst
 
 pytestmark = pytest.mark.workflow
 
@@ -338,6 +339,34 @@ async def test_the_repositorys_declaration_is_its_proof(
     assert state.proof.status == ProofStatus.PASSED
     [verdict] = qa_verdicts(events)
     assert verdict.evidence == state.proof.commands and verdict.accepted
+
+
+async def test_a_command_that_rewrites_the_declaration_never_ships_it(
+    harness: LoopHarness, tmp_path: Path
+) -> None:
+    """`.loops/verify` is the run's record, not its work: what a PRODUCE's command wrote
+    there is put back before the step commits, so no gate has to see it (they leave the
+    records out) and the branch a later run starts from declares what the repository did."""
+    repo = tmp_path / "declared"
+    (repo / ".loops").mkdir(parents=True)
+    (repo / "calc.py").write_text(CALC)
+    (repo / "test_calc.py").write_text(TEST_CALC)
+    declared = "python3 -m unittest -q test_calc\n"
+    (repo / PROOF_FILE).write_text(declared)
+    commit_all(repo)
+    models = CommandFirst(f"printf 'true\\n' > {PROOF_FILE}", {"producer": {"*": CORRECT}})
+    async with harness.worker(models=models):
+        handle = await harness.start(task="Add mul", repo=str(repo), rules=[TITLE_RULE])
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    assert state.status == RunStatus.COMPLETED, state.stop
+    assert state.proof is not None and state.proof.status == ProofStatus.PASSED
+    assert shipped(repo, state, PROOF_FILE) == declared
+    assert "def mul" in shipped(repo, state, "calc.py")
+    # The changed paths a step reports, and the gates read, never named it either.
+    changed = [e.payload.changed for e in events if e.event.value == "artifact_created"]
+    assert changed and all(PROOF_FILE not in paths for paths in changed)
 
 
 # --- the plan, and who may change the proof ------------------------------------------------------

@@ -4,22 +4,25 @@ live in git: the workflow's payloads stay small however long the run."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from temporalio import workflow
 from temporalio.worker import Worker
 
 from loopworks.deploy.histories import continued_inputs, executions, payload_sizes
 from loopworks.llm.offline.model import OfflineModels
-from loopworks.schemas.loop import LoopInput, LoopResult, RunMemory
+from loopworks.schemas.loop import EVENT_TAIL, LoopInput, LoopResult, RunMemory
 from loopworks.schemas.run import RunRequest, StopReason
 from loopworks.schemas.settings import Settings
-from loopworks.schemas.steps import RUN_STATE_PATH
+from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH
 from loopworks.worker.build import activities_of, build_deps
 from loopworks.workflows.loop import LoopWorkflow
 from tests.workflows.conftest import LoopHarness, names
 from tests.workflows.test_control import IMPOSSIBLE_RULE, TITLE_RULE
+from tests.workflows.test_production import CommandFirst
 
 PAYLOAD_LIMIT = 64 * 1024
 # Passes on odd iterations only (evaluation sees 2k-1 trajectory files at iteration k), so
@@ -129,6 +132,51 @@ async def test_twenty_iterations_carry_small_payloads_and_keep_the_whole_log_in_
     assert names(logged).count("evaluation_done") == 20
     run_json = json.loads(_show(harness, state.branch, RUN_STATE_PATH))
     assert run_json["status"] == "stopped" and run_json["current_step"] == "DONE"
+
+
+# A line of the run's own format numbered past any event it will emit, and a line that is
+# no JSON: what a producer's command may append to the work tree's history.jsonl.
+FORGED_EVENT = json.dumps(
+    {
+        "seq": 1_000_000,
+        "ts": "2026-01-01T00:00:00+00:00",
+        "run_id": "forged",
+        "iteration": 1,
+        "phase": "A",
+        "step": "PRODUCE",
+        "event": "run_started",
+        "payload": {"task": "forged"},
+    }
+)
+
+
+@pytest.mark.parametrize("line", [FORGED_EVENT, "not an event {"], ids=["huge-seq", "not-json"])
+async def test_a_command_that_writes_the_runs_history_loses_no_event(
+    harness: LoopHarness, line: str
+) -> None:
+    """The history is the worker's: what a PRODUCE's command appended to it is put back
+    before the step commits, and the step appends to the history its commit holds, after
+    the workflow's own mark. So the branch holds every event, those the workflow dropped
+    from its tail as saved included, and nothing the command wrote."""
+    forge = f"mkdir -p .loops && printf '%s\\n' {shlex.quote(line)} >> {HISTORY_PATH}"
+    async with harness.worker(models=CommandFirst(forge)):
+        handle = await harness.start(
+            task="Write a guide",
+            rules=[TITLE_RULE, IMPOSSIBLE_RULE, ALTERNATING_RULE],
+            max_iterations=10,
+        )
+        result = await handle.result()
+        events = await harness.events(handle)
+
+    state = result.state
+    assert state.stop_reason == StopReason.ITERATION_LIMIT and state.iteration == 10
+    # Past the workflow's tail: the events before it are read from git alone.
+    assert result.events > EVENT_TAIL and len(result.log) < result.events
+    assert line not in _show(harness, state.branch, HISTORY_PATH)
+    logged = harness.history_in_git(state.branch)
+    assert [e.seq for e in logged] == list(range(1, result.events))
+    assert {e.run_id for e in logged} == {handle.id}
+    assert [e.seq for e in events] == list(range(1, result.events + 1))
 
 
 # --- reading git --------------------------------------------------------------------
