@@ -2,9 +2,11 @@
 writes helpers and reference notes into the run's workspace, the reflector reviews them and
 code runs each helper's check, the curator proposes the playbook deltas for what was kept.
 
-The generator's commit is published to the run's work ref (the reflector may run on
-another worker) but becomes the run's only when the workflow adopts the reflector's
-commit, which drops every rejected file.
+The generator's commit holds, on the run's commit, only the asked-for files it wrote and
+its trajectory: whatever else it changed is left out. It is published to the run's work
+ref (the reflector may run on another worker) but becomes the run's only when the
+workflow adopts the reflector's commit, which drops every rejected file. A generator that
+wrote none of its files commits nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from loopworks.activities.deps import StepDeps
 from loopworks.activities.errors import refusing_unsafe_paths
 from loopworks.activities.heartbeat import heartbeating
 from loopworks.activities.model_calls import consult, run_agent
+from loopworks.agent.loop import AgentOutcome
 from loopworks.agent.trajectory import to_jsonl
 from loopworks.checks.output import stoppable
 from loopworks.checks.runner import run_command_check
@@ -94,18 +97,20 @@ class SkillActivities:
                 given = playbook_files.unchanged(workdir)
                 asked = [*step.helper_paths, *step.reference_paths]
                 files = _read_files(workdir, [path for path in asked if path not in given])
+                if not files:
+                    # Nothing to review, so nothing to keep: the run keeps its own commit.
+                    return _generated(step.workspace.commit, files, outcome)
                 trajectory = trajectory_path(step.iteration, "skill")
                 workspace_files.write_text(workdir, trajectory, to_jsonl(outcome.records))
-            message = f"skill sub-loop · generate: {', '.join(files) or 'nothing written'}"
-            commit = await asyncio.to_thread(workspaces.commit, workdir, message, step.committed_at)
+            # The generator has every workspace tool, and what it did besides its files no
+            # evaluation, proof or QA saw: only the asked-for files it wrote and its
+            # trajectory are committed, every other path stays as the run's commit has it.
+            message = f"skill sub-loop · generate: {', '.join(files)}"
+            commit = await asyncio.to_thread(
+                workspaces.commit, workdir, message, step.committed_at, [*files, trajectory]
+            )
             await asyncio.to_thread(workspaces.publish, workdir, step.run_id, commit)
-        return GenerateSkillsOutput(
-            commit=commit,
-            files=files,
-            summary=outcome.final_text[:2000],
-            usage=outcome.usage,
-            repairs=outcome.repairs,
-        )
+        return _generated(commit, files, outcome)
 
     @activity.defn(name="review_skills")
     async def review_skills(self, step: ReviewSkillsInput) -> ReviewSkillsOutput:
@@ -182,6 +187,16 @@ class SkillActivities:
             activity.logger.warning("skill curator's deltas dropped: %s", "; ".join(dropped))
             curation = curation.model_copy(update={"deltas": deltas})
         return CurateSkillsOutput(curation=curation, usage=answered.usage, repairs=answered.repairs)
+
+
+def _generated(commit: str, files: dict[str, str], outcome: AgentOutcome) -> GenerateSkillsOutput:
+    return GenerateSkillsOutput(
+        commit=commit,
+        files=files,
+        summary=outcome.final_text[:2000],
+        usage=outcome.usage,
+        repairs=outcome.repairs,
+    )
 
 
 def _read_files(workdir: Path, paths: list[str]) -> dict[str, str]:

@@ -76,7 +76,10 @@ class GenerateSkillsInput(ModelStep):
 
 
 class GenerateSkillsOutput(ModelOutput):
-    commit: str = Field(description="the files and the skill trajectory, not yet the run's")
+    commit: str = Field(
+        description="the asked-for files written and the skill trajectory on the run's "
+        "commit, not yet the run's; the run's own commit when none was written"
+    )
     files: dict[str, str] = Field(default_factory=dict, description="path to content")
     summary: str = ""
 

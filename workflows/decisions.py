@@ -209,6 +209,19 @@ def distance_to_success(evaluation: Evaluation) -> DistanceToSuccess:
     )
 
 
+def no_skill_loop(reason: StopReason | None, blocked: bool) -> str | None:
+    """Why a run that ended so starts no skill sub-loop, None when it may
+    (docs/playbook.md#the-skill-sub-loop). Its generator is an agent with every workspace
+    tool that no custodiet audits: a halted run does nothing more (its branch gains no
+    work), and a run a custodiet block still held when it ended was stopped rather than
+    let go on."""
+    if reason == StopReason.CRITIC_HALT:
+        return "not written: the run halted, and a halted run does nothing more"
+    if blocked:
+        return "not written: the run ended held by a custodiet block"
+    return None
+
+
 def should_audit(draw: float, probability: float) -> bool:
     """The custodiet audits by chance: `draw` is uniform in [0, 1)."""
     return draw < probability

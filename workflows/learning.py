@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
         CuratorPayload,
         curated_deltas,
         helper_names,
+        helper_path,
+        reference_paths,
         tag_deltas,
     )
     from loopworks.schemas.events import EventName
@@ -94,8 +96,10 @@ class Learning(OnRecord):
 
     # -- after reflection -------------------------------------------------------------------
 
-    async def learn(self, reflected: ReflectOutput | None) -> None:
-        """Curate, run the skill sub-loop if asked, send the deltas."""
+    async def learn(self, reflected: ReflectOutput | None, no_skills: str | None = None) -> None:
+        """Curate, run the skill sub-loop if asked, send the deltas. `no_skills`: why the
+        run may start no skill sub-loop (`decisions.no_skill_loop`), each file asked for
+        then rejected with it."""
         playbook = self.playbook_to_read()
         if reflected is None or playbook is None:
             return
@@ -112,6 +116,10 @@ class Learning(OnRecord):
             deltas = []
         await self._send("run", deltas)
         if payload is not None and (helper_names(payload) or payload.reference_requests):
+            # A run recorded before this started its sub-loop all the same.
+            if no_skills is not None and workflow.patched("no-skill-loop-after-halt-or-block"):
+                self._no_skill_loop(payload, no_skills)
+                return
             result = await self._skill_loop(payload, playbook)
             if result is not None:
                 await self._send("skill", result.deltas, result.files)
@@ -153,6 +161,12 @@ class Learning(OnRecord):
             ),
         )
         return payload
+
+    def _no_skill_loop(self, payload: CuratorPayload, why: str) -> None:
+        helpers = [helper_path(name) for name in helper_names(payload)]
+        asked = [*helpers, *reference_paths(payload.reference_requests)]
+        rejected = {path: why for path in asked}
+        self.record.emit(EventName.SKILL_LOOP_DONE, ev.SkillLoopPayload(rejected=rejected))
 
     async def _skill_loop(
         self, payload: CuratorPayload, playbook: PlaybookRead

@@ -157,10 +157,12 @@ class LoopWorkflow:
 
         # Every run that got a workspace reflects and pushes what it has, stopped or not.
         self._steering.finalizing = True
+        # Read before the hold ends: a run stopped while blocked learns no new skills.
+        no_skills = decisions.no_skill_loop(self._state.stop_reason, self._state.blocked)
         self._steering.end_holds()
         if memory.commit:
             reflected = await self._do.reflect()
-            await self._do.learning.learn(reflected)
+            await self._do.learning.learn(reflected, no_skills)
             await self._do.close(reflected)
         # Its work done, it gives back the caps' slots that admitted it and says what it
         # spent, before its final status: a run that reads as finished holds no slot.

@@ -4,10 +4,11 @@ asked for helpers or reference notes.
 
 Generator, reflector (with each helper's check run by code), curator: each an activity
 on the run's workspace. It answers the run's new commit (the kept files and the skill
-trajectory) and the playbook deltas; the run adopts both, or, if this workflow fails,
-goes on without them. Its steps spend from what was left of the run's budget when it
-started (docs/loop.md#budgets); a step the budget ends ends the sub-loop, with what it
-spent counted and nothing unreviewed kept.
+trajectory, and nothing else) and the playbook deltas; the run adopts both, or, if this
+workflow fails, goes on without them. A generator that wrote none of its files adds no
+commit. Its steps spend from what was left of the run's budget when it started
+(docs/loop.md#budgets); a step the budget ends ends the sub-loop, with what it spent
+counted and nothing unreviewed kept.
 """
 
 from __future__ import annotations
@@ -73,6 +74,11 @@ class SkillLoopWorkflow:
         )
         result = SkillLoopResult(commit=generated.commit, usage=generated.usage)
         if not generated.files:
+            # With nothing to review there is nothing to keep: the run keeps its own commit.
+            # Unpatched: this changes what the sub-loop answers, not which commands it gives,
+            # so a sub-loop recorded when it answered the generator's commit replays all the
+            # same, and one still open when this is deployed keeps nothing unreviewed either.
+            result.commit = None
             asked = [*helpers, *references]
             result.rejected = {path: "the generator did not write it" for path in asked}
             return result

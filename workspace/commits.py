@@ -13,7 +13,7 @@ workspace/lockdown.py, HARDENING).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -26,6 +26,7 @@ from loopworks.workspace.objects import (
     commit_of,
     open_repository,
     ref_target,
+    staged_only,
     update_refs,
 )
 from loopworks.workspace.refs import FULL_SHA, checked_commit, work_ref
@@ -73,12 +74,18 @@ class CommitPublisher(CallRecords):
         # trusts no clone it finds.
         self._committed: dict[Path, str] = {}
 
-    def commit(self, workdir: Path, message: str, when: datetime) -> str:
+    def commit(
+        self, workdir: Path, message: str, when: datetime, only: Collection[str] | None = None
+    ) -> str:
         """Commit the whole tree; same parent, content, message and `when` give the same sha.
 
         `git add -A` stages it: git's rules decide what a tree holds (ignores, nested
         repositories, attributes). The tree and the commit are then written in-process
-        (workspace/objects.py), the same objects `git commit` writes."""
+        (workspace/objects.py), the same objects `git commit` writes.
+
+        `only`: the paths the commit may change; every other path stays as HEAD has it,
+        whatever the tree holds there (`staged_only`). The tree then differs from the
+        commit, so no later checkout takes the clone as that commit without resetting it."""
         store = self._writes_into(workdir)
         env = None
         if store is not None:
@@ -90,9 +97,14 @@ class CommitPublisher(CallRecords):
         self._git(["add", "-A"], cwd=workdir, env=env)
         # A playbook's files the checkout wrote are not the run's work, unless it changed them.
         playbook_files.unstage_unchanged(workdir)
+        if only is not None:
+            staged_only(workdir, only)
         author = (self.author_name, self.author_email)
         sha = commit_index(workdir, store, message, author, when)
-        self._committed[workdir] = sha
+        if only is None:
+            self._committed[workdir] = sha
+        else:
+            self._committed.pop(workdir, None)
         return sha
 
     def changed_paths(self, workdir: Path) -> list[str]:

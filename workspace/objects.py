@@ -368,6 +368,33 @@ def commit_index(
     return made
 
 
+def staged_only(workdir: Path, paths: Collection[str]) -> None:
+    """The clone's index made HEAD's tree but for `paths`, each of which keeps what is
+    staged for it (or its absence): `git read-tree HEAD`, then `git add -A` of just those
+    paths, once everything was staged. A commit of it changes no other path."""
+    GIT_IN_PROCESS.add(["read-tree"])
+    repo = open_repository(workdir)
+    head = tree_of(repo, "HEAD")
+    if head is None:
+        raise GitError(f"{workdir} has no HEAD commit to keep the other paths as")
+    try:
+        index = repo.index
+        index.read()
+        kept = [
+            pygit2.IndexEntry(entry.path, entry.id, entry.mode)
+            for entry in (index[path] for path in sorted(set(paths)) if path in index)
+        ]
+        index.read_tree(head)
+        for path in paths:
+            if path in index:
+                index.remove(path)
+        for entry in kept:
+            index.add(entry)
+        index.write()
+    except pygit2.GitError as exc:
+        raise GitError(f"staging only the given paths in {workdir} failed: {exc}") from exc
+
+
 def cleaned_message(message: str) -> str:
     """`message` as `git commit -m` records it (its "whitespace" cleanup): trailing
     whitespace off every line, blank lines at either end dropped, runs of them made one,

@@ -475,6 +475,41 @@ async def _record_playbook_run(client: Client, settings: Settings) -> WorkflowHi
         return await run.fetch_history()
 
 
+async def _record_halted_skill_run(client: Client, settings: Settings) -> WorkflowHistory:
+    """A run the critic halted whose curator asked for a helper: recorded when a halted
+    run still started the skill sub-loop, as a run from then replays."""
+    halt = {"verdict": "HALT", "feedback": "This plan would delete user data."}
+    script = OfflineScript.model_validate({"critic": {"*": halt}})
+    async with build_worker(client, settings, models=OfflineModels(script=script)):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-halted-skill-run",
+            task="Write a guide to caching [skill:count_words]",
+            audit_probability=0.0,
+        )
+        await run.result()
+        return await run.fetch_history()
+
+
+async def _record_skill_loop_writing_nothing(client: Client, settings: Settings) -> WorkflowHistory:
+    """The skill sub-loop of a run whose generator wrote none of the files it was asked
+    for: recorded when the sub-loop answered the generator's commit all the same."""
+    notes = {"path": "notes.md", "content": "# Notes\n"}
+    answer = {"files": [notes], "summary": "Wrote notes instead."}
+    script = OfflineScript.model_validate({"skill-generator": {"*": answer}})
+    async with build_worker(client, settings, models=OfflineModels(script=script)):
+        run = await _start(
+            client,
+            settings.task_queue,
+            "recorded-skill-loop-writing-nothing",
+            task="Write a guide to caching [skill:count_words]",
+            audit_probability=0.0,
+        )
+        await run.result()
+        return await client.get_workflow_handle(f"{run.id}/skills").fetch_history()
+
+
 async def _record_playbook_writer(client: Client, settings: Settings) -> WorkflowHistory:
     """The playbook's writer after two runs delivered their batches (signals): loaded,
     applied, committed, then one batch sent again by hand (an update)."""
@@ -744,6 +779,8 @@ RECORDERS = {
     "carried_calls_run": _record_carried_calls_run,
     "admitted_run": _record_admitted_run,
     "admission_slot": _record_admission_slot,
+    "halted_skill_run": _record_halted_skill_run,
+    "skill_loop_writing_nothing": _record_skill_loop_writing_nothing,
     # Last: on the test server, time skipping stops once a workflow has signalled another.
     "handed_over_run": record_handed_over_run,
     "notification_deliveries": record_notification_deliveries,

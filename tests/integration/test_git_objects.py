@@ -197,6 +197,29 @@ def test_changed_paths_are_what_status_reports(clone: Path) -> None:
     assert "nested/" in expected
 
 
+def test_staging_only_some_paths_is_read_tree_then_add_of_those_paths(clone: Path) -> None:
+    """After `git add -A`, the index as HEAD's tree but for the given paths: the tree
+    `git read-tree HEAD` then `git add -A -- <paths>` writes. A path given that nothing
+    is at stays absent; one deleted is deleted."""
+    (clone / "README.md").write_text("changed\n")
+    (clone / "docs" / "notes.md").unlink()
+    (clone / "docs" / "deep" / "x.md").write_text("kept change\n")
+    (clone / "inside.md").unlink()
+    (clone / "new").mkdir()
+    (clone / "new" / "kept.py").write_text("kept\n")
+    (clone / "new" / "dropped.py").write_text("dropped\n")
+    given = ["docs/deep/x.md", "inside.md", "new/kept.py", "never/written.py"]
+    git("add", "-A", cwd=clone)
+    git("read-tree", "HEAD", cwd=clone)
+    git("add", "-A", "--", *[p for p in given if p != "never/written.py"], cwd=clone)
+    expected = git("write-tree", cwd=clone)
+    git("add", "-A", cwd=clone)
+    objects.staged_only(clone, given)
+    assert git("write-tree", cwd=clone) == expected
+    staged = git("diff", "--cached", "--name-only", "HEAD", cwd=clone).split()
+    assert sorted(staged) == ["docs/deep/x.md", "inside.md", "new/kept.py"]
+
+
 def test_refs_move_together_and_only_from_where_they_were_read(tmp_path: Path) -> None:
     bare = bare_remote(tmp_path)
     repo = objects.open_repository(bare)

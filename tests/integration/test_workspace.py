@@ -171,6 +171,26 @@ def test_checkout_discards_garbage(tmp_path: Path, origin: str) -> None:
     assert git("rev-parse", "HEAD", cwd=workdir) == sha
 
 
+def test_a_commit_of_only_some_paths_keeps_the_rest_and_is_never_taken_as_the_tree(
+    tmp_path: Path, origin: str
+) -> None:
+    ws = _ws(tmp_path)
+    _, base = ws.resolve_base(origin, None)
+    workdir = ws.checkout("run-9", origin, base)
+    (workdir / "README.md").write_text("rewritten\n")
+    (workdir / "other.py").write_text("x = 1\n")
+    (workdir / "kept.py").write_text("kept\n")
+    sha = ws.commit(workdir, "only kept.py", WHEN, ["kept.py", "absent.py"])
+    changed = git("diff-tree", "--no-commit-id", "--name-only", "-r", sha, cwd=workdir)
+    assert changed.split() == ["kept.py"]
+    # The tree is not the commit: the next step's checkout puts it back, whole.
+    again = ws.checkout("run-9", origin, sha)
+    assert again == workdir
+    assert git("status", "--porcelain", "--ignored", cwd=workdir) == ""
+    assert (workdir / "README.md").read_text() == ws.read_file(origin, base, "README.md")
+    assert not (workdir / "other.py").exists()
+
+
 def test_checkout_recovers_from_broken_clone(tmp_path: Path, origin: str) -> None:
     ws = _ws(tmp_path)
     _, base = ws.resolve_base(origin, None)

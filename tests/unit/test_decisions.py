@@ -18,6 +18,7 @@ from loopworks.workflows.decisions import (
     distance_to_success,
     is_success,
     next_stagnation_count,
+    no_skill_loop,
     score_results,
     should_audit,
     stop_message,
@@ -525,3 +526,12 @@ def test_a_stop_short_of_a_pass_says_why_and_where_the_loop_stood(
     assert stop_message(reason, stuck, max_iterations=4) == (
         f"{said}: phase B scored 0.5 of 0.9, failing b1, b2"
     )
+
+
+@pytest.mark.parametrize("reason", list(StopReason))
+def test_a_halted_run_or_one_a_block_held_starts_no_skill_sub_loop(reason: StopReason) -> None:
+    # Its generator is an agent with every workspace tool that no custodiet audits.
+    why = no_skill_loop(reason, blocked=False)
+    assert (why is not None) == (reason == StopReason.CRITIC_HALT)
+    assert no_skill_loop(reason, blocked=True) is not None
+    assert no_skill_loop(None, blocked=False) is None

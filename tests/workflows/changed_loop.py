@@ -50,7 +50,7 @@ def learns_after_close(loop: ChangedLoop) -> None:
     """The same steps in another order: the playbook's curation after the push."""
     learn, close = loop._do.learning.learn, loop._do.close
 
-    async def not_yet(reflected: Any) -> None:
+    async def not_yet(reflected: Any, no_skills: str | None = None) -> None:
         return None
 
     async def close_then_learn(reflected: Any) -> None:

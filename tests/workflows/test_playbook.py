@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowHandle, WorkflowHistory
 
 from loopworks.llm.base import ModelCall
 from loopworks.llm.offline.model import OfflineModels, OfflineScript
@@ -53,6 +53,7 @@ from loopworks.workflows.loop import LoopWorkflow
 from loopworks.workspace.git import GitWorkspaces
 from loopworks.workspace.run_log import parse_history
 from tests.workflows.conftest import LoopHarness
+from tests.workflows.test_loop import wait_for
 from tests.workflows.test_production import CommandFirst
 
 pytestmark = pytest.mark.workflow
@@ -450,6 +451,124 @@ async def test_a_skill_sub_loop_that_fails_leaves_the_run_completed(
     assert ".loops/skills/count_words.py" not in files
     updated = [e.payload.batch_id for e in of(result.log, EventName.PLAYBOOK_UPDATED)]
     assert updated == [f"{result.state.run_id}:run"]
+
+
+HELPER = ".loops/skills/count_words.py"
+# A helper the offline reflector accepts and whose check (`--self-test`) exits 0.
+PASSING_HELPER = "import sys\n\nif __name__ == '__main__':\n    sys.exit(0)\n"
+REWRITTEN = "# rewritten by the skill generator\n"
+
+
+def generator_writes(*files: tuple[str, str]) -> OfflineModels:
+    """The offline model, its skill generator writing `files` (path, content)."""
+    answer = {"files": [{"path": p, "content": c} for p, c in files], "summary": "Wrote them."}
+    return OfflineModels(script=OfflineScript.model_validate({"skill-generator": {"*": answer}}))
+
+
+def starts_no_child(history: WorkflowHistory) -> bool:
+    return not [
+        e
+        for e in history.events
+        if e.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+
+
+async def test_the_skill_generator_s_commit_holds_only_its_files_and_trajectory(
+    harness: LoopHarness, repo: Path
+) -> None:
+    # The generator is an agent with every workspace tool: what it changed besides the
+    # files it was asked for (a tracked file, a new one) is not the run's work.
+    models = generator_writes(
+        (HELPER, PASSING_HELPER), ("README.md", REWRITTEN), ("src/extra.py", "x = 1\n")
+    )
+    async with worker(harness, models):
+        result = await run(harness, repo, task=f"{TASK} [skill:count_words]")
+    assert result.state.status == RunStatus.COMPLETED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert done.payload.accepted == [HELPER] and done.payload.commit
+    branch = result.state.branch
+    assert git(repo, "show", f"{branch}:{HELPER}") == PASSING_HELPER
+    assert git(repo, "show", f"{branch}:README.md") == "# a project\n"
+    assert "src/extra.py" not in git(repo, "ls-tree", "-r", "--name-only", branch).split()
+    # The sub-loop's commit changed its helper and its trajectory, nothing else.
+    commit = done.payload.commit
+    changed = git(repo, "diff", "--name-only", f"{commit}~1", commit).split()
+    trajectory = next(path for path in changed if path.endswith("-skill.jsonl"))
+    assert sorted(changed) == sorted([HELPER, trajectory])
+
+
+async def test_a_skill_generator_that_writes_none_of_its_files_adds_no_commit(
+    harness: LoopHarness, repo: Path
+) -> None:
+    models = generator_writes(("README.md", REWRITTEN))
+    async with worker(harness, models):
+        result = await run(harness, repo, task=f"{TASK} [skill:count_words]")
+    assert result.state.status == RunStatus.COMPLETED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert done.payload.commit is None and not done.payload.accepted
+    assert done.payload.rejected == {HELPER: "the generator did not write it"}
+    branch = result.state.branch
+    assert git(repo, "show", f"{branch}:README.md") == "# a project\n"
+    messages = git(repo, "log", "--format=%s", branch).splitlines()
+    assert not [m for m in messages if m.startswith("skill sub-loop")]
+
+
+async def test_a_halted_run_starts_no_skill_sub_loop(harness: LoopHarness, repo: Path) -> None:
+    # HALT: the run does nothing more. It still curates and sends what it learnt, but
+    # its generator, an agent with every tool that no custodiet audits, never starts.
+    script = {
+        "critic": {"*": {"verdict": "HALT", "feedback": "This plan would delete user data."}},
+        "skill-generator": {
+            "*": {"files": [{"path": HELPER, "content": PASSING_HELPER}], "summary": "Wrote it."}
+        },
+    }
+    async with worker(harness, OfflineModels(script=OfflineScript.model_validate(script))):
+        handle = await harness.start(
+            task=f"{TASK} [skill:count_words]", repo=str(repo), playbook=True
+        )
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.state.status == RunStatus.HALTED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert not done.payload.accepted and done.payload.commit is None
+    assert "halted" in done.payload.rejected[HELPER]
+    assert starts_no_child(history)
+    assert HELPER not in git(repo, "ls-tree", "-r", "--name-only", result.state.branch).split()
+    (curated,) = of(result.log, EventName.CURATED)
+    assert curated.payload.python_helpers == ["count_words"]
+
+
+async def test_a_run_stopped_while_blocked_starts_no_skill_sub_loop(
+    harness: LoopHarness, repo: Path
+) -> None:
+    block = {"verdict": "BLOCK", "reason": "the producer contacted an outside host"}
+    script = {
+        "custodiet": {"1": block},
+        "skill-generator": {
+            "*": {"files": [{"path": HELPER, "content": PASSING_HELPER}], "summary": "Wrote it."}
+        },
+    }
+    async with worker(harness, OfflineModels(script=OfflineScript.model_validate(script))):
+        handle = await harness.start(
+            task=f"{TASK} [skill:count_words]",
+            repo=str(repo),
+            playbook=True,
+            audit_probability=1.0,
+        )
+
+        async def blocked() -> bool:
+            return (await harness.status(handle)).status == RunStatus.BLOCKED
+
+        await wait_for(blocked)
+        await handle.signal(LoopWorkflow.stop, "not worth it")
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.state.status == RunStatus.STOPPED
+    (done,) = of(result.log, EventName.SKILL_LOOP_DONE)
+    assert not done.payload.accepted and done.payload.commit is None
+    assert "custodiet block" in done.payload.rejected[HELPER]
+    assert starts_no_child(history)
+    assert HELPER not in git(repo, "ls-tree", "-r", "--name-only", result.state.branch).split()
 
 
 async def test_every_hydration_round_is_given_the_version_the_run_records(

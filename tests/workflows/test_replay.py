@@ -187,6 +187,31 @@ def test_playbook_histories_cover_curation_the_sub_loop_and_the_writer() -> None
     assert writer.count("EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED") == 1
 
 
+def _result(name: str) -> dict[str, Any]:
+    """What the recorded workflow answered."""
+    events = json.loads((HISTORIES / name).read_text())["events"]
+    (done,) = [e for e in events if "workflowExecutionCompletedEventAttributes" in e]
+    payload = done["workflowExecutionCompletedEventAttributes"]["result"]["payloads"][0]
+    answer: dict[str, Any] = json.loads(base64.b64decode(payload["data"]))
+    return answer
+
+
+def test_the_halted_skill_history_started_the_sub_loop_a_halted_run_now_does_not() -> None:
+    # Recorded before: replayed, the halted run starts its skill sub-loop again, since the
+    # patch that stops it is not marked in its history.
+    run = (HISTORIES / "halted_skill_run.json").read_text()
+    assert run.count("START_CHILD_WORKFLOW_EXECUTION_INITIATED") == 1
+    assert "no-skill-loop-after-halt-or-block" not in run
+    assert _result("halted_skill_run.json")["state"]["stop_reason"] == "critic_halt"
+
+
+def test_the_skill_loop_history_answered_the_commit_of_a_generator_that_wrote_nothing() -> None:
+    # Recorded when the sub-loop answered such a generator's commit; it now answers none,
+    # and the history replays (above) all the same: a workflow's result is not a command.
+    answer = _result("skill_loop_writing_nothing.json")
+    assert answer["commit"] and not answer["accepted"] and answer["rejected"]
+
+
 def test_the_grouped_writer_history_commits_batches_together() -> None:
     grouped = json.loads((HISTORIES / "playbook_grouped.json").read_text())["events"]
     signals = [e for e in grouped if e["eventType"] == "EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED"]
