@@ -160,20 +160,23 @@ class StepRunner:
             cause = getattr(err, "cause", None)
             if isinstance(cause, ApplicationError) and cause.type == INVALID_OUTPUT:
                 # What the step's requests spent before it gave up counts, as a budget's end.
-                self.record.add_usage(_spent(cause))
+                self.record.add_usage(spent_by(cause))
                 raise InvalidOutput(cause.message) from err
             if isinstance(cause, ApplicationError) and cause.type == BUDGET_EXHAUSTED:
                 # A call the budget refused or cut: what the step spent first still counts.
-                self.record.add_usage(_spent(cause))
+                self.record.add_usage(spent_by(cause))
                 raise Finished(StopReason.BUDGET_EXHAUSTED, cause.message) from err
             raise
         finally:
             inflight.discard(handle)
 
 
-def _spent(cause: ApplicationError) -> TokenUsage:
-    """What a step the budget ended had spent, from its failure's details."""
-    details = cause.details
+def spent_by(failure: BaseException | None) -> TokenUsage:
+    """What a model step that failed had spent: an invalid answer's, or a budget's end,
+    carry it in their failure's details (an activity's error, or its cause); any other
+    failure, nothing known."""
+    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    details = cause.details if isinstance(cause, ApplicationError) else ()
     if details and isinstance(details[0], dict):
         return TokenUsage.model_validate(details[0])
     return TokenUsage()

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from loopworks.llm.offline.model import OfflineScript
 from loopworks.schemas.graph import GraphStatus
 from loopworks.schemas.roles import Role
 from loopworks.schemas.run import Budget, RunState, RunStatus, StopReason, TokenUsage
@@ -221,3 +222,21 @@ async def test_loops_that_end_in_invalid_output_spend_within_the_graphs_total(
     assert result.state.status == GraphStatus.FAILED
     assert recorded(models) == result.state.usage.total_tokens
     assert recorded(models) <= total
+
+
+async def test_a_planner_that_answers_invalidly_is_counted_in_what_the_graph_spent(
+    harness: LoopHarness,
+) -> None:
+    """Its two requests (the answer and its repair) were billed, then the graph failed
+    having recorded none of them, and its client's day was charged nothing."""
+    script = OfflineScript.model_validate({"task-planner": {"*": "I would rather not plan."}})
+    models = SpendingModels(script=script)
+    async with harness.worker(models=models):
+        handle = await start_graph(harness, None, total_budget={"max_tokens": 5_000_000})
+        result = await handle.result()
+
+    assert result.state.status == GraphStatus.FAILED
+    assert "invalid output" in result.state.message
+    planner = [s.input_tokens + s.output_tokens for s in models.for_role(Role.TASK_PLANNER)]
+    assert len(planner) == 2
+    assert result.state.usage.total_tokens == sum(planner) == recorded(models)

@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.notifications import NOTIFY_FAILED_SIGNAL
     from loopworks.workflows.policies import INTEGRATION, MODEL_CALL, execute, history_is_long
     from loopworks.workflows.slot import give_back
+    from loopworks.workflows.steps import spent_by
 
 # A task's loop, then its merge and verification, gets this many tries before a fix task.
 ATTEMPTS = 2
@@ -176,6 +177,10 @@ class TaskGraphWorkflow:
                 await self._prepare()
             await self._work()
         except ActivityError as err:
+            # The task planner's requests were billed, answered validly or not: counted
+            # in what the graph spent, which its client's day is charged.
+            if workflow.patched("graph-counts-a-failed-plan"):
+                self._state.usage = self._state.usage + spent_by(err)
             self._record.finish(GraphStatus.FAILED, str(err.cause or err))
         except GraphError as err:
             self._record.finish(GraphStatus.FAILED, f"the tasks are not a valid graph: {err}")
