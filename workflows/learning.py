@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.workflows.skills import SkillLoopWorkflow
     from loopworks.workflows.skills import recorded_calls as skill_calls
     from loopworks.workflows.steering import Finished
-    from loopworks.workflows.steps import StepRunner, describe
+    from loopworks.workflows.steps import StepRunner, describe, spent_by
 
 
 class Learning(OnRecord):
@@ -193,6 +193,8 @@ class Learning(OnRecord):
             cause = err.cause
             error = str(getattr(cause, "message", None) or cause or err)
             self.record.emit(EventName.SKILL_LOOP_DONE, ev.SkillLoopPayload(error=error))
+            # What its calls were billed, which a failed child carries in its failure.
+            self.record.add_usage(spent_by(err))
             return None
         self.record.add_output(ModelOutput(usage=result.usage))
         if result.commit:

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from loopworks.schemas.steps import BUDGET_EXHAUSTED, STEP_OF_ROLE, call_name
     from loopworks.workflows.allowances import allowance
     from loopworks.workflows.policies import AGENT_STEP, CHECK_GROUP, MODEL_CALL, execute
+    from loopworks.workflows.steps import spent_by
 
 T = TypeVar("T")
 
@@ -51,6 +52,18 @@ def recorded_calls(iteration: int) -> list[str]:
 class SkillLoopWorkflow:
     @workflow.run
     async def run(self, params: SkillLoopInput) -> SkillLoopResult:
+        self._spent = TokenUsage()
+        try:
+            return await self._run(params)
+        except ActivityError as err:
+            # A failed child reports nothing of its own: what its calls were billed goes
+            # in its failure's details, for the run to count (`spent_by`).
+            spent = self._spent + spent_by(err)
+            raise ApplicationError(
+                str(err.cause or err), spent.model_dump(mode="json"), non_retryable=True
+            ) from err
+
+    async def _run(self, params: SkillLoopInput) -> SkillLoopResult:
         payload, workspace = params.payload, params.workspace
         helpers = [helper_path(name) for name in helper_names(payload)]
         references = reference_paths(payload.reference_requests)
@@ -73,6 +86,7 @@ class SkillLoopWorkflow:
             f"skill generator · {len(helpers)} helpers, {len(references)} notes",
         )
         result = SkillLoopResult(commit=generated.commit, usage=generated.usage)
+        self._spent = result.usage
         if not generated.files:
             # With nothing to review there is nothing to keep: the run keeps its own commit.
             # Unpatched: this changes what the sub-loop answers, not which commands it gives,
@@ -109,6 +123,7 @@ class SkillLoopWorkflow:
             return result
         result.commit = reviewed.commit
         result.usage += reviewed.usage
+        self._spent = result.usage
         result.accepted = [accepted.review.path for accepted in reviewed.accepted]
         result.files = kept_files(reviewed.accepted)
         result.rejected = reviewed.rejected

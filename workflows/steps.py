@@ -14,7 +14,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -175,7 +181,7 @@ def spent_by(failure: BaseException | None) -> TokenUsage:
     """What a model step that failed had spent: an invalid answer's, or a budget's end,
     carry it in their failure's details (an activity's error, or its cause); any other
     failure, nothing known."""
-    cause = failure.cause if isinstance(failure, ActivityError) else failure
+    cause = failure.cause if isinstance(failure, (ActivityError, ChildWorkflowError)) else failure
     details = cause.details if isinstance(cause, ApplicationError) else ()
     if details and isinstance(details[0], dict):
         return TokenUsage.model_validate(details[0])

@@ -194,3 +194,26 @@ async def test_a_step_that_ends_in_invalid_output_counts_what_it_spent(
     producer = sum(s.input_tokens + s.output_tokens for s in models.for_role(Role.PRODUCER))
     assert producer > 20_000  # both of the producer's requests were answered, and billed
     assert state.usage.total_tokens == recorded(models)
+
+
+async def test_a_skill_sub_loop_that_fails_counts_what_it_spent(
+    harness: LoopHarness, repo: Path
+) -> None:
+    """The sub-loop is a child workflow: one that failed (its skill reflector answered
+    invalidly twice) reported nothing of what its calls were billed."""
+    script = OfflineScript.model_validate({"skill-reflector": {"*": "I would rather not."}})
+    models = SpendingModels(script=script)
+    async with harness.worker(models=models):
+        handle = await harness.start(
+            task="Document how to run the test suite [skill:count_words]",
+            repo=str(repo),
+            playbook=True,
+        )
+        state = (await handle.result()).state
+        events = await harness.events(handle)
+
+    [done] = [event for event in events if event.event == EventName.SKILL_LOOP_DONE]
+    assert done.payload.error is not None  # type: ignore[union-attr]
+    assert len(models.for_role(Role.SKILL_REFLECTOR)) == 2
+    assert models.for_role(Role.SKILL_GENERATOR)
+    assert state.usage.total_tokens == recorded(models)
