@@ -24,7 +24,7 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TemporalError
 from temporalio.service import RPCError
 
-from loopworks.api import launch
+from loopworks.api import launch, redaction
 from loopworks.api.errors import ApiError, NotApplicable, UpstreamError, invalid
 from loopworks.playbook import writer
 from loopworks.playbook.store import PlaybookStore
@@ -141,6 +141,7 @@ async def send_deltas(
     """Hand-curated deltas for the playbook `name`. A playbook nobody has written yet
     starts with them: `repo` names its origin (the service's default origin by default)."""
     origin = await _origin_for(client, settings, workspaces, name, repo)
+    batch = redaction.delta_batch(batch)
     return await _written(name, writer.send_batch(client, settings, name, origin, batch))
 
 

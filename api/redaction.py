@@ -28,6 +28,7 @@ from typing import TypeVar, overload
 from loopworks.api.tokens import ApiToken
 from loopworks.checks.redaction import redact, redacted, remember, settings_secrets, worker_secrets
 from loopworks.schemas.graph import GraphApproval, GraphRequest
+from loopworks.schemas.playbook import DeltaBatch
 from loopworks.schemas.run import Approval, RunRequest
 from loopworks.schemas.settings import Settings
 from loopworks.schemas.tasks import Task
@@ -82,6 +83,12 @@ def graph_request(request: GraphRequest) -> GraphRequest:
 def approval(approval: Approval) -> Approval:
     """A run's approval with its note redacted (its rules and commands as written)."""
     return approval.model_copy(update={"note": prose(approval.note)})
+
+
+def delta_batch(batch: DeltaBatch) -> DeltaBatch:
+    """A person's playbook batch, every text of it redacted: the writer commits it to the
+    repository's `loops/playbook` branch and later runs' prompts quote it."""
+    return redacted(batch, worker_secrets())
 
 
 def graph_approval(approval: GraphApproval) -> GraphApproval:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from loopworks.checks.redaction import REDACTED
 from loopworks.deploy.local import free_port
 from loopworks.schemas.playbook import PLAYBOOK_BRANCH, PLAYBOOK_PATH, playbook_name
 from tests.integration.stack import DevServer, Stack, git
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.integration
 
 # Where nothing listens: an origin git cannot reach.
 UNREACHABLE_PORT = free_port()
+# A credential in the service's environment, which a person may paste into a batch.
+PASTED_TOKEN = "ghp_" + "Pq7" * 12
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,7 @@ def http(dev_server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
     allowed = {
         "LOOPS_ALLOWED_SCHEMES": "https,ssh,file,http",
         "LOOPS_ALLOWED_ORIGINS": f"127.0.0.1:{UNREACHABLE_PORT}",
+        "GITHUB_TOKEN": PASTED_TOKEN,
     }
     stack = Stack(server=dev_server, data_dir=root / "data", logs=root / "logs", extra_env=allowed)
     try:
@@ -182,3 +186,22 @@ def test_a_bad_repo_parameter_is_named_as_the_query_parameter(http: httpx.Client
     )
     assert response.status_code == 422
     assert response.json()["message"] == f"query.repo: no such directory: {missing}"
+
+
+def test_a_secret_pasted_into_a_batch_reaches_neither_the_branch_nor_a_prompt(
+    http: httpx.Client, remote: Path
+) -> None:
+    """The writer commits a person's batch to the repository's playbook branch, and later
+    runs' prompts quote its items: it was committed as written."""
+    name = playbook_name(str(remote))
+    pasted = f"push with the deploy token {PASTED_TOKEN}"
+    _ok(
+        http.post(
+            f"/playbooks/{name}/deltas", params={"repo": str(remote)}, json=_add("p-1", pasted)
+        )
+    )
+
+    [item] = _ok(http.get(f"/playbooks/{name}"))["items"]
+    assert PASTED_TOKEN not in item["content"] and REDACTED in item["content"]
+    committed = git(f"--git-dir={remote}", "show", f"{PLAYBOOK_BRANCH}:{PLAYBOOK_PATH}")
+    assert PASTED_TOKEN not in committed
