@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from loopworks.schemas.loop import EVENT_TAIL, LoopInput
 from loopworks.schemas.run import RunRequest, RunState
 from loopworks.schemas.steps import HISTORY_PATH, RUN_STATE_PATH, TRAJECTORY_DIR, RunLog
 from loopworks.workspace.run_log import last_seq, parse_history, write_run_log
+from tests.integration.stack import git
 
 pytestmark = pytest.mark.unit
 
@@ -40,21 +40,10 @@ def test_a_new_runs_memory_starts_from_its_request() -> None:
     assert memory.state.branch == "loops/r-1" and memory.last_seq == 0 and memory.tail == []
 
 
-def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
 def _commit(root: Path) -> str:
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "--allow-empty", "-m", "step")
-    return _git(root, "rev-parse", "HEAD")
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "--allow-empty", "-m", "step", cwd=root)
+    return git("rev-parse", "HEAD", cwd=root)
 
 
 @pytest.fixture
@@ -62,7 +51,7 @@ def workspace(tmp_path: Path) -> Path:
     """A run's clone at its first commit, which holds no record yet."""
     root = tmp_path / "ws"
     root.mkdir()
-    _git(root, "init", "-q")
+    git("init", "-q", cwd=root)
     (root / "README.md").write_text("hi\n")
     _commit(root)
     return root
