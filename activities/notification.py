@@ -47,7 +47,7 @@ from loopworks.schemas.notify import (
     WebhookFormat,
     slack_text,
 )
-from loopworks.schemas.settings import Settings
+from loopworks.schemas.settings import ANY_ADDRESS, Settings
 from loopworks.workspace.origin_access import refusal, webhook_verdict
 
 NOT_SENT = "NotificationNotSent"
@@ -93,7 +93,7 @@ def links(settings: Settings, body: NotificationBody, namespace: str) -> dict[st
     (a container's 0.0.0.0): no person reaches that, so there is no API link then."""
     found: dict[str, str] = {}
     api = settings.public_api_url
-    if api is None and settings.api_host not in WILDCARD_HOSTS:
+    if api is None and settings.api_host.strip("[]") not in ANY_ADDRESS:
         api = f"http://{_host(settings.api_host)}:{settings.api_port}"
     if api is not None:
         found["api"] = f"{api.rstrip('/')}/{body.kind}s/{body.id}"
@@ -101,10 +101,6 @@ def links(settings: Settings, body: NotificationBody, namespace: str) -> dict[st
         ui = settings.temporal_ui_url.rstrip("/")
         found["temporal_ui"] = f"{ui}/namespaces/{namespace}/workflows/{body.id}"
     return found
-
-
-# Addresses a server listens on to take every interface's connections, that no one dials.
-WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
 
 def _host(host: str) -> str:

@@ -15,11 +15,9 @@ import json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loopworks.api.security import is_loopback
-from loopworks.schemas.settings import Settings
+from loopworks.schemas.settings import ANY_ADDRESS, Settings
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-# Addresses that mean "every interface" name no host a client could use.
-_ANY_ADDRESS = {"", "0.0.0.0", "::"}
 ECHO_CHARS = 100
 
 
@@ -37,7 +35,7 @@ def allowed_hosts(settings: Settings) -> tuple[str, ...]:
     """Loopback names, the bind address, and LOOPS_API_ALLOWED_HOSTS."""
     hosts = list(LOOPBACK_NAMES)
     bind = hostname(settings.api_host)
-    if bind not in _ANY_ADDRESS:
+    if bind not in ANY_ADDRESS:
         hosts.append(bind)
     for entry in (settings.api_allowed_hosts or "").split(","):
         if entry.strip():

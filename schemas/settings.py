@@ -58,6 +58,11 @@ SECRET_FIELDS: tuple[str, ...] = (
 )
 
 
+# Addresses a server binds to take every interface's connections: they name no host a
+# client could use.
+ANY_ADDRESS = frozenset({"", "0.0.0.0", "::"})
+
+
 class Settings(BaseSettings):
     # A refused value is not quoted in the error: the worker and the API log it as they
     # exit, and a secret setting's cut head or tail is past what redaction knows.
